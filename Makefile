@@ -1,0 +1,32 @@
+# Everything sets itself up: a .venv in the repo from pinned requirements + constraints.
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export SLEEPER_HOME ?= .sleeper
+
+.PHONY: install demo test test-unit bench clean
+
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	test -x $(BIN)/python || python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt -c constraints.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/sleeper demo
+
+test: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-unit: install
+	$(BIN)/python -m pytest -q tests/unit
+
+bench: install
+	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/query.py
+
+clean:
+	rm -rf $(VENV) .sleeper

@@ -1,0 +1,167 @@
+"""The Python API: ``Sleeper(home=...)`` and its tables.
+
+    from sleeper_ops import Sleeper
+    with Sleeper(home=".sleeper") as s:
+        t = s.create_table("events", schema, split_points=["m"])
+        t.ingest(["events.parquet"])
+        t.query(keys=["abc"])            # a pyarrow.Table in key order
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import pyarrow as pa
+
+from sleeper_ops.config import SleeperConfig
+from sleeper_ops.errors import QueryError
+from sleeper_ops.ingest import IngestResult, IngestRunner, Progress
+from sleeper_ops.query import QueryRunner, exact_key_region, range_region
+from sleeper_ops.storage import ObjectStore
+from statestore.catalog import TableInfo
+from statestore.partitions import partitions_from_split_points
+from statestore.properties import validate_properties
+from statestore.region import Region
+from statestore.schema import Schema
+from statestore.state import TableState
+from statestore.store import StateStore
+
+
+class Sleeper:
+    """Entry point: a state store and an object store named by ``SLEEPER_HOME``.
+
+    ``state_store`` and ``objects`` may be given directly (tests, embedding); else
+    they come from ``home/sleeper.toml``, starting the embedded PostgreSQL if that is
+    the configured state store. Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, home: Optional[os.PathLike[str] | str] = None, *,
+                 state_store: Optional[StateStore] = None, objects: Optional[ObjectStore] = None):
+        self._embedded = None
+        if state_store is None or objects is None:
+            self.config: Optional[SleeperConfig] = SleeperConfig.load(home)
+        else:
+            self.config = None
+        if objects is None:
+            assert self.config is not None
+            objects = ObjectStore(self.config.object_store_uri, self.config.s3)
+        if state_store is None:
+            assert self.config is not None
+            state_store = self._open_state_store(self.config)
+        self.state_store = state_store
+        self.objects = objects
+
+    def _open_state_store(self, cfg: SleeperConfig) -> StateStore:
+        if cfg.state_store_backend == "memory":
+            from statestore.memory import InMemoryStateStore
+            return InMemoryStateStore()
+        from statestore.postgres import PostgresStateStore
+
+        dsn = cfg.state_store_dsn
+        if not dsn:
+            from statestore.embedded import EmbeddedPostgres
+
+            self._embedded = EmbeddedPostgres(cfg.embedded_pg_dir)
+            dsn = self._embedded.start()
+        return PostgresStateStore(dsn)
+
+    @property
+    def s3(self):  # type: ignore[no-untyped-def]
+        return self.config.s3 if self.config else self.objects.s3
+
+    def close(self) -> None:
+        self.state_store.close()
+        if self._embedded is not None:
+            self._embedded.stop()
+            self._embedded = None
+
+    def __enter__(self) -> Sleeper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----- catalog --------------------------------------------------------------------
+    def create_table(self, name: str, schema: Schema | Mapping[str, Any] | str, split_points: Sequence[Any] = (),
+                     properties: Optional[Mapping[str, str]] = None) -> Table:
+        """Create a table whose leaf partitions divide the first row key at ``split_points``."""
+        if isinstance(schema, str):
+            schema = Schema.from_json(schema)
+        elif not isinstance(schema, Schema):
+            schema = Schema.from_dict(schema)
+        props = validate_properties(properties or {})
+        partitions = partitions_from_split_points(schema, split_points or ())
+        info = self.state_store.create_table(name, schema, partitions, props)
+        return Table(self, info)
+
+    def tables(self) -> list[TableInfo]:
+        return self.state_store.list_tables()
+
+    def table(self, name: str) -> Table:
+        return Table(self, self.state_store.get_table(name))
+
+    def set_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
+        return self.state_store.update_properties(name, properties)
+
+    def rename_table(self, old: str, new: str) -> TableInfo:
+        return self.state_store.rename_table(old, new)
+
+    def delete_table(self, name: str) -> TableInfo:
+        """Remove the table from the catalog, then delete its objects."""
+        info = self.state_store.delete_table(name)
+        for obj in list(self.objects.list(info.table_id)):
+            self.objects.delete(obj.key)
+        return info
+
+
+@dataclass
+class Table:
+    """One table of a :class:`Sleeper`. ``info`` is the catalog entry when it was opened."""
+
+    sleeper: Sleeper
+    info: TableInfo
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def schema(self) -> Schema:
+        return self.info.schema
+
+    def state(self) -> TableState:
+        return self.sleeper.state_store.load_state(self.info.table_id)
+
+    def ingest(self, source: Sequence[str] | pa.Table | Iterable[pa.RecordBatch], *,
+               progress: Optional[Progress] = None, **options: Any) -> IngestResult:
+        """Ingest files (paths or s3:// URIs), an Arrow table, or conformed record batches."""
+        runner = IngestRunner(self.sleeper.state_store, self.sleeper.objects, self.info, s3=self.sleeper.s3,
+                              **options)
+        if isinstance(source, pa.Table):
+            from sleeper_ops.inputs import conform
+            return runner.ingest_batches((conform(b, self.schema, "table") for b in source.to_batches()), progress)
+        if isinstance(source, (list, tuple)) and all(isinstance(s, str) for s in source):
+            return runner.ingest_files(list(source), progress)
+        return runner.ingest_batches(source, progress)  # type: ignore[arg-type]
+
+    def query_runner(self, threads: int = 4) -> QueryRunner:
+        return QueryRunner(self.sleeper.state_store, self.sleeper.objects, self.info, threads=threads)
+
+    def query(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
+              regions: Sequence[Region] = ()) -> pa.Table:
+        """Records with any of ``keys`` (a value, or a tuple of row key values) or in any
+        ``[min, max)`` of ``ranges`` on the first row key (``max=None``: unbounded)."""
+        rs = list(regions)
+        for k in keys:
+            rs.append(exact_key_region(self.schema, list(k) if isinstance(k, (tuple, list)) else [k]))
+        for lo, hi in ranges:
+            rs.append(range_region(self.schema, lo, hi))
+        if not rs:
+            raise QueryError("give at least one key or range")
+        runner = self.query_runner()
+        try:
+            return runner.query(rs)
+        finally:
+            runner.close()

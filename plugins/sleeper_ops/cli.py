@@ -1,0 +1,239 @@
+"""The ``sleeper`` command: argument parsing and printing only; logic lives in the API.
+
+Errors from bad input exit 1 with a one-line ``error: ...`` message on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+from statestore.errors import SleeperError
+
+
+def _sleeper(ctx: click.Context):  # type: ignore[no-untyped-def]
+    from sleeper_ops.api import Sleeper
+
+    if "sleeper" not in ctx.obj:
+        ctx.obj["sleeper"] = ctx.with_resource(Sleeper(ctx.obj["home"]))
+    return ctx.obj["sleeper"]
+
+
+@click.group()
+@click.option("--home", envvar="SLEEPER_HOME", default=".sleeper", show_default=True,
+              help="Directory holding sleeper.toml (env SLEEPER_HOME).")
+@click.pass_context
+def cli(ctx: click.Context, home: str) -> None:
+    """Sleeper: sorted Parquet files in an LSM tree, kept by Airflow and Spark."""
+    ctx.ensure_object(dict)
+    ctx.obj["home"] = home
+
+
+# ----- table ---------------------------------------------------------------------------
+@cli.group()
+def table() -> None:
+    """Create, list, describe, rename and delete tables."""
+
+
+def _parse_props(props: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for p in props:
+        k, sep, v = p.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{p!r} is not K=V", param_hint="--property")
+        out[k.strip()] = v.strip()
+    return out
+
+
+@table.command("create")
+@click.argument("name")
+@click.option("--schema", "schema_file", required=True, type=click.Path(dir_okay=False),
+              help="Schema JSON file (Sleeper's format).")
+@click.option("--split-points", "split_file", type=click.Path(dir_okay=False),
+              help="One split point per line, for the first row key field.")
+@click.option("--property", "props", multiple=True, metavar="K=V", help="A table property; repeatable.")
+@click.pass_context
+def table_create(ctx: click.Context, name: str, schema_file: str, split_file: Optional[str], props: tuple[str, ...]) -> None:
+    """Create table NAME."""
+    from sleeper_ops.cli_support import read_schema_file, read_split_points
+
+    schema = read_schema_file(schema_file)
+    points = read_split_points(split_file, schema) if split_file else []
+    t = _sleeper(ctx).create_table(name, schema, points, _parse_props(props))
+    click.echo(f"created table {t.name} ({t.info.table_id}) with {len(points) + 1} leaf partitions")
+
+
+@table.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def table_list(ctx: click.Context, as_json: bool) -> None:
+    """List tables."""
+    tables = _sleeper(ctx).tables()
+    if as_json:
+        click.echo(json.dumps([{"name": t.name, "id": t.table_id, "online": t.online} for t in tables]))
+        return
+    for t in tables:
+        click.echo(f"{t.name}\t{t.table_id}\t{'online' if t.online else 'offline'}")
+
+
+@table.command("describe")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def table_describe(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Show a table's schema and every property (set ones marked *)."""
+    info = _sleeper(ctx).table(name).info
+    props = info.all_properties()
+    if as_json:
+        click.echo(json.dumps({"name": info.name, "id": info.table_id, "schema": info.schema.to_dict(),
+                               "properties": props, "set": sorted(info.properties)}))
+        return
+    click.echo(f"table {info.name} ({info.table_id}), {'online' if info.online else 'offline'}")
+    click.echo(f"schema: {info.schema.to_json()}")
+    for k, v in props.items():
+        click.echo(f"{'*' if k in info.properties else ' '} {k} = {'' if v is None else v}")
+
+
+@table.command("online")
+@click.argument("name")
+@click.pass_context
+def table_online(ctx: click.Context, name: str) -> None:
+    """Put a table online (splitting, compaction and GC run)."""
+    _sleeper(ctx).set_properties(name, {"sleeper.table.online": "true"})
+    click.echo(f"table {name} is online")
+
+
+@table.command("offline")
+@click.argument("name")
+@click.pass_context
+def table_offline(ctx: click.Context, name: str) -> None:
+    """Take a table offline (maintenance skips it; ingest and queries still work)."""
+    _sleeper(ctx).set_properties(name, {"sleeper.table.online": "false"})
+    click.echo(f"table {name} is offline")
+
+
+@table.command("set")
+@click.argument("name")
+@click.argument("props", nargs=-1, metavar="K=V...")
+@click.pass_context
+def table_set(ctx: click.Context, name: str, props: tuple[str, ...]) -> None:
+    """Set table properties."""
+    _sleeper(ctx).set_properties(name, _parse_props(props))
+    click.echo(f"table {name}: set {len(props)} properties")
+
+
+@table.command("rename")
+@click.argument("old")
+@click.argument("new")
+@click.pass_context
+def table_rename(ctx: click.Context, old: str, new: str) -> None:
+    """Rename table OLD to NEW."""
+    _sleeper(ctx).rename_table(old, new)
+    click.echo(f"renamed table {old} to {new}")
+
+
+@table.command("delete")
+@click.argument("name")
+@click.pass_context
+def table_delete(ctx: click.Context, name: str) -> None:
+    """Delete a table, its metadata and its files."""
+    _sleeper(ctx).delete_table(name)
+    click.echo(f"deleted table {name}")
+
+
+# ----- data ----------------------------------------------------------------------------
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.argument("files", nargs=-1, required=True)
+@click.pass_context
+def ingest(ctx: click.Context, table_name: str, files: tuple[str, ...]) -> None:
+    """Ingest Parquet, CSV or JSON Lines FILES (local paths or s3:// URIs)."""
+    from sleeper_ops.cli_support import record_progress
+
+    t = _sleeper(ctx).table(table_name)
+    with record_progress(f"ingest {table_name}") as progress:
+        r = t.ingest(list(files), progress=progress)
+    click.echo(f"ingested {r.records:,} records into {len(r.files)} files in {r.seconds:.2f}s "
+               f"({r.rows_per_second:,.0f} records/s)")
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.option("--key", "keys", multiple=True, help="A key as JSON; several row key fields as a JSON array.")
+@click.option("--range", "ranges", multiple=True, nargs=2, metavar="MIN MAX",
+              help="[MIN, MAX) on the first row key field, as JSON; MAX null is unbounded.")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "parquet"]), default="jsonl", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+@click.pass_context
+def query(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tuple[tuple[str, str], ...],
+          fmt: str, output: Optional[str]) -> None:
+    """Read records by exact key or key range."""
+    from sleeper_ops.cli_support import parse_key, parse_range
+    from sleeper_ops.output import write_results
+
+    if not keys and not ranges:
+        raise click.UsageError("give at least one --key or --range")
+    t = _sleeper(ctx).table(table_name)
+    ks = [parse_key(t.schema, k) for k in keys]
+    rs = [parse_range(t.schema, lo, hi) for lo, hi in ranges]
+    result = t.query(keys=ks, ranges=rs)
+    if fmt == "parquet" and not output:
+        raise click.UsageError("--format parquet needs --output FILE")
+    write_results(result, fmt, output)
+    if output:
+        click.echo(f"wrote {result.num_rows:,} records to {output}", err=True)
+
+
+@cli.command()
+@click.argument("kind", type=click.Choice(["partitions", "files"]))
+@click.argument("table_name", metavar="TABLE")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def report(ctx: click.Context, kind: str, table_name: str, as_json: bool) -> None:
+    """Report a table's partitions (tree) or files."""
+    from sleeper_ops import report as rep
+
+    state = _sleeper(ctx).table(table_name).state()
+    if as_json:
+        data = rep.partitions_report(state) if kind == "partitions" else rep.files_report(state)
+        click.echo(json.dumps(data))
+    else:
+        click.echo(rep.render_partitions(state) if kind == "partitions" else rep.render_files(state))
+
+
+@cli.command()
+@click.option("--rows", default=10_000_000, show_default=True, help="Rows to generate and ingest.")
+@click.option("--batches", default=5, show_default=True, help="Ingest in this many batches.")
+@click.option("--table", "table_name", default="demo", show_default=True)
+@click.pass_context
+def demo(ctx: click.Context, rows: int, batches: int, table_name: str) -> None:
+    """Run the whole pipeline on the embedded default."""
+    from sleeper_ops.demo import run_demo
+
+    run_demo(_sleeper(ctx), rows=rows, batches=batches, table_name=table_name,
+             work_dir=Path(ctx.obj["home"]) / "demo-input")
+
+
+def main(argv: Optional[list[str]] = None) -> Any:
+    try:
+        return cli.main(args=argv, prog_name="sleeper", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(1)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except SleeperError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    except (OSError, ValueError) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

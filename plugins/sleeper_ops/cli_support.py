@@ -1,0 +1,96 @@
+"""Helpers for the CLI: reading schema and split-point files, parsing JSON keys, progress."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+from typing import Any, Callable, Iterator, Optional
+
+from sleeper_ops.errors import QueryError
+from statestore.errors import SchemaError
+from statestore.schema import Schema, key_from_json
+
+
+def read_schema_file(path: str) -> Schema:
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError as e:
+        raise SchemaError(f"cannot read schema file {path}: {e.strerror}") from e
+    try:
+        return Schema.from_json(text)
+    except SchemaError as e:
+        raise SchemaError(f"{path}: {e}") from e
+
+
+def read_split_points(path: str, schema: Schema) -> list[Any]:
+    """Sleeper's split points file: one per line for the first row key field; bytes as base64."""
+    first = schema.row_key_fields[0]
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError as e:
+        raise SchemaError(f"cannot read split points file {path}: {e.strerror}") from e
+    out: list[Any] = []
+    for i, line in enumerate(lines, 1):
+        if line == "" and first.type != "StringType":
+            continue
+        try:
+            if first.type in ("IntType", "LongType"):
+                out.append(key_from_json(first.type, int(line.strip()), first.name))  # type: ignore[arg-type]
+            elif first.type == "ByteArrayType":
+                out.append(base64.b64decode(line.strip(), validate=True))
+            else:
+                out.append(line)
+        except (ValueError, binascii.Error, SchemaError) as e:
+            raise SchemaError(f"{path} line {i}: {line!r} is not a valid {first.type} split point") from e
+    return out
+
+
+def parse_key(schema: Schema, text: str) -> list[Any]:
+    """A key given as JSON: one value, or a JSON array of one value per row key field."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise QueryError(f"key {text!r} is not JSON (strings need quotes: '\"abc\"')") from e
+    fields = schema.row_key_fields
+    if isinstance(raw, list):
+        values = raw
+        if not values:
+            raise QueryError(f"key {text!r} is an empty array")
+    else:
+        values = [raw]
+    if len(values) > len(fields):
+        raise QueryError(f"key {text!r} has {len(values)} values; the table has {len(fields)} row key fields")
+    try:
+        return [key_from_json(f.type, v, f.name) for f, v in zip(fields, values)]  # type: ignore[arg-type]
+    except SchemaError as e:
+        raise QueryError(f"key {text!r}: {e}") from e
+
+
+def parse_range(schema: Schema, lo: str, hi: str) -> tuple[Any, Optional[Any]]:
+    first = schema.row_key_fields[0]
+    try:
+        lo_raw, hi_raw = json.loads(lo), json.loads(hi)
+    except json.JSONDecodeError as e:
+        raise QueryError(f"range {lo!r} {hi!r} is not JSON (strings need quotes)") from e
+    try:
+        lo_v = key_from_json(first.type, lo_raw, first.name)  # type: ignore[arg-type]
+        hi_v = None if hi_raw is None else key_from_json(first.type, hi_raw, first.name)  # type: ignore[arg-type]
+    except SchemaError as e:
+        raise QueryError(f"range {lo} {hi}: {e}") from e
+    return lo_v, hi_v
+
+
+@contextlib.contextmanager
+def record_progress(label: str, total: Optional[int] = None) -> Iterator[Callable[[int], None]]:
+    """A Rich progress display on stderr; yields a callback taking records done."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("records"), TimeElapsedColumn()]
+    with Progress(*columns, console=console, transient=False, disable=not console.is_terminal and False) as p:
+        task = p.add_task(label, total=total)
+        yield lambda n: p.advance(task, n)

@@ -1,0 +1,21 @@
+"""Errors of the data plane; all derive from statestore's SleeperError."""
+
+from __future__ import annotations
+
+from statestore.errors import SleeperError
+
+
+class IngestError(SleeperError):
+    """Input could not be ingested (unreadable, or does not fit the schema); nothing was committed."""
+
+
+class QueryError(SleeperError):
+    """A query is malformed for the table's schema."""
+
+
+class ConfigError(SleeperError):
+    """The Sleeper configuration (sleeper.toml) is invalid."""
+
+
+class StorageError(SleeperError):
+    """The object store refused or failed an operation."""

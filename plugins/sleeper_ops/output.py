@@ -1,0 +1,79 @@
+"""Writing query results as JSON Lines, CSV or Parquet.
+
+JSON Lines and CSV write bytes as base64 and maps as objects (CSV cells hold the
+JSON of maps and lists); Parquet keeps every schema type exactly.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import sys
+from typing import Any, BinaryIO, Optional
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+FORMATS = ("jsonl", "csv", "parquet")
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return base64.b64encode(v).decode("ascii")
+    if isinstance(v, list):
+        if v and isinstance(v[0], tuple) and len(v[0]) == 2:
+            return {str(_jsonable(k)): _jsonable(x) for k, x in v}
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _row_dicts(table: pa.Table, map_fields: set[str]):
+    for batch in table.to_batches(max_chunksize=8192):
+        for row in batch.to_pylist():
+            yield {k: ({str(_jsonable(a)): _jsonable(b) for a, b in v} if k in map_fields and v is not None
+                       else _jsonable(v)) for k, v in row.items()}
+
+
+def write_results(table: pa.Table, fmt: str, output: Optional[str] = None) -> None:
+    """Write ``table`` in ``fmt`` to the file ``output``, or to stdout (not for parquet)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}")
+    map_fields = {f.name for f in table.schema if pa.types.is_map(f.type)}
+    if fmt == "parquet":
+        if output is None:
+            raise ValueError("--format parquet needs --output FILE")
+        pq.write_table(table, output)
+        return
+    stream: BinaryIO
+    close = False
+    if output is None:
+        stream = sys.stdout.buffer
+    else:
+        stream = open(output, "wb")
+        close = True
+    try:
+        if fmt == "jsonl":
+            for d in _row_dicts(table, map_fields):
+                stream.write(json.dumps(d, ensure_ascii=False).encode() + b"\n")
+        else:
+            cols = {}
+            for f in table.schema:
+                c = table.column(f.name)
+                if pa.types.is_binary(f.type):
+                    cols[f.name] = pa.array([None if v is None else base64.b64encode(v).decode() for v in c.to_pylist()])
+                elif pa.types.is_map(f.type) or pa.types.is_list(f.type):
+                    cols[f.name] = pa.array([None if v is None else json.dumps(
+                        {str(_jsonable(a)): _jsonable(b) for a, b in v} if pa.types.is_map(f.type) else _jsonable(v))
+                        for v in c.to_pylist()], pa.string())
+                else:
+                    cols[f.name] = c
+            buf = io.BytesIO()
+            pacsv.write_csv(pa.table(cols), buf)
+            stream.write(buf.getvalue())
+    finally:
+        if close:
+            stream.close()
+        else:
+            stream.flush()

@@ -1,0 +1,130 @@
+"""Quantiles sketches of row key fields (Apache DataSketches KLL), one per field.
+
+Each data file has a sidecar holding one sketch per row key field. Sketches merge
+across files, so partition splitting finds the median of a partition from its
+files' sidecars without reading data. Ints use the native int sketch, longs the
+doubles sketch (vectorised; the median is rounded back to an integer), strings the
+items sketch, and bytes the items sketch over their hex form (hex preserves the
+unsigned lexicographic order of bytes).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import warnings
+from typing import Any, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import datasketches as ds
+
+from statestore.schema import Schema
+
+K = 200
+
+
+class FieldSketch:
+    """A mergeable quantiles sketch of one key field's values."""
+
+    def __init__(self, key_type: str, sketch: Any = None):
+        self.key_type = key_type
+        if sketch is not None:
+            self.sketch = sketch
+        elif key_type == "IntType":
+            self.sketch = ds.kll_ints_sketch(K)
+        elif key_type == "LongType":
+            self.sketch = ds.kll_doubles_sketch(K)
+        else:
+            self.sketch = ds.kll_items_sketch(K)
+
+    def update(self, values: pa.Array) -> None:
+        if len(values) == 0:
+            return
+        if self.key_type == "IntType":
+            self.sketch.update(values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False))
+        elif self.key_type == "LongType":
+            self.sketch.update(values.to_numpy(zero_copy_only=False).astype(np.float64))
+        else:
+            if self.key_type == "ByteArrayType":
+                values = pc.binary_to_hex(values) if hasattr(pc, "binary_to_hex") else pa.array(
+                    [v.hex() for v in values.to_pylist()])
+            upd = self.sketch.update
+            for v in values.to_pylist():
+                upd(v)
+
+    def merge(self, other: FieldSketch) -> None:
+        self.sketch.merge(other.sketch)
+
+    @property
+    def count(self) -> int:
+        return int(self.sketch.n)
+
+    def _decode(self, v: Any) -> Any:
+        if self.key_type == "LongType":
+            return int(round(v))
+        if self.key_type == "IntType":
+            return int(v)
+        if self.key_type == "ByteArrayType":
+            return bytes.fromhex(v)
+        return v
+
+    def quantile(self, rank: float) -> Optional[Any]:
+        if self.sketch.is_empty():
+            return None
+        return self._decode(self.sketch.get_quantile(rank))
+
+    def min(self) -> Optional[Any]:
+        return None if self.sketch.is_empty() else self._decode(self.sketch.get_min_value())
+
+    def max(self) -> Optional[Any]:
+        return None if self.sketch.is_empty() else self._decode(self.sketch.get_max_value())
+
+    def serialize(self) -> bytes:
+        if self.key_type in ("IntType", "LongType"):
+            return self.sketch.serialize()
+        return self.sketch.serialize(ds.PyStringsSerDe())
+
+    @classmethod
+    def deserialize(cls, key_type: str, data: bytes) -> FieldSketch:
+        if key_type == "IntType":
+            return cls(key_type, ds.kll_ints_sketch.deserialize(data))
+        if key_type == "LongType":
+            return cls(key_type, ds.kll_doubles_sketch.deserialize(data))
+        return cls(key_type, ds.kll_items_sketch.deserialize(data, ds.PyStringsSerDe()))
+
+
+class RowKeySketches:
+    """One :class:`FieldSketch` per row key field of a schema."""
+
+    def __init__(self, schema: Schema, sketches: Optional[dict[str, FieldSketch]] = None):
+        self.schema = schema
+        self.fields = sketches or {f.name: FieldSketch(f.type) for f in schema.row_key_fields}  # type: ignore[arg-type]
+
+    def update(self, batch: pa.RecordBatch | pa.Table) -> None:
+        for name, sk in self.fields.items():
+            col = batch.column(name)
+            if isinstance(col, pa.ChunkedArray):
+                for chunk in col.chunks:
+                    sk.update(chunk)
+            else:
+                sk.update(col)
+
+    def merge(self, other: RowKeySketches) -> None:
+        for name, sk in self.fields.items():
+            sk.merge(other.fields[name])
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"version": 1, "fields": [
+            {"name": n, "type": s.key_type, "sketch": base64.b64encode(s.serialize()).decode("ascii")}
+            for n, s in self.fields.items()]}).encode()
+
+    @classmethod
+    def from_bytes(cls, schema: Schema, data: bytes) -> RowKeySketches:
+        raw = json.loads(data)
+        return cls(schema, {f["name"]: FieldSketch.deserialize(f["type"], base64.b64decode(f["sketch"]))
+                            for f in raw["fields"]})

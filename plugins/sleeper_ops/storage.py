@@ -1,0 +1,122 @@
+"""Object storage through ``pyarrow.fs``: local paths and ``s3://`` URIs.
+
+Only whole-object put, ranged get, list, head and delete are used (no rename, no
+append, no locks). Callers always write under fresh unique names, so an object,
+once written, never changes; atomicity comes from the state store alone.
+Keys are ``/``-separated and relative to the store's root.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from sleeper_ops.errors import StorageError
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    mtime_ms: int
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """How to reach S3 (or an S3-compatible service such as MinIO or moto)."""
+
+    endpoint_override: Optional[str] = None
+    scheme: str = "https"
+    region: Optional[str] = None
+    access_key: Optional[str] = None
+    secret_key: Optional[str] = None
+
+
+class ObjectStore:
+    """A root (local directory or ``s3://bucket/prefix``) and the five verbs we use."""
+
+    def __init__(self, uri: str, s3: Optional[S3Options] = None):
+        self.uri = uri.rstrip("/")
+        if self.uri.startswith("s3://"):
+            o = s3 or S3Options()
+            kwargs = {k: v for k, v in dict(endpoint_override=o.endpoint_override, scheme=o.scheme, region=o.region,
+                                            access_key=o.access_key, secret_key=o.secret_key).items() if v}
+            self.fs: pafs.FileSystem = pafs.S3FileSystem(**kwargs)
+            self.root = self.uri[len("s3://"):]
+            self.is_local = False
+        else:
+            path = os.path.abspath(self.uri)
+            os.makedirs(path, exist_ok=True)
+            self.fs = pafs.LocalFileSystem()
+            self.root = path
+            self.is_local = True
+        self.s3 = s3
+
+    def path(self, key: str) -> str:
+        """The filesystem path of ``key`` (for ``self.fs``)."""
+        return f"{self.root}/{key}"
+
+    def uri_of(self, key: str) -> str:
+        return f"s3://{self.path(key)}" if not self.is_local else self.path(key)
+
+    @staticmethod
+    def fresh_name(suffix: str = "") -> str:
+        return f"{uuid.uuid4().hex}{suffix}"
+
+    def _parent(self, key: str) -> None:
+        if self.is_local:
+            os.makedirs(os.path.dirname(self.path(key)), exist_ok=True)
+
+    def open_output(self, key: str) -> pa.NativeFile:
+        """A stream writing the whole object ``key`` (created on close for S3)."""
+        self._parent(key)
+        try:
+            return self.fs.open_output_stream(self.path(key))
+        except OSError as e:
+            raise StorageError(f"cannot write {self.uri_of(key)}: {e}") from e
+
+    def put(self, key: str, data: bytes) -> None:
+        with self.open_output(key) as out:
+            out.write(data)
+
+    def open_input(self, key: str) -> pa.NativeFile:
+        """A random-access reader (ranged gets) of ``key``."""
+        try:
+            return self.fs.open_input_file(self.path(key))
+        except OSError as e:
+            raise StorageError(f"cannot read {self.uri_of(key)}: {e}") from e
+
+    def get(self, key: str) -> bytes:
+        with self.open_input(key) as f:
+            return f.read()
+
+    def head(self, key: str) -> Optional[ObjectInfo]:
+        info = self.fs.get_file_info(self.path(key))
+        if info.type != pafs.FileType.File:
+            return None
+        return ObjectInfo(key, info.size or 0, int(info.mtime.timestamp() * 1000) if info.mtime else 0)
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object whose key starts with the directory ``prefix``."""
+        sel = pafs.FileSelector(self.path(prefix.rstrip("/")), recursive=True, allow_not_found=True)
+        n = len(self.root) + 1
+        for info in self.fs.get_file_info(sel):
+            if info.type == pafs.FileType.File:
+                yield ObjectInfo(info.path[n:], info.size or 0,
+                                 int(info.mtime.timestamp() * 1000) if info.mtime else 0)
+
+    def delete(self, key: str) -> None:
+        """Delete ``key``; deleting a missing object is not an error."""
+        try:
+            self.fs.delete_file(self.path(key))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            if "not found" in str(e).lower() or "does not exist" in str(e).lower():
+                return
+            raise StorageError(f"cannot delete {self.uri_of(key)}: {e}") from e

