@@ -40,7 +40,7 @@ CREATE TABLE file_references (
     job_id            text COLLATE "C",
     update_time       bigint NOT NULL,            -- ms since the epoch
     PRIMARY KEY (table_id, filename, partition_id)
-);
+) WITH (fillfactor = 85);  -- room for HOT updates of job_id and update_time
 
 -- Tracked files: a file stays here, with or without references, until garbage
 -- collection deletes it. update_time (ms) is when its references last changed.
@@ -49,8 +49,11 @@ CREATE TABLE files (
     filename    text COLLATE "C" NOT NULL,
     update_time bigint NOT NULL,
     PRIMARY KEY (table_id, filename)
-);
+) WITH (fillfactor = 85);  -- room for HOT updates of update_time
 
--- Garbage collection: candidates are files unchanged since a time, in filename order;
--- the NOT EXISTS probe on file_references uses its primary key prefix.
-CREATE INDEX files_by_update_time ON files (table_id, update_time, filename);
+-- Garbage collection finds files with no references through the primary keys alone: it
+-- walks files (table_id, filename) in filename order and probes file_references
+-- (table_id, filename, ...) with NOT EXISTS. There is deliberately no index on
+-- files.update_time: every commit that changes a file's references rewrites its
+-- update_time, and without an index on it that is a HOT update that touches no index
+-- (cheaper, and fewer index pages for concurrent serializable commits to conflict on).

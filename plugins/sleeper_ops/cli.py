@@ -218,21 +218,31 @@ def demo(ctx: click.Context, rows: int, batches: int, table_name: str) -> None:
              work_dir=Path(ctx.obj["home"]) / "demo-input")
 
 
+def _one_line(message: str) -> str:
+    """A message on one line: its non-blank lines joined."""
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
+def _fail(message: str, code: int = 1) -> None:
+    click.echo(f"error: {_one_line(message)}", err=True)
+    sys.exit(code)
+
+
 def main(argv: Optional[list[str]] = None) -> Any:
+    """Run the CLI. A failure prints one ``error: ...`` line on stderr and exits non-zero."""
     try:
         return cli.main(args=argv, prog_name="sleeper", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(1)
+        _fail("aborted")
     except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
+        hint = ""
+        if isinstance(e, click.UsageError) and e.ctx is not None:
+            hint = f" (see '{e.ctx.command_path} --help')"
+        _fail(e.format_message() + hint, e.exit_code)
     except SleeperError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
+        _fail(str(e))
     except (OSError, ValueError) as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
+        _fail(str(e) or type(e).__name__)
 
 
 if __name__ == "__main__":

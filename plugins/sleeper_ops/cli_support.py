@@ -91,6 +91,7 @@ def record_progress(label: str, total: Optional[int] = None) -> Iterator[Callabl
     console = Console(stderr=True)
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("records"), TimeElapsedColumn()]
-    with Progress(*columns, console=console, transient=False, disable=not console.is_terminal and False) as p:
+    # Shown only on a terminal, so scripts (and error output) get clean stderr.
+    with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as p:
         task = p.add_task(label, total=total)
         yield lambda n: p.advance(task, n)

@@ -100,6 +100,6 @@ def run_demo(sleeper: Sleeper, *, rows: int, batches: int, table_name: str, work
 
     state = table.state()
     console.rule("partitions")
-    console.print(render_partitions(state), markup=False, highlight=False)
+    console.print(render_partitions(state), markup=False, highlight=False, soft_wrap=True)
     console.rule("files")
-    console.print(render_files(state), markup=False, highlight=False)
+    console.print(render_files(state), markup=False, highlight=False, soft_wrap=True)

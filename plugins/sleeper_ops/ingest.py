@@ -12,31 +12,34 @@ deleted and nothing is committed.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sleeper_ops.arrow_schema import sort_keys
-from sleeper_ops.datafile import ParquetSettings, WrittenFile, new_data_key, write_data_file
+from sleeper_ops.datafile import ParquetSettings, WrittenFile, new_data_key, sketch_key, write_data_file
 from sleeper_ops.errors import IngestError
 from sleeper_ops.inputs import check_readable, read_batches
-from sleeper_ops.leaves import split_by_leaf
+from sleeper_ops.leaves import leaf_indices
 from sleeper_ops.merge import merge_sorted
 from sleeper_ops.storage import ObjectStore, S3Options
 from statestore.catalog import TableInfo
 from statestore.files import FileReference
-from statestore.partitions import PartitionTree
+from statestore.partitions import Partition, PartitionTree
 from statestore.store import StateStore
 from statestore.transactions import AddFiles
 
+_T = TypeVar("_T")
 Progress = Callable[[int], None]  # called with the number of records just read
 
 
@@ -97,14 +100,14 @@ class IngestRunner:
                 if progress:
                     progress(b.num_rows)
                 if rows >= self.max_chunk_rows or nbytes >= self.max_chunk_bytes:
-                    self._spill(self._sorted(chunk), tree, spill_root, chunks_seen, runs)
+                    self._spill(chunk, tree, spill_root, chunks_seen, runs)
                     chunks_seen += 1
                     chunk, rows, nbytes = [], 0, 0
             if chunks_seen == 0:
-                written = self._write_direct(self._sorted(chunk), tree) if rows else []
+                written = self._write_direct(chunk, tree) if rows else []
             else:
                 if chunk:
-                    self._spill(self._sorted(chunk), tree, spill_root, chunks_seen, runs)
+                    self._spill(chunk, tree, spill_root, chunks_seen, runs)
                     chunks_seen += 1
                 written = self._merge_runs(runs, tree)
             result.spilled_chunks = chunks_seen
@@ -113,9 +116,7 @@ class IngestRunner:
                 self.state_store.commit(self.table.table_id, AddFiles(tuple(refs)))
             result.files = refs
         except BaseException:
-            for _, w in written:
-                self.objects.delete(w.key)
-                self.objects.delete(w.key.rsplit(".parquet", 1)[0] + ".sketches")
+            self._cleanup(written)
             raise
         finally:
             shutil.rmtree(spill_root, ignore_errors=True)
@@ -123,41 +124,59 @@ class IngestRunner:
         return result
 
     # ----- steps ------------------------------------------------------------------------
-    def _sorted(self, chunk: list[pa.RecordBatch]) -> pa.Table:
-        table = pa.Table.from_batches(chunk)
-        idx = pc.sort_indices(table, sort_keys=sort_keys(self.schema))
-        return table.take(idx)
+    def _sorted_leaf_rows(self, table: pa.Table, idx: Optional[np.ndarray]) -> pa.Table:
+        """Rows ``idx`` of ``table`` in key order, taking the full rows only once."""
+        keys = table.select(self.schema.key_names)
+        if idx is not None:
+            keys = keys.take(pa.array(idx))
+        order = pc.sort_indices(keys, sort_keys=sort_keys(self.schema)).to_numpy()
+        return table.take(pa.array(order if idx is None else idx[order]))
 
-    def _write_direct(self, table: pa.Table, tree: PartitionTree) -> list[tuple[str, WrittenFile]]:
-        parts = split_by_leaf(table, tree)
-        out: list[tuple[str, WrittenFile]] = []
+    def _by_leaf(self, chunk: list[pa.RecordBatch], tree: PartitionTree) -> list[tuple[Partition, Callable[[], pa.Table]]]:
+        """Split an unsorted chunk by leaf partition; each item sorts its rows when called."""
+        table = pa.Table.from_batches(chunk).combine_chunks()
+        return [(leaf, functools.partial(self._sorted_leaf_rows, table, idx))
+                for leaf, idx in leaf_indices(table, tree)]
 
-        def write(item: tuple) -> tuple[str, WrittenFile]:
+    def _parallel(self, fn: Callable[[tuple[Partition, Callable[[], pa.Table]]], _T],
+                  items: list[tuple[Partition, Callable[[], pa.Table]]]) -> list[_T]:
+        """Run ``fn`` over items in the thread pool; every item runs even if one fails."""
+        with ThreadPoolExecutor(self.threads) as pool:
+            futures = [pool.submit(fn, item) for item in items]
+        results, errors = [], []
+        for f in futures:
+            try:
+                results.append(f.result())
+            except BaseException as e:  # noqa: BLE001 - collect, the caller cleans up
+                errors.append(e)
+        if errors:
+            self._cleanup([r for r in results if isinstance(r, tuple) and isinstance(r[1], WrittenFile)])
+            raise errors[0]
+        return results
+
+    def _cleanup(self, written: list[tuple[str, WrittenFile]]) -> None:
+        for _, w in written:
+            self.objects.delete(w.key)
+            self.objects.delete(sketch_key(w.key))
+
+    def _write_direct(self, chunk: list[pa.RecordBatch], tree: PartitionTree) -> list[tuple[str, WrittenFile]]:
+        def write(item: tuple[Partition, Callable[[], pa.Table]]) -> tuple[str, WrittenFile]:
             leaf, rows = item
             return leaf.id, write_data_file(self.objects, new_data_key(self.table.table_id, leaf.id),
-                                            self.schema, rows, self.settings)
-        with ThreadPoolExecutor(self.threads) as pool:
-            futures = [pool.submit(write, p) for p in parts]
-            errors = []
-            for f in futures:
-                try:
-                    out.append(f.result())
-                except BaseException as e:  # noqa: BLE001 - collect, clean up below
-                    errors.append(e)
-            if errors:
-                for _, w in out:
-                    self.objects.delete(w.key)
-                raise errors[0]
-        return out
+                                            self.schema, rows(), self.settings)
+        return self._parallel(write, self._by_leaf(chunk, tree))
 
-    def _spill(self, table: pa.Table, tree: PartitionTree, root: str, chunk_no: int,
+    def _spill(self, chunk: list[pa.RecordBatch], tree: PartitionTree, root: str, chunk_no: int,
                runs: dict[str, list[str]]) -> None:
-        for leaf, rows in split_by_leaf(table, tree):
+        def spill(item: tuple[Partition, Callable[[], pa.Table]]) -> tuple[str, str]:
+            leaf, rows = item
             d = os.path.join(root, leaf.id)
             os.makedirs(d, exist_ok=True)
             path = os.path.join(d, f"run-{chunk_no:06d}.parquet")
-            pq.write_table(rows, path, compression="none", use_dictionary=False, row_group_size=65536)
-            runs.setdefault(leaf.id, []).append(path)
+            pq.write_table(rows(), path, compression="none", use_dictionary=False, row_group_size=65536)
+            return leaf.id, path
+        for leaf_id, path in self._parallel(spill, self._by_leaf(chunk, tree)):
+            runs.setdefault(leaf_id, []).append(path)
 
     def _merge_runs(self, runs: dict[str, list[str]], tree: PartitionTree) -> list[tuple[str, WrittenFile]]:
         out: list[tuple[str, WrittenFile]] = []
@@ -167,7 +186,6 @@ class IngestRunner:
                 out.append((leaf_id, write_data_file(self.objects, key, self.schema,
                                                      merge_sorted(paths, self.schema), self.settings)))
         except BaseException:
-            for _, w in out:
-                self.objects.delete(w.key)
+            self._cleanup(out)
             raise
         return out

@@ -1,6 +1,8 @@
-"""Vectorised assignment of sorted rows to leaf partitions."""
+"""Vectorised assignment of rows to leaf partitions."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -9,22 +11,22 @@ import pyarrow.compute as pc
 from statestore.partitions import Partition, PartitionTree
 
 
-def split_by_leaf(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, pa.Table]]:
-    """Split rows into one table per leaf partition, each keeping the input's row order.
+def leaf_indices(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, Optional[np.ndarray]]]:
+    """Row indices of ``table`` per leaf partition, ascending (``None``: every row).
 
-    Leaves with no rows are left out. Walks the tree once per level with vectorised
-    comparisons on each node's split dimension.
+    Leaves with no rows are left out. Walks the tree with one vectorised comparison
+    per internal node on its split dimension.
     """
     assert tree.root is not None
-    out: list[tuple[Partition, pa.Table]] = []
-    stack: list[tuple[Partition, np.ndarray | None]] = [(tree.root, None)]  # None = all rows
+    out: list[tuple[Partition, Optional[np.ndarray]]] = []
+    stack: list[tuple[Partition, Optional[np.ndarray]]] = [(tree.root, None)]
     while stack:
         node, idx = stack.pop()
         n = table.num_rows if idx is None else len(idx)
         if n == 0:
             continue
         if node.is_leaf:
-            out.append((node, table if idx is None else table.take(pa.array(idx))))
+            out.append((node, idx))
             continue
         left = tree.by_id[node.child_ids[0]]
         right = tree.by_id[node.child_ids[1]]
@@ -37,3 +39,8 @@ def split_by_leaf(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition,
         stack.append((right, base[~mask]))
         stack.append((left, base[mask]))
     return out
+
+
+def split_by_leaf(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, pa.Table]]:
+    """One table per leaf partition with rows, each keeping the input's row order."""
+    return [(leaf, table if idx is None else table.take(pa.array(idx))) for leaf, idx in leaf_indices(table, tree)]

@@ -10,6 +10,7 @@ the results are merged into key order.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -108,24 +109,37 @@ class QueryRunner:
     """Runs queries against one table; safe to reuse across queries and threads."""
 
     def __init__(self, state_store: StateStore, objects: ObjectStore, table: TableInfo, *,
-                 threads: int = 4, cache: Optional[ParquetFileCache] = None):
+                 threads: int = 4, cache: Optional[ParquetFileCache] = None, state_ttl_seconds: float = 1.0):
         self.state_store, self.objects, self.table = state_store, objects, table
         self.schema = table.schema
         self.target = arrow_schema(self.schema)
         self.threads = threads
         self.cache = cache or FILE_CACHE or ParquetFileCache()
         self._pool = ThreadPoolExecutor(threads)
+        self.state_ttl_seconds = state_ttl_seconds
+        self._plan: Optional[tuple[float, PartitionTree, dict[str, list[FileReference]]]] = None
+
+    def _current_plan(self) -> tuple[PartitionTree, dict[str, list[FileReference]]]:
+        """Partitions and references, re-read once older than ``state_ttl_seconds``.
+
+        Reusing a state this young is safe: garbage collection deletes a file only
+        once it has been unreferenced for the table's GC delay (minutes).
+        """
+        now = time.monotonic()
+        if self._plan is None or now - self._plan[0] > self.state_ttl_seconds:
+            state = self.state_store.load_state(self.table.table_id)
+            refs: dict[str, list[FileReference]] = {}
+            for ref in state.references.values():
+                refs.setdefault(ref.partition_id, []).append(ref)
+            self._plan = (now, PartitionTree(state.partitions.values()), refs)
+        return self._plan[1], self._plan[2]
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
 
     def query(self, regions: Sequence[Region]) -> pa.Table:
         """Every record in any of ``regions``, once, in key order."""
-        state = self.state_store.load_state(self.table.table_id)
-        tree = PartitionTree(state.partitions.values())
-        refs_by_partition: dict[str, list[FileReference]] = {}
-        for ref in state.references.values():
-            refs_by_partition.setdefault(ref.partition_id, []).append(ref)
+        tree, refs_by_partition = self._current_plan()
         tasks: list[_Task] = []
         for region in _disjoint(regions):
             wanted: dict[str, Any] = {}

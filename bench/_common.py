@@ -1,0 +1,40 @@
+"""Shared set-up for benchmarks: a Sleeper over a throwaway state store and local disk."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+warnings.filterwarnings("ignore")
+
+
+@contextlib.contextmanager
+def bench_sleeper(state_store: str = "postgres") -> Iterator:
+    """A Sleeper in a temporary directory; ``postgres`` starts an embedded PostgreSQL."""
+    from sleeper_ops.api import Sleeper
+    from sleeper_ops.storage import ObjectStore
+    from statestore.memory import InMemoryStateStore
+
+    with tempfile.TemporaryDirectory(prefix="sleeper-bench-") as d:
+        if state_store == "memory":
+            s = Sleeper(state_store=InMemoryStateStore(), objects=ObjectStore(f"{d}/data"))
+        else:
+            (Path(d) / "sleeper.toml").write_text('[object_store]\nuri = "data"\n')
+            s = Sleeper(home=d)
+        try:
+            yield s, Path(d)
+        finally:
+            s.close()
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    xs = sorted(samples)
+
+    def at(q: float) -> float:
+        return xs[min(len(xs) - 1, int(q * len(xs)))]
+    return {"p50": at(0.50), "p95": at(0.95), "p99": at(0.99)}

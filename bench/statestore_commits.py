@@ -1,0 +1,214 @@
+"""State store commit benchmark on PostgreSQL (not a pass/fail test).
+
+Prints, each taken in one run on one server:
+
+(a) small compaction-style commits/s (ReplaceFileReferences: 3 inputs -> 1 output)
+    on one table from 4 concurrent committer threads, against a baseline of trivial
+    ``SELECT 1`` round trips/s from 4 threads on the same pool, as a ratio;
+(b) files/s in one large AddFiles commit of 100k files;
+(c) the time of a small commit on a table with 1k vs 100k existing references
+    (the ratio should be about 1: commits cost O(size of the change)).
+
+Usage: ``python bench/statestore_commits.py [--dsn DSN]``; without a DSN it starts an
+embedded PostgreSQL in a temporary directory. Takes well under 2 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from statestore import (  # noqa: E402
+    AddFiles,
+    AssignJobIds,
+    FileReference,
+    JobAssignment,
+    ReplaceFileReferences,
+    Schema,
+    partitions_from_split_points,
+)
+from statestore.postgres import PostgresStateStore  # noqa: E402
+from statestore.retry import Backoff  # noqa: E402
+
+SCHEMA = Schema.from_dict({"rowKeyFields": [{"name": "key", "type": "StringType"}],
+                           "sortKeyFields": [{"name": "ts", "type": "LongType"}],
+                           "valueFields": [{"name": "value", "type": "StringType"}]})
+THREADS = 4
+
+
+class CountingBackoff(Backoff):
+    """Backoff that counts the retries it sleeps for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.retries = 0
+        self._lock = threading.Lock()
+
+    def pause(self, attempt: int) -> None:
+        with self._lock:
+            self.retries += 1
+        super().pause(attempt)
+
+
+def new_table(store: PostgresStateStore, leaves: int) -> tuple[str, list[str]]:
+    points = [f"k{i:06d}" for i in range(1, leaves)]
+    parts = partitions_from_split_points(SCHEMA, points)
+    info = store.create_table(f"bench-{uuid.uuid4().hex[:8]}", SCHEMA, parts)
+    return info.table_id, [p.id for p in parts if p.is_leaf]
+
+
+def add_files(store: PostgresStateStore, table_id: str, leaf_ids: list[str], n: int, prefix: str) -> list[FileReference]:
+    refs = tuple(FileReference(f"{prefix}/{uuid.uuid4().hex}.parquet", leaf_ids[i % len(leaf_ids)], 1000)
+                 for i in range(n))
+    store.commit(table_id, AddFiles(refs))
+    return list(refs)
+
+
+def run_threads(n_threads: int, work: Callable[[int], int]) -> tuple[int, float]:
+    """Run ``work(thread_index)`` in threads; return (total operations, seconds)."""
+    counts = [0] * n_threads
+    errors: list[BaseException] = []
+
+    def target(i: int) -> None:
+        try:
+            counts[i] = work(i)
+        except BaseException as e:  # report after joining
+            errors.append(e)
+
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(n_threads)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return sum(counts), elapsed
+
+
+def bench_small_commits(dsn: str, seconds: float = 6.0) -> None:
+    backoff = CountingBackoff()
+    store = PostgresStateStore(dsn, backoff=backoff, max_connections=THREADS)
+    try:
+        table_id, leaves = new_table(store, 64)
+        jobs_per_thread = 6000
+        inputs = 3
+        refs = add_files(store, table_id, leaves, THREADS * jobs_per_thread * inputs, "in")
+        # group inputs by partition into jobs of 3, assign job ids (setup, untimed)
+        by_partition: dict[str, list[str]] = {}
+        for r in refs:
+            by_partition.setdefault(r.partition_id, []).append(r.filename)
+        jobs = []
+        for pid, names in by_partition.items():
+            for i in range(0, len(names) - inputs + 1, inputs):
+                jobs.append(JobAssignment(uuid.uuid4().hex, pid, tuple(names[i:i + inputs])))
+        for i in range(0, len(jobs), 5000):
+            store.commit(table_id, AssignJobIds(tuple(jobs[i:i + 5000])))
+        per_thread = [jobs[i::THREADS] for i in range(THREADS)]
+
+        def select_one(i: int) -> int:
+            n = 0
+            deadline = time.perf_counter() + seconds / 2
+            with store._connection() as conn:
+                while time.perf_counter() < deadline:
+                    for _ in range(100):
+                        conn.execute("SELECT 1").fetchone()
+                    n += 100
+            return n
+
+        def compact(i: int) -> int:
+            n = 0
+            deadline = time.perf_counter() + seconds
+            for job in per_thread[i]:
+                if time.perf_counter() >= deadline:
+                    break
+                out = FileReference(f"out/{uuid.uuid4().hex}.parquet", job.partition_id, 3000)
+                store.commit(table_id, ReplaceFileReferences(job.job_id, job.partition_id, job.filenames, out))
+                n += 1
+            return n
+
+        base_n, base_s = run_threads(THREADS, select_one)
+        n, s = run_threads(THREADS, compact)
+        base_rate, rate = base_n / base_s, n / s
+        print(f"(a) compaction commits on one table, {THREADS} threads: {rate:,.0f} commits/s "
+              f"({n} commits in {s:.1f} s, {backoff.retries} serialization retries); "
+              f"SELECT 1 baseline {base_rate:,.0f} round trips/s; ratio commits/round trips = {rate / base_rate:.3f}")
+    finally:
+        store.close()
+
+
+def bench_large_commit(dsn: str, n: int = 100_000) -> None:
+    with PostgresStateStore(dsn) as store:
+        table_id, leaves = new_table(store, 256)
+        refs = tuple(FileReference(f"big/{uuid.uuid4().hex}.parquet", leaves[i % len(leaves)], 1000)
+                     for i in range(n))
+        txn = AddFiles(refs)
+        t0 = time.perf_counter()
+        store.commit(table_id, txn)
+        s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        state = store.load_state(table_id)
+        load_s = time.perf_counter() - t0
+        assert len(state.references) == n
+        print(f"(b) one AddFiles commit of {n:,} files: {s:.2f} s = {n / s:,.0f} files/s "
+              f"(load_state of them: {load_s:.2f} s)")
+
+
+def bench_commit_vs_size(dsn: str, sizes: tuple[int, ...] = (1_000, 100_000), commits: int = 300) -> None:
+    with PostgresStateStore(dsn) as store:
+        medians = {}
+        for size in sizes:
+            table_id, leaves = new_table(store, 64)
+            add_files(store, table_id, leaves, size, "existing")
+            times = []
+            for i in range(commits):
+                pid = leaves[i % len(leaves)]
+                names = (f"small/{uuid.uuid4().hex}", f"small/{uuid.uuid4().hex}")
+                t0 = time.perf_counter()
+                store.commit(table_id, AddFiles(tuple(FileReference(f, pid, 10) for f in names)))
+                job = uuid.uuid4().hex
+                store.commit(table_id, AssignJobIds((JobAssignment(job, pid, names),)))
+                store.commit(table_id, ReplaceFileReferences(job, pid, names,
+                                                             FileReference(f"small/{uuid.uuid4().hex}", pid, 20)))
+                times.append((time.perf_counter() - t0) / 3)
+            medians[size] = statistics.median(times)
+        lo, hi = sizes[0], sizes[-1]
+        print(f"(c) small commit (median of {3 * commits}): {medians[lo] * 1e3:.2f} ms with {lo:,} references, "
+              f"{medians[hi] * 1e3:.2f} ms with {hi:,}; ratio {medians[hi] / medians[lo]:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dsn", help="PostgreSQL DSN (default: an embedded server in a temporary directory)")
+    args = parser.parse_args()
+    t0 = time.perf_counter()
+    if args.dsn:
+        dsn = args.dsn
+        run(dsn)
+    else:
+        from statestore.embedded import EmbeddedPostgres
+        with tempfile.TemporaryDirectory(prefix="sleeper-bench-") as tmp:
+            with EmbeddedPostgres(Path(tmp) / "pg", cleanup_mode="stop") as pg:
+                print(f"embedded PostgreSQL in {tmp}")
+                run(pg.dsn)
+    print(f"total {time.perf_counter() - t0:.0f} s")
+
+
+def run(dsn: str) -> None:
+    bench_small_commits(dsn)
+    bench_large_commit(dsn)
+    bench_commit_vs_size(dsn)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Open a state store backend by name, importing it only when asked for.
+
+``open_state_store("memory")`` needs nothing; ``open_state_store("postgres",
+dsn=...)`` needs psycopg and psycopg-pool, and says so if they are missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from statestore.errors import SleeperError
+from statestore.store import StateStore
+
+#: kind -> (module, class, packages the backend needs)
+BACKENDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "memory": ("statestore.memory", "InMemoryStateStore", ()),
+    "postgres": ("statestore.postgres", "PostgresStateStore", ("psycopg[binary]", "psycopg-pool")),
+}
+
+# Top-level import names of the packages a backend needs, to tell which one is missing.
+_IMPORT_NAMES = {"psycopg": "psycopg[binary]", "psycopg_pool": "psycopg-pool", "psycopg_binary": "psycopg[binary]"}
+
+
+def open_state_store(kind: str, **kwargs: Any) -> StateStore:
+    """Create the backend called ``kind`` with ``kwargs`` (e.g. ``dsn=...`` for postgres).
+
+    Raises SleeperError for an unknown kind or a backend whose packages are not installed.
+    """
+    try:
+        module_name, class_name, packages = BACKENDS[kind]
+    except KeyError:
+        raise SleeperError(f"unknown state store {kind!r}; expected one of {', '.join(sorted(BACKENDS))}") from None
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        missing = getattr(e, "name", None) or ""
+        top = missing.split(".")[0]
+        if top in _IMPORT_NAMES or (missing and not missing.startswith("statestore")):
+            package = _IMPORT_NAMES.get(top, top)
+            raise SleeperError(
+                f"the {kind!r} state store needs the package {package!r}, which is not installed "
+                f"(pip install {' '.join(repr(p) for p in packages) or package})") from e
+        raise
+    cls = getattr(module, class_name)
+    store: StateStore = cls(**kwargs)
+    return store
