@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Optional
 
 from statestore.errors import PropertyError
 
-_SIZE_RE = re.compile(r"^(\d+)([KMGT]?)$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^([0-9]+)([KMGT]?)$", re.IGNORECASE)
 _SIZE_MULT = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush")
 CRON_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "none")
@@ -28,18 +28,23 @@ def parse_size(value: str) -> int:
     return int(m.group(1)) * _SIZE_MULT[m.group(2).upper()]
 
 
+def _digits(v: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts e.g. ``²``, which ``int`` refuses."""
+    return v.isascii() and v.isdigit()
+
+
 def _bool(v: str) -> None:
     if v.lower() not in ("true", "false"):
         raise ValueError("expected true or false")
 
 
 def _positive_int(v: str) -> None:
-    if not v.isdigit() or int(v) <= 0:
+    if not _digits(v) or int(v) <= 0:
         raise ValueError("expected a positive integer")
 
 
 def _non_negative_int(v: str) -> None:
-    if not v.isdigit():
+    if not _digits(v):
         raise ValueError("expected a non-negative integer")
 
 
@@ -56,7 +61,7 @@ def _size(v: str) -> None:
 
 def _ageoff(v: str) -> None:
     field_name, sep, age = v.partition(":")
-    if not field_name or not sep or not age.isdigit():
+    if not field_name or not sep or not _digits(age):
         raise ValueError("expected FIELD:MAX_AGE_MS")
 
 

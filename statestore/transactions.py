@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Optional
 from statestore.errors import FileReferenceError, PartitionError, TransactionError
 from statestore.files import FileRecord, FileReference
 from statestore.partitions import Partition
+from statestore.region import Range
 from statestore.state import TableState
 
 
@@ -140,11 +141,30 @@ class SplitPartition(Transaction):
             raise PartitionError(f"partition {self.parent.id} has changed since the split was planned")
         if self.parent.is_leaf or self.parent.child_ids != (self.left.id, self.right.id):
             raise PartitionError(f"split of {self.parent.id}: the new parent must name both children")
+        if self.left.id == self.right.id:
+            raise PartitionError(f"split of {self.parent.id}: both children have id {self.left.id}")
         for c in (self.left, self.right):
             if c.id in state.partitions:
                 raise PartitionError(f"split of {self.parent.id}: partition {c.id} already exists")
-            if c.parent_id != self.parent.id or not c.is_leaf:
+            if c.parent_id != self.parent.id or not c.is_leaf or c.child_ids:
                 raise PartitionError(f"split of {self.parent.id}: child {c.id} must be a leaf under it")
+        self._validate_regions(current)
+
+    def _validate_regions(self, current: Partition) -> None:
+        """The children must divide the parent's region at one point on its dimension."""
+        d, ranges = self.parent.dimension, current.region.ranges
+        bad = PartitionError(f"split of {self.parent.id}: the children do not divide its region on dimension {d}")
+        if not 0 <= d < len(ranges) or len(self.left.region.ranges) != len(ranges):
+            raise bad
+        r = ranges[d]
+        point = self.left.region.ranges[d].max
+        try:
+            inside = point is not None and r.min < point and (r.max is None or point < r.max)
+        except TypeError:  # a point of the wrong type
+            inside = False
+        if (not inside or self.left.region != current.region.with_range(d, Range(r.field, r.min, point))
+                or self.right.region != current.region.with_range(d, Range(r.field, point, r.max))):
+            raise bad
 
     def apply(self, state: TableState) -> None:
         for p in (self.parent, self.left, self.right):
@@ -230,7 +250,15 @@ class SplitFileReferences(Transaction):
             if ref.job_id is not None:
                 raise FileReferenceError(f"file {s.filename} in partition {s.from_partition} is assigned to job {ref.job_id}")
             parent = _require_partition(state, s.from_partition)
+            if not s.new_references:
+                raise FileReferenceError(f"split of {s.filename} in {s.from_partition}: no new references "
+                                         "(the records would be lost)")
+            targets = [r.partition_id for r in s.new_references]
+            if len(set(targets)) != len(targets):
+                raise FileReferenceError(f"split of {s.filename}: two new references in one partition")
             for r in s.new_references:
+                if r.record_count < 0:
+                    raise FileReferenceError(f"split of {s.filename}: negative record count")
                 if r.filename != s.filename:
                     raise FileReferenceError(f"split of {s.filename}: new reference names {r.filename}")
                 if r.partition_id not in parent.child_ids:
@@ -346,6 +374,8 @@ class ReplaceFileReferences(Transaction):
         if n is not None:
             if n.partition_id != self.partition_id:
                 raise FileReferenceError(f"job {self.job_id}: output reference is for partition {n.partition_id}")
+            if n.record_count < 0:
+                raise FileReferenceError(f"job {self.job_id}: output file {n.filename} has a negative record count")
             if n.filename in state.files:
                 raise FileReferenceError(f"job {self.job_id}: output file {n.filename} is already tracked")
 

@@ -55,6 +55,13 @@ class IngestResult:
         return self.records / self.seconds if self.seconds else 0.0
 
 
+def _sliced(batches: Iterable[pa.RecordBatch], most: int) -> Iterable[pa.RecordBatch]:
+    """The same rows in batches of at most ``most`` rows, so a chunk never overshoots."""
+    for b in batches:
+        for start in range(0, b.num_rows, most):
+            yield b.slice(start, most)
+
+
 class IngestRunner:
     """Ingests record batches or files into one table."""
 
@@ -92,17 +99,17 @@ class IngestRunner:
             chunk: list[pa.RecordBatch] = []
             rows = nbytes = 0
             chunks_seen = 0
-            for b in batches:
+            for b in _sliced(batches, self.max_chunk_rows):
+                if chunk and (rows + b.num_rows > self.max_chunk_rows or nbytes + b.nbytes > self.max_chunk_bytes):
+                    self._spill(chunk, tree, spill_root, chunks_seen, runs)
+                    chunks_seen += 1
+                    chunk, rows, nbytes = [], 0, 0
                 chunk.append(b)
                 rows += b.num_rows
                 nbytes += b.nbytes
                 result.records += b.num_rows
                 if progress:
                     progress(b.num_rows)
-                if rows >= self.max_chunk_rows or nbytes >= self.max_chunk_bytes:
-                    self._spill(chunk, tree, spill_root, chunks_seen, runs)
-                    chunks_seen += 1
-                    chunk, rows, nbytes = [], 0, 0
             if chunks_seen == 0:
                 written = self._write_direct(chunk, tree) if rows else []
             else:

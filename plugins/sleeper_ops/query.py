@@ -103,6 +103,7 @@ def _mask(table: pa.Table, region: Region) -> pa.ChunkedArray:
 class _Task:
     ref: FileReference
     region: Region  # query region ∩ partition region
+    exclude: tuple[Region, ...] = ()  # earlier query regions: their rows are returned by their own tasks
 
 
 class QueryRunner:
@@ -141,7 +142,9 @@ class QueryRunner:
         """Every record in any of ``regions``, once, in key order."""
         tree, refs_by_partition = self._current_plan()
         tasks: list[_Task] = []
-        for region in _disjoint(regions):
+        disjoint = _disjoint(regions)
+        for i, region in enumerate(disjoint):
+            exclude = tuple(r for r in disjoint[:i] if r.overlaps(region))
             wanted: dict[str, Any] = {}
             for leaf in tree.leaves_overlapping(region):
                 wanted[leaf.id] = leaf
@@ -152,7 +155,7 @@ class QueryRunner:
                 if inter is None:
                     continue
                 for ref in refs_by_partition.get(pid, ()):
-                    tasks.append(_Task(ref, inter))
+                    tasks.append(_Task(ref, inter, exclude))
         if not tasks:
             return self.target.empty_table()
         if len(tasks) == 1:
@@ -182,7 +185,10 @@ class QueryRunner:
             return self.target.empty_table()
         with self.objects.open_input(task.ref.filename) as f:
             table = pq.ParquetFile(f, metadata=md, pre_buffer=False).read_row_groups(groups, use_threads=False)
-        table = table.filter(_mask(table, task.region))
+        mask = _mask(table, task.region)
+        for other in task.exclude:
+            mask = pc.and_(mask, pc.invert(_mask(table, other)))
+        table = table.filter(mask)
         if table.schema != self.target:
             table = table.cast(self.target)
         return table

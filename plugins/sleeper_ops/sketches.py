@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import base64
 import json
+import struct
 import warnings
 from typing import Any, Optional
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -26,6 +26,24 @@ with warnings.catch_warnings():
 from statestore.schema import Schema
 
 K = 200
+
+
+class Utf8SerDe(ds.PyObjectSerDe):
+    """Length-prefixed UTF-8 strings (datasketches' own string serde is not UTF-8 safe)."""
+
+    def get_size(self, item: str) -> int:
+        return 4 + len(item.encode("utf-8"))
+
+    def to_bytes(self, item: str) -> bytes:
+        b = item.encode("utf-8")
+        return struct.pack("<i", len(b)) + b
+
+    def from_bytes(self, data: bytes, offset: int) -> tuple[str, int]:
+        n = struct.unpack_from("<i", data, offset)[0]
+        return bytes(data[offset + 4:offset + 4 + n]).decode("utf-8"), 4 + n
+
+
+_SERDE = Utf8SerDe()
 
 
 class FieldSketch:
@@ -46,13 +64,12 @@ class FieldSketch:
         if len(values) == 0:
             return
         if self.key_type == "IntType":
-            self.sketch.update(values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False))
+            self.sketch.update(np.array(values.to_numpy(zero_copy_only=False), dtype=np.int32))
         elif self.key_type == "LongType":
             self.sketch.update(values.to_numpy(zero_copy_only=False).astype(np.float64))
         else:
             if self.key_type == "ByteArrayType":
-                values = pc.binary_to_hex(values) if hasattr(pc, "binary_to_hex") else pa.array(
-                    [v.hex() for v in values.to_pylist()])
+                values = pa.array([v.hex() for v in values.to_pylist()], pa.string())
             upd = self.sketch.update
             for v in values.to_pylist():
                 upd(v)
@@ -87,7 +104,7 @@ class FieldSketch:
     def serialize(self) -> bytes:
         if self.key_type in ("IntType", "LongType"):
             return self.sketch.serialize()
-        return self.sketch.serialize(ds.PyStringsSerDe())
+        return self.sketch.serialize(_SERDE)
 
     @classmethod
     def deserialize(cls, key_type: str, data: bytes) -> FieldSketch:
@@ -95,7 +112,7 @@ class FieldSketch:
             return cls(key_type, ds.kll_ints_sketch.deserialize(data))
         if key_type == "LongType":
             return cls(key_type, ds.kll_doubles_sketch.deserialize(data))
-        return cls(key_type, ds.kll_items_sketch.deserialize(data, ds.PyStringsSerDe()))
+        return cls(key_type, ds.kll_items_sketch.deserialize(data, _SERDE))
 
 
 class RowKeySketches:

@@ -9,9 +9,10 @@ Keys are ``/``-separated and relative to the store's root.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -42,11 +43,15 @@ class ObjectStore:
 
     def __init__(self, uri: str, s3: Optional[S3Options] = None):
         self.uri = uri.rstrip("/")
+        self._client: Any = None  # boto3 S3 client for deletes, made on first use; False if boto3 is missing
+        self._client_lock = threading.Lock()
         if self.uri.startswith("s3://"):
             o = s3 or S3Options()
             kwargs = {k: v for k, v in dict(endpoint_override=o.endpoint_override, scheme=o.scheme, region=o.region,
                                             access_key=o.access_key, secret_key=o.secret_key).items() if v}
-            self.fs: pafs.FileSystem = pafs.S3FileSystem(**kwargs)
+            # Delayed open: an object smaller than one part is written by a single PUT on close,
+            # not a three-request multipart upload.
+            self.fs: pafs.FileSystem = pafs.S3FileSystem(allow_delayed_open=True, **kwargs)
             self.root = self.uri[len("s3://"):]
             self.is_local = False
         else:
@@ -81,8 +86,13 @@ class ObjectStore:
             raise StorageError(f"cannot write {self.uri_of(key)}: {e}") from e
 
     def put(self, key: str, data: bytes) -> None:
-        with self.open_output(key) as out:
-            out.write(data)
+        try:
+            with self.open_output(key) as out:
+                out.write(data)
+        except StorageError:
+            raise
+        except OSError as e:  # with delayed open, S3 reports failures on write or close
+            raise StorageError(f"cannot write {self.uri_of(key)}: {e}") from e
 
     def open_input(self, key: str) -> pa.NativeFile:
         """A random-access reader (ranged gets) of ``key``."""
@@ -112,11 +122,50 @@ class ObjectStore:
 
     def delete(self, key: str) -> None:
         """Delete ``key``; deleting a missing object is not an error."""
+        if not self.is_local:
+            client = self._s3_client()
+            if client is not None:
+                self._delete_s3(client, key)
+                return
         try:
+            # On S3, pyarrow then PUTs an empty "directory" marker for the parent (one per
+            # delete, never removed); the boto3 path above avoids that when boto3 is installed.
             self.fs.delete_file(self.path(key))
         except FileNotFoundError:
             pass
         except OSError as e:
             if "not found" in str(e).lower() or "does not exist" in str(e).lower():
                 return
+            raise StorageError(f"cannot delete {self.uri_of(key)}: {e}") from e
+
+    def _s3_client(self) -> Any:
+        """A boto3 S3 client with this store's settings, or None if boto3 is not installed."""
+        with self._client_lock:
+            if self._client is None:
+                try:
+                    import boto3
+                except ImportError:
+                    self._client = False
+                else:
+                    o = self.s3 or S3Options()
+                    endpoint = None
+                    if o.endpoint_override:
+                        endpoint = (o.endpoint_override if "://" in o.endpoint_override
+                                    else f"{o.scheme}://{o.endpoint_override}")
+                    self._client = boto3.session.Session().client(
+                        "s3", endpoint_url=endpoint, region_name=o.region, aws_access_key_id=o.access_key,
+                        aws_secret_access_key=o.secret_key)
+            return self._client or None
+
+    def _delete_s3(self, client: Any, key: str) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        bucket, _, object_key = self.path(key).partition("/")
+        try:
+            client.delete_object(Bucket=bucket, Key=object_key)  # a missing key is not an error in S3
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return
+            raise StorageError(f"cannot delete {self.uri_of(key)}: {e}") from e
+        except BotoCoreError as e:
             raise StorageError(f"cannot delete {self.uri_of(key)}: {e}") from e

@@ -261,10 +261,6 @@ def test_each_data_file_has_a_sketch_sidecar_whose_median_lies_in_its_key_range(
         assert sketch.min() == keys[0] and sketch.max() == keys[-1]
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "sketches.FieldSketch uses datasketches' PyStringsSerDe, which writes each character as the single byte "
-    "ord(c) but decodes UTF-8: a sidecar of string keys with characters U+0080..U+00FF cannot be read back "
-    "(FieldSketch.deserialize raises ValueError: Error reading value in from_bytes)"))
 def test_sketch_sidecar_of_non_ascii_string_keys_reads_back(sleeper, input_dir):
     schema = {"rowKeyFields": [{"name": "k", "type": "StringType"}]}
     t = sleeper.create_table("t", schema)
@@ -301,16 +297,10 @@ def _bytes_keys(rnd: random.Random) -> Any:
 
 
 KEY_TYPES = [
-    pytest.param("IntType", pa.int32(), _int_keys, 0, id="IntType", marks=pytest.mark.xfail(
-        strict=True, raises=TypeError,
-        reason="sketches.FieldSketch.update passes the read-only int32 numpy array from to_numpy() to "
-               "datasketches kll_ints_sketch.update, which rejects it: every IntType row key ingest fails")),
+    pytest.param("IntType", pa.int32(), _int_keys, 0, id="IntType"),
     pytest.param("LongType", pa.int64(), _long_keys, 0, id="LongType"),
     pytest.param("StringType", pa.string(), _string_keys, "m", id="StringType"),
-    pytest.param("StringType", pa.string(), _unicode_string_keys, "m", id="StringType-unicode", marks=pytest.mark.xfail(
-        strict=True, raises=ValueError,
-        reason="sketches.FieldSketch.serialize uses datasketches' PyStringsSerDe, which writes one byte per "
-               "character (ord(c)): a string key with a character above U+00FF fails to serialise")),
+    pytest.param("StringType", pa.string(), _unicode_string_keys, "m", id="StringType-unicode"),
     pytest.param("ByteArrayType", pa.binary(), _bytes_keys, b"\x80", id="ByteArrayType"),
 ]
 
@@ -597,9 +587,6 @@ def test_ingest_with_tiny_chunks_spills_and_returns_every_record_once_in_order(s
         assert_sorted(read_data_file(sleeper, r.filename), ["key", "ts"], r.filename)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "IngestRunner.ingest_files reads with read_batches' default batch_rows=262144 and ingest_batches never "
-    "slices a batch, so a chunk holds a whole input batch (here 20,000 rows), not at most max_chunk_rows"))
 def test_ingest_chunks_hold_at_most_max_chunk_rows(sleeper, input_dir):
     t = sleeper.create_table("t", BASE_SCHEMA)
     path = write_parquet(input_dir / "in.parquet", base_rows(20_000))

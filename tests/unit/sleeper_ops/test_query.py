@@ -199,10 +199,6 @@ def test_multi_field_keys_match_all_fields_or_a_prefix(multi):
     assert_in_key_order(ranged, ("k1", "k2", "ts"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "query._disjoint merges overlapping regions only when the schema has one row key field; with several, "
-    "it only drops identical regions, so records in the overlap of two ranges (or of a key and a range) come "
-    "back twice"))
 @pytest.mark.parametrize("keys,ranges", [([], [(0, 10), (5, 15)]), ([7], [(5, 15)]), ([(7, "a"), (7,)], [])],
                          ids=["two-ranges", "key-in-range", "key-and-its-prefix"])
 def test_overlapping_queries_on_several_row_key_fields_return_each_record_once(multi, keys, ranges):

@@ -1,0 +1,231 @@
+"""The object store and ingest/query on S3, through moto's server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import random
+import socket
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from sleeper_ops import Sleeper
+from sleeper_ops.datafile import sketch_key
+from sleeper_ops.errors import IngestError, StorageError
+from sleeper_ops.storage import ObjectStore, S3Options
+from statestore.memory import InMemoryStateStore
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "sleeper-data"
+CREDS = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "region_name": "us-east-1"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    moto_server = pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        port = _free_port()
+        server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        try:
+            endpoint = f"127.0.0.1:{port}"
+            client = boto3.client("s3", endpoint_url=f"http://{endpoint}", **CREDS)
+            client.create_bucket(Bucket=BUCKET)
+            yield endpoint, client
+        finally:
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3_options(moto_endpoint):
+    endpoint, _ = moto_endpoint
+    return S3Options(endpoint_override=endpoint, scheme="http", access_key="test", secret_key="test",
+                     region="us-east-1")
+
+
+@pytest.fixture
+def client(moto_endpoint):
+    return moto_endpoint[1]
+
+
+@pytest.fixture
+def store(s3_options, request):
+    # A prefix per test keeps tests apart in the one bucket.
+    return ObjectStore(f"s3://{BUCKET}/tables/{request.node.name}", s3_options)
+
+
+def bucket_keys(client, prefix: str) -> list[str]:
+    out = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        out += [o["Key"] for o in page.get("Contents", [])]
+    return out
+
+
+# ----- the five verbs ---------------------------------------------------------------------
+
+def test_put_then_get_head_and_list_see_the_object(store, client, request):
+    store.put("t1/data/a.bin", b"hello world")
+    store.put("t1/data/sub/b.bin", b"\x00" * 1000)
+    store.put("t2/other.bin", b"x")
+
+    assert store.get("t1/data/a.bin") == b"hello world"
+    head = store.head("t1/data/a.bin")
+    assert head is not None and head.key == "t1/data/a.bin" and head.size == 11 and head.mtime_ms > 0
+    assert sorted(o.key for o in store.list("t1")) == ["t1/data/a.bin", "t1/data/sub/b.bin"]
+    assert {o.key: o.size for o in store.list("t1/data/sub")} == {"t1/data/sub/b.bin": 1000}
+    # Keys are relative to the store's root, which is a prefix in the bucket.
+    assert f"tables/{request.node.name}/t1/data/a.bin" in bucket_keys(client, "tables/")
+
+
+def test_ranged_get_reads_only_the_asked_bytes(store):
+    data = bytes(range(256)) * 40
+    store.put("r/obj", data)
+    with store.open_input("r/obj") as f:
+        assert f.size() == len(data)
+        assert f.read_at(16, 5000) == data[5000:5016]
+        f.seek(len(data) - 4)
+        assert f.read() == data[-4:]
+
+
+def test_open_output_writes_the_whole_object_on_close(store):
+    with store.open_output("w/streamed.bin") as out:
+        for i in range(10):
+            out.write(bytes([i]) * 100_000)
+    assert store.head("w/streamed.bin").size == 1_000_000
+    assert store.get("w/streamed.bin")[-1] == 9
+
+
+def test_delete_removes_the_object_and_deleting_a_missing_one_is_not_an_error(store, client, request):
+    store.put("d/x", b"1")
+    store.put("d/y", b"2")
+    store.delete("d/x")
+    assert store.head("d/x") is None
+    assert [o.key for o in store.list("d")] == ["d/y"]
+    store.delete("d/x")
+    store.delete("d/never-written")
+    store.delete("d/y")
+    assert list(store.list("d")) == []
+    # Nothing at all is left in the bucket, not even an empty "directory" marker object.
+    assert bucket_keys(client, f"tables/{request.node.name}/") == []
+
+
+def test_missing_objects_head_none_list_empty_and_get_raises_storage_error(store):
+    assert store.head("nope/missing") is None
+    assert list(store.list("nope")) == []
+    with pytest.raises(StorageError, match="missing"):
+        store.get("nope/missing")
+
+
+def test_fresh_names_never_collide(store):
+    names = {ObjectStore.fresh_name(".parquet") for _ in range(1000)}
+    assert len(names) == 1000 and all(n.endswith(".parquet") for n in names)
+
+
+# ----- ingest from S3 into an S3-backed table, then query -----------------------------------
+
+SCHEMA = {
+    "rowKeyFields": [{"name": "key", "type": "StringType"}],
+    "sortKeyFields": [{"name": "ts", "type": "LongType"}],
+    "valueFields": [{"name": "id", "type": "LongType"}, {"name": "blob", "type": "ByteArrayType"}],
+}
+ARROW = pa.schema([("key", pa.string()), ("ts", pa.int64()), ("id", pa.int64()), ("blob", pa.binary())])
+
+
+def make_rows(n: int, seed: int, first_id: int = 0) -> pa.Table:
+    rnd = random.Random(seed)
+    return pa.Table.from_pylist([{"key": f"k{rnd.randrange(2000):04d}", "ts": rnd.randrange(100), "id": first_id + i,
+                                  "blob": bytes([i % 256, rnd.randrange(256)])} for i in range(n)], schema=ARROW)
+
+
+def rows(table: pa.Table) -> Counter:
+    return Counter(tuple(r.values()) for r in table.to_pylist())
+
+
+def upload_parquet(client, key: str, table: pa.Table) -> str:
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    client.put_object(Bucket=BUCKET, Key=key, Body=buf.getvalue())
+    return f"s3://{BUCKET}/{key}"
+
+
+def upload_csv(client, key: str, table: pa.Table) -> str:
+    t = table.set_column(3, "blob", pa.array([base64.b64encode(b).decode() for b in table.column("blob").to_pylist()]))
+    buf = io.BytesIO()
+    pacsv.write_csv(t, buf)
+    client.put_object(Bucket=BUCKET, Key=key, Body=buf.getvalue())
+    return f"s3://{BUCKET}/{key}"
+
+
+def upload_jsonl(client, key: str, table: pa.Table) -> str:
+    body = "".join(json.dumps({**r, "blob": base64.b64encode(r["blob"]).decode()}) + "\n" for r in table.to_pylist())
+    client.put_object(Bucket=BUCKET, Key=key, Body=body.encode())
+    return f"s3://{BUCKET}/{key}"
+
+
+@pytest.fixture
+def s3_sleeper(store):
+    s = Sleeper(state_store=InMemoryStateStore(), objects=store)
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("max_chunk_rows", [4_000_000, 1500], ids=["in-memory", "spilled"])
+def test_ingest_of_s3_inputs_into_an_s3_table_answers_queries(s3_sleeper, client, store, request, max_chunk_rows):
+    data = make_rows(6000, seed=1)
+    prefix = f"input/{request.node.name}"
+    paths = [upload_parquet(client, f"{prefix}/a.parquet", data.slice(0, 3000)),
+             upload_csv(client, f"{prefix}/b.csv", data.slice(3000, 2000)),
+             upload_jsonl(client, f"{prefix}/c.jsonl", data.slice(5000))]
+    t = s3_sleeper.create_table("events", SCHEMA, split_points=["k0500", "k1500"])
+
+    result = t.ingest(paths, max_chunk_rows=max_chunk_rows)
+
+    assert result.records == 6000
+    state = t.state()
+    assert len(state.references) == 3 and sum(r.record_count for r in state.references.values()) == 6000
+    in_bucket = set(bucket_keys(client, f"tables/{request.node.name}/{t.info.table_id}/"))
+    for ref in state.references.values():
+        assert f"tables/{request.node.name}/{ref.filename}" in in_bucket
+        assert store.head(sketch_key(ref.filename)) is not None
+    all_rows = data.to_pylist()
+    everything = t.query(ranges=[("", None)])
+    assert rows(everything) == rows(data)
+    keys = [(r["key"], r["ts"]) for r in everything.to_pylist()]
+    assert keys == sorted(keys)
+    probe = all_rows[123]["key"]
+    assert rows(t.query(keys=[probe])) == Counter(tuple(r.values()) for r in all_rows if r["key"] == probe)
+    ranged = t.query(ranges=[("k0400", "k0600"), ("k1499", "k1501")])
+    assert rows(ranged) == Counter(tuple(r.values()) for r in all_rows
+                                   if "k0400" <= r["key"] < "k0600" or "k1499" <= r["key"] < "k1501")
+
+
+def test_ingest_of_a_missing_s3_input_is_refused_and_commits_nothing(s3_sleeper, client, store, request):
+    good = upload_parquet(client, f"input/{request.node.name}/good.parquet", make_rows(100, seed=2))
+    t = s3_sleeper.create_table("events", SCHEMA)
+    with pytest.raises(IngestError, match="missing.parquet"):
+        t.ingest([good, f"s3://{BUCKET}/input/{request.node.name}/missing.parquet"])
+    assert t.state().files == {}
+    assert list(store.list(t.info.table_id)) == []
+
+
+def test_delete_table_removes_its_objects_from_s3(s3_sleeper, client, store, request):
+    t = s3_sleeper.create_table("events", SCHEMA, split_points=["k1000"])
+    t.ingest(make_rows(500, seed=3))
+    assert len(list(store.list(t.info.table_id))) == 4  # two data files and their sketches
+    s3_sleeper.delete_table("events")
+    assert list(store.list(t.info.table_id)) == []
+    assert bucket_keys(client, f"tables/{request.node.name}/{t.info.table_id}/") == []

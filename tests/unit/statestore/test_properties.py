@@ -1,0 +1,128 @@
+"""Table properties: names, defaults, value checks, and the catalog entry reading them."""
+
+from __future__ import annotations
+
+import pytest
+
+from statestore import PropertyError, Schema, TableInfo
+from statestore.properties import PROPERTY_DEFS, effective_properties, parse_size, validate_properties
+
+SCHEMA = Schema.from_dict({"rowKeyFields": [{"name": "k", "type": "LongType"}]})
+
+
+def test_every_property_of_the_design_is_defined_with_its_default():
+    expected = {
+        "sleeper.table.online": "true",
+        "sleeper.table.partition.splitting.threshold": "1000000000",
+        "sleeper.table.compaction.strategy": "sizeratio",
+        "sleeper.table.compaction.files.batch.size": "12",
+        "sleeper.table.compaction.strategy.sizeratio.ratio": "3",
+        "sleeper.table.compaction.runner": "local",
+        "sleeper.table.gc.delay.minutes": "15",
+        "sleeper.table.parquet.rowgroup.rows.max": "100000",
+        "sleeper.table.parquet.page.size": "131072",
+        "sleeper.table.parquet.compression.codec": "zstd",
+        "sleeper.table.iterator.ageoff": None,
+        "sleeper.table.iterator.aggregation": None,
+        "sleeper.table.ingest.batcher.job.min.size": "1G",
+        "sleeper.table.ingest.batcher.job.max.size": "5G",
+        "sleeper.table.ingest.batcher.job.max.files": "100",
+        "sleeper.table.ingest.batcher.job.max.age.seconds": "300",
+    }
+    for name, default in expected.items():
+        assert PROPERTY_DEFS[name].default == default, name
+    for op in ("split", "compaction", "gc", "ingest_batcher", "flush"):
+        assert f"sleeper.table.schedule.{op}" in PROPERTY_DEFS
+    assert all(d.description for d in PROPERTY_DEFS.values())
+
+
+@pytest.mark.parametrize("name, value", [
+    ("sleeper.table.online", "false"),
+    ("sleeper.table.online", "TRUE"),
+    ("sleeper.table.partition.splitting.threshold", "5"),
+    ("sleeper.table.compaction.strategy", "basic"),
+    ("sleeper.table.compaction.runner", "spark"),
+    ("sleeper.table.gc.delay.minutes", "0"),
+    ("sleeper.table.parquet.compression.codec", "snappy"),
+    ("sleeper.table.iterator.ageoff", "ts:86400000"),
+    ("sleeper.table.iterator.aggregation", "sum(a), max(b),min(c)"),
+    ("sleeper.table.ingest.batcher.job.min.size", "512M"),
+    ("sleeper.table.ingest.batcher.job.max.size", "1024"),
+    ("sleeper.table.schedule.compaction", "*/5 * * * *"),
+    ("sleeper.table.schedule.gc", "@daily"),
+    ("sleeper.table.schedule.split", "none"),
+])
+def test_valid_values_are_accepted_as_given(name, value):
+    assert validate_properties({name: value}) == {name: value}
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("sleeper.table.online", "yes", "expected true or false"),
+    ("sleeper.table.partition.splitting.threshold", "0", "positive integer"),
+    ("sleeper.table.partition.splitting.threshold", "-3", "positive integer"),
+    ("sleeper.table.partition.splitting.threshold", "1e9", "positive integer"),
+    ("sleeper.table.compaction.files.batch.size", "²", "positive integer"),
+    ("sleeper.table.gc.delay.minutes", "-1", "non-negative integer"),
+    ("sleeper.table.gc.delay.minutes", "²", "non-negative integer"),
+    ("sleeper.table.gc.delay.minutes", "", "non-negative integer"),
+    ("sleeper.table.compaction.strategy", "leveled", "expected one of sizeratio, basic"),
+    ("sleeper.table.compaction.runner", "ray", "expected one of local, spark"),
+    ("sleeper.table.parquet.compression.codec", "brotli", "expected one of"),
+    ("sleeper.table.iterator.ageoff", "ts", "FIELD:MAX_AGE_MS"),
+    ("sleeper.table.iterator.ageoff", ":100", "FIELD:MAX_AGE_MS"),
+    ("sleeper.table.iterator.ageoff", "ts:1h", "FIELD:MAX_AGE_MS"),
+    ("sleeper.table.iterator.ageoff", "ts:²", "FIELD:MAX_AGE_MS"),
+    ("sleeper.table.iterator.aggregation", "avg(a)", "sum\\(f1\\),max\\(f2\\)"),
+    ("sleeper.table.iterator.aggregation", "sum(a),", "sum\\(f1\\)"),
+    ("sleeper.table.ingest.batcher.job.min.size", "1.5G", "not a size"),
+    ("sleeper.table.ingest.batcher.job.min.size", "1P", "not a size"),
+    ("sleeper.table.ingest.batcher.job.min.size", "١G", "not a size"),
+    ("sleeper.table.schedule.compaction", "*/5 * *", "5-field cron"),
+    ("sleeper.table.schedule.compaction", "@sometimes", "5-field cron"),
+])
+def test_values_of_the_wrong_type_are_refused_naming_the_property(name, value, message):
+    with pytest.raises(PropertyError, match=message) as e:
+        validate_properties({name: value})
+    assert name in str(e.value)
+
+
+def test_unknown_property_is_refused_by_name():
+    with pytest.raises(PropertyError, match="unknown table property 'sleeper.table.colour'"):
+        validate_properties({"sleeper.table.online": "true", "sleeper.table.colour": "blue"})
+
+
+def test_non_string_values_are_converted_before_checking():
+    assert validate_properties({"sleeper.table.online": False, "sleeper.table.gc.delay.minutes": 30}) == {
+        "sleeper.table.online": "false", "sleeper.table.gc.delay.minutes": "30"}
+    with pytest.raises(PropertyError):
+        validate_properties({"sleeper.table.gc.delay.minutes": 2.5})
+
+
+@pytest.mark.parametrize("text, size", [("1024", 1024), ("1K", 1024), ("2m", 2 * 1024**2), ("1G", 1024**3),
+                                        ("3T", 3 * 1024**4), (" 7 ", 7)])
+def test_sizes_are_bytes_with_binary_suffixes(text, size):
+    assert parse_size(text) == size
+
+
+def test_effective_properties_fill_in_defaults():
+    eff = effective_properties({"sleeper.table.online": "false"})
+    assert eff["sleeper.table.online"] == "false"
+    assert eff["sleeper.table.gc.delay.minutes"] == "15"
+    assert eff["sleeper.table.iterator.ageoff"] is None
+    assert set(eff) == set(PROPERTY_DEFS)
+
+
+def test_table_info_reads_set_properties_then_defaults():
+    info = TableInfo("id1", "t", SCHEMA, {"sleeper.table.gc.delay.minutes": "30",
+                                          "sleeper.table.ingest.batcher.job.min.size": "2K"})
+    assert info.get("sleeper.table.gc.delay.minutes") == "30"
+    assert info.get_int("sleeper.table.gc.delay.minutes") == 30
+    assert info.get_int("sleeper.table.compaction.files.batch.size") == 12
+    assert info.get_size("sleeper.table.ingest.batcher.job.min.size") == 2048
+    assert info.get_size("sleeper.table.ingest.batcher.job.max.size") == 5 * 1024**3
+    assert info.all_properties()["sleeper.table.gc.delay.minutes"] == "30"
+
+
+def test_table_is_online_unless_set_offline():
+    assert TableInfo("id1", "t", SCHEMA).online
+    assert not TableInfo("id1", "t", SCHEMA, {"sleeper.table.online": "False"}).online
