@@ -13,9 +13,11 @@ A commit runs inside one SERIALIZABLE database transaction:
    when ``whole_table``;
 3. ``before = fragment.copy()``, ``txn.validate(fragment)``, ``txn.apply(fragment)``;
 4. the difference between ``before`` and the fragment is written with a handful of
-   set-based statements (``unnest`` arrays; COPY for large inserts).
+   set-based statements (``unnest`` arrays; binary COPY for large inserts).
 
-So a commit costs O(size of the change), never O(size of the table). Serialization
+So a commit costs O(size of the change), never O(size of the table). BEGIN and the
+reads go to the server in one pipeline, the writes and COMMIT in another: a small
+commit takes two round trips. Serialization
 failures and deadlocks are retried with jittered backoff; :class:`CommitConflictError`
 is raised when attempts run out. A :class:`TransactionError` is never retried: the
 database transaction has written nothing; it is committed read-only, so PostgreSQL
@@ -43,9 +45,9 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, TypeVar
 
 import psycopg
 from psycopg import IsolationLevel, sql
-from psycopg.pq import TransactionStatus
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Json, Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 

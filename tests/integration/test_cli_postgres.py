@@ -1,5 +1,9 @@
 """The ``sleeper`` command as users run it: one process per command, state in the embedded
 PostgreSQL under ``SLEEPER_HOME`` (the default configuration), data under ``SLEEPER_HOME/data``.
+
+The first test starts from an empty home, so its command writes the default
+configuration and starts (then stops) the server itself. The others keep that server
+running for the module, so each command joins it rather than starting it anew.
 """
 
 from __future__ import annotations
@@ -9,8 +13,10 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +65,16 @@ def assert_one_line_error(r: Result, *fragments: str) -> None:
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    return tmp_path_factory.mktemp("sleeper-home")
+    """An empty SLEEPER_HOME. As root, the embedded server runs as its own user, and pytest
+    resets /tmp/pytest-of-root to mode 0700 whenever any pytest session starts (locking a
+    running server out of its files), so then the home is made outside pytest's root."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        h = Path(tempfile.mkdtemp(prefix="sleeper-cli-home-"))
+        h.chmod(0o755)
+        yield h
+        shutil.rmtree(h, ignore_errors=True)
+    else:
+        yield tmp_path_factory.mktemp("sleeper-home")
 
 
 @pytest.fixture(scope="module")
@@ -93,14 +108,34 @@ def jsonl(r: Result) -> list[dict]:
     return [json.loads(line) for line in ok(r).out.splitlines() if line.strip()]
 
 
-def test_full_cli_flow_over_the_embedded_postgres(sleeper, inputs, home, tmp_path):
+def test_first_command_writes_the_default_config_and_starts_the_embedded_postgres(sleeper, home):
     if not Path(SLEEPER).exists():
         pytest.fail(f"{SLEEPER} is not installed (pip install -e .)")
+    assert not (home / "sleeper.toml").exists()
+    r = ok(sleeper("table", "list", "--json"))
+    assert json.loads(r.out) == []
+    config = (home / "sleeper.toml").read_text()
+    assert 'backend = "postgres"' in config and 'dsn = ""' in config
+    assert (home / "pg" / "PG_VERSION").is_file()
+
+
+@pytest.fixture(scope="module")
+def running_postgres(home, sleeper):
+    """The home's embedded server, kept running for the module's commands to join."""
+    from statestore.embedded import EmbeddedPostgres
+
+    ok(sleeper("table", "list"))  # writes the configuration and initialises the data directory if needed
+    pg = EmbeddedPostgres(home / "pg")
+    pg.start()
+    yield pg
+    pg.stop()
+
+
+def test_full_cli_flow_over_the_embedded_postgres(sleeper, running_postgres, inputs, home, tmp_path):
     r = ok(sleeper("table", "create", "events", "--schema", str(inputs / "schema.json"),
                    "--split-points", str(inputs / "splits.txt"), "--property", "sleeper.table.gc.delay.minutes=2"))
     assert "3 leaf partitions" in r.out
     table_id = r.out.split("(")[1].split(")")[0]
-    assert "sleeper.toml" in os.listdir(home) and "backend = \"postgres\"" in (home / "sleeper.toml").read_text()
 
     # The catalog persists across processes.
     listed = json.loads(ok(sleeper("table", "list", "--json")).out)
@@ -116,7 +151,8 @@ def test_full_cli_flow_over_the_embedded_postgres(sleeper, inputs, home, tmp_pat
     assert "ingested 4 records" in ok(sleeper("ingest", "events", str(inputs / "rows.parquet"))).out
 
     apples = jsonl(sleeper("query", "events", "--key", '"apple"'))
-    assert [(r["ts"], r["blob"]) for r in apples] == [(0, JSONL_ROWS[0]["blob"]), (100, base64.b64encode(b"\xff\x00").decode())]
+    assert [(r["ts"], r["blob"]) for r in apples] == [(0, JSONL_ROWS[0]["blob"]),
+                                                      (100, base64.b64encode(b"\xff\x00").decode())]
     assert apples[0]["tags"] == {"i": 0} and apples[1]["tags"] == {"p": 0}
     ranged = jsonl(sleeper("query", "events", "--range", '"b"', '"l"'))
     assert [r["key"] for r in ranged] == ["banana", "cherry", "grape", "kiwi"]
@@ -157,7 +193,7 @@ def test_full_cli_flow_over_the_embedded_postgres(sleeper, inputs, home, tmp_pat
 
 
 @pytest.fixture(scope="module")
-def small_table(sleeper, inputs, home):
+def small_table(sleeper, running_postgres, inputs, home):
     """Table ``small`` with the JSON Lines rows, and its files report."""
     (home / "bad-schema.json").write_text('{"rowKeyFields": [')
     (home / "notes.txt").write_text("key\napple\n")

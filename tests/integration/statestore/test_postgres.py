@@ -150,6 +150,26 @@ def test_a_commit_gives_up_with_a_conflict_error_when_attempts_run_out(pg_dsn):
     assert "job_id=None" in final and pauses == []
 
 
+@pytest.mark.parametrize("error", [psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected,
+                                   psycopg.errors.InvalidSqlStatementName])
+def test_transient_database_errors_are_retried(pg_dsn, monkeypatch, error):
+    backoff, pauses = recording_backoff()
+    real = pg_module._commit_attempt
+    failures = [error("injected")]
+
+    def flaky(conn, *args):
+        if failures:
+            raise failures.pop()
+        return real(conn, *args)
+
+    monkeypatch.setattr(pg_module, "_commit_attempt", flaky)
+    with PostgresStateStore(pg_dsn, backoff=backoff) as store:
+        table_id = store.create_table("t", SCHEMA, partitions_from_split_points(SCHEMA)).table_id
+        store.commit(table_id, AddFiles((FileReference("f", "root", 1),)))
+        assert set(store.load_state(table_id).files) == {"f"}
+    assert not failures
+
+
 def test_a_refused_transaction_is_not_retried(pg_dsn):
     backoff, pauses = recording_backoff()
     with PostgresStateStore(pg_dsn, backoff=backoff) as store:
@@ -186,8 +206,8 @@ def test_a_commit_loads_and_writes_only_the_rows_it_touches(pg_dsn, monkeypatch)
 
 
 # ----- the embedded server ---------------------------------------------------------------------
-def test_embedded_server_starts_with_a_sleeper_database_and_stops(tmp_path):
-    pg = EmbeddedPostgres(tmp_path / "pg", cleanup_mode="delete")
+def test_embedded_server_starts_with_a_sleeper_database_and_stops(server_dir):
+    pg = EmbeddedPostgres(server_dir / "pg", cleanup_mode="delete")
     with pytest.raises(StateStoreUnavailableError, match="not started"):
         pg.dsn  # noqa: B018
     with pg:

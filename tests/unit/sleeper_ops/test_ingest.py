@@ -488,12 +488,45 @@ def test_bad_input_is_refused_naming_the_column_and_nothing_is_committed(sleeper
 
 
 def test_int_type_value_out_of_range_is_refused_naming_the_column(sleeper, input_dir):
-    schema = {"rowKeyFields": [{"name": "key", "type": "LongType"}], "valueFields": [{"name": "small", "type": "IntType"}]}
+    schema = {"rowKeyFields": [{"name": "key", "type": "LongType"}],
+              "valueFields": [{"name": "small", "type": "IntType"}]}
     t = sleeper.create_table("t", schema)
     path = write_parquet(input_dir / "in.parquet", pa.table({"key": pa.array([1, 2], pa.int64()),
                                                             "small": pa.array([1, 2**40], pa.int64())}))
     with pytest.raises(IngestError, match="'small'"):
         t.ingest([path])
+    assert_nothing_committed(sleeper, t)
+
+
+def test_parquet_columns_of_other_widths_and_encodings_of_the_same_kind_are_accepted(sleeper, input_dir):
+    t = sleeper.create_table("t", BASE_SCHEMA, split_points=[2])
+    data = pa.table({
+        "key": pa.array([3, 1, 2], pa.int32()),
+        "ts": pa.array([7, 8, 9], pa.uint8()),
+        "id": pa.array([0, 1, 2], pa.int16()),
+        "name": pa.array(["x", "y", "x"]).dictionary_encode(),
+        "blob": pa.array([b"\x00", b"", None], pa.large_binary()),
+    })
+    t.ingest([write_parquet(input_dir / "in.parquet", data)])
+    got = everything(t)
+    assert got.schema.field("key").type == pa.int64() and got.schema.field("name").type == pa.string()
+    assert got.to_pylist() == [{"key": 1, "ts": 8, "id": 1, "name": "y", "blob": b""},
+                               {"key": 2, "ts": 9, "id": 2, "name": "x", "blob": None},
+                               {"key": 3, "ts": 7, "id": 0, "name": "x", "blob": b"\x00"}]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_int_type_value_out_of_range_in_text_input_is_refused_naming_the_column(sleeper, input_dir, fmt):
+    schema = {"rowKeyFields": [{"name": "key", "type": "LongType"}],
+              "valueFields": [{"name": "small", "type": "IntType"}]}
+    t = sleeper.create_table("t", schema)
+    path = input_dir / f"in.{fmt}"
+    if fmt == "csv":
+        path.write_text("key,small\n1,5\n2,3000000000\n")
+    else:
+        path.write_text('{"key": 1, "small": 5}\n{"key": 2, "small": 3000000000}\n')
+    with pytest.raises(IngestError, match="'small'"):
+        t.ingest([str(path)])
     assert_nothing_committed(sleeper, t)
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from sleeper_ops.datafile import ParquetSettings, new_data_key, write_data_file
 from sleeper_ops.errors import QueryError
+from sleeper_ops.query import exact_key_region, range_region
 from statestore.files import FileReference
 from statestore.partitions import split_children
 from statestore.transactions import AddFiles, SplitPartition
@@ -89,8 +90,8 @@ def test_exact_key_that_is_absent_returns_an_empty_table_with_the_schema(loaded,
 
 def test_exact_keys_at_the_extremes_of_long_are_found(sleeper):
     t = sleeper.create_table("t", SCHEMA, split_points=[0])
-    rows = [{"key": k, "ts": 1, "id": i, "name": "x"} for i, k in enumerate([LONG_MIN, LONG_MIN + 1, -1, 0, LONG_MAX - 1,
-                                                                               LONG_MAX])]
+    keys = [LONG_MIN, LONG_MIN + 1, -1, 0, LONG_MAX - 1, LONG_MAX]
+    rows = [{"key": k, "ts": 1, "id": i, "name": "x"} for i, k in enumerate(keys)]
     t.ingest(as_table(rows))
     for r in rows:
         assert got(t.query(keys=[r["key"]])) == counter([r]), f"key {r['key']}"
@@ -316,3 +317,34 @@ def test_small_row_groups_still_answer_every_query_correctly(sleeper):
         result = t.query(ranges=[(lo, hi)])
         assert got(result) == expect(rows, lambda r: lo <= r["key"] and (hi is None or r["key"] < hi))
         assert_in_key_order(result)
+
+
+# ----- a long-lived runner ------------------------------------------------------------------------
+
+def test_a_reused_query_runner_answers_many_queries(loaded):
+    t, rows = loaded
+    runner = t.query_runner(threads=2)
+    try:
+        for key in (3, 150, 399):
+            result = runner.query([exact_key_region(t.schema, [key])])
+            assert got(result) == expect(rows, lambda r, k=key: r["key"] == k)
+    finally:
+        runner.close()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "QueryRunner caches the table state for state_ttl_seconds (default 1 s) after each query, so a runner "
+    "reused right after an ingest (e.g. a REST server's) does not see the records just committed: no "
+    "read-your-writes for long-lived runners"))
+def test_a_reused_query_runner_sees_records_ingested_after_its_last_query(sleeper):
+    t = sleeper.create_table("t", SCHEMA, split_points=[100])
+    first, second = make_rows(500, seed=1), make_rows(500, seed=2, first_id=500)
+    t.ingest(as_table(first))
+    runner = t.query_runner(threads=2)
+    try:
+        everything = [range_region(t.schema, LONG_MIN, None)]
+        assert got(runner.query(everything)) == counter(first)
+        t.ingest(as_table(second))
+        assert got(runner.query(everything)) == counter(first + second)
+    finally:
+        runner.close()
