@@ -110,7 +110,7 @@ class QueryRunner:
     """Runs queries against one table; safe to reuse across queries and threads."""
 
     def __init__(self, state_store: StateStore, objects: ObjectStore, table: TableInfo, *,
-                 threads: int = 4, cache: Optional[ParquetFileCache] = None, state_ttl_seconds: float = 1.0):
+                 threads: int = 4, cache: Optional[ParquetFileCache] = None, state_ttl_seconds: float = 0.0):
         self.state_store, self.objects, self.table = state_store, objects, table
         self.schema = table.schema
         self.target = arrow_schema(self.schema)

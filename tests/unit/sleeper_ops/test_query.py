@@ -332,10 +332,6 @@ def test_a_reused_query_runner_answers_many_queries(loaded):
         runner.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "QueryRunner caches the table state for state_ttl_seconds (default 1 s) after each query, so a runner "
-    "reused right after an ingest (e.g. a REST server's) does not see the records just committed: no "
-    "read-your-writes for long-lived runners"))
 def test_a_reused_query_runner_sees_records_ingested_after_its_last_query(sleeper):
     t = sleeper.create_table("t", SCHEMA, split_points=[100])
     first, second = make_rows(500, seed=1), make_rows(500, seed=2, first_id=500)
