@@ -27,6 +27,7 @@ test-unit: install
 bench: install
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/query.py
+	$(BIN)/python bench/statestore_commits.py
 
 clean:
 	rm -rf $(VENV) .sleeper
