@@ -42,10 +42,7 @@ def detect_format(path: str) -> str:
 def resolve(path: str, s3: Optional[S3Options] = None) -> tuple[pafs.FileSystem, str]:
     """The filesystem and path of a local path or ``s3://`` URI."""
     if path.startswith("s3://"):
-        o = s3 or S3Options()
-        kwargs = {k: v for k, v in dict(endpoint_override=o.endpoint_override, scheme=o.scheme, region=o.region,
-                                        access_key=o.access_key, secret_key=o.secret_key).items() if v}
-        return pafs.S3FileSystem(**kwargs), path[len("s3://"):]
+        return (s3 or S3Options()).filesystem(), path[len("s3://"):]
     return pafs.LocalFileSystem(), os.path.abspath(path)
 
 

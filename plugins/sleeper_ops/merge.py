@@ -53,43 +53,37 @@ def merge_sorted(paths: Sequence[str], schema: Schema, *, region: Optional[Regio
     ``paths`` are local paths, or URLs under ``store_url`` when a DataFusion
     ``object_store`` is given (e.g. ``AmazonS3``).
     """
-    from datafusion import col
-
     if not paths:
         return
     ctx = _session(len(paths), batch_size)
     if object_store is not None:
         ctx.register_object_store(store_url, object_store, None)
     target = arrow_schema(schema)
-    order = [[col(n).sort(ascending=True, nulls_first=False) for n in schema.key_names]]
-    df = None
-    for i, p in enumerate(paths):
-        name = f"input_{i}"
-        ctx.register_parquet(name, p, file_sort_order=order, schema=target)
-        t = ctx.table(name)
-        df = t if df is None else df.union(t)
-    assert df is not None
-    if region is not None:
-        df = df.filter(region_filter(region))
-    df = df.sort(*[col(n).sort(ascending=True, nulls_first=False) for n in schema.key_names])
-    for b in df.execute_stream():
+    for b in _merged_frame(ctx, paths, schema, region).execute_stream():
         rb = b.to_pyarrow()
         if rb.schema != target:
             rb = pa.Table.from_batches([rb]).cast(target).combine_chunks().to_batches()[0]
         yield rb
 
 
-def explain_merge(paths: Sequence[str], schema: Schema) -> str:
-    """The physical plan of a merge, to check it has no full sort."""
+def _merged_frame(ctx: Any, paths: Sequence[str], schema: Schema, region: Optional[Region] = None) -> Any:
+    """A DataFrame of the files at ``paths`` (sort order declared), filtered and sorted by key."""
     from datafusion import col
 
-    ctx = _session(len(paths), 8192)
-    order = [[col(n).sort(ascending=True, nulls_first=False) for n in schema.key_names]]
+    def key_order() -> list[Any]:
+        return [col(n).sort(ascending=True, nulls_first=False) for n in schema.key_names]
     df = None
     for i, p in enumerate(paths):
-        ctx.register_parquet(f"input_{i}", p, file_sort_order=order, schema=arrow_schema(schema))
+        ctx.register_parquet(f"input_{i}", p, file_sort_order=[key_order()], schema=arrow_schema(schema))
         t = ctx.table(f"input_{i}")
         df = t if df is None else df.union(t)
     assert df is not None
-    df = df.sort(*[col(n).sort(ascending=True, nulls_first=False) for n in schema.key_names])
-    return str(df.execution_plan().display_indent())
+    if region is not None:
+        df = df.filter(region_filter(region))
+    return df.sort(*key_order())
+
+
+def explain_merge(paths: Sequence[str], schema: Schema) -> str:
+    """The physical plan of a merge, to check it has no full sort."""
+    ctx = _session(len(paths), 8192)
+    return str(_merged_frame(ctx, paths, schema).execution_plan().display_indent())

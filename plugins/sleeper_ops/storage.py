@@ -37,6 +37,13 @@ class S3Options:
     access_key: Optional[str] = None
     secret_key: Optional[str] = None
 
+    def filesystem(self, **extra: Any) -> pafs.S3FileSystem:
+        """A pyarrow S3 filesystem with these options (unset ones left to pyarrow's defaults)."""
+        kwargs = {k: v for k, v in dict(endpoint_override=self.endpoint_override, scheme=self.scheme,
+                                        region=self.region, access_key=self.access_key,
+                                        secret_key=self.secret_key).items() if v}
+        return pafs.S3FileSystem(**kwargs, **extra)
+
 
 class ObjectStore:
     """A root (local directory or ``s3://bucket/prefix``) and the five verbs we use."""
@@ -46,12 +53,9 @@ class ObjectStore:
         self._client: Any = None  # boto3 S3 client for deletes, made on first use; False if boto3 is missing
         self._client_lock = threading.Lock()
         if self.uri.startswith("s3://"):
-            o = s3 or S3Options()
-            kwargs = {k: v for k, v in dict(endpoint_override=o.endpoint_override, scheme=o.scheme, region=o.region,
-                                            access_key=o.access_key, secret_key=o.secret_key).items() if v}
             # Delayed open: an object smaller than one part is written by a single PUT on close,
             # not a three-request multipart upload.
-            self.fs: pafs.FileSystem = pafs.S3FileSystem(allow_delayed_open=True, **kwargs)
+            self.fs: pafs.FileSystem = (s3 or S3Options()).filesystem(allow_delayed_open=True)
             self.root = self.uri[len("s3://"):]
             self.is_local = False
         else:
