@@ -16,6 +16,8 @@ from statestore.errors import (
     TransactionError,
 )
 from statestore.files import FileRecord, FileReference, FileStatus
+from statestore.jobs import JobRecord
+from statestore.leases import Lease
 from statestore.memory import InMemoryStateStore
 from statestore.partitions import Partition, PartitionTree, partitions_from_split_points
 from statestore.region import Range, Region
@@ -40,7 +42,7 @@ from statestore.transactions import (
 __all__ = [
     "AddFiles", "AssignJobIds", "ClearFiles", "CommitConflictError", "DeleteFiles", "Field", "FileRecord",
     "FileReference", "FileReferenceError", "FileStatus", "InMemoryStateStore", "InitialisePartitions",
-    "JobAssignment", "LeaseHeldError", "ListType", "MapType", "Partition", "PartitionError", "PartitionTree",
+    "JobAssignment", "JobRecord", "Lease", "LeaseHeldError", "ListType", "MapType", "Partition", "PartitionError", "PartitionTree",
     "PropertyError", "Range", "Region", "ReplaceFileReferences", "Schema", "SchemaError", "SleeperError",
     "SplitFileReference", "SplitFileReferences", "SplitPartition", "StateStore", "StateStoreUnavailableError",
     "TableExistsError", "TableInfo", "TableNotFoundError", "TableState", "Transaction", "TransactionError",

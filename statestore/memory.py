@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from typing import Mapping, Optional, Sequence
 
 from statestore.catalog import TableInfo
 from statestore.errors import TableExistsError, TableNotFoundError
+from statestore.jobs import JobRecord
+from statestore.leases import Lease
 from statestore.partitions import Partition
 from statestore.properties import validate_properties
 from statestore.schema import Schema
@@ -23,6 +26,8 @@ class InMemoryStateStore(StateStore):
         self._lock = threading.RLock()
         self._tables: dict[str, TableInfo] = {}  # by name
         self._states: dict[str, TableState] = {}  # by table id
+        self._jobs: dict[tuple[str, str], JobRecord] = {}
+        self._leases: dict[str, Lease] = {}
 
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
                      properties: Optional[Mapping[str, str]] = None) -> TableInfo:
@@ -73,6 +78,8 @@ class InMemoryStateStore(StateStore):
             info = self.get_table(name)
             del self._tables[name]
             del self._states[info.table_id]
+            for k in [k for k in self._jobs if k[0] == info.table_id]:
+                del self._jobs[k]
             return info
 
     def _state(self, table_id: str) -> TableState:
@@ -97,3 +104,41 @@ class InMemoryStateStore(StateStore):
             out = sorted(f.filename for f in state.files.values()
                          if not state.reference_count(f.filename) and f.update_time < updated_before_ms)
             return out[:limit]
+
+    def put_job(self, record: JobRecord) -> None:
+        with self._lock:
+            self._state(record.table_id)
+            self._jobs[(record.table_id, record.job_id)] = record
+
+    def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
+        with self._lock:
+            return self._jobs.get((table_id, job_id))
+
+    def list_jobs(self, table_id: str, *, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
+        with self._lock:
+            jobs = [j for (t, _), j in self._jobs.items() if t == table_id and (kind is None or j.kind == kind)]
+        jobs.sort(key=lambda j: (j.created_ms, j.job_id), reverse=True)
+        return jobs[:limit]
+
+    def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> Optional[Lease]:
+        now = int(time.time() * 1000)
+        with self._lock:
+            cur = self._leases.get(name)
+            if cur is not None and cur.holder != holder and cur.expires_ms > now:
+                return None
+            lease = Lease(name, holder, now + int(ttl_seconds * 1000))
+            self._leases[name] = lease
+            return lease
+
+    def release_lease(self, name: str, holder: str) -> bool:
+        with self._lock:
+            cur = self._leases.get(name)
+            if cur is None or cur.holder != holder:
+                return False
+            del self._leases[name]
+            return True
+
+    def get_lease(self, name: str) -> Optional[Lease]:
+        with self._lock:
+            cur = self._leases.get(name)
+            return cur if cur is not None and cur.expires_ms > int(time.time() * 1000) else None

@@ -60,6 +60,8 @@ from statestore.errors import (
     TransactionError,
 )
 from statestore.files import FileRecord, FileReference
+from statestore.jobs import JobRecord
+from statestore.leases import Lease
 from statestore.partitions import Partition
 from statestore.properties import validate_properties
 from statestore.region import Region
@@ -344,7 +346,7 @@ class PostgresStateStore(StateStore):
                               (name,)).fetchone()
             if row is None:
                 raise TableNotFoundError(f"table {name!r} does not exist")
-            for table in ("file_references", "files", "partitions"):
+            for table in ("file_references", "files", "partitions", "jobs"):
                 cur.execute(sql.SQL("DELETE FROM {} WHERE table_id = %s").format(sql.Identifier(table)), (row[0],))
             return _table_info(row)
 
@@ -401,6 +403,77 @@ class PostgresStateStore(StateStore):
 
         return self._run(f"find unreferenced files of table {table_id}", fn,
                          isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
+
+    # ----- job status -----------------------------------------------------------------
+    def put_job(self, record: JobRecord) -> None:
+        d = record.to_dict()
+        cols = list(d)
+        stmt = sql.SQL("INSERT INTO jobs ({}) VALUES ({}) ON CONFLICT (table_id, job_id) DO UPDATE SET {}").format(
+            sql.SQL(", ").join(map(sql.Identifier, cols)),
+            sql.SQL(", ").join(sql.Placeholder() * len(cols)),
+            sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c))
+                               for c in cols if c not in ("table_id", "job_id")))
+
+        def fn(cur: psycopg.Cursor[Any]) -> None:
+            _require_table_id(cur, record.table_id)
+            cur.execute(stmt, list(d.values()))
+
+        self._run(f"save job {record.job_id}", fn, isolation=IsolationLevel.READ_COMMITTED)
+
+    def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
+        def fn(cur: psycopg.Cursor[Any]) -> Optional[JobRecord]:
+            cur.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE table_id = %s AND job_id = %s", (table_id, job_id))
+            row = cur.fetchone()
+            return None if row is None else _job_from_row(row)
+
+        return self._run(f"read job {job_id}", fn, isolation=IsolationLevel.READ_COMMITTED, read_only=True)
+
+    def list_jobs(self, table_id: str, *, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
+        def fn(cur: psycopg.Cursor[Any]) -> list[JobRecord]:
+            cur.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE table_id = %s AND (%s::text IS NULL OR kind = %s)"
+                        " ORDER BY created_ms DESC, job_id DESC LIMIT %s", (table_id, kind, kind, max(0, limit)))
+            return [_job_from_row(r) for r in cur.fetchall()]
+
+        return self._run(f"list jobs of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED,
+                         read_only=True)
+
+    # ----- leases ---------------------------------------------------------------------
+    def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> Optional[Lease]:
+        def fn(cur: psycopg.Cursor[Any]) -> Optional[Lease]:
+            cur.execute(
+                "INSERT INTO leases (name, holder, expires_at)"
+                " VALUES (%(n)s, %(h)s, clock_timestamp() + make_interval(secs => %(t)s))"
+                " ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at"
+                " WHERE leases.holder = EXCLUDED.holder OR leases.expires_at <= clock_timestamp()"
+                " RETURNING (extract(epoch FROM expires_at) * 1000)::bigint",
+                {"n": name, "h": holder, "t": float(ttl_seconds)})
+            row = cur.fetchone()
+            return None if row is None else Lease(name, holder, row[0])
+
+        return self._run(f"acquire lease {name}", fn, isolation=IsolationLevel.READ_COMMITTED)
+
+    def release_lease(self, name: str, holder: str) -> bool:
+        def fn(cur: psycopg.Cursor[Any]) -> bool:
+            cur.execute("DELETE FROM leases WHERE name = %s AND holder = %s", (name, holder))
+            return cur.rowcount > 0
+
+        return self._run(f"release lease {name}", fn, isolation=IsolationLevel.READ_COMMITTED)
+
+    def get_lease(self, name: str) -> Optional[Lease]:
+        def fn(cur: psycopg.Cursor[Any]) -> Optional[Lease]:
+            cur.execute("SELECT holder, (extract(epoch FROM expires_at) * 1000)::bigint FROM leases"
+                        " WHERE name = %s AND expires_at > clock_timestamp()", (name,))
+            row = cur.fetchone()
+            return None if row is None else Lease(name, row[0], row[1])
+
+        return self._run(f"read lease {name}", fn, isolation=IsolationLevel.READ_COMMITTED, read_only=True)
+
+
+_JOB_COLUMNS = ", ".join(JobRecord.__dataclass_fields__)
+
+
+def _job_from_row(row: Sequence[Any]) -> JobRecord:
+    return JobRecord(*row)
 
 
 # ----- reading ------------------------------------------------------------------------

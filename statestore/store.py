@@ -20,6 +20,8 @@ from typing import Mapping, Optional, Sequence
 
 from statestore.catalog import TableInfo
 from statestore.files import FileReference, FileStatus
+from statestore.jobs import JobRecord
+from statestore.leases import Lease
 from statestore.partitions import Partition
 from statestore.schema import Schema
 from statestore.state import TableState
@@ -76,6 +78,33 @@ class StateStore(abc.ABC):
     @abc.abstractmethod
     def unreferenced_files(self, table_id: str, updated_before_ms: int, limit: int = 1000) -> list[str]:
         """Names of tracked files with no references, unchanged since before the time."""
+
+    # ----- job status -----------------------------------------------------------------
+    @abc.abstractmethod
+    def put_job(self, record: JobRecord) -> None:
+        """Save ``record``, replacing any earlier record of the same table and job id."""
+
+    @abc.abstractmethod
+    def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
+        """The record of one job, or None."""
+
+    @abc.abstractmethod
+    def list_jobs(self, table_id: str, *, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
+        """A table's jobs, newest created first (at most ``limit``)."""
+
+    # ----- leases ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> Optional[Lease]:
+        """Take or renew the lease ``name`` for ``holder``; None if another holder has it
+        unexpired. Atomic: two holders racing for a free lease, one gets it."""
+
+    @abc.abstractmethod
+    def release_lease(self, name: str, holder: str) -> bool:
+        """Give up the lease if ``holder`` holds it; True if it did."""
+
+    @abc.abstractmethod
+    def get_lease(self, name: str) -> Optional[Lease]:
+        """The unexpired lease ``name``, or None."""
 
     def close(self) -> None:
         """Release connections. The store is unusable afterwards."""
