@@ -74,6 +74,14 @@ def _aggregation(v: str) -> None:
             raise ValueError("expected a list like sum(f1),max(f2)")
 
 
+_CALLABLE_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def _callable_path(v: str) -> None:
+    if not _CALLABLE_RE.match(v):
+        raise ValueError("expected module.path:function")
+
+
 def _schedule(v: str) -> None:
     if v in CRON_PRESETS:
         return
@@ -102,6 +110,13 @@ _DEFS = [
                 _choice("local", "spark")),
     PropertyDef("sleeper.table.gc.delay.minutes", "15", "Delete unreferenced files once unchanged this long.",
                 _non_negative_int),
+    PropertyDef("sleeper.table.compaction.job.retry.minutes", "30",
+                "Re-run a compaction job whose inputs stay assigned to it with no progress for this long.",
+                _non_negative_int),
+    PropertyDef("sleeper.table.gc.orphan.grace.minutes", "60",
+                "Delete objects under the table's prefix that the state store never knew once this old.",
+                _non_negative_int),
+    PropertyDef("sleeper.table.gc.batch.size", "1000", "Files deleted per garbage collection commit.", _positive_int),
     PropertyDef("sleeper.table.parquet.rowgroup.rows.max", "100000", "Most rows in one Parquet row group.",
                 _positive_int),
     PropertyDef("sleeper.table.parquet.page.size", "131072", "Target Parquet data page size in bytes.", _positive_int),
@@ -109,6 +124,8 @@ _DEFS = [
                 _choice("zstd", "snappy", "gzip", "lz4", "none")),
     PropertyDef("sleeper.table.iterator.ageoff", None, "Age-off iterator: FIELD:MAX_AGE_MS.", _ageoff),
     PropertyDef("sleeper.table.iterator.aggregation", None, "Aggregation iterator: sum(f1),max(f2),...", _aggregation),
+    PropertyDef("sleeper.table.iterator.python", None,
+                "User iterator: module.path:function taking and returning an Arrow record batch.", _callable_path),
     PropertyDef("sleeper.table.ingest.batcher.job.min.size", "1G", "Smallest ingest batcher job (bytes).", _size),
     PropertyDef("sleeper.table.ingest.batcher.job.max.size", "5G", "Largest ingest batcher job (bytes).", _size),
     PropertyDef("sleeper.table.ingest.batcher.job.max.files", "100", "Most files in one ingest batcher job.",

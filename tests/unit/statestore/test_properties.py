@@ -51,6 +51,9 @@ def test_every_property_of_the_design_is_defined_with_its_default():
     ("sleeper.table.schedule.compaction", "*/5 * * * *"),
     ("sleeper.table.schedule.gc", "@daily"),
     ("sleeper.table.schedule.split", "none"),
+    ("sleeper.table.iterator.python", "my_pkg.iterators:drop_nulls"),
+    ("sleeper.table.gc.orphan.grace.minutes", "0"),
+    ("sleeper.table.compaction.job.retry.minutes", "45"),
 ])
 def test_valid_values_are_accepted_as_given(name, value):
     assert validate_properties({name: value}) == {name: value}
@@ -68,6 +71,9 @@ def test_valid_values_are_accepted_as_given(name, value):
     ("sleeper.table.compaction.strategy", "leveled", "expected one of sizeratio, basic"),
     ("sleeper.table.compaction.runner", "ray", "expected one of local, spark"),
     ("sleeper.table.parquet.compression.codec", "brotli", "expected one of"),
+    ("sleeper.table.iterator.python", "my_pkg.iterators", "module.path:function"),
+    ("sleeper.table.iterator.python", "os; rm -rf:x", "module.path:function"),
+    ("sleeper.table.gc.batch.size", "0", "positive integer"),
     ("sleeper.table.iterator.ageoff", "ts", "FIELD:MAX_AGE_MS"),
     ("sleeper.table.iterator.ageoff", ":100", "FIELD:MAX_AGE_MS"),
     ("sleeper.table.iterator.ageoff", "ts:1h", "FIELD:MAX_AGE_MS"),
