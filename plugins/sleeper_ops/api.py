@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import pyarrow as pa
 
@@ -21,12 +21,18 @@ from sleeper_ops.ingest import IngestResult, IngestRunner, Progress
 from sleeper_ops.query import QueryRunner, exact_key_region, range_region
 from sleeper_ops.storage import ObjectStore
 from statestore.catalog import TableInfo
+from statestore.jobs import JobRecord
 from statestore.partitions import partitions_from_split_points
 from statestore.properties import validate_properties
 from statestore.region import Region
 from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.store import StateStore
+
+if TYPE_CHECKING:
+    from sleeper_ops.compaction import CompactionReport
+    from sleeper_ops.compaction_jobs import CompactionJob
+    from sleeper_ops.compaction_run import JobResult
 
 
 class Sleeper:
@@ -70,6 +76,20 @@ class Sleeper:
     @property
     def s3(self):  # type: ignore[no-untyped-def]
         return self.config.s3 if self.config else self.objects.s3
+
+    def spark_batch_runner(self, run_id: Optional[str] = None
+                           ) -> Optional[Callable[[TableInfo, list[CompactionJob]], list[JobResult]]]:
+        """A function running a batch of compaction jobs with spark-submit, or None
+        when this instance was not opened from a configuration (no SLEEPER_HOME)."""
+        if self.config is None:
+            return None
+        config = self.config
+
+        def run(table: TableInfo, jobs: list[CompactionJob]) -> list[JobResult]:
+            from sleeper_ops.spark_compaction import submit_compaction_batch
+
+            return submit_compaction_batch(config, self.state_store, table, jobs, run_id=run_id)
+        return run
 
     def close(self) -> None:
         self.state_store.close()
@@ -165,3 +185,41 @@ class Table:
             return runner.query(rs)
         finally:
             runner.close()
+
+    # ----- maintenance ----------------------------------------------------------------
+    def _fresh(self) -> TableInfo:
+        """The catalog entry as it is now (properties may have changed since opening)."""
+        return self.sleeper.state_store.get_table(self.info.name)
+
+    def compact(self, runner: Optional[str] = None, *, iterators: Sequence[Any] = (), run_id: Optional[str] = None,
+                max_workers: Optional[int] = None, retry_after_minutes: Optional[float] = None,
+                progress: Optional[Progress] = None, on_jobs: Any = None) -> CompactionReport:
+        """Create compaction jobs and run them with ``runner`` (default: the table's
+        ``sleeper.table.compaction.runner``); each job commits atomically. Skipped
+        when the table is offline. See :mod:`sleeper_ops.compaction`."""
+        from sleeper_ops.compaction import compact_table
+
+        return compact_table(self.sleeper.state_store, self.sleeper.objects, self._fresh(), runner=runner,
+                             iterators=iterators, run_id=run_id, max_workers=max_workers,
+                             retry_after_minutes=retry_after_minutes, progress=progress, on_jobs=on_jobs,
+                             spark=self.sleeper.spark_batch_runner(run_id))
+
+    def split(self, *, run_id: Optional[str] = None) -> Any:
+        """Split leaf partitions over the table's threshold at their median; returns a
+        :class:`~sleeper_ops.splitting.SplitReport`. Skipped when the table is offline."""
+        from sleeper_ops.splitting import split_partitions
+
+        return split_partitions(self.sleeper.state_store, self.sleeper.objects, self._fresh(), run_id=run_id)
+
+    def gc(self, *, dry_run: bool = False, orphans: bool = True, run_id: Optional[str] = None) -> Any:
+        """Delete unreferenced files older than the GC delay, and orphaned objects older
+        than the grace period; ``dry_run`` only lists them. Returns a
+        :class:`~sleeper_ops.gc.GCReport`. Skipped when the table is offline."""
+        from sleeper_ops.gc import collect_garbage
+
+        return collect_garbage(self.sleeper.state_store, self.sleeper.objects, self._fresh(), dry_run=dry_run,
+                               orphans=orphans)
+
+    def jobs(self, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
+        """The table's job status records, newest first."""
+        return self.sleeper.state_store.list_jobs(self.info.table_id, kind=kind, limit=limit)

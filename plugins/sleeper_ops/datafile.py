@@ -59,13 +59,16 @@ class DataFileWriter:
     """Writes one sorted data file (batches must arrive in key order) and its sidecar.
 
     Batches are buffered up to one row group. ``close`` writes the footer and the
-    sketches; ``abort`` deletes what was written.
+    sketches; ``abort`` deletes what was written. With ``sketch_rows=False`` the
+    caller supplies ``sketches`` before ``close`` (e.g. merged from the inputs).
     """
 
-    def __init__(self, store: ObjectStore, key: str, schema: Schema, settings: ParquetSettings = ParquetSettings()):
+    def __init__(self, store: ObjectStore, key: str, schema: Schema, settings: ParquetSettings = ParquetSettings(),
+                 *, sketch_rows: bool = True):
         self.store, self.key, self.schema, self.settings = store, key, schema, settings
         self.arrow_schema = arrow_schema(schema)
         self.sketches = RowKeySketches(schema)
+        self.sketch_rows = sketch_rows
         self.rows = 0
         self._buffer: list[pa.RecordBatch] = []
         self._buffered = 0
@@ -86,7 +89,8 @@ class DataFileWriter:
                 b = pa.RecordBatch.from_arrays([b.column(n) for n in self.arrow_schema.names], schema=self.arrow_schema)
             self._buffer.append(b)
             self._buffered += b.num_rows
-            self.sketches.update(b)
+            if self.sketch_rows:
+                self.sketches.update(b)
             self.rows += b.num_rows
             if self._buffered >= self.settings.row_group_rows:
                 self._flush(final=False)

@@ -142,6 +142,25 @@ class ObjectStore:
                 return
             raise StorageError(f"cannot delete {self.uri_of(key)}: {e}") from e
 
+    def datafusion_paths(self, keys: list[str]) -> tuple[list[str], Any, Optional[str]]:
+        """``(paths, object_store, store_url)`` for DataFusion to read ``keys``: local
+        paths and no store, or ``s3://bucket/...`` URLs with an ``AmazonS3`` store
+        carrying this store's endpoint and credentials (else the AWS environment)."""
+        if self.is_local:
+            return [self.path(k) for k in keys], None, None
+        from datafusion.object_store import AmazonS3
+
+        o = self.s3 or S3Options()
+        bucket = self.root.split("/", 1)[0]
+        endpoint = None
+        if o.endpoint_override:
+            endpoint = o.endpoint_override if "://" in o.endpoint_override else f"{o.scheme}://{o.endpoint_override}"
+        store = AmazonS3(bucket_name=bucket, region=o.region or os.environ.get("AWS_REGION") or "us-east-1",
+                         access_key_id=o.access_key or os.environ.get("AWS_ACCESS_KEY_ID"),
+                         secret_access_key=o.secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY"),
+                         endpoint=endpoint, allow_http=bool(endpoint and endpoint.startswith("http://")))
+        return [f"s3://{self.path(k)}" for k in keys], store, f"s3://{bucket}"
+
     def _s3_client(self) -> Any:
         """A boto3 S3 client with this store's settings, or None if boto3 is not installed."""
         with self._client_lock:

@@ -1,0 +1,66 @@
+"""Compaction strategies: which files of a leaf partition to merge together.
+
+A strategy sees the references of one leaf partition that are not assigned to a
+job and returns groups of them, each group one compaction job. Groups never share
+a reference and hold at most ``batch_size`` files; a group always has at least two
+files (merging one file with nothing gains nothing).
+
+* ``basic``: the partition's references in batches of ``batch_size``, oldest first;
+  a last batch smaller than that is still a job when it has two files or more.
+* ``sizeratio`` (the default, as Sleeper's): references by record count, smallest
+  first. From the smallest, take the largest group of up to ``batch_size`` files in
+  which ``ratio * largest <= sum of the group``, i.e. no file dominates the others;
+  if no such group of two or more exists from the smallest file, drop the smallest
+  file and try again from the next. Files of similar size are merged once there are
+  ``ratio`` of them; a big file waits until the smaller ones add up to it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from statestore.catalog import TableInfo
+from statestore.files import FileReference
+
+Strategy = Callable[[Sequence[FileReference], int, int], list[list[FileReference]]]
+
+
+def basic(refs: Sequence[FileReference], batch_size: int, ratio: int = 0) -> list[list[FileReference]]:
+    ordered = sorted(refs, key=lambda r: (r.update_time, r.filename))
+    groups = [list(ordered[i:i + batch_size]) for i in range(0, len(ordered), batch_size)]
+    return [g for g in groups if len(g) >= 2]
+
+
+def size_ratio(refs: Sequence[FileReference], batch_size: int, ratio: int) -> list[list[FileReference]]:
+    remaining = sorted(refs, key=lambda r: (r.record_count, r.filename))
+    groups: list[list[FileReference]] = []
+    while len(remaining) >= 2:
+        group = _largest_balanced_prefix(remaining, batch_size, ratio)
+        if group:
+            groups.append(group)
+            remaining = remaining[len(group):]
+        else:
+            remaining = remaining[1:]
+    return groups
+
+
+def _largest_balanced_prefix(refs: Sequence[FileReference], batch_size: int,
+                             ratio: int) -> list[FileReference]:
+    best: list[FileReference] = []
+    total = 0
+    for n, r in enumerate(refs[:batch_size], start=1):
+        total += r.record_count
+        # refs are sorted ascending, so r is the largest of the first n.
+        if n >= 2 and ratio * r.record_count <= total:
+            best = list(refs[:n])
+    return best
+
+
+STRATEGIES: dict[str, Strategy] = {"basic": basic, "sizeratio": size_ratio}
+
+
+def plan_groups(table: TableInfo, refs: Sequence[FileReference]) -> list[list[FileReference]]:
+    """The groups the table's strategy makes of one leaf partition's unassigned references."""
+    strategy = STRATEGIES[table.get("sleeper.table.compaction.strategy") or "sizeratio"]
+    return strategy(refs, table.get_int("sleeper.table.compaction.files.batch.size"),
+                    table.get_int("sleeper.table.compaction.strategy.sizeratio.ratio"))
