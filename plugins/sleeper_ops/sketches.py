@@ -14,7 +14,8 @@ import base64
 import json
 import struct
 import warnings
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -145,3 +146,65 @@ class RowKeySketches:
         raw = json.loads(data)
         return cls(schema, {f["name"]: FieldSketch.deserialize(f["type"], base64.b64decode(f["sketch"]))
                             for f in raw["fields"]})
+
+
+# ----- quantiles within a key range (partition splitting) ------------------------------
+def _to_sketch_domain(key_type: str, value: Any) -> Any:
+    """A key value as the sketch of ``key_type`` stores it (see the module docstring)."""
+    if key_type == "LongType":
+        return float(value)
+    if key_type == "ByteArrayType":
+        return value.hex()
+    return value
+
+
+def merged_field_sketch(key_type: str, sketches: Iterable[FieldSketch]) -> FieldSketch:
+    """A new sketch of every value in ``sketches`` (which are left unchanged)."""
+    out = FieldSketch(key_type)
+    for s in sketches:
+        out.merge(s)
+    return out
+
+
+@dataclass(frozen=True)
+class RangeQuantiles:
+    """What a sketch knows of its values inside one key range ``[lo, hi)``.
+
+    Attributes:
+        min, max: the least and greatest values the sketch retains inside the range
+            (exact when the sketch is not in estimation mode; otherwise ``min`` may be
+            above and ``max`` below the true ones, never outside the range).
+        median: the value at the middle rank of the range's values.
+        fraction: the approximate share of the sketch's values inside the range.
+    """
+
+    min: Any
+    median: Any
+    max: Any
+    fraction: float
+
+
+def range_quantiles(sketch: FieldSketch, lo: Any, hi: Optional[Any]) -> Optional[RangeQuantiles]:
+    """The min, median and max of the values of ``sketch`` in ``[lo, hi)`` (``hi=None``:
+    unbounded), or None if the sketch holds no value there.
+
+    The median is the quantile at the midpoint of the ranks of ``lo`` and ``hi``, so a
+    sketch of a whole file gives the median of the part of the file inside the range.
+    """
+    s = sketch.sketch
+    if s.is_empty():
+        return None
+    t = sketch.key_type
+    lo_s = _to_sketch_domain(t, lo)
+    hi_s = None if hi is None else _to_sketch_domain(t, hi)
+    a = s.get_rank(lo_s, inclusive=False)  # share of values below lo
+    b = 1.0 if hi_s is None else s.get_rank(hi_s, inclusive=False)  # share below hi
+    inside = [v for v in (s.get_min_value(), s.get_max_value(), *(item for item, _ in s))
+              if lo_s <= v and (hi_s is None or v < hi_s)]
+    if b <= a or not inside:
+        return None
+    median = s.get_quantile((a + b) / 2, inclusive=False)
+    if not (lo_s <= median and (hi_s is None or median < hi_s)):  # float rounding at the edges
+        return None
+    dec = sketch._decode
+    return RangeQuantiles(dec(min(inside)), dec(median), dec(max(inside)), b - a)
