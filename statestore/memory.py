@@ -9,6 +9,7 @@ from typing import Mapping, Optional, Sequence
 
 from statestore.catalog import TableInfo
 from statestore.errors import TableExistsError, TableNotFoundError
+from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
 from statestore.jobs import JobRecord
 from statestore.leases import Lease
 from statestore.partitions import Partition
@@ -28,6 +29,7 @@ class InMemoryStateStore(StateStore):
         self._states: dict[str, TableState] = {}  # by table id
         self._jobs: dict[tuple[str, str], JobRecord] = {}
         self._leases: dict[str, Lease] = {}
+        self._ingest_requests: dict[str, dict[str, IngestRequest]] = {}  # table id -> id -> request
 
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
                      properties: Optional[Mapping[str, str]] = None) -> TableInfo:
@@ -80,6 +82,7 @@ class InMemoryStateStore(StateStore):
             del self._states[info.table_id]
             for k in [k for k in self._jobs if k[0] == info.table_id]:
                 del self._jobs[k]
+            self._ingest_requests.pop(info.table_id, None)
             return info
 
     def _state(self, table_id: str) -> TableState:
@@ -142,3 +145,49 @@ class InMemoryStateStore(StateStore):
         with self._lock:
             cur = self._leases.get(name)
             return cur if cur is not None and cur.expires_ms > int(time.time() * 1000) else None
+
+    # ----- ingest requests --------------------------------------------------------------
+    def _requests(self, table_id: str) -> dict[str, IngestRequest]:
+        self._state(table_id)
+        return self._ingest_requests.setdefault(table_id, {})
+
+    def add_ingest_requests(self, table_id: str, requests: Sequence[IngestRequest]) -> None:
+        new = check_new_requests(table_id, requests)
+        with self._lock:
+            queue = self._requests(table_id)
+            for r in new:
+                if r.request_id in queue:
+                    raise IngestRequestError(f"ingest request {r.request_id} is already queued")
+            for r in new:
+                queue[r.request_id] = r
+
+    def pending_ingest_requests(self, table_id: str, limit: Optional[int] = None) -> list[IngestRequest]:
+        return self.list_ingest_requests(table_id, status="pending", limit=limit)
+
+    def assign_ingest_requests(self, table_id: str, job_id: str, request_ids: Sequence[str]) -> bool:
+        with self._lock:
+            queue = self._requests(table_id)
+            ids = list(dict.fromkeys(request_ids))
+            if not all(i in queue and queue[i].status == "pending" for i in ids):
+                return False
+            for i in ids:
+                queue[i] = queue[i].assigned(job_id)
+            return True
+
+    def finish_ingest_job(self, table_id: str, job_id: str, ok: bool, error: Optional[str] = None, *,
+                          max_attempts: Optional[int] = None) -> int:
+        with self._lock:
+            queue = self._requests(table_id)
+            mine = [r for r in queue.values() if r.status == "assigned" and r.job_id == job_id]
+            for r in mine:
+                queue[r.request_id] = r.finished(ok, error, max_attempts)
+            return len(mine)
+
+    def list_ingest_requests(self, table_id: str, *, status: Optional[str] = None,
+                             limit: Optional[int] = 1000) -> list[IngestRequest]:
+        if status is not None and status not in INGEST_REQUEST_STATUSES:
+            raise IngestRequestError(f"unknown ingest request status {status!r}")
+        with self._lock:
+            out = [r for r in self._requests(table_id).values() if status is None or r.status == status]
+        out.sort(key=lambda r: (r.received_ms, r.request_id))
+        return out if limit is None else out[:max(0, limit)]

@@ -11,6 +11,8 @@ Guarantees every backend gives:
   state it saw and is never retried.
 * :meth:`create_table` registers the table and its partitions atomically;
   :meth:`delete_table` removes the table and all its state.
+* Ingest requests (:mod:`statestore.ingest_requests`) are queued atomically and
+  assigned to at most one job at a time.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Mapping, Optional, Sequence
 
 from statestore.catalog import TableInfo
 from statestore.files import FileReference, FileStatus
+from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
 from statestore.leases import Lease
 from statestore.partitions import Partition
@@ -105,6 +108,39 @@ class StateStore(abc.ABC):
     @abc.abstractmethod
     def get_lease(self, name: str) -> Optional[Lease]:
         """The unexpired lease ``name``, or None."""
+
+    # ----- ingest requests (statestore.ingest_requests) --------------------------------
+    @abc.abstractmethod
+    def add_ingest_requests(self, table_id: str, requests: Sequence[IngestRequest]) -> None:
+        """Queue new pending requests. Atomic: all are added or none. Raises
+        TableNotFoundError, or IngestRequestError for a request of another table, not
+        new, or whose id is given twice or already queued."""
+
+    @abc.abstractmethod
+    def pending_ingest_requests(self, table_id: str, limit: Optional[int] = None) -> list[IngestRequest]:
+        """The table's pending requests, oldest received first (at most ``limit``).
+        Raises TableNotFoundError."""
+
+    @abc.abstractmethod
+    def assign_ingest_requests(self, table_id: str, job_id: str, request_ids: Sequence[str]) -> bool:
+        """Assign the requests to ``job_id`` if every one of them is still pending; True
+        if it did. Atomic and conditional: refused (False, nothing changed) when any is
+        missing or no longer pending, so two batchers never take the same request."""
+
+    @abc.abstractmethod
+    def finish_ingest_job(self, table_id: str, job_id: str, ok: bool, error: Optional[str] = None, *,
+                          max_attempts: Optional[int] = None) -> int:
+        """End ``job_id``: its assigned requests become ``ingested`` (``ok``), or go back
+        to ``pending`` with ``attempts`` + 1 and ``last_error`` = ``error`` (``failed``
+        instead once ``attempts`` reaches ``max_attempts``). Only requests still assigned
+        to the job change; returns how many did."""
+
+    @abc.abstractmethod
+    def list_ingest_requests(self, table_id: str, *, status: Optional[str] = None,
+                             limit: Optional[int] = 1000) -> list[IngestRequest]:
+        """The table's requests (of one status, if given), oldest received first (at
+        most ``limit``; None: all). Raises TableNotFoundError, or IngestRequestError
+        for an unknown status."""
 
     def close(self) -> None:
         """Release connections. The store is unusable afterwards."""
