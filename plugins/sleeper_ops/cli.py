@@ -189,20 +189,69 @@ def query(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tu
 
 
 @cli.command()
-@click.argument("kind", type=click.Choice(["partitions", "files"]))
+@click.argument("kind", type=click.Choice(["partitions", "files", "jobs"]))
 @click.argument("table_name", metavar="TABLE")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--limit", default=100, show_default=True, help="Most jobs to list (jobs report).")
 @click.pass_context
-def report(ctx: click.Context, kind: str, table_name: str, as_json: bool) -> None:
-    """Report a table's partitions (tree) or files."""
+def report(ctx: click.Context, kind: str, table_name: str, as_json: bool, limit: int) -> None:
+    """Report a table's partitions (tree), files or jobs (newest first)."""
     from sleeper_ops import report as rep
 
-    state = _sleeper(ctx).table(table_name).state()
+    t = _sleeper(ctx).table(table_name)
+    if kind == "jobs":
+        jobs = t.jobs(limit=limit)
+        click.echo(json.dumps(rep.jobs_report(jobs)) if as_json else rep.render_jobs(jobs))
+        return
+    state = t.state()
     if as_json:
         data = rep.partitions_report(state) if kind == "partitions" else rep.files_report(state)
         click.echo(json.dumps(data))
     else:
         click.echo(rep.render_partitions(state) if kind == "partitions" else rep.render_files(state))
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.option("--runner", type=click.Choice(["local", "spark"]), default=None,
+              help="Where jobs run (default: the table's sleeper.table.compaction.runner).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Local runner: jobs at once.")
+@click.pass_context
+def compact(ctx: click.Context, table_name: str, runner: Optional[str], workers: Optional[int]) -> None:
+    """Create compaction jobs for TABLE, run them and commit each."""
+    from sleeper_ops.cli_support import record_progress
+
+    t = _sleeper(ctx).table(table_name)
+    with record_progress(f"compact {table_name}") as progress:
+        r = t.compact(runner, max_workers=workers, progress=progress, run_id=_run_id("compact"))
+    click.echo(r.summary())
+    if r.count("failed"):
+        sys.exit(3)
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.pass_context
+def split(ctx: click.Context, table_name: str) -> None:
+    """Split TABLE's leaf partitions that are over the splitting threshold."""
+    click.echo(_sleeper(ctx).table(table_name).split(run_id=_run_id("split")).summary())
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.option("--dry-run", is_flag=True, help="List what would be deleted; change nothing.")
+@click.pass_context
+def gc(ctx: click.Context, table_name: str, dry_run: bool) -> None:
+    """Delete TABLE's unreferenced files (after the GC delay) and old orphaned objects."""
+    click.echo(_sleeper(ctx).table(table_name).gc(dry_run=dry_run, run_id=_run_id("gc")).summary())
+
+
+def _run_id(operation: str) -> str:
+    """Names this CLI process in job records: ``cli/<operation>/<host>/<pid>``."""
+    import os
+    import socket
+
+    return f"cli/{operation}/{socket.gethostname()}/{os.getpid()}"
 
 
 @cli.command()

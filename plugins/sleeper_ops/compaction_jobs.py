@@ -40,7 +40,8 @@ class CompactionJob:
 
     ``whole_files``: every input reference covers its whole file, so the merge
     needs no partition filter. ``input_records`` is the sum of the references'
-    record counts (an estimate when some are approximate).
+    record counts, exact when ``exact_count`` (then the merge must read exactly
+    that many records, a check against lost input).
     """
 
     table_id: str
@@ -49,6 +50,7 @@ class CompactionJob:
     inputs: tuple[str, ...]
     whole_files: bool = True
     input_records: int = 0
+    exact_count: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -63,7 +65,8 @@ class CompactionJob:
     def of(cls, table_id: str, job_id: str, partition_id: str, refs: list[FileReference]) -> CompactionJob:
         refs = sorted(refs, key=lambda r: r.filename)
         return cls(table_id, job_id, partition_id, tuple(r.filename for r in refs),
-                   all(r.whole_file for r in refs), sum(r.record_count for r in refs))
+                   all(r.whole_file for r in refs), sum(r.record_count for r in refs),
+                   all(r.whole_file and not r.count_approximate for r in refs))
 
 
 @dataclass

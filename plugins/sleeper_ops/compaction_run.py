@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from sleeper_ops.compaction_jobs import CompactionJob
 from sleeper_ops.datafile import DataFileWriter, ParquetSettings, WrittenFile, new_data_key, read_sketches, sketch_key
+from sleeper_ops.errors import CompactionError
 from sleeper_ops.iterators import BatchFn, IteratorChain
 from sleeper_ops.merge import merge_sorted
 from sleeper_ops.sketches import RowKeySketches
@@ -81,14 +82,19 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
                 on_rows: Optional[RowsCallback] = None, batch_size: int = 65536) -> JobOutput:
     """Merge the job's inputs into one new file (see the module docstring).
 
-    ``region`` (the job's partition) is needed unless ``job.whole_files``. On any
-    failure the partial output is deleted before the error propagates.
+    ``region`` (the job's partition) is needed unless ``job.whole_files``. Every
+    input must exist, and with exact input counts the merge must read exactly
+    that many records; otherwise :class:`CompactionError` and nothing is written.
+    On any failure the partial output is deleted before the error propagates.
     """
     started = time.perf_counter()
     schema = table.schema
     chain = IteratorChain.for_table(table, iterators)
     if not job.whole_files and region is None:
         raise ValueError(f"job {job.job_id}: a region is needed when inputs are not whole files")
+    missing = [f for f in job.inputs if objects.head(f) is None]
+    if missing:
+        raise CompactionError(f"job {job.job_id}: input files missing from storage: {', '.join(missing)}")
     paths, store, url = objects.datafusion_paths(list(job.inputs))
     merged = merge_sorted(paths, schema, region=None if job.whole_files else region,
                           object_store=store, store_url=url, batch_size=batch_size)
@@ -111,6 +117,9 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
     try:
         for batch in stream:
             writer.write(batch)
+        if job.exact_count and rows_read != job.input_records:
+            raise CompactionError(f"job {job.job_id}: read {rows_read} records, "
+                                  f"but the inputs' references count {job.input_records}")
         if writer.rows == 0:
             writer.abort()
             return JobOutput(job, None, rows_read, 0, time.perf_counter() - started)
@@ -154,35 +163,40 @@ def run_job(state_store: StateStore, objects: ObjectStore, table: TableInfo, job
     rec = state_store.get_job(table.table_id, job.job_id) or JobRecord.created(
         table.table_id, job.job_id, "compaction", partition_id=job.partition_id, input_files=len(job.inputs))
     rec = rec.started(run_id)
-    state_store.put_job(rec)
+    _put_unless_committed(state_store, rec)
     try:
         region = None if job.whole_files else _region_of(state_store, table, job.partition_id)
         out = execute_job(job, table, objects, region=region, iterators=iterators, on_rows=on_rows)
     except Exception as e:  # noqa: BLE001 - recorded and reported; the job can be retried
         reason = f"{type(e).__name__}: {e}"
-        state_store.put_job(rec.failed(reason))
+        _put_unless_committed(state_store, rec.failed(reason))
         return JobResult(job, "failed", reason=reason)
     return record_commit(state_store, objects, rec, out)
+
+
+def _put_unless_committed(state_store: StateStore, rec: JobRecord) -> None:
+    """Save ``rec`` unless another attempt of the job has already committed: the
+    winning attempt's record is the one reports should show."""
+    current = state_store.get_job(rec.table_id, rec.job_id)
+    if current is None or current.status != "committed":
+        state_store.put_job(rec)
 
 
 def record_commit(state_store: StateStore, objects: ObjectStore, rec: JobRecord, out: JobOutput) -> JobResult:
     """Commit an executed job and record the outcome in its status record."""
     output_key = out.output.key if out.output is not None else None
     rec = rec.finished(out.rows_read, out.rows_written, output_key)
-    state_store.put_job(rec)
+    _put_unless_committed(state_store, rec)
     job = out.job
     try:
         refused = commit_job(state_store, objects, out)
     except Exception as e:  # noqa: BLE001 - e.g. the state store is unreachable
         reason = f"commit failed: {type(e).__name__}: {e}"
-        state_store.put_job(rec.failed(reason))
+        _put_unless_committed(state_store, rec.failed(reason))
         return JobResult(job, "failed", out.rows_read, out.rows_written, out.seconds, output_key, reason)
     if refused is not None:
         reason = f"commit refused: {refused}"
-        current = state_store.get_job(rec.table_id, rec.job_id)
-        if current is None or current.status != "committed":  # keep the winning attempt's record
-            state_store.put_job(rec.failed(reason))
+        _put_unless_committed(state_store, rec.failed(reason))
         return JobResult(job, "refused", out.rows_read, out.rows_written, out.seconds, None, reason)
     state_store.put_job(rec.committed())
     return JobResult(job, "committed", out.rows_read, out.rows_written, out.seconds, output_key)
-

@@ -19,3 +19,11 @@ class ConfigError(SleeperError):
 
 class StorageError(SleeperError):
     """The object store refused or failed an operation."""
+
+
+class IteratorError(SleeperError):
+    """A table iterator failed or broke its contract (e.g. a user iterator returned the wrong schema)."""
+
+
+class CompactionError(SleeperError):
+    """A compaction job could not produce its output (e.g. an input file is missing)."""

@@ -1,9 +1,11 @@
-"""Reports on a table's state: the partition tree and its files, as data or text."""
+"""Reports on a table: the partition tree, its files and its jobs, as data or text."""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime, timezone
+from typing import Any, Optional, Sequence
 
+from statestore.jobs import JobRecord
 from statestore.region import Region, encode_value
 from statestore.state import TableState
 
@@ -76,4 +78,33 @@ def render_files(state: TableState) -> str:
             job = f" job={ref['job_id']}" if ref["job_id"] else ""
             lines.append(f"{r['filename']}  partition={ref['partition']} records={ref['records']:,}"
                          f"{'~' if ref['approximate'] else ''}{job}")
+    return "\n".join(lines)
+
+
+def jobs_report(jobs: Sequence[JobRecord]) -> list[dict[str, Any]]:
+    """One entry per job record (newest first, as given), with its rate in rows/s."""
+    return [{**j.to_dict(), "duration_s": j.duration_s, "rate": j.rate} for j in jobs]
+
+
+def _time(ms: Optional[int]) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def render_jobs(jobs: Sequence[JobRecord]) -> str:
+    counts: dict[str, int] = {}
+    for j in jobs:
+        counts[j.status] = counts.get(j.status, 0) + 1
+    lines = [f"{len(jobs)} jobs" + (" (" + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ")"
+                                     if jobs else "")]
+    if jobs:
+        lines.append(f"{'created (UTC)':19}  {'kind':10}  {'status':9}  {'job':32}  {'partition':36}  "
+                     f"{'files':>5}  {'read':>12}  {'written':>12}  {'seconds':>8}  {'rows/s':>11}  reason")
+    for j in jobs:
+        rate = f"{j.rate:,.0f}" if j.rate is not None else "-"
+        secs = f"{j.duration_s:.2f}" if j.duration_s is not None else "-"
+        lines.append(f"{_time(j.created_ms):19}  {j.kind:10}  {j.status:9}  {j.job_id:32}  "
+                     f"{(j.partition_id or '-'):36}  {j.input_files:>5}  {j.rows_read:>12,}  {j.rows_written:>12,}  "
+                     f"{secs:>8}  {rate:>11}  {j.reason or ''}")
     return "\n".join(lines)
