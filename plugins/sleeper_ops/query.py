@@ -5,7 +5,9 @@ their ancestors (whose references cover data not yet pushed down), and from each
 referenced file only the rows inside both the reference's partition and the
 region. Row groups whose statistics miss the range are skipped; the Parquet
 footers are cached (files never change). Sub-queries run in parallel threads and
-the results are merged into key order.
+the results are merged into key order. The table's iterators (age-off, user
+iterators, aggregation; see :mod:`sleeper_ops.iterators`) then run over the merged
+result, so aggregation sees the records of every file of a key together.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pyarrow.parquet as pq
 from sleeper_ops.arrow_schema import arrow_schema, sort_keys
 from sleeper_ops.datafile import FILE_CACHE, ParquetFileCache
 from sleeper_ops.errors import QueryError
+from sleeper_ops.iterators import BatchFn, IteratorChain
 from sleeper_ops.storage import ObjectStore
 from statestore.catalog import TableInfo
 from statestore.errors import SchemaError
@@ -107,10 +110,18 @@ class _Task:
 
 
 class QueryRunner:
-    """Runs queries against one table; safe to reuse across queries and threads."""
+    """Runs queries against one table; safe to reuse across queries and threads.
+
+    The table's iterator properties, then ``iterators`` (extra user iterators, run
+    after the table's own), apply to every result; they are read and checked once,
+    here (a bad property raises :class:`~sleeper_ops.errors.ConfigError`). Age-off
+    measures age from the time each query runs.
+    """
 
     def __init__(self, state_store: StateStore, objects: ObjectStore, table: TableInfo, *,
-                 threads: int = 4, cache: Optional[ParquetFileCache] = None, state_ttl_seconds: float = 0.0):
+                 threads: int = 4, cache: Optional[ParquetFileCache] = None, state_ttl_seconds: float = 0.0,
+                 iterators: Sequence[BatchFn] = ()):
+        self.iterators = IteratorChain.for_table(table, iterators)
         self.state_store, self.objects, self.table = state_store, objects, table
         self.schema = table.schema
         self.target = arrow_schema(self.schema)
@@ -168,6 +179,8 @@ class QueryRunner:
         result = pa.concat_tables(parts)
         if len(parts) > 1:
             result = result.take(pc.sort_indices(result, sort_keys=sort_keys(self.schema)))
+        if not self.iterators.is_empty:
+            result = self.iterators.apply_table(result)
         return result
 
     def _read(self, task: _Task) -> pa.Table:
