@@ -166,13 +166,16 @@ class Table:
             return runner.ingest_files(list(source), progress)
         return runner.ingest_batches(source, progress)  # type: ignore[arg-type]
 
-    def query_runner(self, threads: int = 4) -> QueryRunner:
-        return QueryRunner(self.sleeper.state_store, self.sleeper.objects, self.info, threads=threads)
+    def query_runner(self, threads: int = 4, iterators: Sequence[Any] = ()) -> QueryRunner:
+        """A reusable runner with the table's current properties (iterators included)."""
+        return QueryRunner(self.sleeper.state_store, self.sleeper.objects, self._fresh(), threads=threads,
+                           iterators=iterators)
 
     def query(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
-              regions: Sequence[Region] = ()) -> pa.Table:
+              regions: Sequence[Region] = (), iterators: Sequence[Any] = ()) -> pa.Table:
         """Records with any of ``keys`` (a value, or a tuple of row key values) or in any
-        ``[min, max)`` of ``ranges`` on the first row key (``max=None``: unbounded)."""
+        ``[min, max)`` of ``ranges`` on the first row key (``max=None``: unbounded), after
+        the table's iterators and then ``iterators`` (callables on Arrow record batches)."""
         rs = list(regions)
         for k in keys:
             rs.append(exact_key_region(self.schema, list(k) if isinstance(k, (tuple, list)) else [k]))
@@ -180,7 +183,7 @@ class Table:
             rs.append(range_region(self.schema, lo, hi))
         if not rs:
             raise QueryError("give at least one key or range")
-        runner = self.query_runner()
+        runner = self.query_runner(iterators=iterators)
         try:
             return runner.query(rs)
         finally:

@@ -20,12 +20,18 @@ def _run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.integration
-def test_demo_ingests_queries_and_reports_on_the_embedded_default(tmp_path: Path) -> None:
+def test_demo_ingests_splits_compacts_and_collects_on_the_embedded_default(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    r = _run(home, "demo", "--rows", "300000", "--batches", "3")
+    r = _run(home, "demo", "--rows", "300000", "--batches", "5")
     assert r.returncode == 0, r.stderr
-    assert "ingested 300,000 records" in r.stdout
-    assert "15 partitions (8 leaves), 24 file references, 300,000 records" in r.stdout
+    out = r.stdout
+    assert "ingested 300,000 records" in out
+    assert "15 partitions (8 leaves), 40 file references, 300,000 records" in out
+    assert "demo: split 8 partitions" in out
+    assert "16 compaction jobs (16 new, 0 retried) on runner local: 16 committed, 0 refused, 0 failed" in out
+    assert "deleted 40 unreferenced files" in out
+    assert "31 partitions (16 leaves), 16 file references, 300,000 records" in out
+    assert out.index("split 8") < out.index("compaction jobs") < out.index("unreferenced files")
     assert (home / "sleeper.toml").exists()
 
     # The table it left behind is a real one: later commands see it in PostgreSQL.
@@ -33,4 +39,11 @@ def test_demo_ingests_queries_and_reports_on_the_embedded_default(tmp_path: Path
     assert r.returncode == 0, r.stderr
     parts = json.loads(r.stdout)
     assert sum(p["records"] for p in parts) == 300_000
-    assert sum(1 for p in parts if p["leaf"]) == 8
+    assert sum(1 for p in parts if p["leaf"]) == 16
+    assert all(p["files"] == (1 if p["leaf"] else 0) for p in parts), "one file per leaf after compaction"
+
+    r = _run(home, "report", "jobs", "demo", "--json")
+    assert r.returncode == 0, r.stderr
+    jobs = json.loads(r.stdout)
+    assert sorted({(j["kind"], j["status"]) for j in jobs}) == [("compaction", "committed"), ("split", "committed")]
+    assert sum(j["rows_written"] for j in jobs if j["kind"] == "compaction") == 300_000
