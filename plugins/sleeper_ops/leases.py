@@ -18,6 +18,10 @@ Guarantees:
   keeps it and a crashed one (no more renewals) loses it ``ttl_seconds`` after its last
   renewal at the latest.
 * Leaving stops the renewals and releases the lease, whether the body succeeded or raised.
+  With ``release=False`` a body that succeeded leaves the lease held for a full TTL, for a
+  later step of the same holder to take over (an Airflow DAG whose tasks share one lease:
+  the next task enters with the same holder, the last one releases); it lapses after
+  ``ttl_seconds`` if no step comes. A body that raised always releases.
 * If a renewal finds the lease taken by someone else (this holder stalled longer than the
   TTL), :attr:`OperationLease.lost` becomes True and a warning is logged. The work is not
   interrupted: every maintenance commit is conditional on the state it read, so a run
@@ -59,10 +63,13 @@ class OperationLease:
         ttl_seconds: how long the lease outlives its last renewal.
         renew_every: seconds between renewals; default ``ttl_seconds / 3``.
         on_lost: called once (from the renewal thread) if the lease is lost.
+        release: release on leaving (default); False keeps it for a later step (see the
+            module docstring).
     """
 
     def __init__(self, store: StateStore, name: str, holder: str, *, ttl_seconds: float = DEFAULT_TTL_SECONDS,
-                 renew_every: Optional[float] = None, on_lost: Optional[Callable[[OperationLease], None]] = None):
+                 renew_every: Optional[float] = None, on_lost: Optional[Callable[[OperationLease], None]] = None,
+                 release: bool = True):
         if ttl_seconds <= 0:
             raise ValueError(f"ttl_seconds must be positive, got {ttl_seconds}")
         self.store = store
@@ -74,6 +81,7 @@ class OperationLease:
             raise ValueError(f"renew_every must be between 0 and ttl_seconds ({self.ttl_seconds}), "
                              f"got {self.renew_every}")
         self._on_lost = on_lost
+        self.release = release
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.lease: Optional[Lease] = None
@@ -94,11 +102,20 @@ class OperationLease:
         log.info("took lease %s as %s (ttl %.0fs)", self.name, self.holder, self.ttl_seconds)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if not self.release and exc_type is None and not self.lost:
+            try:
+                if self.renew():
+                    log.info("keeping lease %s for the next step of %s (ttl %.0fs)",
+                             self.name, self.holder, self.ttl_seconds)
+            except Exception:
+                log.warning("could not renew lease %s at hand-over; it lapses in at most %.0fs",
+                            self.name, self.ttl_seconds, exc_info=True)
+            return
         try:
             released = self.store.release_lease(self.name, self.holder)
         except Exception:  # the lease lapses by itself; do not hide the body's own error

@@ -114,3 +114,22 @@ def test_bad_ttl_is_refused(store):
         OperationLease(store, "x", "h", ttl_seconds=0)
     with pytest.raises(ValueError):
         OperationLease(store, "x", "h", ttl_seconds=1, renew_every=2)
+
+
+def test_kept_lease_passes_to_the_next_step_of_the_same_holder(store):
+    with OperationLease(store, "t/compaction", "dag/run1", release=False):
+        pass
+    assert store.get_lease("t/compaction").holder == "dag/run1"
+    with pytest.raises(LeaseHeldError, match="held by dag/run1"):
+        with OperationLease(store, "t/compaction", "dag/run2"):
+            pass
+    with OperationLease(store, "t/compaction", "dag/run1"):  # the last step releases
+        pass
+    assert store.get_lease("t/compaction") is None
+
+
+def test_kept_lease_is_released_when_the_step_fails(store):
+    with pytest.raises(RuntimeError):
+        with OperationLease(store, "t/compaction", "dag/run1", release=False):
+            raise RuntimeError("job creation failed")
+    assert store.get_lease("t/compaction") is None

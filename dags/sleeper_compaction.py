@@ -1,0 +1,5 @@
+"""Sleeper compaction DAGs: one per table (see sleeper_ops.airflow_dags)."""
+
+from sleeper_ops.airflow_dags import build_dags
+
+globals().update(build_dags("compaction"))
