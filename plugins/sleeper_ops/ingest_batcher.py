@@ -49,7 +49,8 @@ MAX_AGE = "sleeper.table.ingest.batcher.job.max.age.seconds"
 # ----- requests ------------------------------------------------------------------------
 def submit_ingest_requests(sleeper: Sleeper, table_name: str, files: Sequence[str], *,
                            received_ms: Optional[int] = None) -> list[IngestRequest]:
-    """Queue ``files`` for the table's ingest batcher; all or nothing.
+    """Queue ``files`` for the table's ingest batcher; all or nothing. Requests of one
+    call are received at the same time and listed in the order given.
 
     Raises:
         TableNotFoundError: no such table.
@@ -75,7 +76,10 @@ def submit_ingest_requests(sleeper: Sleeper, table_name: str, files: Sequence[st
     if problems:
         raise IngestError(f"table {table_name}: nothing queued: " + "; ".join(problems))
     when = _now_ms() if received_ms is None else received_ms
-    requests = [IngestRequest.new(info.table_id, where, size, when) for where, size in located]
+    # ids of one call share a prefix and sort in the order the files were given
+    prefix = uuid.uuid4().hex
+    requests = [IngestRequest(f"{prefix}-{i:06d}", info.table_id, where, size, when)
+                for i, (where, size) in enumerate(located)]
     sleeper.state_store.add_ingest_requests(info.table_id, requests)
     return requests
 

@@ -1,0 +1,234 @@
+"""The REST app (DESIGN.md section 5) over a Sleeper on the embedded PostgreSQL, through
+FastAPI's TestClient: every route, its errors, and nothing half-applied."""
+
+from __future__ import annotations
+
+import base64
+import warnings
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from fastapi import Header, HTTPException
+
+from sleeper_ops import Sleeper
+from sleeper_ops.ingest_batcher import run_ingest_batcher
+from sleeper_ops.rest_api import LazySleeper, create_app
+from sleeper_ops.storage import ObjectStore
+from statestore.postgres import PostgresStateStore
+
+with warnings.catch_warnings():
+    # Starlette 1.x asks for httpx2 instead of httpx (a UserWarning at import); httpx works.
+    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+    from fastapi.testclient import TestClient
+
+SCHEMA = {
+    "rowKeyFields": [{"name": "key", "type": "StringType"}],
+    "sortKeyFields": [{"name": "ts", "type": "LongType"}],
+    "valueFields": [{"name": "blob", "type": "ByteArrayType"},
+                    {"name": "tags", "type": {"MapType": {"keyType": "StringType", "valueType": "LongType"}}},
+                    {"name": "items", "type": {"ListType": {"elementType": "StringType"}}}],
+}
+LONG_SCHEMA = {"rowKeyFields": [{"name": "id", "type": "LongType"}], "valueFields": [{"name": "v", "type": "StringType"}]}
+
+
+def b64(b: bytes) -> str:
+    return base64.b64encode(b).decode()
+
+
+def rec(key: str, ts: int = 1) -> dict:
+    return {"key": key, "ts": ts, "blob": b64(key.encode()), "tags": {"n": len(key)}, "items": [key, key]}
+
+
+@pytest.fixture
+def sleeper(pg_dsn: str, tmp_path: Path) -> Iterator[Sleeper]:
+    s = Sleeper(state_store=PostgresStateStore(pg_dsn), objects=ObjectStore(str(tmp_path / "data")))
+    s.create_table("events", SCHEMA, split_points=["m"],
+                   properties={"sleeper.table.ingest.batcher.job.min.size": "1"})
+    s.create_table("numbers", LONG_SCHEMA)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def client(sleeper: Sleeper) -> Iterator[TestClient]:
+    with TestClient(create_app(lambda: sleeper)) as c:
+        yield c
+
+
+def records_in(sleeper: Sleeper, table: str) -> int:
+    return sum(r.record_count for r in sleeper.table(table).state().references.values())
+
+
+# ----- tables and reports -----------------------------------------------------------------
+def test_list_and_describe_tables(client: TestClient) -> None:
+    r = client.get("/tables")
+    assert r.status_code == 200
+    assert [(t["name"], t["online"]) for t in r.json()] == [("events", True), ("numbers", True)]
+    t = client.get("/tables/events").json()
+    assert t["schema"]["rowKeyFields"] == [{"name": "key", "type": "StringType"}]
+    assert t["properties"]["sleeper.table.ingest.batcher.job.min.size"] == "1"
+    assert t["properties"]["sleeper.table.compaction.strategy"] == "sizeratio", "defaults are shown"
+    assert t["properties_set"] == ["sleeper.table.ingest.batcher.job.min.size"]
+
+
+def test_unknown_table_is_404_with_a_message_on_every_route(client: TestClient) -> None:
+    for method, path, body in [("GET", "/tables/nope", None), ("GET", "/tables/nope/partitions", None),
+                               ("GET", "/tables/nope/files", None), ("GET", "/tables/nope/jobs", None),
+                               ("GET", "/tables/nope/records?key=%22a%22", None),
+                               ("GET", "/tables/nope/ingest-requests", None),
+                               ("POST", "/tables/nope/records", {"records": [rec("a")]}),
+                               ("POST", "/tables/nope/ingest-requests", {"files": ["/x.parquet"]})]:
+        r = client.request(method, path, json=body)
+        assert r.status_code == 404, (method, path, r.text)
+        assert "nope" in r.json()["detail"]
+
+
+def test_partitions_files_and_jobs_reports(client: TestClient, sleeper: Sleeper) -> None:
+    parts = client.get("/tables/events/partitions").json()
+    assert [(p["depth"], p["leaf"]) for p in parts] == [(0, False), (1, True), (1, True)]
+    assert parts[1]["region"][0]["field"] == "key"
+    assert client.get("/tables/events/files").json() == []
+    client.post("/tables/events/records", json={"records": [rec("a"), rec("z")]})
+    parts = client.get("/tables/events/partitions").json()
+    assert sorted(p["records"] for p in parts if p["leaf"]) == [1, 1]
+    files = client.get("/tables/events/files").json()
+    assert len(files) == 2 and all(f["references"][0]["records"] == 1 for f in files)
+    assert client.get("/tables/events/jobs").json() == []
+    assert client.get("/tables/events/jobs?kind=nonsense").status_code == 400
+
+
+# ----- records ----------------------------------------------------------------------------
+def test_records_written_are_read_back_by_key_and_range(client: TestClient) -> None:
+    r = client.post("/tables/events/records", json={"records": [rec("b", 2), rec("a"), rec("b", 1), rec("q")]})
+    assert r.status_code == 201 and r.json()["records"] == 4 and r.json()["files"] == 2
+    got = client.get("/tables/events/records", params={"key": '"b"'}).json()
+    assert got["count"] == 2 and not got["truncated"]
+    assert got["records"] == [rec("b", 1), rec("b", 2)], "bytes as base64, maps as objects, sorted by sort key"
+    both = client.get("/tables/events/records", params=[("key", '"a"'), ("key", '"q"')]).json()
+    assert [x["key"] for x in both["records"]] == ["a", "q"]
+    rng = client.get("/tables/events/records", params={"min": '"b"', "max": '"r"'}).json()
+    assert [x["key"] for x in rng["records"]] == ["b", "b", "q"]
+    open_ended = client.get("/tables/events/records", params={"min": '"b"', "max": "null"}).json()
+    assert open_ended["count"] == 3
+    assert client.get("/tables/events/records", params={"max": '"b"'}).json()["count"] == 1, "no min: from the start"
+    limited = client.get("/tables/events/records", params={"min": '"a"', "limit": 2}).json()
+    assert limited["count"] == 2 and limited["truncated"]
+
+
+def test_integer_keys_and_json_arrays(client: TestClient) -> None:
+    client.post("/tables/numbers/records", json={"records": [{"id": i, "v": f"v{i}"} for i in range(-5, 5)]})
+    assert client.get("/tables/numbers/records?key=-3").json()["records"] == [{"id": -3, "v": "v-3"}]
+    assert client.get("/tables/numbers/records?key=[4]").json()["count"] == 1
+    assert client.get("/tables/numbers/records?min=0&max=3").json()["count"] == 3
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"key": "a", "ts": 1, "nope": 1}, ["record 1", "nope"]),
+    ({"key": 7, "ts": 1}, ["record 1", "key"]),
+    ({"ts": 1}, ["record 1", "key", "missing"]),
+    ({"key": "a", "ts": "soon"}, ["record 1", "ts"]),
+    ({"key": "a", "ts": 2**63}, ["record 1", "ts"]),
+    ({"key": "a", "ts": 1, "blob": "***"}, ["record 1", "blob", "base64"]),
+    ({"key": "a", "ts": 1, "tags": [1, 2]}, ["record 1", "tags"]),
+])
+def test_records_that_do_not_fit_are_422_and_nothing_is_written(client: TestClient, sleeper: Sleeper,
+                                                                  bad: dict, words: list[str]) -> None:
+    r = client.post("/tables/events/records", json={"records": [rec("ok"), bad]})
+    assert r.status_code == 422, r.text
+    for w in words:
+        assert w in r.json()["detail"]
+    assert records_in(sleeper, "events") == 0
+
+
+@pytest.mark.parametrize("body", [{}, {"records": []}, {"records": "x"}, {"records": [1]}, [rec("a")]])
+def test_malformed_record_bodies_are_422(client: TestClient, body: object) -> None:
+    assert client.post("/tables/events/records", json=body).status_code == 422
+
+
+@pytest.mark.parametrize("query", ["", "?key=abc", "?key=%22a%22&key=%7B", "?key=1", "?min=%22z%22&max=%22a%22",
+                                   "?min=1", "?limit=0&key=%22a%22"])
+def test_bad_queries_are_4xx_with_a_message(client: TestClient, query: str) -> None:
+    r = client.get(f"/tables/events/records{query}")
+    assert r.status_code in (400, 422), r.text
+    assert r.json()["detail"]
+
+
+# ----- ingest requests --------------------------------------------------------------------
+def write_input(d: Path, name: str, keys: list[str]) -> str:
+    path = d / name
+    pq.write_table(pa.table({"key": keys, "ts": pa.array([1] * len(keys), pa.int64()),
+                             "blob": pa.array([k.encode() for k in keys], pa.binary()),
+                             "tags": pa.array([[("n", 1)]] * len(keys), pa.map_(pa.string(), pa.int64())),
+                             "items": pa.array([[k] for k in keys], pa.list_(pa.string()))}), path)
+    return str(path)
+
+
+def test_ingest_requests_are_queued_and_then_batched(client: TestClient, sleeper: Sleeper, tmp_path: Path) -> None:
+    a = write_input(tmp_path, "a.parquet", ["a", "b"])
+    b = write_input(tmp_path, "b.parquet", ["x"])
+    r = client.post("/tables/events/ingest-requests", json={"files": [a, b]})
+    assert r.status_code == 202, r.text
+    reqs = r.json()["requests"]
+    assert [(x["filename"], x["status"]) for x in reqs] == [(a, "pending"), (b, "pending")]
+    listed = client.get("/tables/events/ingest-requests", params={"status": "pending"}).json()
+    assert [x["request_id"] for x in listed] == [x["request_id"] for x in reqs]
+    run_ingest_batcher(sleeper, "events")
+    assert [x["status"] for x in client.get("/tables/events/ingest-requests").json()] == ["ingested", "ingested"]
+    jobs = client.get("/tables/events/jobs", params={"kind": "ingest"}).json()
+    assert [(j["status"], j["rows_written"]) for j in jobs] == [("committed", 3)]
+    assert client.get("/tables/events/records", params={"min": '"a"'}).json()["count"] == 3
+
+
+def test_ingest_request_naming_a_missing_file_queues_nothing(client: TestClient, tmp_path: Path) -> None:
+    a = write_input(tmp_path, "a.parquet", ["a"])
+    r = client.post("/tables/events/ingest-requests", json={"files": [a, str(tmp_path / "gone.parquet")]})
+    assert r.status_code == 422 and "gone.parquet" in r.json()["detail"]
+    assert client.get("/tables/events/ingest-requests").json() == []
+    assert client.post("/tables/events/ingest-requests", json={"files": []}).status_code == 422
+    assert client.get("/tables/events/ingest-requests?status=nonsense").status_code == 422
+
+
+# ----- the app itself ---------------------------------------------------------------------
+def test_openapi_schema_documents_the_routes(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    assert {"/tables", "/tables/{t}/ingest-requests", "/tables/{t}/records", "/tables/{t}/partitions",
+            "/tables/{t}/files", "/tables/{t}/jobs"} <= set(spec["paths"])
+    assert "RecordsOut" in spec["components"]["schemas"]
+
+
+def test_auth_dependency_guards_every_route_but_not_the_schema(sleeper: Sleeper) -> None:
+    def token(authorization: str = Header("")) -> None:
+        if authorization != "Bearer good":
+            raise HTTPException(401, "Not authenticated")
+
+    with TestClient(create_app(lambda: sleeper, auth_dependency=token)) as c:
+        assert c.get("/tables").status_code == 401
+        assert c.post("/tables/events/records", json={"records": [rec("a")]}).status_code == 401
+        assert records_in(sleeper, "events") == 0
+        assert c.get("/tables", headers={"Authorization": "Bearer good"}).status_code == 200
+        assert c.get("/openapi.json").status_code == 200
+
+
+def test_lazy_sleeper_opens_once_and_is_closed_at_shutdown(sleeper: Sleeper) -> None:
+    opened: list[int] = []
+
+    class Probe:
+        def tables(self):  # noqa: ANN201
+            return sleeper.tables()
+
+        def close(self) -> None:
+            opened.append(-1)
+
+    def factory():  # noqa: ANN202
+        opened.append(1)
+        return Probe()
+
+    provider = LazySleeper(factory=factory)
+    with TestClient(create_app(provider)) as c:  # type: ignore[arg-type]
+        assert opened == [], "nothing is opened before the first request"
+        assert c.get("/tables").status_code == 200
+        assert c.get("/tables").status_code == 200
+    assert opened == [1, -1]
