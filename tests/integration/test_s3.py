@@ -229,3 +229,28 @@ def test_delete_table_removes_its_objects_from_s3(s3_sleeper, client, store, req
     s3_sleeper.delete_table("events")
     assert list(store.list(t.info.table_id)) == []
     assert bucket_keys(client, f"tables/{request.node.name}/{t.info.table_id}/") == []
+
+
+# ----- maintenance on S3 ----------------------------------------------------------------
+
+def test_split_compaction_and_gc_on_s3_keep_every_record_once(s3_sleeper, client, store, request):
+    t = s3_sleeper.create_table("t", SCHEMA, properties={"sleeper.table.gc.delay.minutes": "0",
+                                                          "sleeper.table.partition.splitting.threshold": "1000",
+                                                          "sleeper.table.compaction.strategy": "basic"})
+    ingested = pa.concat_tables([make_rows(800, seed=i, first_id=i * 10_000) for i in range(3)])
+    for i in range(3):
+        t.ingest(ingested.slice(i * 800, 800))
+    first = t.compact()
+    assert first.count("committed") == 1, first.summary()
+    assert t.split().splits, "the merged leaf splits at its median"
+    report = t.compact()
+    assert report.creation.pushed_down == 1 and report.count("failed") == 0, report.summary()
+    state = t.state()
+    assert {state.partitions[r.partition_id].is_leaf for r in state.references.values()} == {True}
+    gc = t.gc()
+    assert len(gc.deleted) == 3, gc.summary()  # the merged file is still referenced from both children
+    assert rows(t.query(ranges=[("", None)])) == rows(ingested)
+    live = {r.filename for r in t.state().references.values()}
+    prefix = f"tables/{request.node.name}/{t.info.table_id}/data/"
+    assert {k.split(f"tables/{request.node.name}/", 1)[1] for k in bucket_keys(client, prefix)
+            if k.endswith(".parquet")} == live, "only live files remain in the bucket"
