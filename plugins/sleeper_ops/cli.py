@@ -267,6 +267,26 @@ def demo(ctx: click.Context, rows: int, batches: int, table_name: str) -> None:
              work_dir=Path(ctx.obj["home"]) / "demo-input")
 
 
+@cli.command("ingest-request")
+@click.argument("table_name", metavar="TABLE")
+@click.argument("files", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the queued requests as JSON.")
+@click.pass_context
+def ingest_request(ctx: click.Context, table_name: str, files: tuple[str, ...], as_json: bool) -> None:
+    """Queue FILES (local paths or s3:// URIs) for the table's ingest batcher.
+
+    Every file must exist and be Parquet, CSV or JSON Lines, or nothing is queued.
+    """
+    from sleeper_ops.ingest_batcher import submit_ingest_requests
+
+    requests = submit_ingest_requests(_sleeper(ctx), table_name, list(files))
+    if as_json:
+        click.echo(json.dumps([r.to_dict() for r in requests]))
+        return
+    size = sum(r.size_bytes for r in requests)
+    click.echo(f"queued {len(requests)} ingest requests ({size:,} bytes) for table {table_name}")
+
+
 def _one_line(message: str) -> str:
     """A message on one line: its non-blank lines joined."""
     return "; ".join(line.strip() for line in message.splitlines() if line.strip())

@@ -3,6 +3,7 @@ standard ingest; failed jobs leave their requests pending and retryable."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -204,3 +205,44 @@ def test_a_group_taken_by_another_batcher_is_skipped(sleeper: Sleeper, input_dir
     assert [j.status for j in report.jobs] == ["taken"]
     assert all_keys(sleeper, "t") == [], "the loser ingests nothing"
     assert [(x.status, x.job_id) for x in store.list_ingest_requests(tid)] == [("assigned", "rival")]
+
+
+# ----- CLI -------------------------------------------------------------------------------
+def run_cli(sleeper: Sleeper, monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """``sleeper ARGS`` in process, every command using ``sleeper``."""
+    import contextlib
+
+    import sleeper_ops.api
+    from sleeper_ops.cli import main
+
+    monkeypatch.setattr(sleeper_ops.api, "Sleeper", lambda home: contextlib.nullcontext(sleeper))
+    capsys.readouterr()
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_ingest_request_queues_files(sleeper: Sleeper, input_dir: Path, monkeypatch, capsys) -> None:
+    t = sleeper.create_table("t", SCHEMA)
+    a, b = (write_input(input_dir, f"{n}.parquet", range(3)) for n in "ab")
+    code, out, err = run_cli(sleeper, monkeypatch, capsys, "ingest-request", "t", a, b)
+    assert code == 0, err
+    assert "queued 2 ingest requests" in out
+    assert [r.filename for r in sleeper.state_store.pending_ingest_requests(t.info.table_id)] == [a, b]
+    code, out, _ = run_cli(sleeper, monkeypatch, capsys, "ingest-request", "t", a, "--json")
+    assert code == 0 and [r["filename"] for r in json.loads(out)] == [a]
+
+
+def test_cli_ingest_request_for_a_missing_file_is_one_line_error(sleeper: Sleeper, input_dir: Path, monkeypatch,
+                                                                 capsys) -> None:
+    t = sleeper.create_table("t", SCHEMA)
+    a = write_input(input_dir, "a.parquet", range(3))
+    code, _, err = run_cli(sleeper, monkeypatch, capsys, "ingest-request", "t", a, str(input_dir / "gone.csv"))
+    assert code == 1 and err.startswith("error: ") and "gone.csv" in err and len(err.strip().splitlines()) == 1
+    assert sleeper.state_store.list_ingest_requests(t.info.table_id) == []
+    code, _, err = run_cli(sleeper, monkeypatch, capsys, "ingest-request", "nope", a)
+    assert code == 1 and "nope" in err
