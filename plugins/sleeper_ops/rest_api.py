@@ -58,6 +58,12 @@ if TYPE_CHECKING:
     from statestore.schema import Schema
 
 SleeperProvider = Callable[[], "Sleeper"]
+_DESCRIPTION = (
+    "Sleeper tables: queue files for ingest, write and read records, and see partitions, files and jobs. "
+    "Key values in URLs are JSON (`key=42`, `key=\"abc\"`, a JSON array for several row key fields, bytes as "
+    "base64 strings); records are JSON objects with bytes as base64 strings and maps as objects. "
+    "Errors are `{\"detail\": message}`: 404 unknown table, 422 input that does not fit (nothing is written), "
+    "400 other bad input.")
 MAX_RECORDS_OUT = 1_000_000
 
 
@@ -287,7 +293,7 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
     app = FastAPI(
         title="Sleeper REST API",
         version="1",
-        description=(__doc__ or "").split("\n\n")[0],
+        description=_DESCRIPTION,
         dependencies=[Depends(auth_dependency)] if auth_dependency is not None else [],
         lifespan=lifespan,
         responses={400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 422: {"model": ErrorOut},
@@ -330,8 +336,7 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
 
         if kind is not None and kind not in JOB_KINDS:
             raise QueryError(f"unknown job kind {kind!r}; expected one of {', '.join(JOB_KINDS)}")
-        tb = table(t)
-        return jobs_report(tb.sleeper.state_store.list_jobs(tb.info.table_id, kind=kind, limit=limit))
+        return jobs_report(table(t).jobs(kind=kind, limit=limit))
 
     @app.post("/tables/{t}/ingest-requests", response_model=IngestRequestsOut, status_code=status.HTTP_202_ACCEPTED,
               tags=["ingest"])
