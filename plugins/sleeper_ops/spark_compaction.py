@@ -224,7 +224,8 @@ def spark_submit_command(config: SleeperConfig, table: str, *, jobs_file: Option
                          results_file: Optional[str] = None, run_id: Optional[str] = None,
                          spark_submit: Optional[str] = None, conf: Optional[Mapping[str, str]] = None) -> list[str]:
     """The spark-submit command line running a batch of ``table``'s compaction."""
-    cmd = [spark_submit or find_spark_submit(), "--master", config.spark_master, "--name", f"sleeper-compaction-{table}"]
+    cmd = [spark_submit or find_spark_submit(), "--master", config.spark_master,
+           "--name", f"sleeper-compaction-{table}"]
     for k, v in spark_conf(config.spark_master, conf).items():
         cmd += ["--conf", f"{k}={v}"]
     return cmd + [str(spark_app_path())] + app_arguments(config, table, jobs_file=jobs_file,
@@ -389,7 +390,10 @@ def _commit_task_result(state_store: StateStore, objects: ObjectStore, rec: JobR
             reason = f"{r['error']} (on {r['worker']})"
             state_store.put_job(rec.failed(reason))
             return JobResult(job, "failed", seconds=r["seconds"], reason=reason)
-        written = WrittenFile(r["output"], r["record_count"], None) if r["output"] is not None else None  # type: ignore[arg-type]
+        # The commit needs only the key and the count; the sketches stay in their sidecar.
+        written = None
+        if r["output"] is not None:
+            written = WrittenFile(r["output"], r["record_count"], None)  # type: ignore[arg-type]
         out = JobOutput(job, written, r["rows_read"], r["rows_written"], r["seconds"])
         return record_commit(state_store, objects, rec, out)
     except Exception as e:  # noqa: BLE001 - e.g. the state store went away; the job can be retried
