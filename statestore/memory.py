@@ -111,6 +111,9 @@ class InMemoryStateStore(StateStore):
     def put_job(self, record: JobRecord) -> None:
         with self._lock:
             self._state(record.table_id)
+            current = self._jobs.get((record.table_id, record.job_id))
+            if current is not None and current.status == "committed" and record.status != "committed":
+                return
             self._jobs[(record.table_id, record.job_id)] = record
 
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:

@@ -409,7 +409,8 @@ class PostgresStateStore(StateStore):
     def put_job(self, record: JobRecord) -> None:
         d = record.to_dict()
         cols = list(d)
-        stmt = sql.SQL("INSERT INTO jobs ({}) VALUES ({}) ON CONFLICT (table_id, job_id) DO UPDATE SET {}").format(
+        stmt = sql.SQL("INSERT INTO jobs ({}) VALUES ({}) ON CONFLICT (table_id, job_id) DO UPDATE SET {}"
+                       " WHERE jobs.status <> 'committed' OR EXCLUDED.status = 'committed'").format(
             sql.SQL(", ").join(map(sql.Identifier, cols)),
             sql.SQL(", ").join(sql.Placeholder() * len(cols)),
             sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c))

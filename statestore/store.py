@@ -85,7 +85,10 @@ class StateStore(abc.ABC):
     # ----- job status -----------------------------------------------------------------
     @abc.abstractmethod
     def put_job(self, record: JobRecord) -> None:
-        """Save ``record``, replacing any earlier record of the same table and job id."""
+        """Save ``record``, replacing any earlier record of the same table and job id,
+        except that ``committed`` is final: once a job's record says committed, saves
+        of other statuses for it are ignored (a losing duplicate attempt cannot
+        overwrite the winner's record, however the two race)."""
 
     @abc.abstractmethod
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:

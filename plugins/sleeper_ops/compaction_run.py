@@ -175,11 +175,9 @@ def run_job(state_store: StateStore, objects: ObjectStore, table: TableInfo, job
 
 
 def _put_unless_committed(state_store: StateStore, rec: JobRecord) -> None:
-    """Save ``rec`` unless another attempt of the job has already committed: the
-    winning attempt's record is the one reports should show."""
-    current = state_store.get_job(rec.table_id, rec.job_id)
-    if current is None or current.status != "committed":
-        state_store.put_job(rec)
+    """Save ``rec``; the state store ignores it if another attempt of the job has
+    already committed, so the winning attempt's record is the one reports show."""
+    state_store.put_job(rec)
 
 
 def record_commit(state_store: StateStore, objects: ObjectStore, rec: JobRecord, out: JobOutput) -> JobResult:

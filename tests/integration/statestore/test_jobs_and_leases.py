@@ -108,3 +108,13 @@ def test_racing_holders_one_wins(store: StateStore) -> None:
     for t in threads:
         t.join()
     assert len(winners) == 1, winners
+
+
+def test_a_committed_job_record_is_final(store: StateStore) -> None:
+    tid = _table(store)
+    rec = JobRecord.created(tid, "j", "compaction").started("winner")
+    store.put_job(rec.finished(10, 10).committed())
+    store.put_job(rec.finished(10, 10).failed("commit refused: inputs no longer assigned"))
+    store.put_job(JobRecord.created(tid, "j", "compaction").started("late"))
+    got = store.get_job(tid, "j")
+    assert got is not None and got.status == "committed" and got.run_id == "winner"
