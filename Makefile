@@ -4,7 +4,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export SLEEPER_HOME ?= .sleeper
 
-.PHONY: install demo test test-unit bench clean
+.PHONY: install demo airflow test test-unit bench clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -17,6 +17,11 @@ install: $(STAMP)
 
 demo: install
 	$(BIN)/sleeper demo
+
+# Airflow standalone on 127.0.0.1 (PORT=8080 by default) with the Sleeper DAGs and plugin; Ctrl-C stops it.
+PORT ?= 8080
+airflow: install
+	$(BIN)/sleeper airflow --port $(PORT)
 
 test: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider

@@ -13,6 +13,10 @@ session cookie with the configured auth manager. No valid token: 401 (Airflow an
 the auth manager's ``is_authorized_custom_view`` on the resource ``Sleeper``, GET for
 reads and POST for writes: not allowed, 403.
 
+It also mounts the table status page (:mod:`sleeper_ops.status_page`) at ``/sleeper/ui``
+behind the same authentication (the UI's cookie), linked from the UI's navigation as an
+external view.
+
 The Sleeper served is opened lazily, once per API server process, from
 ``SLEEPER_HOME`` (default ``.sleeper``), and closed when the server shuts down.
 """
@@ -26,6 +30,9 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from sleeper_ops.rest_api import LazySleeper, create_app
+from sleeper_ops.status_page import EXTERNAL_VIEW as STATUS_EXTERNAL_VIEW
+from sleeper_ops.status_page import URL_PREFIX as STATUS_URL_PREFIX
+from sleeper_ops.status_page import create_status_app
 
 URL_PREFIX = "/sleeper/api/v1"
 #: the auth manager resource that guards the REST API
@@ -56,6 +63,8 @@ async def airflow_user(request: Request,
 
 sleeper = LazySleeper()
 rest_app = create_app(sleeper, auth_dependency=airflow_user)
+# The table status page (sleeper_ops.status_page), linked from the UI's navigation.
+status_app = create_status_app(sleeper, auth_dependency=airflow_user)
 
 
 class SleeperPlugin(AirflowPlugin):
@@ -64,8 +73,6 @@ class SleeperPlugin(AirflowPlugin):
     name = "sleeper"
     fastapi_apps = [
         {"app": rest_app, "url_prefix": URL_PREFIX, "name": "Sleeper REST API"},
-        # status page: added by status_page.py owner
+        {"app": status_app, "url_prefix": STATUS_URL_PREFIX, "name": "Sleeper table status"},
     ]
-    external_views: list[dict[str, Any]] = [
-        # status page: added by status_page.py owner
-    ]
+    external_views: list[dict[str, Any]] = [dict(STATUS_EXTERNAL_VIEW)]

@@ -287,6 +287,20 @@ def ingest_request(ctx: click.Context, table_name: str, files: tuple[str, ...], 
     click.echo(f"queued {len(requests)} ingest requests ({size:,} bytes) for table {table_name}")
 
 
+@cli.command()
+@click.option("--port", default=8080, show_default=True, help="Port of the Airflow UI and API on 127.0.0.1.")
+@click.option("--demo/--no-demo", default=True, show_default=True,
+              help="Create a small demo table if the catalog has no tables.")
+@click.pass_context
+def airflow(ctx: click.Context, port: int, demo: bool) -> None:
+    """Run Airflow standalone with the Sleeper DAGs and plugin until Ctrl-C."""
+    from sleeper_ops.airflow_standalone import run_standalone
+
+    code = run_standalone(ctx.obj["home"], port=port, demo=demo, say=click.echo)
+    if code:
+        sys.exit(code)
+
+
 def _one_line(message: str) -> str:
     """A message on one line: its non-blank lines joined."""
     return "; ".join(line.strip() for line in message.splitlines() if line.strip())
