@@ -1,0 +1,160 @@
+"""Live: Airflow standalone (``sleeper airflow``) with the DAGs and the REST plugin.
+
+A user's path through the system, over HTTP only once the table exists: obtain a
+token, queue an ingest request and write records over Sleeper's REST API, trigger
+the table's ingest batcher DAG and then its compaction DAG over Airflow's REST API,
+poll until both runs succeed, and read the records back over REST. The same calls
+without a token get 401.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+httpx = pytest.importorskip("httpx")
+
+pytestmark = pytest.mark.integration
+
+SLEEPER = str(Path(sys.executable).parent / "sleeper")
+SCHEMA = '{"rowKeyFields": [{"name": "key", "type": "LongType"}], "valueFields": [{"name": "v", "type": "StringType"}]}'
+READY = re.compile(r"Airflow is ready: (\S+)\s+user (\S+)\s+password (\S+)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _sleeper(home: Path, *args: str) -> str:
+    env = {**os.environ, "SLEEPER_HOME": str(home)}
+    env.pop("SLEEPER_STATE_STORE_DSN", None)
+    r = subprocess.run([SLEEPER, *args], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def airflow() -> Iterator[dict[str, Any]]:
+    # Not under pytest's basetemp: concurrent pytest sessions rotate it, and the
+    # embedded PostgreSQL's user must be able to reach its data directory.
+    root = Path(tempfile.mkdtemp(prefix="sleeper-airflow-e2e-"))
+    try:
+        yield from _airflow(root / "home")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _airflow(home: Path) -> Iterator[dict[str, Any]]:
+    home.mkdir()
+    (home / "schema.json").write_text(SCHEMA)
+    none = [f"--property=sleeper.table.schedule.{op}=none" for op in ("split", "compaction", "gc", "ingest_batcher")]
+    _sleeper(home, "table", "create", "events", "--schema", str(home / "schema.json"),
+             "--property", "sleeper.table.ingest.batcher.job.min.size=1",
+             "--property", "sleeper.table.compaction.strategy=basic", *none)
+    port = _free_port()
+    env = {**os.environ, "SLEEPER_HOME": str(home)}
+    env.pop("SLEEPER_STATE_STORE_DSN", None)
+    log = open(home / "sleeper-airflow.out", "w+")
+    proc = subprocess.Popen([SLEEPER, "airflow", "--port", str(port), "--no-demo"], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        match = None
+        while match is None:
+            assert proc.poll() is None, f"sleeper airflow exited: {(home / 'sleeper-airflow.out').read_text()}"
+            assert time.monotonic() < deadline, "Airflow did not become ready in 300 s"
+            time.sleep(1)
+            match = READY.search((home / "sleeper-airflow.out").read_text())
+        url, user, password = match.groups()
+        token = httpx.post(f"{url}/auth/token", json={"username": user, "password": password}, timeout=30)
+        assert token.status_code in (200, 201), token.text
+        yield {"url": url, "home": home, "token": token.json()["access_token"]}
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def _client(af: dict[str, Any], token: bool = True) -> Any:
+    headers = {"Authorization": f"Bearer {af['token']}"} if token else {}
+    return httpx.Client(base_url=af["url"], headers=headers, timeout=60)
+
+
+def _run_dag(c: Any, dag_id: str, conf: dict[str, Any] | None = None, timeout: float = 240) -> dict[str, Any]:
+    r = c.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf or {}})
+    assert r.status_code in (200, 201), r.text
+    run_id = r.json()["dag_run_id"]
+    deadline = time.monotonic() + timeout
+    while True:
+        run = c.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}").json()
+        if run["state"] in ("success", "failed"):
+            break
+        assert time.monotonic() < deadline, f"{dag_id} run {run_id} still {run['state']}"
+        time.sleep(2)
+    if run["state"] != "success":
+        tis = c.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()
+        pytest.fail(f"{dag_id} run {run_id} failed: {[(t['task_id'], t['state']) for t in tis['task_instances']]}")
+    return run
+
+
+def test_ingest_request_batcher_compaction_and_read_back_over_rest(airflow: dict[str, Any]) -> None:
+    home: Path = airflow["home"]
+    src = home / "input.parquet"
+    pq.write_table(pa.table({"key": pa.array(range(0, 3000, 3), pa.int64()),
+                             "v": [f"file-{i}" for i in range(1000)]}), src)
+    with _client(airflow) as c:
+        r = c.post("/sleeper/api/v1/tables/events/ingest-requests", json={"files": [str(src)]})
+        assert r.status_code == 202, r.text
+        for first in (1, 2):
+            r = c.post("/sleeper/api/v1/tables/events/records",
+                       json={"records": [{"key": k, "v": f"rest-{k}"} for k in range(first, 3000, 3)]})
+            assert r.status_code == 201, r.text
+
+        _run_dag(c, "sleeper_events_ingest_batcher")
+        files = c.get("/sleeper/api/v1/tables/events/files").json()
+        assert len(files) == 3, files
+
+        _run_dag(c, "sleeper_events_compaction")
+        files = c.get("/sleeper/api/v1/tables/events/files").json()
+        live = [f for f in files if f["references"]]
+        assert len(live) == 1, files
+        jobs = c.get("/sleeper/api/v1/tables/events/jobs").json()
+        kinds = {(j["kind"], j["status"]) for j in (jobs["jobs"] if isinstance(jobs, dict) else jobs)}
+        assert ("compaction", "committed") in kinds and ("ingest", "committed") in kinds, kinds
+
+        r = c.get("/sleeper/api/v1/tables/events/records", params={"min": "0", "max": "null", "limit": 10000})
+        assert r.status_code == 200, r.text
+        records = r.json()["records"]
+        assert [x["key"] for x in records] == list(range(3000))
+        assert records[3]["v"] == "file-1" and records[4]["v"] == "rest-4"
+        r = c.get("/sleeper/api/v1/tables/events/records", params={"key": "2999"})
+        assert r.json()["records"] == [{"key": 2999, "v": "rest-2999"}]
+
+
+def test_the_same_calls_without_a_token_get_401(airflow: dict[str, Any]) -> None:
+    with _client(airflow, token=False) as c:
+        assert c.post("/sleeper/api/v1/tables/events/ingest-requests", json={"files": ["x"]}).status_code == 401
+        assert c.post("/sleeper/api/v1/tables/events/records", json={"records": []}).status_code == 401
+        assert c.get("/sleeper/api/v1/tables/events/records", params={"key": "1"}).status_code == 401
+        assert c.get("/sleeper/api/v1/tables").status_code == 401
+        assert c.post("/api/v2/dags/sleeper_events_compaction/dagRuns",
+                      json={"logical_date": None}).status_code == 401
