@@ -97,9 +97,10 @@ def _summary(report: Any) -> str:
 
 
 def run_exclusive(operation: str, table_name: str, context: dict[str, Any],
-                  work: Callable[[Table, str], Any]) -> str:
+                  work: Callable[[Table, str], Any], *, failures: Optional[Callable[[Any], int]] = None) -> str:
     """Run ``work(table, run_label)`` under the table's ``operation`` lease; log and return
-    its report's summary. Skips (AirflowSkipException) as the module docstring says."""
+    its report's summary. Skips (AirflowSkipException) as the module docstring says; fails
+    (SleeperError with the summary) when ``failures(report)`` counts any failed job."""
     holder = _task_holder(context)
     with open_sleeper() as sleeper:
         table = _open_table(sleeper, table_name, operation)
@@ -111,6 +112,8 @@ def run_exclusive(operation: str, table_name: str, context: dict[str, Any],
             _skip(str(e))
     summary = _summary(report)
     log.info("%s", summary)
+    if failures is not None and failures(report):
+        raise SleeperError(f"{operation} of {table_name}: {summary}")
     reason = getattr(report, "skipped_reason", None)
     if reason:
         _skip(f"{operation} of {table_name} skipped: {reason}")
@@ -130,11 +133,13 @@ def gc_task(table_name: str, **context: Any) -> str:
 
 
 def ingest_batcher_task(table_name: str, **context: Any) -> str:
-    """Group the table's pending ingest requests into jobs and run them."""
+    """Group the table's pending ingest requests into jobs and run them; fails if a job
+    failed (its requests go back to pending for a later run)."""
     from sleeper_ops.ingest_batcher import run_ingest_batcher
 
     return run_exclusive("ingest_batcher", table_name, context,
-                         lambda t, run: run_ingest_batcher(t.sleeper, t.name, run_id=run))
+                         lambda t, run: run_ingest_batcher(t.sleeper, t.name, run_id=run),
+                         failures=lambda report: len(report.failed))
 
 
 # ----- compaction: create_jobs -> run_local | run_spark -> report ---------------------------

@@ -1,0 +1,82 @@
+"""Run by tests/integration/test_dags.py in a subprocess (Airflow's configuration is
+fixed at import, so every scenario gets a fresh interpreter with its own environment).
+
+    python dag_runner.py parse DAGS_FOLDER
+        Parse the folder with a DagBag; print one JSON line: the DAGs (id, schedule,
+        params, tags, tasks), import errors, parse seconds and how many catalog
+        (list_tables) queries were made.
+    python dag_runner.py test DAGS_FOLDER '[{"dag_id": ..., "conf": {...}}, ...]'
+        Run each DAG with dag.test() in turn; print "=== RUN i ===" before each run's
+        log and one JSON line at the end: each run's state and task states.
+    A line "RESULT <json>" carries the answer; everything else is Airflow's log.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def _count_catalog_queries() -> list[int]:
+    calls = [0]
+    from statestore import memory, postgres
+
+    for cls in (postgres.PostgresStateStore, memory.InMemoryStateStore):
+        original = cls.list_tables
+
+        def counted(self, _original=original):  # type: ignore[no-untyped-def]
+            calls[0] += 1
+            return _original(self)
+
+        cls.list_tables = counted  # type: ignore[method-assign]
+    return calls
+
+
+def _describe(dag) -> dict:  # type: ignore[no-untyped-def]
+    timetable = dag.timetable
+    return {
+        "schedule": getattr(timetable, "expression", None) or type(timetable).__name__,
+        "params": {k: dag.params[k] for k in dag.params},
+        "tags": sorted(dag.tags),
+        "max_active_runs": dag.max_active_runs,
+        "paused_on_creation": dag.is_paused_upon_creation,
+        "tasks": {t.task_id: {"type": type(t).__name__, "downstream": sorted(t.downstream_task_ids),
+                              "setup": t.is_setup, "teardown": t.is_teardown, "pool": t.pool}
+                  for t in dag.tasks},
+    }
+
+
+def parse(folder: str) -> dict:
+    from airflow.dag_processing.dagbag import DagBag
+    import sleeper_ops.airflow_dags  # noqa: F401 - imported before timing, as a warm dag processor has it
+
+    calls = _count_catalog_queries()
+    started = time.perf_counter()
+    bag = DagBag(dag_folder=folder)
+    seconds = time.perf_counter() - started
+    return {"dags": {d: _describe(dag) for d, dag in bag.dags.items()}, "import_errors": bag.import_errors,
+            "seconds": seconds, "catalog_queries": calls[0]}
+
+
+def test(folder: str, runs: list[dict]) -> list[dict]:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=folder)
+    if bag.import_errors:
+        raise SystemExit(f"import errors: {bag.import_errors}")
+    out = []
+    for i, run in enumerate(runs):
+        print(f"=== RUN {i} ===", flush=True)
+        dag = bag.dags[run["dag_id"]]
+        dr = dag.test(run_conf=run.get("conf"))
+        out.append({"dag_id": run["dag_id"], "state": str(dr.state),
+                    "tasks": {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}})
+        print(f"=== END {i} ===", flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    mode, folder = sys.argv[1], sys.argv[2]
+    result = parse(folder) if mode == "parse" else test(folder, json.loads(sys.argv[3]))
+    print("RESULT " + json.dumps(result, default=str), flush=True)

@@ -1,0 +1,388 @@
+"""The Sleeper DAGs: parsing from the catalog, and each DAG run with dag.test() against
+PostgreSQL (the ``pg_dsn`` fixture) and local storage.
+
+Airflow fixes its configuration when imported, so every scenario runs in a fresh
+interpreter (``dag_runner.py``) with its own AIRFLOW_HOME (SQLite, migrated once per
+module and copied per test) and SLEEPER_HOME.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sleeper_ops import Sleeper
+from sleeper_ops.leases import OperationLease, lease_name
+
+REPO = Path(__file__).resolve().parents[2]
+DAGS = REPO / "dags"
+RUNNER = Path(__file__).with_name("dag_runner.py")
+BIN = Path(sys.executable).parent
+OPERATIONS = ("split", "compaction", "gc", "ingest_batcher")
+
+SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
+          "sortKeyFields": [{"name": "ts", "type": "LongType"}],
+          "valueFields": [{"name": "value", "type": "StringType"}]}
+
+
+# ----- running Airflow in a subprocess ---------------------------------------------------------
+def _env(airflow_home: Optional[Path], sleeper_home: Optional[Path], **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "_AIRFLOW", "SLEEPER_"))}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    env["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
+    if airflow_home is not None:
+        env["AIRFLOW_HOME"] = str(airflow_home)
+    if sleeper_home is not None:
+        env["SLEEPER_HOME"] = str(sleeper_home)
+    env.update(extra)
+    return env
+
+
+def _result(proc: subprocess.CompletedProcess[str]) -> Any:
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise AssertionError(f"the Airflow subprocess gave no result (exit {proc.returncode}):\n"
+                         f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+
+
+@dataclass
+class Runs:
+    results: list[dict[str, Any]]
+    logs: list[str]
+
+
+def _split_logs(output: str, n: int) -> list[str]:
+    logs = []
+    for i in range(n):
+        start = output.index(f"=== RUN {i} ===")
+        end = output.index(f"=== END {i} ===", start)
+        logs.append(output[start:end])
+    return logs
+
+
+def _start_runs(airflow_home: Path, sleeper_home: Path, runs: list[dict[str, Any]],
+                **extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(RUNNER), "test", str(DAGS), json.dumps(runs)], cwd=airflow_home,
+                            env=_env(airflow_home, sleeper_home, **extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _finish_runs(proc: subprocess.Popen[str], n: int) -> Runs:
+    out, _ = proc.communicate(timeout=300)
+    result = _result(subprocess.CompletedProcess(proc.args, proc.returncode, out, ""))
+    return Runs(result, _split_logs(out, n))
+
+
+def run_dags(airflow_home: Path, sleeper_home: Path, *runs: dict[str, Any], **extra: str) -> Runs:
+    """dag.test() each of ``runs`` ({"dag_id": ..., "conf": {...}}) in one subprocess."""
+    return _finish_runs(_start_runs(airflow_home, sleeper_home, list(runs), **extra), len(runs))
+
+
+def parse_dags(sleeper_home: Optional[Path], folder: Path = DAGS, cwd: Optional[Path] = None,
+               **extra: str) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, str(RUNNER), "parse", str(folder)], cwd=cwd,
+                          env=_env(None, sleeper_home, **extra), capture_output=True, text=True, timeout=300)
+    result = _result(proc)
+    result["log"] = proc.stdout + proc.stderr
+    return result
+
+
+# ----- fixtures --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def migrated_airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("airflow-template")
+    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=_env(home, None), check=True,
+                   capture_output=True, timeout=300)
+    return home
+
+
+@pytest.fixture
+def airflow_home(migrated_airflow_home: Path, tmp_path: Path) -> Path:
+    """A migrated AIRFLOW_HOME (SQLite) of this test's own."""
+    home = tmp_path / "airflow"
+    shutil.copytree(migrated_airflow_home, home)
+    return home
+
+
+@pytest.fixture
+def sleeper_home(tmp_path: Path, pg_dsn: str) -> Path:
+    home = tmp_path / "sleeper"
+    home.mkdir()
+    (home / "sleeper.toml").write_text(textwrap.dedent(f"""\
+        [object_store]
+        uri = "data"
+        [state_store]
+        backend = "postgres"
+        dsn = "{pg_dsn}"
+        """))
+    return home
+
+
+@pytest.fixture
+def sleeper(sleeper_home: Path) -> Iterator[Sleeper]:
+    with Sleeper(sleeper_home) as s:
+        yield s
+
+
+def _rows(n: int, seed: int) -> pa.Table:
+    keys = [f"key-{(i * 7919 + seed * 104729) % 100000:06d}" for i in range(n)]
+    return pa.table({"key": keys, "ts": pa.array(range(n), pa.int64()), "value": [f"v{seed}-{i}" for i in range(n)]})
+
+
+def _filled_table(sleeper: Sleeper, name: str, ingests: int = 3, rows: int = 1000, **props: str) -> Any:
+    table = sleeper.create_table(name, SCHEMA, split_points=["key-050000"],
+                                 properties={"sleeper.table.compaction.strategy": "basic", **props})
+    for seed in range(ingests):
+        table.ingest(_rows(rows, seed))
+    return table
+
+
+def _references_per_leaf(table: Any) -> dict[str, int]:
+    state = table.state()
+    counts = {p.id: 0 for p in state.partitions.values() if p.is_leaf}
+    for ref in state.references.values():
+        counts[ref.partition_id] += 1
+    return counts
+
+
+# ----- parsing -----------------------------------------------------------------------------------
+def test_dag_files_import_without_a_sleeper_home(tmp_path: Path) -> None:
+    result = parse_dags(None, cwd=tmp_path)
+    assert result["import_errors"] == {}
+    assert result["dags"] == {}
+    assert "no Sleeper configuration" in result["log"]
+
+
+def test_one_dag_per_table_per_operation_with_schedules_and_params_from_properties(sleeper: Sleeper,
+                                                                                  sleeper_home: Path) -> None:
+    sleeper.create_table("events", SCHEMA)
+    sleeper.create_table("logs", SCHEMA, properties={"sleeper.table.schedule.compaction": "none",
+                                                     "sleeper.table.schedule.gc": "@hourly",
+                                                     "sleeper.table.compaction.runner": "spark"})
+    result = parse_dags(sleeper_home)
+    assert result["import_errors"] == {}
+    dags = result["dags"]
+    assert sorted(dags) == sorted(f"sleeper_{t}_{op}" for t in ("events", "logs") for op in OPERATIONS)
+    assert dags["sleeper_events_compaction"]["schedule"] == "*/5 * * * *"
+    assert dags["sleeper_logs_compaction"]["schedule"] == "NullTimetable"  # 'none': manual runs only
+    assert dags["sleeper_logs_gc"]["schedule"] == "0 * * * *"
+    assert dags["sleeper_events_compaction"]["params"] == {"runner": "local"}
+    assert dags["sleeper_logs_compaction"]["params"] == {"runner": "spark"}
+    assert dags["sleeper_events_gc"]["params"] == {"dry_run": False}
+    assert dags["sleeper_events_split"]["tags"] == ["sleeper", "split", "table:events"]
+    assert all(d["max_active_runs"] == 1 for d in dags.values())
+    compaction = dags["sleeper_events_compaction"]["tasks"]
+    assert compaction["create_jobs"]["setup"] and compaction["report"]["teardown"]
+    assert compaction["create_jobs"]["downstream"] == ["report", "run_local", "run_spark"]
+    assert compaction["run_spark"]["type"] == "CompactionSparkSubmitOperator"
+    assert compaction["run_spark"]["pool"] == "spark"
+
+
+def test_parsing_100_tables_takes_one_catalog_query_and_under_two_seconds(sleeper: Sleeper,
+                                                                          sleeper_home: Path) -> None:
+    for i in range(100):
+        sleeper.create_table(f"t{i:03d}", SCHEMA)
+    result = parse_dags(sleeper_home)
+    assert result["import_errors"] == {}
+    assert len(result["dags"]) == 400
+    assert result["catalog_queries"] == 1  # the four DAG files share one read
+    assert result["seconds"] < 2.0, f"parsing 100 tables took {result['seconds']:.2f} s"
+
+
+def test_parsing_context_builds_only_the_dag_being_run(sleeper: Sleeper, sleeper_home: Path) -> None:
+    for name in ("a", "b"):
+        sleeper.create_table(name, SCHEMA)
+    result = parse_dags(sleeper_home, _AIRFLOW_PARSING_CONTEXT_DAG_ID="sleeper_b_gc")
+    assert list(result["dags"]) == ["sleeper_b_gc"]
+    assert result["catalog_queries"] == 1
+
+
+def test_an_unreachable_catalog_breaks_only_the_sleeper_dag_files(sleeper_home: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "dags"
+    shutil.copytree(DAGS, folder)
+    (folder / "other_dag.py").write_text(textwrap.dedent("""\
+        from airflow.sdk import DAG
+        dag = DAG("someone_elses_dag", schedule=None)
+        """))
+    result = parse_dags(sleeper_home, folder,
+                        SLEEPER_STATE_STORE_DSN=f"postgresql://nobody@/sleeper?host={tmp_path / 'no-server'}")
+    assert list(result["dags"]) == ["someone_elses_dag"]
+    assert sorted(Path(f).name for f in result["import_errors"]) == sorted(f"sleeper_{op}.py" for op in OPERATIONS)
+    assert all("state store" in e for e in result["import_errors"].values())
+
+
+# ----- running each DAG ----------------------------------------------------------------------------
+def test_compaction_dag_leaves_one_file_per_leaf(sleeper: Sleeper, sleeper_home: Path, airflow_home: Path) -> None:
+    table = _filled_table(sleeper, "events")
+    assert set(_references_per_leaf(table).values()) == {3}
+    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_compaction"})
+    assert runs.results[0]["state"] == "success"
+    assert runs.results[0]["tasks"] == {"create_jobs": "success", "run_local": "success", "run_spark": "skipped",
+                                        "report": "success"}
+    assert set(_references_per_leaf(table).values()) == {1}
+    assert table.query(ranges=[("", None)]).num_rows == 3000
+    jobs = table.jobs(kind="compaction")
+    assert len(jobs) == 2 and {j.status for j in jobs} == {"committed"}
+    assert all(j.run_id.startswith("sleeper_events_compaction/manual__") for j in jobs)
+    assert sleeper.state_store.get_lease(lease_name(table.info.table_id, "compaction")) is None
+
+
+def test_compaction_dag_with_nothing_to_do_releases_its_lease(sleeper: Sleeper, sleeper_home: Path,
+                                                             airflow_home: Path) -> None:
+    table = _filled_table(sleeper, "events", ingests=1)
+    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_compaction"})
+    assert runs.results[0]["state"] == "success"
+    assert runs.results[0]["tasks"]["create_jobs"] == "success"
+    assert runs.results[0]["tasks"]["run_local"] == "skipped"
+    assert sleeper.state_store.get_lease(lease_name(table.info.table_id, "compaction")) is None
+
+
+@pytest.mark.slow
+def test_compaction_dag_runs_the_jobs_on_spark_when_asked(sleeper: Sleeper, sleeper_home: Path,
+                                                          airflow_home: Path) -> None:
+    table = _filled_table(sleeper, "events")
+    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_compaction", "conf": {"runner": "spark"}},
+                    AIRFLOW_CONN_SLEEPER_SPARK='{"conn_type": "spark", "host": "local[1]"}')
+    assert runs.results[0]["state"] == "success", runs.logs[0][-3000:]
+    assert runs.results[0]["tasks"]["run_spark"] == "success"
+    assert runs.results[0]["tasks"]["run_local"] == "skipped"
+    assert set(_references_per_leaf(table).values()) == {1}
+    assert table.query(ranges=[("", None)]).num_rows == 3000
+
+
+def test_gc_dag_dry_run_lists_and_the_real_run_deletes_unreferenced_files(sleeper: Sleeper, sleeper_home: Path,
+                                                                          airflow_home: Path) -> None:
+    table = _filled_table(sleeper, "events", **{"sleeper.table.gc.delay.minutes": "0"})
+    table.compact()
+    unreferenced = [f.filename for f in table.state().file_statuses() if not f.references]
+    assert len(unreferenced) == 6
+    # (conf given both times: dag.test() keeps the previous run's conf on the DAG object)
+    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_gc", "conf": {"dry_run": True}},
+                    {"dag_id": "sleeper_events_gc", "conf": {"dry_run": False}})
+    assert [r["state"] for r in runs.results] == ["success", "success"]
+    assert "would delete 6 unreferenced files" in runs.logs[0]
+    assert "deleted 6 unreferenced files" in runs.logs[1]
+    state = table.state()
+    assert all(f.references for f in state.file_statuses())
+    assert all(sleeper.objects.head(name) is None for name in unreferenced)
+    assert table.query(ranges=[("", None)]).num_rows == 3000
+
+
+def test_split_dag_splits_partitions_over_the_threshold(sleeper: Sleeper, sleeper_home: Path,
+                                                        airflow_home: Path) -> None:
+    table = _filled_table(sleeper, "events", ingests=1, rows=2000,
+                          **{"sleeper.table.partition.splitting.threshold": "500"})
+    before = len(table.state().partitions)
+    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_split"})
+    assert runs.results[0]["state"] == "success"
+    assert len(table.state().partitions) == before + 4  # both leaves split in two
+    assert {j.status for j in table.jobs(kind="split")} == {"committed"}
+
+
+def test_ingest_batcher_dag_ingests_requested_files(sleeper: Sleeper, sleeper_home: Path, airflow_home: Path,
+                                                    tmp_path: Path) -> None:
+    from sleeper_ops.ingest_batcher import submit_ingest_requests
+
+    table = sleeper.create_table("events", SCHEMA, properties={"sleeper.table.ingest.batcher.job.min.size": "1"})
+    files = []
+    for i in range(3):
+        path = tmp_path / f"in-{i}.parquet"
+        pq.write_table(_rows(500, seed=i), path)
+        files.append(str(path))
+    submit_ingest_requests(sleeper, "events", files)
+    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_ingest_batcher"})
+    assert runs.results[0]["state"] == "success"
+    assert table.query(ranges=[("", None)]).num_rows == 1500
+    assert {r.status for r in sleeper.state_store.list_ingest_requests(table.info.table_id)} == {"ingested"}
+
+
+def test_offline_tables_are_skipped_by_maintenance(sleeper: Sleeper, sleeper_home: Path,
+                                                   airflow_home: Path) -> None:
+    table = _filled_table(sleeper, "events", **{"sleeper.table.online": "false",
+                                                 "sleeper.table.partition.splitting.threshold": "10"})
+    before = table.state().canonical()
+    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_split"},
+                    {"dag_id": "sleeper_events_compaction"})
+    assert runs.results[0] == {"dag_id": "sleeper_events_split", "state": "success", "tasks": {"split": "skipped"}}
+    assert runs.results[1]["tasks"]["create_jobs"] == "skipped"
+    assert "table events is offline" in runs.logs[0]
+    assert table.state().canonical() == before
+
+
+# ----- one run per table per operation --------------------------------------------------------------
+def test_a_run_finding_the_lease_held_is_skipped_and_says_who_holds_it(sleeper: Sleeper, sleeper_home: Path,
+                                                                       airflow_home: Path) -> None:
+    table = _filled_table(sleeper, "events", **{"sleeper.table.gc.delay.minutes": "0"})
+    table.compact()
+    unreferenced = sum(1 for f in table.state().file_statuses() if not f.references)
+    name = lease_name(table.info.table_id, "gc")
+    with OperationLease(sleeper.state_store, name, "sleeper_events_gc/backfill__x/1"):
+        runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_gc"})
+    assert runs.results[0] == {"dag_id": "sleeper_events_gc", "state": "success", "tasks": {"gc": "skipped"}}
+    assert f"lease {name} held by sleeper_events_gc/backfill__x/1" in runs.logs[0]
+    assert sum(1 for f in table.state().file_statuses() if not f.references) == unreferenced
+
+
+SLOW_ITERATOR = """\
+import time
+
+def slow(batch):
+    time.sleep(4)
+    return batch
+"""
+
+
+def test_two_compaction_runs_started_together_one_works_the_other_skips(sleeper: Sleeper, sleeper_home: Path,
+                                                                       migrated_airflow_home: Path,
+                                                                       tmp_path: Path) -> None:
+    # Each job sleeps 4 s in a user iterator, so the first run holds its lease long enough
+    # for the second to find it held.
+    module_dir = tmp_path / "iterators"
+    module_dir.mkdir()
+    (module_dir / "slow_iterator.py").write_text(SLOW_ITERATOR)
+    table = _filled_table(sleeper, "events", **{"sleeper.table.iterator.python": "slow_iterator:slow"})
+    homes = []
+    for i in range(2):
+        homes.append(tmp_path / f"airflow-{i}")
+        shutil.copytree(migrated_airflow_home, homes[-1])
+    barrier = threading.Barrier(2)
+    results: list[Optional[Runs]] = [None, None]
+
+    def run(i: int) -> None:
+        barrier.wait()
+        proc = _start_runs(homes[i], sleeper_home, [{"dag_id": "sleeper_events_compaction"}],
+                           PYTHONPATH=str(module_dir))
+        results[i] = _finish_runs(proc, 1)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r is not None for r in results)
+    tasks = [r.results[0]["tasks"] for r in results if r is not None]
+    assert all(r.results[0]["state"] == "success" for r in results if r is not None)
+    worked = [i for i, t in enumerate(tasks) if t["run_local"] == "success"]
+    skipped = [i for i, t in enumerate(tasks) if t["create_jobs"] == "skipped"]
+    assert len(worked) == 1 and len(skipped) == 1, tasks
+    loser_log = results[skipped[0]].logs[0]  # type: ignore[union-attr]
+    assert f"lease {lease_name(table.info.table_id, 'compaction')} held by sleeper_events_compaction/manual__" \
+        in loser_log
+    assert set(_references_per_leaf(table).values()) == {1}
+    assert len({j.run_id for j in table.jobs(kind="compaction")}) == 1
+    # (not a query: that would apply the slow iterator here too)
+    assert sum(r.record_count for r in table.state().references.values()) == 3000
