@@ -1,0 +1,101 @@
+"""The streaming merge of sorted files: order, region filter, plan shape, read-ahead thread."""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from sleeper_ops import merge
+from sleeper_ops.merge import merge_sorted
+from statestore.region import Range, Region
+from statestore.schema import Schema
+
+SCHEMA = Schema.from_dict({"rowKeyFields": [{"name": "key", "type": "StringType"}],
+                           "sortKeyFields": [{"name": "ts", "type": "LongType"}],
+                           "valueFields": [{"name": "value", "type": "StringType"}]})
+
+
+def sorted_file(path, seed: int, n: int = 300) -> pa.Table:
+    """A sorted file whose keys repeat (so sort-key order within a key matters)."""
+    keys = [f"k{(i * 7919 + seed) % 97:03d}" for i in range(n)]
+    t = pa.table({"key": pa.array(keys, pa.string()),
+                  "ts": pa.array([(i * 31 + seed) % 1000 for i in range(n)], pa.int64()),
+                  "value": pa.array([f"v{seed}-{i}" for i in range(n)], pa.string())})
+    t = t.sort_by([("key", "ascending"), ("ts", "ascending")])
+    pq.write_table(t, path, row_group_size=50)
+    return t
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    tables, paths = [], []
+    for i in range(4):
+        p = str(tmp_path / f"in-{i}.parquet")
+        tables.append(sorted_file(p, seed=i))
+        paths.append(p)
+    return paths, pa.concat_tables(tables)
+
+
+def expected(all_rows: pa.Table) -> list[dict]:
+    return all_rows.sort_by([("key", "ascending"), ("ts", "ascending")]).select(["key", "ts"]).to_pylist()
+
+
+def merged(batches) -> list[dict]:
+    return pa.Table.from_batches(list(batches)).select(["key", "ts"]).to_pylist()
+
+
+@pytest.mark.parametrize("read_ahead", [0, 1, 4])
+def test_merge_yields_every_row_in_key_then_sort_key_order(inputs, read_ahead):
+    paths, all_rows = inputs
+    batches = list(merge_sorted(paths, SCHEMA, batch_size=64, read_ahead=read_ahead))
+    assert all(b.num_rows <= 64 for b in batches)
+    out = merged(batches)
+    assert out == expected(all_rows)
+    assert pa.Table.from_batches(batches).column("value").null_count == 0
+
+
+def test_region_filter_keeps_only_the_partition_rows(inputs):
+    paths, all_rows = inputs
+    region = Region((Range("key", "k020", "k050"),))
+    out = merged(merge_sorted(paths, SCHEMA, region=region, batch_size=50))
+    keep = pc.and_(pc.greater_equal(all_rows.column("key"), "k020"), pc.less(all_rows.column("key"), "k050"))
+    assert out == expected(all_rows.filter(keep))
+    assert out
+
+
+def test_plan_is_a_streaming_merge_with_no_sort_and_no_repartition(inputs):
+    paths, _ = inputs
+    assert "SortPreservingMergeExec" in merge.explain_merge(paths, SCHEMA)
+    ctx = merge._session(len(paths), 1024)
+    frame = merge._merged_frame(ctx, paths, SCHEMA, Region((Range("key", "k020", "k050"),)))
+    plan = str(frame.execution_plan().display_indent())
+    assert "SortPreservingMergeExec" in plan
+    assert "SortExec" not in plan.replace("SortPreservingMergeExec", "")
+    assert "RepartitionExec" not in plan
+
+
+def test_a_merge_error_is_raised_to_the_consumer(tmp_path, inputs):
+    paths, _ = inputs
+    bad = tmp_path / "corrupt.parquet"
+    bad.write_bytes(b"PAR1" + b"\0" * 100 + b"PAR1")
+    with pytest.raises(Exception):
+        list(merge_sorted([*paths, str(bad)], SCHEMA, read_ahead=2))
+    assert not _read_ahead_threads()
+
+
+def test_closing_the_merge_early_stops_its_thread(inputs):
+    paths, _ = inputs
+    it = merge_sorted(paths, SCHEMA, batch_size=16, read_ahead=2)
+    first = next(it)
+    assert first.num_rows == 16
+    assert _read_ahead_threads()
+    it.close()
+    assert not _read_ahead_threads()
+
+
+def _read_ahead_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "merge-read-ahead" and t.is_alive()]
