@@ -33,6 +33,7 @@ bench: install
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/query.py
 	$(BIN)/python bench/statestore_commits.py
+	$(BIN)/python bench/compaction.py --rows 2000000
 
 clean:
 	rm -rf $(VENV) .sleeper

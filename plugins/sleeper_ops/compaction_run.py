@@ -79,7 +79,7 @@ def _region_of(state_store: StateStore, table: TableInfo, partition_id: str) -> 
 
 def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
                 region: Optional[Region] = None, iterators: Sequence[BatchFn] = (),
-                on_rows: Optional[RowsCallback] = None, batch_size: int = 65536) -> JobOutput:
+                on_rows: Optional[RowsCallback] = None, batch_size: int = 16384) -> JobOutput:
     """Merge the job's inputs into one new file (see the module docstring).
 
     ``region`` (the job's partition) is needed unless ``job.whole_files``. Every

@@ -1,0 +1,302 @@
+"""Compaction throughput: 11 sorted files merged into one, against a plain copy.
+
+Schema: Sleeper's system test (string key, long sort key, two string values). For
+each of two input sizes (``--rows`` and ``--big``) the bench ingests 11 equal batches
+into a fresh one-partition table (each ingest writes one sorted file with its
+sketches; the size-ratio strategy then merges all 11 in one job) and measures, each
+in a child process of its own so its peak RSS can be read:
+
+* plain copy: the same 11 files read with pyarrow (``ParquetFile.iter_batches``) and
+  written to one file by :class:`~sleeper_ops.datafile.DataFileWriter` with the
+  table's Parquet settings (like-for-like with the compaction's writer: zstd,
+  no dictionary, statistics, page index, 100k-row row groups), no merge, no sketch;
+* plain copy, read ahead: the same, with the reading in a background thread a few
+  batches ahead of the writer (what the merge does), so reading overlaps encoding;
+* runner local: ``table.compact(runner="local")`` (job creation, DataFusion merge,
+  write, commit);
+* runner spark: ``table.compact(runner="spark")``, one spark-submit (its 10-20 s of
+  start-up included; the rate inside the Spark task is printed too).
+
+Every runner merges the same data: the inputs are rebuilt (re-ingested into a fresh
+table) before each run. Ratios are to the faster plain copy of the same size in this
+run; each figure is the best of ``--repeat`` runs (the spark runner runs once a
+size). Peak RSS is the child's high-water mark (for spark: its largest process, the
+JVM or a Python worker); bounded memory shows as the same peak at both sizes. The
+merged output is checked: one file, every row, in key order, same checksum.
+
+    .venv/bin/python bench/compaction.py [--rows 2000000] [--big 4000000] [--repeat 2] [--no-spark]
+    .venv/bin/python bench/compaction.py --rows 10000000     # the issue's figure (--big defaults to 2x)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import _common  # noqa: F401  (sets sys.path)
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from sleeper_ops.demo import SYSTEM_TEST_SCHEMA, generate_rows
+
+FILES = 11
+RESULT = "RESULT "
+
+
+# ----- child processes: one measurement each ------------------------------------------
+def _peak_rss_mb(include_children: bool = False) -> float:
+    """This process's peak RSS (VmHWM), or its largest descendant's if bigger."""
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peak_kb = int(line.split()[1])
+    except OSError:
+        pass
+    if include_children:
+        peak_kb = max(peak_kb, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    return peak_kb / 1024
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process's threads and its waited-for descendants."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _read_ahead(items: Iterator[Any], depth: int = 4) -> Iterator[Any]:
+    q: queue.Queue[Any] = queue.Queue(depth)
+    end = object()
+
+    def produce() -> None:
+        for item in items:
+            q.put(item)
+        q.put(end)
+    threading.Thread(target=produce, daemon=True).start()
+    while (item := q.get()) is not end:
+        yield item
+
+
+def _child_copy(s: Any, table_name: str, ahead: bool) -> dict[str, Any]:
+    from sleeper_ops.datafile import DataFileWriter, ParquetSettings, new_data_key
+
+    t = s.table(table_name)
+    keys = sorted({r.filename for r in t.state().references.values()})
+    started, cpu = time.perf_counter(), _cpu_seconds()
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for k in keys:
+            with s.objects.open_input(k) as f:
+                yield from pq.ParquetFile(f).iter_batches(batch_size=65536)
+    w = DataFileWriter(s.objects, new_data_key(t.info.table_id, "copy"), t.schema, ParquetSettings.of(t.info),
+                       sketch_rows=False)
+    for b in (_read_ahead(batches()) if ahead else batches()):
+        w.write(b)
+    written = w.close()
+    return {"seconds": time.perf_counter() - started, "cpu_seconds": _cpu_seconds() - cpu,
+            "rows": written.record_count, "output": s.objects.uri_of(written.key)}
+
+
+def _child_compact(s: Any, table_name: str, runner: str) -> dict[str, Any]:
+    import datafusion  # noqa: F401  (import cost is not compaction's)
+
+    import sleeper_ops.compaction  # noqa: F401
+
+    t = s.table(table_name)
+    started, cpu = time.perf_counter(), _cpu_seconds()
+    report = t.compact(runner=runner)
+    seconds, cpu = time.perf_counter() - started, _cpu_seconds() - cpu
+    bad = [r for r in report.results if r.status != "committed"]
+    if len(report.results) != 1 or bad:
+        why = "; ".join(f"{r.status}: {r.reason}" for r in bad) or f"{len(report.results)} jobs, expected 1"
+        raise RuntimeError(" ".join(why.split())[-300:])
+    refs = list(t.state().references.values())
+    return {"seconds": seconds, "cpu_seconds": cpu, "rows": report.rows_read, "task_seconds": report.results[0].seconds,
+            "output": s.objects.uri_of(refs[0].filename), "references": len(refs)}
+
+
+def child_main(args: argparse.Namespace) -> None:
+    from sleeper_ops.api import Sleeper
+
+    with Sleeper(home=args.home) as s:
+        try:
+            if args.child in ("copy", "copy-ahead"):
+                out = _child_copy(s, args.table, ahead=args.child == "copy-ahead")
+            else:
+                out = _child_compact(s, args.table, args.child)
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which prints it
+            out = {"error": f"{type(e).__name__}: {e}"}
+    out["peak_rss_mb"] = _peak_rss_mb(include_children=args.child == "spark")
+    print(RESULT + json.dumps(out), flush=True)
+
+
+# ----- the parent: inputs, runs, checks, the table --------------------------------------
+def make_sources(d: Path, rows: int) -> tuple[list[str], int]:
+    """11 unsorted Parquet batches of ``rows`` in all, and the sum of their timestamps."""
+    d.mkdir(parents=True, exist_ok=True)
+    paths, checksum = [], 0
+    for i in range(FILES):
+        n = rows // FILES + (1 if i < rows % FILES else 0)
+        data = generate_rows(n, seed=1000 + i)
+        checksum += pc.sum(data.column("timestamp")).as_py()
+        p = d / f"batch-{i:02d}.parquet"
+        pq.write_table(data, p)
+        paths.append(str(p))
+    return paths, checksum
+
+
+def build_inputs(s: Any, name: str, sources: list[str], properties: dict[str, str]) -> None:
+    """A fresh one-partition table holding one sorted file per source."""
+    t = s.create_table(name, SYSTEM_TEST_SCHEMA, properties=properties)
+    for p in sources:
+        t.ingest([p])
+    files = {r.filename for r in t.state().references.values()}
+    assert len(files) == FILES, f"expected {FILES} input files, got {len(files)}"
+
+
+def run_child(kind: str, home: Path, table: str, timeout: float) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--home", str(home), "--table", table]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith(RESULT):
+            return json.loads(line[len(RESULT):])
+    tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"error": f"exit {p.returncode}: {tail[:300]}"}
+
+
+def check_output(uri: str, rows: int, checksum: int, *, ordered: bool) -> None:
+    """One file holding every row with the inputs' checksum; if ``ordered``, sorted by
+    (key, timestamp)."""
+    t = pq.read_table(uri, columns=["key", "timestamp"])
+    assert t.num_rows == rows, f"{uri}: {t.num_rows} rows, expected {rows}"
+    assert pc.sum(t.column("timestamp")).as_py() == checksum, f"{uri}: timestamp checksum differs"
+    if not ordered:
+        return
+    k = t.column("key").combine_chunks()
+    ts = t.column("timestamp").combine_chunks()
+    a, b = k.slice(0, len(k) - 1), k.slice(1)
+    ordered = pc.or_(pc.less(a, b), pc.and_(pc.equal(a, b), pc.less_equal(ts.slice(0, len(ts) - 1), ts.slice(1))))
+    assert pc.all(ordered).as_py(), f"{uri}: rows out of key order"
+
+
+def measure(s: Any, home: Path, kind: str, size: int, tag: str, sources: list[str], checksum: int,
+            timeout: float, properties: dict[str, str]) -> dict[str, Any]:
+    table = f"{kind.replace('-', '_')}_{size}_{tag}"
+    build_inputs(s, table, sources, properties)
+    r = run_child(kind, home, table, timeout)
+    if "error" not in r:
+        try:
+            check_output(r["output"], size, checksum, ordered=kind in ("local", "spark"))
+            if kind in ("local", "spark"):
+                assert r["references"] == 1, f"{r['references']} references after compaction"
+        except AssertionError as e:
+            r = {"error": f"wrong output: {e}"}
+    s.delete_table(table)
+    return r
+
+
+def best(results: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in results if "error" not in r]
+    if not ok:
+        return results[-1]
+    top = min(ok, key=lambda r: r["seconds"])
+    return {**top, "peak_rss_mb": max(r["peak_rss_mb"] for r in ok)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=2_000_000, help="rows in all at the small size")
+    ap.add_argument("--big", type=int, default=None, help="rows in all at the large size (default 2 x --rows)")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of the copies and the local runner; best is shown")
+    ap.add_argument("--no-spark", action="store_true", help="skip the spark runner")
+    ap.add_argument("--rowgroup-rows", type=int, default=None,
+                    help="the tables' sleeper.table.parquet.rowgroup.rows.max (default: the property's default)")
+    ap.add_argument("--spark-timeout", type=float, default=600)
+    ap.add_argument("--child", choices=["copy", "copy-ahead", "local", "spark"], help=argparse.SUPPRESS)
+    ap.add_argument("--home", help=argparse.SUPPRESS)
+    ap.add_argument("--table", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child_main(args)
+        return
+    sizes = [args.rows, args.big or 2 * args.rows]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    kinds = ["copy", "copy-ahead", "local"] + ([] if args.no_spark else ["spark"])
+    labels = {"copy": "plain copy", "copy-ahead": "plain copy, read ahead", "local": "runner local",
+              "spark": "runner spark"}
+
+    properties = {} if args.rowgroup_rows is None else {
+        "sleeper.table.parquet.rowgroup.rows.max": str(args.rowgroup_rows)}
+    from sleeper_ops.api import Sleeper
+
+    with tempfile.TemporaryDirectory(prefix="sleeper-bench-compaction-") as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        (home / "sleeper.toml").write_text('[object_store]\nuri = "data"\n\n[spark]\nmaster = "local[*]"\n')
+        table: dict[int, dict[str, dict[str, Any]]] = {}
+        with Sleeper(home=home) as s:
+            print(f"compaction of {FILES} sorted files into one (string key, long sort key, 2 string values), "
+                  f"{cores} cores, embedded PostgreSQL, local disk, row groups of "
+                  f"{args.rowgroup_rows or 'the default number of'} rows")
+            for size in sizes:
+                sources, checksum = make_sources(Path(tmp) / f"src-{size}", size)
+                runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+                for rep in range(args.repeat):
+                    for kind in kinds:
+                        if kind == "spark" and rep > 0:
+                            continue
+                        timeout = args.spark_timeout if kind == "spark" else 3600
+                        runs[kind].append(measure(s, home, kind, size, str(rep), sources, checksum, timeout,
+                                                  properties))
+                table[size] = {k: best(v) for k, v in runs.items()}
+                print_size(size, table[size], labels, cores)
+        print_summary(sizes, table, cores)
+
+
+def print_size(size: int, rows: dict[str, dict[str, Any]], labels: dict[str, str], cores: int) -> None:
+    copies = [r["seconds"] for k, r in rows.items() if k.startswith("copy") and "error" not in r]
+    base = min(copies) if copies else None
+    print(f"\n  {size:,} rows in {FILES} files")
+    print(f"  {'':24}{'seconds':>9}{'rows/s':>13}{'rows/s/core':>13}{'vs copy':>9}{'peak RSS MB':>13}"
+          f"{'CPU s':>8}")
+    for kind, r in rows.items():
+        if "error" in r:
+            what = "spark: not available" if kind == "spark" else f"{labels[kind]}: failed"
+            print(f"  {what} ({r['error']})")
+            continue
+        rate = size / r["seconds"]
+        ratio = f"{base / r['seconds']:.2f}" if base else "-"
+        print(f"  {labels[kind]:<24}{r['seconds']:>9.2f}{rate:>13,.0f}{rate / cores:>13,.0f}{ratio:>9}"
+              f"{r['peak_rss_mb']:>13,.0f}{r['cpu_seconds']:>8.2f}")
+        if kind == "spark" and r.get("task_seconds"):
+            print(f"  {'  (inside the Spark task)':<24}{r['task_seconds']:>9.2f}{size / r['task_seconds']:>13,.0f}")
+
+
+def print_summary(sizes: list[int], table: dict[int, dict[str, dict[str, Any]]], cores: int) -> None:
+    small, big = sizes
+    print()
+    for kind in ("local", "spark"):
+        a, b = table[small].get(kind), table[big].get(kind)
+        if a and b and "error" not in a and "error" not in b:
+            print(f"  {kind} runner peak RSS {a['peak_rss_mb']:,.0f} MB at {small:,} rows, "
+                  f"{b['peak_rss_mb']:,.0f} MB at {big:,} rows (ratio {b['peak_rss_mb'] / a['peak_rss_mb']:.2f})")
+    print(f"  goals: local runner >= 2,000,000 rows/s per core (here {cores} cores), "
+          ">= 0.8 of the plain copy, peak RSS flat as inputs grow")
+
+
+if __name__ == "__main__":
+    main()
