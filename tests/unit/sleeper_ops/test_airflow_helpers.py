@@ -1,0 +1,90 @@
+"""Pure helpers of the Airflow wiring: DAG ids, schedules, the standalone environment."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from sleeper_ops.airflow_dags import dag_id_for, schedule_of, table_name_of
+from sleeper_ops.airflow_standalone import airflow_environment, port_free, spark_connection, sqlalchemy_url
+from sleeper_ops.airflow_tasks import chosen_runner, configured_home
+from sleeper_ops.config import SleeperConfig
+from sleeper_ops.errors import ConfigError
+from statestore.catalog import TableInfo
+from statestore.schema import Schema
+
+SCHEMA = Schema.from_dict({"rowKeyFields": [{"name": "k", "type": "LongType"}]})
+
+
+@pytest.mark.parametrize("table", ["events", "x_compaction", "a_gc_b", "t.1-2"])
+@pytest.mark.parametrize("operation", ["split", "compaction", "gc", "ingest_batcher"])
+def test_dag_ids_round_trip(table: str, operation: str) -> None:
+    dag_id = dag_id_for(table, operation)
+    assert dag_id == f"sleeper_{table}_{operation}"
+    assert table_name_of(dag_id, operation) == table
+
+
+def test_foreign_dag_ids_name_no_table() -> None:
+    assert table_name_of("someone_elses_dag", "gc") is None
+    assert table_name_of("sleeper_events_gc", "split") is None
+    assert table_name_of("sleeper__gc", "gc") is None
+
+
+def test_schedules_come_from_properties() -> None:
+    info = TableInfo("id", "t", SCHEMA, {"sleeper.table.schedule.gc": "none", "sleeper.table.schedule.split": "@daily"})
+    assert schedule_of(info, "gc") is None
+    assert schedule_of(info, "split") == "@daily"
+    assert schedule_of(info, "compaction") == "*/5 * * * *"  # the default
+
+
+def test_runner_param_overrides_the_table_property() -> None:
+    assert chosen_runner("spark", None) == "spark"
+    assert chosen_runner("spark", {"runner": "local"}) == "local"
+    assert chosen_runner(None, {}) == "local"
+    with pytest.raises(ConfigError, match="unknown compaction runner 'yarn'"):
+        chosen_runner("local", {"runner": "yarn"})
+
+
+def test_configured_home_never_creates_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SLEEPER_HOME", raising=False)
+    with pytest.raises(ConfigError, match="SLEEPER_HOME is not set"):
+        configured_home()
+    monkeypatch.setenv("SLEEPER_HOME", str(tmp_path / "h"))
+    with pytest.raises(ConfigError, match="has no sleeper.toml"):
+        configured_home()
+    assert not (tmp_path / "h").exists()
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "sleeper.toml").write_text("")
+    assert configured_home() == tmp_path / "h"
+
+
+def test_metadata_url_uses_psycopg3_and_the_same_server() -> None:
+    assert sqlalchemy_url("postgresql://postgres:@/sleeper?host=/tmp/pg", "airflow") == \
+        "postgresql+psycopg://postgres@/airflow?host=/tmp/pg"
+    assert sqlalchemy_url("host=db port=5433 user=u password=p@ss dbname=sleeper sslmode=require", "airflow") == \
+        "postgresql+psycopg://u:p%40ss@db:5433/airflow?sslmode=require"
+
+
+def test_standalone_environment_binds_loopback_and_shares_the_state_store(tmp_path: Path) -> None:
+    config = SleeperConfig.from_dict(tmp_path, {"spark": {"master": "local[2]"}})
+    env = airflow_environment(config, state_dsn="postgresql:///sleeper", metadata_url="postgresql+psycopg:///airflow",
+                              port=18099, base={"PATH": "/usr/bin"})
+    assert env["AIRFLOW__API__HOST"] == "127.0.0.1" and env["AIRFLOW__API__PORT"] == "18099"
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:18099/execution/"
+    assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
+    assert env["AIRFLOW_HOME"] == str(tmp_path / "airflow")
+    assert env["SLEEPER_HOME"] == str(tmp_path) and env["SLEEPER_STATE_STORE_DSN"] == "postgresql:///sleeper"
+    assert env["AIRFLOW__CORE__DAGS_FOLDER"].endswith("dags")
+    assert env["AIRFLOW_CONN_SLEEPER_SPARK"] == spark_connection("local[2]") == \
+        '{"conn_type": "spark", "host": "local[2]"}'
+    assert env["PATH"].endswith("/usr/bin")
+
+
+def test_port_free_sees_a_listener() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert not port_free(s.getsockname()[1])

@@ -1,0 +1,100 @@
+"""The table status page's renderers and app, over the in-memory state store."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pyarrow as pa
+import pytest
+from fastapi import Request
+
+from sleeper_ops.status_page import (
+    TableSummary,
+    create_status_app,
+    jobs_chart_svg,
+    leaf_records_svg,
+    render_index,
+    render_table,
+)
+from sleeper_ops.report import partitions_report
+from statestore.jobs import JobRecord
+
+SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
+          "valueFields": [{"name": "value", "type": "StringType"}]}
+
+
+def _rows(n: int, seed: int) -> pa.Table:
+    return pa.table({"key": [f"k{(i * 31 + seed) % 1000:04d}" for i in range(n)],
+                     "value": [f"v{i}" for i in range(n)]})
+
+
+@pytest.fixture
+def table(sleeper):
+    t = sleeper.create_table("events", SCHEMA, split_points=["k0500"], properties={
+        "sleeper.table.partition.splitting.threshold": "300", "sleeper.table.compaction.strategy": "basic"})
+    for seed in range(3):
+        t.ingest(_rows(400, seed))
+    t.split()
+    t.compact()
+    return t
+
+
+def test_table_page_shows_every_partition_and_the_jobs(table) -> None:
+    state, jobs = table.state(), table.jobs()
+    page = render_table(table.info, state, jobs)
+    for pid in state.partitions:
+        assert pid in page
+    assert {j.kind for j in jobs} == {"split", "compaction"}
+    assert page.count("<svg") == 3
+    assert "1,200</b>records" in page
+    assert "split on key" in page
+
+
+def test_names_and_reasons_are_escaped(sleeper) -> None:
+    t = sleeper.create_table("<script>alert(1)</script>", SCHEMA)
+    failed = JobRecord.created(t.info.table_id, "j1", "compaction").started("r").failed("<b>boom</b>")
+    page = render_table(t.info, t.state(), [failed])
+    assert "<script>alert" not in page and "&lt;script&gt;" in page
+    assert "<b>boom</b>" not in page and "&lt;b&gt;boom&lt;/b&gt;" in page
+    index = render_index([TableSummary.of(t.info, t.state(), [failed])])
+    assert "<script>alert" not in index and "tables/%3Cscript%3Ealert%281%29%3C%2Fscript%3E" in index
+
+
+def test_jobs_chart_stacks_jobs_by_kind_and_marks_failures() -> None:
+    t0 = 1_700_000_000_000
+    jobs = [JobRecord("t", f"c{i}", "compaction", "committed", created_ms=t0 + i) for i in range(3)]
+    jobs.append(JobRecord("t", "s", "split", "committed", created_ms=t0))
+    jobs.append(JobRecord("t", "f", "compaction", "failed", created_ms=t0))
+    svg = jobs_chart_svg(jobs, now=t0 + 60_000)
+    titles = re.findall(r"<title>[^<]*: (\d+) (\w+)</title>", svg)
+    assert sorted(titles) == [("1", "failed"), ("1", "split"), ("3", "compaction")]
+    assert "No jobs" in jobs_chart_svg([], now=t0)
+
+
+def test_leaf_chart_has_one_bar_per_leaf_and_the_threshold(table) -> None:
+    rows = partitions_report(table.state())
+    svg = leaf_records_svg(rows, 300)
+    assert svg.count("<rect") == sum(1 for r in rows if r["leaf"])
+    assert "split threshold 300" in svg
+
+
+def test_app_serves_pages_and_refuses_with_an_html_page(sleeper, table) -> None:
+    from fastapi import HTTPException
+
+    with warnings.catch_warnings():
+        # Starlette 1.x asks for httpx2 instead of httpx (a warning at import); httpx works.
+        warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+        from fastapi.testclient import TestClient
+
+    def auth(request: Request) -> None:
+        if request.headers.get("x-user") != "admin":
+            raise HTTPException(401, "Not authenticated")
+
+    client = TestClient(create_status_app(lambda: sleeper, auth_dependency=auth))
+    refused = client.get("/")
+    assert refused.status_code == 401 and "Sign in to Airflow" in refused.text and "events" not in refused.text
+    ok = client.get("/", headers={"x-user": "admin"})
+    assert ok.status_code == 200 and "href='tables/events'" in ok.text
+    assert client.get("/tables/events", headers={"x-user": "admin"}).status_code == 200
+    assert client.get("/tables/missing", headers={"x-user": "admin"}).status_code == 404
