@@ -386,3 +386,17 @@ def test_two_compaction_runs_started_together_one_works_the_other_skips(sleeper:
     assert len({j.run_id for j in table.jobs(kind="compaction")}) == 1
     # (not a query: that would apply the slow iterator here too)
     assert sum(r.record_count for r in table.state().references.values()) == 3000
+
+
+def test_a_failed_compaction_run_fails_and_still_releases_its_lease(sleeper: Sleeper, sleeper_home: Path,
+                                                                    airflow_home: Path) -> None:
+    table = _filled_table(sleeper, "events")
+    victim = sorted(table.state().files)[0]
+    sleeper.objects.delete(victim)  # one job's input is gone: that job fails
+    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_compaction"})
+    assert runs.results[0]["state"] == "failed"
+    assert runs.results[0]["tasks"] == {"create_jobs": "success", "run_local": "failed", "run_spark": "skipped",
+                                        "report": "success"}
+    assert "1 failed" in runs.logs[0]
+    assert sleeper.state_store.get_lease(lease_name(table.info.table_id, "compaction")) is None
+    assert sorted(j.status for j in table.jobs(kind="compaction")) == ["committed", "failed"]
