@@ -4,7 +4,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export SLEEPER_HOME ?= .sleeper
 
-.PHONY: install demo airflow test test-unit bench clean
+.PHONY: install browser demo airflow test test-unit bench clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -15,6 +15,14 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 
 install: $(STAMP)
 
+# Headless Chromium for the status page's browser test: Debian's package, installed
+# when missing and we are root (the test skips, saying why, when there is none).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1)) \
+	  || echo "chromium not installed: the status page screenshot test will skip"; }
+
 demo: install
 	$(BIN)/sleeper demo
 
@@ -23,7 +31,7 @@ PORT ?= 8080
 airflow: install
 	$(BIN)/sleeper airflow --port $(PORT)
 
-test: install
+test: install browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-unit: install
