@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
 
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.leases import OperationLease, lease_name
@@ -66,11 +67,19 @@ def open_sleeper() -> Sleeper:
     return Sleeper(configured_home())
 
 
-def _skip(message: str) -> None:
+def _skip(message: str) -> NoReturn:
     from airflow.sdk.exceptions import AirflowSkipException
 
     log.info("%s; skipping", message)
     raise AirflowSkipException(message)
+
+
+def _take(held: ExitStack, lease: OperationLease) -> OperationLease:
+    """Enter ``lease`` on ``held``; skip the task, saying who holds it, if it is held."""
+    try:
+        return held.enter_context(lease)
+    except LeaseHeldError as e:
+        _skip(str(e))
 
 
 def _run_label(context: dict[str, Any]) -> str:
@@ -102,14 +111,11 @@ def run_exclusive(operation: str, table_name: str, context: dict[str, Any],
     its report's summary. Skips (AirflowSkipException) as the module docstring says; fails
     (SleeperError with the summary) when ``failures(report)`` counts any failed job."""
     holder = _task_holder(context)
-    with open_sleeper() as sleeper:
+    with open_sleeper() as sleeper, ExitStack() as held:
         table = _open_table(sleeper, table_name, operation)
-        try:
-            with OperationLease(sleeper.state_store, lease_name(table.info.table_id, operation), holder,
-                                ttl_seconds=LEASE_TTL_SECONDS):
-                report = work(table, _run_label(context))
-        except LeaseHeldError as e:
-            _skip(str(e))
+        _take(held, OperationLease(sleeper.state_store, lease_name(table.info.table_id, operation), holder,
+                                   ttl_seconds=LEASE_TTL_SECONDS))
+        report = work(table, _run_label(context))
     summary = _summary(report)
     log.info("%s", summary)
     if failures is not None and failures(report):
@@ -170,13 +176,11 @@ def create_compaction_jobs_task(table_name: str, **context: Any) -> Optional[str
     with open_sleeper() as sleeper:
         table = _open_table(sleeper, table_name, "compaction")
         runner = chosen_runner(table.info.get("sleeper.table.compaction.runner"), context.get("params"))
-        try:
-            with _compaction_lease(sleeper, table, context, release=False) as lease:
-                creation = create_compaction_jobs(sleeper.state_store, table.info, run_id=_run_label(context))
-                # No jobs: nothing follows (the branch skips the runners and the teardown).
-                lease.release = not creation.jobs
-        except LeaseHeldError as e:
-            _skip(str(e))
+        with ExitStack() as held:
+            lease = _take(held, _compaction_lease(sleeper, table, context, release=False))
+            creation = create_compaction_jobs(sleeper.state_store, table.info, run_id=_run_label(context))
+            # No jobs: nothing follows (the branch skips the runners and the teardown).
+            lease.release = not creation.jobs
     log.info("%s", creation.summary())
     if creation.skipped_reason:
         _skip(f"compaction of {table_name} skipped: {creation.skipped_reason}")

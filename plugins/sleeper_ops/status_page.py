@@ -63,7 +63,8 @@ h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 24px 0 8p
 a { color: var(--accent); text-decoration: none; } a:hover { text-decoration: underline; }
 .muted { color: var(--muted); } .mono { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; }
 .cards { display: flex; gap: 12px; flex-wrap: wrap; margin: 12px 0; }
-.card { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 8px 14px; min-width: 120px; }
+.card { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 8px 14px;
+        min-width: 120px; }
 .card b { display: block; font-size: 20px; }
 table { border-collapse: collapse; width: 100%; } th, td { text-align: left; padding: 4px 8px;
   border-bottom: 1px solid var(--line); vertical-align: top; } th { color: var(--muted); font-weight: 600; }
