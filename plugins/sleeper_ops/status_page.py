@@ -183,7 +183,8 @@ def jobs_chart_svg(jobs: Sequence[JobRecord], *, now: Optional[int] = None, widt
     counts = [dict.fromkeys((*JOB_KINDS, "failed"), 0) for _ in range(n)]
     for j, t in zip(jobs, times):
         counts[int((t - start) // bucket)]["failed" if j.status == "failed" else j.kind] += 1
-    top = max(sum(c.values()) for c in counts)
+    step = max(1, math.ceil(max(sum(c.values()) for c in counts) / 4))  # whole jobs per grid line
+    top = step * 4
     left, right, pad_top, bottom = 40, 10, 10, 36
     pw, ph = width - left - right, height - pad_top - bottom
     bw = pw / n
@@ -191,10 +192,10 @@ def jobs_chart_svg(jobs: Sequence[JobRecord], *, now: Optional[int] = None, widt
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
              f"aria-label='jobs over time'>"]
     for i in range(5):
-        v = top * i / 4
+        v = step * i
         y = pad_top + ph - v * scale
         parts.append(f"<line class='grid' x1='{left}' x2='{width - right}' y1='{y:.1f}' y2='{y:.1f}'/>"
-                     f"<text x='{left - 4}' y='{y + 4:.1f}' text-anchor='end'>{_count(round(v, 1))}</text>")
+                     f"<text x='{left - 4}' y='{y + 4:.1f}' text-anchor='end'>{_count(v)}</text>")
     for i, c in enumerate(counts):
         x = left + i * bw
         y = pad_top + ph
@@ -269,7 +270,7 @@ def leaf_records_svg(partitions: Sequence[dict[str, Any]], threshold: int, *, wi
     show_threshold = threshold <= top * 2
     if show_threshold:
         top = max(top, threshold)
-    left, right, pad_top, bottom = 48, 10, 10, 20
+    left, right, pad_top, bottom = 48, 10, 18, 20
     pw, ph = width - left - right, height - pad_top - bottom
     bw = pw / len(leaves)
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "

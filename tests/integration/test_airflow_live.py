@@ -9,8 +9,8 @@ without Airflow's auth and serve them with the UI's ``_token`` cookie.
 
 The screenshot test drives Debian's ``chromium`` (or ``chromium-headless-shell``) over
 the DevTools protocol; without it the test is skipped, saying which package to install.
-It saves its screenshots in pytest's tmp dir, and ``docs/status_page.png`` when that is
-missing (or when ``SLEEPER_UPDATE_SCREENSHOT=1``).
+It saves its screenshots in pytest's tmp dir, and the page as seen inside Airflow's UI as
+``docs/status_page.png`` when that is missing (or when ``SLEEPER_UPDATE_SCREENSHOT=1``).
 """
 
 from __future__ import annotations
@@ -303,7 +303,8 @@ def test_chromium_screenshots_the_status_page(server: dict[str, Any], tmp_path: 
     browser = DevTools(binary, tmp_path / "chromium-profile")
     try:
         page = browser.screenshot(f"{server['url']}/sleeper/ui/tables/events", cookie)
-        in_ui = browser.screenshot(f"{server['url']}/plugin/sleeper-tables", cookie)
+        # The page inside Airflow's UI (the nav entry's iframe, deep-linked to the table).
+        in_ui = browser.screenshot(f"{server['url']}/plugin/sleeper-tables/sleeper/ui/tables/events", cookie)
     finally:
         browser.close()
     for name, png in (("status_page.png", page), ("status_page_in_airflow.png", in_ui)):
@@ -311,4 +312,4 @@ def test_chromium_screenshots_the_status_page(server: dict[str, Any], tmp_path: 
         (tmp_path / name).write_bytes(png)
     docs = REPO / "docs" / "status_page.png"
     if not docs.exists() or os.environ.get("SLEEPER_UPDATE_SCREENSHOT") == "1":
-        docs.write_bytes(page)
+        docs.write_bytes(in_ui)
