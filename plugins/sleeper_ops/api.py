@@ -194,6 +194,14 @@ class Table:
         """The catalog entry as it is now (properties may have changed since opening)."""
         return self.sleeper.state_store.get_table(self.info.name)
 
+    def exclusive(self, operation: str, holder: str) -> Any:
+        """The table's lease for ``operation`` (``compaction``, ``split``, ``gc``, ...) as a
+        context manager, the same one the Airflow DAGs take: raises LeaseHeldError if
+        another run holds it; renewed while held, released on exit."""
+        from sleeper_ops.leases import OperationLease, lease_name
+
+        return OperationLease(self.sleeper.state_store, lease_name(self.info.table_id, operation), holder)
+
     def compact(self, runner: Optional[str] = None, *, iterators: Sequence[Any] = (), run_id: Optional[str] = None,
                 max_workers: Optional[int] = None, retry_after_minutes: Optional[float] = None,
                 progress: Optional[Progress] = None, on_jobs: Any = None) -> CompactionReport:

@@ -218,12 +218,14 @@ def report(ctx: click.Context, kind: str, table_name: str, as_json: bool, limit:
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Local runner: jobs at once.")
 @click.pass_context
 def compact(ctx: click.Context, table_name: str, runner: Optional[str], workers: Optional[int]) -> None:
-    """Create compaction jobs for TABLE, run them and commit each."""
+    """Create compaction jobs for TABLE, run them and commit each (under the table's
+    compaction lease, so it never overlaps a scheduled run)."""
     from sleeper_ops.cli_support import record_progress
 
     t = _sleeper(ctx).table(table_name)
-    with record_progress(f"compact {table_name}") as progress:
-        r = t.compact(runner, max_workers=workers, progress=progress, run_id=_run_id("compact"))
+    run_id = _run_id("compact")
+    with t.exclusive("compaction", run_id), record_progress(f"compact {table_name}") as progress:
+        r = t.compact(runner, max_workers=workers, progress=progress, run_id=run_id)
     click.echo(r.summary())
     if r.count("failed"):
         sys.exit(3)
@@ -234,7 +236,9 @@ def compact(ctx: click.Context, table_name: str, runner: Optional[str], workers:
 @click.pass_context
 def split(ctx: click.Context, table_name: str) -> None:
     """Split TABLE's leaf partitions that are over the splitting threshold."""
-    click.echo(_sleeper(ctx).table(table_name).split(run_id=_run_id("split")).summary())
+    t, run_id = _sleeper(ctx).table(table_name), _run_id("split")
+    with t.exclusive("split", run_id):
+        click.echo(t.split(run_id=run_id).summary())
 
 
 @cli.command()
@@ -243,7 +247,9 @@ def split(ctx: click.Context, table_name: str) -> None:
 @click.pass_context
 def gc(ctx: click.Context, table_name: str, dry_run: bool) -> None:
     """Delete TABLE's unreferenced files (after the GC delay) and old orphaned objects."""
-    click.echo(_sleeper(ctx).table(table_name).gc(dry_run=dry_run, run_id=_run_id("gc")).summary())
+    t, run_id = _sleeper(ctx).table(table_name), _run_id("gc")
+    with t.exclusive("gc", run_id):
+        click.echo(t.gc(dry_run=dry_run, run_id=run_id).summary())
 
 
 def _run_id(operation: str) -> str:

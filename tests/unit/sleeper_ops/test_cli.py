@@ -405,3 +405,31 @@ def test_query_csv_output_ingests_back_into_the_same_records(home, run, tmp_path
     original = ok(run("query", "orig", "--range", '""', "null")).jsonl()
     assert [r["s"] for r in original] == ["", "a, quoted \"one\"", "é"]
     assert ok(run("query", "copy", "--range", '""', "null")).jsonl() == original
+
+
+# ----- maintenance commands -------------------------------------------------------------
+
+def test_split_compact_gc_and_jobs_report(table, run, home):
+    for _ in range(2):
+        ok(run("ingest", "t", str(home.parent / "files" / "rows.jsonl")))
+    ok(run("table", "set", "t", "sleeper.table.compaction.strategy=basic", "sleeper.table.gc.delay.minutes=0"))
+    out = ok(run("compact", "t", "--runner", "local")).out
+    assert "committed" in out and "0 failed" in out
+    out = ok(run("gc", "t", "--dry-run")).out
+    assert "would delete" in out or "dry run" in out
+    assert "deleted" in ok(run("gc", "t")).out
+    assert "split" in ok(run("split", "t")).out
+    jobs = ok(run("report", "jobs", "t", "--json")).json()
+    assert jobs and {j["kind"] for j in jobs} == {"compaction"} and {j["status"] for j in jobs} == {"committed"}
+    assert "compaction  committed" in ok(run("report", "jobs", "t")).out
+
+
+def test_maintenance_refuses_while_another_run_holds_the_lease(table, run, home):
+    import sleeper_ops.api
+
+    s = sleeper_ops.api.Sleeper(str(home)).__enter__()
+    t = s.table("t")
+    with t.exclusive("compaction", "airflow/sleeper_t_compaction/run-1"):
+        assert_one_line_error(run("compact", "t"), "held by airflow/sleeper_t_compaction/run-1")
+        ok(run("gc", "t"))  # other operations have their own leases
+    ok(run("compact", "t"))
