@@ -8,23 +8,31 @@ in a child process of its own so its peak RSS can be read:
 
 * plain copy: the same 11 files read with pyarrow (``ParquetFile.iter_batches``) and
   written to one file by :class:`~sleeper_ops.datafile.DataFileWriter` with the
-  table's Parquet settings (like-for-like with the compaction's writer: zstd,
-  no dictionary, statistics, page index, 100k-row row groups), no merge, no sketch;
+  table's Parquet settings (like-for-like with the compaction's writer: zstd, no
+  dictionary, statistics, page index, the table's row group size), no merge, no
+  sketch (the compaction of whole files merges the inputs' sketches instead);
 * plain copy, read ahead: the same, with the reading in a background thread a few
-  batches ahead of the writer (what the merge does), so reading overlaps encoding;
+  batches ahead of the writer (as the merge runs), so reading overlaps encoding;
 * runner local: ``table.compact(runner="local")`` (job creation, DataFusion merge,
-  write, commit);
+  write, commit; the CPU time is the whole child's);
 * runner spark: ``table.compact(runner="spark")``, one spark-submit (its 10-20 s of
   start-up included; the rate inside the Spark task is printed too).
 
 Every runner merges the same data: the inputs are rebuilt (re-ingested into a fresh
 table) before each run. Ratios are to the faster plain copy of the same size in this
 run; each figure is the best of ``--repeat`` runs (the spark runner runs once a
-size). Peak RSS is the child's high-water mark (for spark: its largest process, the
-JVM or a Python worker); bounded memory shows as the same peak at both sizes. The
-merged output is checked: one file, every row, in key order, same checksum.
+size), so other work on the machine shows less; the CPU seconds column shows it
+anyway. Peak RSS is the child's high-water mark (for spark: the largest process the
+child waited for, normally the spark-submit JVM; Spark's Python workers may not be
+counted); bounded memory shows as the same peak at both sizes. ``--rowgroup-rows``
+sets the tables' ``sleeper.table.parquet.rowgroup.rows.max``: on local disk
+DataFusion's allocator keeps read buffers over 128 KiB (column chunks of big row
+groups) until its I/O threads idle, so peak RSS grows with the input there; with
+column chunks under 128 KiB (about 16k rows of this schema), or on S3, it is flat.
+The merged output is checked: one file, every row, in key order, same checksum.
 
     .venv/bin/python bench/compaction.py [--rows 2000000] [--big 4000000] [--repeat 2] [--no-spark]
+                                           [--rowgroup-rows N]
     .venv/bin/python bench/compaction.py --rows 10000000     # the issue's figure (--big defaults to 2x)
 """
 
@@ -142,6 +150,12 @@ def child_main(args: argparse.Namespace) -> None:
 
 
 # ----- the parent: inputs, runs, checks, the table --------------------------------------
+def _sum(values: pa.ChunkedArray | pa.Array) -> int:
+    """The exact sum of int64 ``values`` (Arrow's int64 sum wraps on overflow)."""
+    step = 1_000_000  # 1 M timestamps below 2^40 sum to under 2^63
+    return sum(pc.sum(values.slice(i, step)).as_py() or 0 for i in range(0, len(values), step))
+
+
 def make_sources(d: Path, rows: int) -> tuple[list[str], int]:
     """11 unsorted Parquet batches of ``rows`` in all, and the sum of their timestamps."""
     d.mkdir(parents=True, exist_ok=True)
@@ -149,7 +163,7 @@ def make_sources(d: Path, rows: int) -> tuple[list[str], int]:
     for i in range(FILES):
         n = rows // FILES + (1 if i < rows % FILES else 0)
         data = generate_rows(n, seed=1000 + i)
-        checksum += pc.sum(data.column("timestamp")).as_py()
+        checksum += _sum(data.column("timestamp"))
         p = d / f"batch-{i:02d}.parquet"
         pq.write_table(data, p)
         paths.append(str(p))
@@ -183,7 +197,7 @@ def check_output(uri: str, rows: int, checksum: int, *, ordered: bool) -> None:
     (key, timestamp)."""
     t = pq.read_table(uri, columns=["key", "timestamp"])
     assert t.num_rows == rows, f"{uri}: {t.num_rows} rows, expected {rows}"
-    assert pc.sum(t.column("timestamp")).as_py() == checksum, f"{uri}: timestamp checksum differs"
+    assert _sum(t.column("timestamp")) == checksum, f"{uri}: timestamp checksum differs"
     if not ordered:
         return
     k = t.column("key").combine_chunks()
