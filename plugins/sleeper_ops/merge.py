@@ -69,7 +69,8 @@ def merge_sorted(paths: Sequence[str], schema: Schema, *, region: Optional[Regio
         return
     ctx = _session(len(paths), batch_size)
     if object_store is not None:
-        ctx.register_object_store(store_url, object_store, None)
+        scheme, _, host = store_url.partition("://")  # e.g. "s3://bucket" -> ("s3://", "bucket")
+        ctx.register_object_store(f"{scheme}://", object_store, host.split("/", 1)[0] or None)
     target = arrow_schema(schema)
 
     def batches() -> Iterator[pa.RecordBatch]:
