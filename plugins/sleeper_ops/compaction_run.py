@@ -127,6 +127,7 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
             writer.sketches = _merged_sketches(objects, table, job.inputs)
         written = writer.close()
     except BaseException:
+        merged.close()  # stops the merge's read-ahead thread
         writer.abort()
         raise
     return JobOutput(job, written, rows_read, written.record_count, time.perf_counter() - started)
