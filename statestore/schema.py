@@ -50,6 +50,15 @@ class ListType:
 FieldType = Union[str, MapType, ListType]
 
 
+def type_name(t: FieldType) -> str:
+    """A field type as users write it in messages: ``LongType``, ``MapType(K, V)``, ``ListType(E)``."""
+    if isinstance(t, MapType):
+        return f"MapType({t.key_type}, {t.value_type})"
+    if isinstance(t, ListType):
+        return f"ListType({t.element_type})"
+    return str(t)
+
+
 @dataclass(frozen=True)
 class Field:
     """One named, typed field. ``type`` is a primitive type name, MapType or ListType."""

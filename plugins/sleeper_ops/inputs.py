@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from sleeper_ops.arrow_schema import arrow_schema
 from sleeper_ops.errors import IngestError
 from sleeper_ops.storage import S3Options
-from statestore.schema import ListType, MapType, Schema
+from statestore.schema import ListType, MapType, Schema, type_name
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl",
            ".json": "jsonl"}
@@ -109,25 +109,17 @@ def conform(batch: pa.RecordBatch, schema: Schema, source: str, *, strings_as_ba
                 c = _decode_base64(c, source, f.name)
             elif _kind(c.type) not in (_kind(f.type), "null"):
                 raise IngestError(f"{source}: column {f.name!r} holds {c.type}, which cannot be read as "
-                                  f"{_type_name(sf.type)}")
+                                  f"{type_name(sf.type)}")
             if c.type != f.type:
                 try:
                     c = c.cast(f.type, safe=True)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
                     raise IngestError(f"{source}: column {f.name!r} holds {c.type}, which cannot be read as "
-                                      f"{_type_name(sf.type)}: {_first_line(e)}") from e
+                                      f"{type_name(sf.type)}: {_first_line(e)}") from e
         if not f.nullable and c.null_count:
             raise IngestError(f"{source}: key column {f.name!r} has {c.null_count} null values")
         cols.append(c)
     return pa.RecordBatch.from_arrays(cols, schema=target)
-
-
-def _type_name(t: object) -> str:
-    if isinstance(t, MapType):
-        return f"MapType({t.key_type}, {t.value_type})"
-    if isinstance(t, ListType):
-        return f"ListType({t.element_type})"
-    return str(t)
 
 
 def _decode_base64(col: pa.Array, source: str, name: str) -> pa.Array:
@@ -183,7 +175,7 @@ _CSV_COL_RE = re.compile(r"column #(\d+)")
 def _csv(fs: pafs.FileSystem, p: str, schema: Schema, source: str) -> Iterator[pa.RecordBatch]:
     for f in schema.all_fields:
         if isinstance(f.type, (MapType, ListType)):
-            raise IngestError(f"{source}: CSV cannot carry {_type_name(f.type)} field {f.name!r}; use Parquet or JSON Lines")
+            raise IngestError(f"{source}: CSV cannot carry {type_name(f.type)} field {f.name!r}; use Parquet or JSON Lines")
     target = arrow_schema(schema)
     types = {f.name: (pa.string() if f.type == pa.binary() else f.type) for f in target}
     with fs.open_input_stream(p) as stream:
@@ -199,7 +191,7 @@ def _csv(fs: pafs.FileSystem, p: str, schema: Schema, source: str) -> Iterator[p
             header = _csv_header(fs, p) if m else []
             if m and int(m.group(1)) < len(header):
                 name = header[int(m.group(1))]
-                expected = _type_name(schema.field(name).type) if name in target.names else "not in schema"
+                expected = type_name(schema.field(name).type) if name in target.names else "not in schema"
                 raise IngestError(f"{source}: column {name!r} does not fit the schema ({expected}): {msg}") from e
             raise IngestError(f"{source}: {msg}") from e
 
@@ -342,7 +334,7 @@ def _check_row(i: int, row: dict, schema: Schema, source: str) -> list[Any]:
         try:
             out.append(_json_value(f.type, row.get(f.name)))
         except ValueError as e:
-            raise IngestError(f"{source}: line {i}: column {f.name!r} does not fit {_type_name(f.type)}: {e}") from None
+            raise IngestError(f"{source}: line {i}: column {f.name!r} does not fit {type_name(f.type)}: {e}") from None
     return out
 
 
@@ -367,5 +359,5 @@ def _rows_to_batch(rows: list[tuple[int, Any]], schema: Schema, source: str) -> 
             cols.append(pa.array([v[j] for v in values], f.type))
         except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
             raise IngestError(f"{source}: column {f.name!r} does not fit "
-                              f"{_type_name(schema.field(f.name).type)}: {_first_line(e)}") from e
+                              f"{type_name(schema.field(f.name).type)}: {_first_line(e)}") from e
     return conform(pa.RecordBatch.from_arrays(cols, schema=target), schema, source)

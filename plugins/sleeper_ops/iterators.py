@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 from sleeper_ops.arrow_schema import arrow_schema
 from sleeper_ops.errors import ConfigError, IteratorError
 from statestore.catalog import TableInfo
-from statestore.schema import ListType, MapType, Schema
+from statestore.schema import Schema, type_name
 
 BatchFn = Callable[[pa.RecordBatch], Optional[pa.RecordBatch]]
 
@@ -77,7 +77,7 @@ class AgeOff:
                               f"(fields: {', '.join(schema.field_names)})")
         ftype = schema.field(name).type
         if ftype not in _NUMERIC:
-            raise ConfigError(f"{AGEOFF_PROPERTY}={value!r}: field {name!r} is {_type_name(ftype)}; "
+            raise ConfigError(f"{AGEOFF_PROPERTY}={value!r}: field {name!r} is {type_name(ftype)}; "
                               "age-off needs an IntType or LongType field of epoch milliseconds")
         return cls(name, max_age)
 
@@ -182,10 +182,10 @@ class Aggregation:
             ftype = value_types[name]
             if op == "sum" and ftype not in _NUMERIC:
                 raise ConfigError(f"{where}: sum({name}) needs an IntType or LongType field; "
-                                  f"{name!r} is {_type_name(ftype)}")
+                                  f"{name!r} is {type_name(ftype)}")
             if op in ("min", "max") and ftype not in _ORDERED:
                 raise ConfigError(f"{where}: {op}({name}) needs an int, long, string or bytes field; "
-                                  f"{name!r} is {_type_name(ftype)}")
+                                  f"{name!r} is {type_name(ftype)}")
             ops.append((name, op))
         missing = [n for n in value_types if n not in seen]
         if missing:
@@ -251,14 +251,6 @@ class Aggregation:
 
     def describe(self) -> str:
         return "aggregation(" + ", ".join(f"{op}({name})" for name, op in self.ops) + ")"
-
-
-def _type_name(t: object) -> str:
-    if isinstance(t, MapType):
-        return f"MapType({t.key_type}, {t.value_type})"
-    if isinstance(t, ListType):
-        return f"ListType({t.element_type})"
-    return str(t)
 
 
 # ----- the chain --------------------------------------------------------------------------

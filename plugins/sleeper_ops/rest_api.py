@@ -178,7 +178,8 @@ def records_to_batch(records: list[dict[str, Any]], schema: Schema) -> pa.Record
     """JSON records as one batch of the table's Arrow schema, or IngestError naming the
     first record and field that does not fit (the CLI's JSON Lines rules)."""
     from sleeper_ops.arrow_schema import arrow_schema
-    from sleeper_ops.inputs import _json_value, _type_name, conform
+    from sleeper_ops.inputs import _json_value, conform
+    from statestore.schema import type_name
 
     fields = schema.all_fields
     names = set(schema.field_names)
@@ -195,7 +196,7 @@ def records_to_batch(records: list[dict[str, Any]], schema: Schema) -> pa.Record
             try:
                 columns[j].append(_json_value(f.type, v))
             except ValueError as e:
-                raise IngestError(f"record {i}: field {f.name!r} does not fit {_type_name(f.type)}: {e}") from None
+                raise IngestError(f"record {i}: field {f.name!r} does not fit {type_name(f.type)}: {e}") from None
     target = arrow_schema(schema)
     batch = pa.RecordBatch.from_arrays([pa.array(c, t.type) for c, t in zip(columns, target)], schema=target)
     return conform(batch, schema, "records")
