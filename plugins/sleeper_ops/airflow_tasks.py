@@ -135,7 +135,7 @@ def split_task(table_name: str, **context: Any) -> str:
 def gc_task(table_name: str, **context: Any) -> str:
     """Garbage-collect the table; the ``dry_run`` param only lists what would go."""
     dry_run = bool((context.get("params") or {}).get("dry_run", False))
-    return run_exclusive("gc", table_name, context, lambda t, run: t.gc(dry_run=dry_run, run_id=run))
+    return run_exclusive("gc", table_name, context, lambda t, run: t.gc(dry_run=dry_run))
 
 
 def ingest_batcher_task(table_name: str, **context: Any) -> str:

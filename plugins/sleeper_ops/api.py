@@ -222,7 +222,7 @@ class Table:
 
         return split_partitions(self.sleeper.state_store, self.sleeper.objects, self._fresh(), run_id=run_id)
 
-    def gc(self, *, dry_run: bool = False, orphans: bool = True, run_id: Optional[str] = None) -> Any:
+    def gc(self, *, dry_run: bool = False, orphans: bool = True) -> Any:
         """Delete unreferenced files older than the GC delay, and orphaned objects older
         than the grace period; ``dry_run`` only lists them. Returns a
         :class:`~sleeper_ops.gc.GCReport`. Skipped when the table is offline."""

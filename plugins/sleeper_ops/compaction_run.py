@@ -164,38 +164,33 @@ def run_job(state_store: StateStore, objects: ObjectStore, table: TableInfo, job
     rec = state_store.get_job(table.table_id, job.job_id) or JobRecord.created(
         table.table_id, job.job_id, "compaction", partition_id=job.partition_id, input_files=len(job.inputs))
     rec = rec.started(run_id)
-    _put_unless_committed(state_store, rec)
+    state_store.put_job(rec)
     try:
         region = None if job.whole_files else _region_of(state_store, table, job.partition_id)
         out = execute_job(job, table, objects, region=region, iterators=iterators, on_rows=on_rows)
     except Exception as e:  # noqa: BLE001 - recorded and reported; the job can be retried
         reason = f"{type(e).__name__}: {e}"
-        _put_unless_committed(state_store, rec.failed(reason))
+        state_store.put_job(rec.failed(reason))
         return JobResult(job, "failed", reason=reason)
     return record_commit(state_store, objects, rec, out)
 
 
-def _put_unless_committed(state_store: StateStore, rec: JobRecord) -> None:
-    """Save ``rec``; the state store ignores it if another attempt of the job has
-    already committed, so the winning attempt's record is the one reports show."""
-    state_store.put_job(rec)
-
-
 def record_commit(state_store: StateStore, objects: ObjectStore, rec: JobRecord, out: JobOutput) -> JobResult:
-    """Commit an executed job and record the outcome in its status record."""
+    """Commit an executed job and record the outcome in its status record. A losing
+    attempt's records are ignored by the state store once the winner's says committed."""
     output_key = out.output.key if out.output is not None else None
     rec = rec.finished(out.rows_read, out.rows_written, output_key)
-    _put_unless_committed(state_store, rec)
+    state_store.put_job(rec)
     job = out.job
     try:
         refused = commit_job(state_store, objects, out)
     except Exception as e:  # noqa: BLE001 - e.g. the state store is unreachable
         reason = f"commit failed: {type(e).__name__}: {e}"
-        _put_unless_committed(state_store, rec.failed(reason))
+        state_store.put_job(rec.failed(reason))
         return JobResult(job, "failed", out.rows_read, out.rows_written, out.seconds, output_key, reason)
     if refused is not None:
         reason = f"commit refused: {refused}"
-        _put_unless_committed(state_store, rec.failed(reason))
+        state_store.put_job(rec.failed(reason))
         return JobResult(job, "refused", out.rows_read, out.rows_written, out.seconds, None, reason)
     state_store.put_job(rec.committed())
     return JobResult(job, "committed", out.rows_read, out.rows_written, out.seconds, output_key)

@@ -129,7 +129,7 @@ def run_demo(sleeper: Sleeper, *, rows: int, batches: int, table_name: str, work
     _report(console, "files after compaction", render_files(table.state()))
     _report(console, "jobs (newest 20)", render_jobs(table.jobs(limit=20)))
 
-    gc = table.gc(run_id="demo")
+    gc = table.gc()
     _report(console, "garbage collection", gc.summary() + "\n" + render_files(table.state()))
     _report(console, "partitions after maintenance", render_partitions(table.state()))
     _queries(console, table, remembered)
