@@ -37,6 +37,15 @@ class S3Options:
     access_key: Optional[str] = None
     secret_key: Optional[str] = None
 
+    @property
+    def endpoint_url(self) -> Optional[str]:
+        """The endpoint as a URL with its scheme (``http://127.0.0.1:9000``), or None for AWS."""
+        if not self.endpoint_override:
+            return None
+        if "://" in self.endpoint_override:
+            return self.endpoint_override
+        return f"{self.scheme}://{self.endpoint_override}"
+
     def filesystem(self, **extra: Any) -> pafs.S3FileSystem:
         """A pyarrow S3 filesystem with these options (unset ones left to pyarrow's defaults)."""
         kwargs = {k: v for k, v in dict(endpoint_override=self.endpoint_override, scheme=self.scheme,
@@ -152,9 +161,7 @@ class ObjectStore:
 
         o = self.s3 or S3Options()
         bucket = self.root.split("/", 1)[0]
-        endpoint = None
-        if o.endpoint_override:
-            endpoint = o.endpoint_override if "://" in o.endpoint_override else f"{o.scheme}://{o.endpoint_override}"
+        endpoint = o.endpoint_url
         store = AmazonS3(bucket_name=bucket, region=o.region or os.environ.get("AWS_REGION") or "us-east-1",
                          access_key_id=o.access_key or os.environ.get("AWS_ACCESS_KEY_ID"),
                          secret_access_key=o.secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY"),
@@ -171,12 +178,8 @@ class ObjectStore:
                     self._client = False
                 else:
                     o = self.s3 or S3Options()
-                    endpoint = None
-                    if o.endpoint_override:
-                        endpoint = (o.endpoint_override if "://" in o.endpoint_override
-                                    else f"{o.scheme}://{o.endpoint_override}")
                     self._client = boto3.session.Session().client(
-                        "s3", endpoint_url=endpoint, region_name=o.region, aws_access_key_id=o.access_key,
+                        "s3", endpoint_url=o.endpoint_url, region_name=o.region, aws_access_key_id=o.access_key,
                         aws_secret_access_key=o.secret_key)
             return self._client or None
 
