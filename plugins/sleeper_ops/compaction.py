@@ -82,6 +82,9 @@ def run_local(state_store: StateStore, objects: ObjectStore, table: TableInfo, j
         return []
     workers = max(1, min(len(jobs), max_workers or os.cpu_count() or 1))
     lock = threading.Lock()
+    # Partial-file jobs filter to their partition: read the partitions once for all of them.
+    regions = ({p.id: p.region for p in state_store.partitions(table.table_id)}
+               if any(not j.whole_files for j in jobs) else {})
 
     def on_rows(n: int) -> None:
         if progress is not None:
@@ -89,7 +92,8 @@ def run_local(state_store: StateStore, objects: ObjectStore, table: TableInfo, j
                 progress(n)
 
     def one(job: CompactionJob) -> JobResult:
-        return run_job(state_store, objects, table, job, iterators=iterators, run_id=run_id, on_rows=on_rows)
+        return run_job(state_store, objects, table, job, region=regions.get(job.partition_id), iterators=iterators,
+                       run_id=run_id, on_rows=on_rows)
 
     if workers == 1:
         return [one(j) for j in jobs]

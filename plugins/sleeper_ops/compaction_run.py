@@ -158,15 +158,17 @@ def commit_job(state_store: StateStore, objects: ObjectStore, out: JobOutput) ->
 
 
 def run_job(state_store: StateStore, objects: ObjectStore, table: TableInfo, job: CompactionJob, *,
-            iterators: Sequence[BatchFn] = (), run_id: Optional[str] = None,
+            region: Optional[Region] = None, iterators: Sequence[BatchFn] = (), run_id: Optional[str] = None,
             on_rows: Optional[RowsCallback] = None) -> JobResult:
-    """Execute and commit one job, recording started/finished/committed or failed."""
+    """Execute and commit one job, recording started/finished/committed or failed.
+    ``region`` is the job partition's, looked up when not given and needed."""
     rec = state_store.get_job(table.table_id, job.job_id) or JobRecord.created(
         table.table_id, job.job_id, "compaction", partition_id=job.partition_id, input_files=len(job.inputs))
     rec = rec.started(run_id)
     state_store.put_job(rec)
     try:
-        region = None if job.whole_files else _region_of(state_store, table, job.partition_id)
+        if region is None and not job.whole_files:
+            region = _region_of(state_store, table, job.partition_id)
         out = execute_job(job, table, objects, region=region, iterators=iterators, on_rows=on_rows)
     except Exception as e:  # noqa: BLE001 - recorded and reported; the job can be retried
         reason = f"{type(e).__name__}: {e}"
