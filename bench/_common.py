@@ -17,7 +17,7 @@ warnings.filterwarnings("ignore")
 def bench_sleeper(state_store: str = "postgres") -> Iterator:
     """A Sleeper in a temporary directory; ``postgres`` starts an embedded PostgreSQL."""
     from sleeper_ops.api import Sleeper
-    from sleeper_ops.storage import ObjectStore
+    from sleeper_ops.io.storage import ObjectStore
     from statestore.memory import InMemoryStateStore
 
     with tempfile.TemporaryDirectory(prefix="sleeper-bench-") as d:

@@ -7,7 +7,7 @@ sketches; the size-ratio strategy then merges all 11 in one job) and measures, e
 in a child process of its own so its peak RSS can be read:
 
 * plain copy: the same 11 files read with pyarrow (``ParquetFile.iter_batches``) and
-  written to one file by :class:`~sleeper_ops.datafile.DataFileWriter` with the
+  written to one file by :class:`~sleeper_ops.io.datafile.DataFileWriter` with the
   table's Parquet settings (like-for-like with the compaction's writer: zstd, no
   dictionary, statistics, page index, the table's row group size), no merge, no
   sketch (the compaction of whole files merges the inputs' sketches instead);
@@ -97,7 +97,7 @@ def _read_ahead(items: Iterator[Any], depth: int = 4) -> Iterator[Any]:
 
 
 def _child_copy(s: Any, table_name: str, ahead: bool) -> dict[str, Any]:
-    from sleeper_ops.datafile import DataFileWriter, ParquetSettings, new_data_key
+    from sleeper_ops.io.datafile import DataFileWriter, ParquetSettings, new_data_key
 
     t = s.table(table_name)
     keys = sorted({r.filename for r in t.state().references.values()})
@@ -119,7 +119,7 @@ def _child_copy(s: Any, table_name: str, ahead: bool) -> dict[str, Any]:
 def _child_compact(s: Any, table_name: str, runner: str) -> dict[str, Any]:
     import datafusion  # noqa: F401  (import cost is not compaction's)
 
-    import sleeper_ops.compaction  # noqa: F401
+    import sleeper_ops.compaction.runners  # noqa: F401
 
     t = s.table(table_name)
     started, cpu = time.perf_counter(), _cpu_seconds()

@@ -19,7 +19,7 @@ import _common  # noqa: F401
 from _common import bench_sleeper, percentiles
 
 from sleeper_ops.demo import KEY_SPACE, SYSTEM_TEST_SCHEMA, generate_rows, split_points
-from sleeper_ops.query import exact_key_region, range_region
+from sleeper_ops.query.runner import exact_key_region, range_region
 
 
 def run(s, size: int, queries: int) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]

@@ -196,7 +196,7 @@ def main() -> None:
         dsn = args.dsn
         run(dsn)
     else:
-        from statestore.embedded import EmbeddedPostgres
+        from statestore.postgres.embedded import EmbeddedPostgres
         with tempfile.TemporaryDirectory(prefix="sleeper-bench-") as tmp:
             with EmbeddedPostgres(Path(tmp) / "pg", cleanup_mode="stop") as pg:
                 print(f"embedded PostgreSQL in {tmp}")

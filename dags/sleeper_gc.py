@@ -1,5 +1,5 @@
-"""Sleeper gc DAGs: one per table (see sleeper_ops.airflow_dags)."""
+"""Sleeper gc DAGs: one per table (see sleeper_ops.airflow.dag_factory)."""
 
-from sleeper_ops.airflow_dags import build_dags
+from sleeper_ops.airflow.dag_factory import build_dags
 
 globals().update(build_dags("gc"))

@@ -3,12 +3,12 @@
     spark-submit --master local[2] spark_apps/compaction.py --home SLEEPER_HOME --table T \
         [--jobs-file F] [--results-file R] [--run-id ID]
 
-See :mod:`sleeper_ops.spark_compaction` (its ``main``) for what it does.
+See :mod:`sleeper_ops.spark.compaction` (its ``main``) for what it does.
 """
 
 import sys
 
-from sleeper_ops.spark_compaction import main
+from sleeper_ops.spark.compaction import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -73,7 +73,7 @@ def pg_admin_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if dsn:
         yield dsn
         return
-    from statestore.embedded import EmbeddedPostgres
+    from statestore.postgres.embedded import EmbeddedPostgres
 
     parent = _server_dir(tmp_path_factory, "pg")
     pg = EmbeddedPostgres(parent / "data", database="postgres", cleanup_mode="delete")

@@ -17,9 +17,9 @@ import pyarrow as pa
 
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import QueryError
-from sleeper_ops.ingest import IngestResult, IngestRunner, Progress
-from sleeper_ops.query import QueryRunner, exact_key_region, range_region
-from sleeper_ops.storage import ObjectStore
+from sleeper_ops.ingest.standard import IngestResult, IngestRunner, Progress
+from sleeper_ops.query.runner import QueryRunner, exact_key_region, range_region
+from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
 from statestore.jobs import JobRecord
 from statestore.partitions import partitions_from_split_points
@@ -30,9 +30,9 @@ from statestore.state import TableState
 from statestore.store import StateStore
 
 if TYPE_CHECKING:
-    from sleeper_ops.compaction import CompactionReport
-    from sleeper_ops.compaction_jobs import CompactionJob
-    from sleeper_ops.compaction_run import JobResult
+    from sleeper_ops.compaction.runners import CompactionReport
+    from sleeper_ops.compaction.jobs import CompactionJob
+    from sleeper_ops.compaction.execute import JobResult
 
 
 class Sleeper:
@@ -67,7 +67,7 @@ class Sleeper:
 
         dsn = cfg.state_store_dsn
         if not dsn:
-            from statestore.embedded import EmbeddedPostgres
+            from statestore.postgres.embedded import EmbeddedPostgres
 
             self._embedded = EmbeddedPostgres(cfg.embedded_pg_dir)
             dsn = self._embedded.start()
@@ -86,7 +86,7 @@ class Sleeper:
         config = self.config
 
         def run(table: TableInfo, jobs: list[CompactionJob]) -> list[JobResult]:
-            from sleeper_ops.spark_compaction import submit_compaction_batch
+            from sleeper_ops.spark.compaction import submit_compaction_batch
 
             return submit_compaction_batch(config, self.state_store, table, jobs, run_id=run_id)
         return run
@@ -160,7 +160,7 @@ class Table:
         runner = IngestRunner(self.sleeper.state_store, self.sleeper.objects, self.info, s3=self.sleeper.s3,
                               **options)
         if isinstance(source, pa.Table):
-            from sleeper_ops.inputs import conform
+            from sleeper_ops.io.inputs import conform
             return runner.ingest_batches((conform(b, self.schema, "table") for b in source.to_batches()), progress)
         if isinstance(source, (list, tuple)) and all(isinstance(s, str) for s in source):
             return runner.ingest_files(list(source), progress)
@@ -198,7 +198,7 @@ class Table:
         """The table's lease for ``operation`` (``compaction``, ``split``, ``gc``, ...) as a
         context manager, the same one the Airflow DAGs take: raises LeaseHeldError if
         another run holds it; renewed while held, released on exit."""
-        from sleeper_ops.leases import OperationLease, lease_name
+        from sleeper_ops.maintenance.leases import OperationLease, lease_name
 
         return OperationLease(self.sleeper.state_store, lease_name(self.info.table_id, operation), holder)
 
@@ -207,8 +207,8 @@ class Table:
                 progress: Optional[Progress] = None, on_jobs: Any = None) -> CompactionReport:
         """Create compaction jobs and run them with ``runner`` (default: the table's
         ``sleeper.table.compaction.runner``); each job commits atomically. Skipped
-        when the table is offline. See :mod:`sleeper_ops.compaction`."""
-        from sleeper_ops.compaction import compact_table
+        when the table is offline. See :mod:`sleeper_ops.compaction.runners`."""
+        from sleeper_ops.compaction.runners import compact_table
 
         return compact_table(self.sleeper.state_store, self.sleeper.objects, self._fresh(), runner=runner,
                              iterators=iterators, run_id=run_id, max_workers=max_workers,
@@ -217,16 +217,16 @@ class Table:
 
     def split(self, *, run_id: Optional[str] = None) -> Any:
         """Split leaf partitions over the table's threshold at their median; returns a
-        :class:`~sleeper_ops.splitting.SplitReport`. Skipped when the table is offline."""
-        from sleeper_ops.splitting import split_partitions
+        :class:`~sleeper_ops.maintenance.splitting.SplitReport`. Skipped when the table is offline."""
+        from sleeper_ops.maintenance.splitting import split_partitions
 
         return split_partitions(self.sleeper.state_store, self.sleeper.objects, self._fresh(), run_id=run_id)
 
     def gc(self, *, dry_run: bool = False, orphans: bool = True) -> Any:
         """Delete unreferenced files older than the GC delay, and orphaned objects older
         than the grace period; ``dry_run`` only lists them. Returns a
-        :class:`~sleeper_ops.gc.GCReport`. Skipped when the table is offline."""
-        from sleeper_ops.gc import collect_garbage
+        :class:`~sleeper_ops.maintenance.gc.GCReport`. Skipped when the table is offline."""
+        from sleeper_ops.maintenance.gc import collect_garbage
 
         return collect_garbage(self.sleeper.state_store, self.sleeper.objects, self._fresh(), dry_run=dry_run,
                                orphans=orphans)

@@ -18,7 +18,7 @@ from typing import Any, Optional
 import tomli_w
 
 from sleeper_ops.errors import ConfigError
-from sleeper_ops.storage import S3Options
+from sleeper_ops.io.storage import S3Options
 
 DEFAULT_HOME = ".sleeper"
 

@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 from rich.console import Console
 
 from sleeper_ops.api import Sleeper
-from sleeper_ops.cli_support import record_progress
-from sleeper_ops.report import render_files, render_jobs, render_partitions
+from sleeper_ops.cli.support import record_progress
+from sleeper_ops.reports import render_files, render_jobs, render_partitions
 from statestore.errors import TableNotFoundError
 
 SYSTEM_TEST_SCHEMA = {
@@ -60,7 +60,7 @@ def split_points(count: int) -> list[str]:
 
 
 def _queries(console: Console, table: Any, keys: list[str]) -> None:
-    from sleeper_ops.query import exact_key_region, range_region
+    from sleeper_ops.query.runner import exact_key_region, range_region
 
     runner = table.query_runner()
     try:

@@ -60,7 +60,7 @@ def _rows(n: int, seed: int) -> pa.Table:
 def _populate(sleeper_home: Path, work: Path) -> dict[str, Any]:
     """A table that has been through every operation, and an offline one."""
     from sleeper_ops import Sleeper
-    from sleeper_ops.ingest_batcher import run_ingest_batcher, submit_ingest_requests
+    from sleeper_ops.ingest.batcher import run_ingest_batcher, submit_ingest_requests
 
     with Sleeper(sleeper_home) as s:
         t = s.create_table("events", SCHEMA, split_points=["key-050000"], properties={

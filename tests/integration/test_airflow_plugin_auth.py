@@ -98,7 +98,7 @@ def _child() -> None:  # pragma: no cover - runs in a subprocess
         warnings.simplefilter("ignore")
         from fastapi.testclient import TestClient
 
-    from sleeper_ops.airflow_plugin import sleeper
+    from sleeper_ops.airflow.plugin import sleeper
 
     sleeper().create_table("t", {"rowKeyFields": [{"name": "key", "type": "StringType"}],
                                  "valueFields": [{"name": "v", "type": "StringType"}]})

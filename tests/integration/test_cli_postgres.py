@@ -122,7 +122,7 @@ def test_first_command_writes_the_default_config_and_starts_the_embedded_postgre
 @pytest.fixture(scope="module")
 def running_postgres(home, sleeper):
     """The home's embedded server, kept running for the module's commands to join."""
-    from statestore.embedded import EmbeddedPostgres
+    from statestore.postgres.embedded import EmbeddedPostgres
 
     ok(sleeper("table", "list"))  # writes the configuration and initialises the data directory if needed
     pg = EmbeddedPostgres(home / "pg")

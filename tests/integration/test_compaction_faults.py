@@ -20,9 +20,9 @@ import pyarrow as pa
 import pytest
 
 from sleeper_ops import Sleeper
-from sleeper_ops.compaction_jobs import create_compaction_jobs
-from sleeper_ops.compaction_run import run_job
-from sleeper_ops.storage import ObjectStore
+from sleeper_ops.compaction.jobs import create_compaction_jobs
+from sleeper_ops.compaction.execute import run_job
+from sleeper_ops.io.storage import ObjectStore
 from statestore.postgres import PostgresStateStore
 
 pytestmark = pytest.mark.integration
@@ -55,7 +55,7 @@ _CHILD = """
 import sys
 sys.path.insert(0, {helpers!r})
 from sleeper_ops import Sleeper
-from sleeper_ops.storage import ObjectStore
+from sleeper_ops.io.storage import ObjectStore
 from statestore.postgres import PostgresStateStore
 s = Sleeper(state_store=PostgresStateStore({dsn!r}), objects=ObjectStore({root!r}))
 print(s.table("t").compact(run_id="doomed").summary(), flush=True)
@@ -103,7 +103,7 @@ def test_compaction_killed_mid_write_loses_nothing_and_is_retried(pg_sleeper, pg
     job = t.jobs(kind="compaction")[0]
     assert job.status == "committed" and job.attempts == 2 and job.rows_written == 300_000
 
-    from sleeper_ops.gc import sweep_orphans
+    from sleeper_ops.maintenance.gc import sweep_orphans
 
     swept = sweep_orphans(pg_sleeper.state_store, pg_sleeper.objects, t.info, grace_minutes=0)
     assert half_written <= set(swept)

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sleeper_ops import Sleeper
-from sleeper_ops.leases import OperationLease, lease_name
+from sleeper_ops.maintenance.leases import OperationLease, lease_name
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -295,7 +295,7 @@ def test_split_dag_splits_partitions_over_the_threshold(sleeper: Sleeper, sleepe
 
 def test_ingest_batcher_dag_ingests_requested_files(sleeper: Sleeper, sleeper_home: Path, airflow_home: Path,
                                                     tmp_path: Path) -> None:
-    from sleeper_ops.ingest_batcher import submit_ingest_requests
+    from sleeper_ops.ingest.batcher import submit_ingest_requests
 
     table = sleeper.create_table("events", SCHEMA, properties={"sleeper.table.ingest.batcher.job.min.size": "1"})
     files = []

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from sleeper_ops import Sleeper
-from sleeper_ops.storage import ObjectStore
+from sleeper_ops.io.storage import ObjectStore
 from statestore.memory import InMemoryStateStore
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],

@@ -14,9 +14,9 @@ import pytest
 from fastapi import Header, HTTPException
 
 from sleeper_ops import Sleeper
-from sleeper_ops.ingest_batcher import run_ingest_batcher
-from sleeper_ops.rest_api import LazySleeper, create_app
-from sleeper_ops.storage import ObjectStore
+from sleeper_ops.ingest.batcher import run_ingest_batcher
+from sleeper_ops.web.rest import LazySleeper, create_app
+from sleeper_ops.io.storage import ObjectStore
 from statestore.postgres import PostgresStateStore
 
 with warnings.catch_warnings():

@@ -22,7 +22,7 @@ from statestore import (
     partitions_from_split_points,
 )
 from statestore import postgres as pg_module
-from statestore.embedded import EmbeddedPostgres
+from statestore.postgres.embedded import EmbeddedPostgres
 from statestore.postgres import PostgresStateStore, migrate, migrations
 from statestore.retry import Backoff
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sleeper_ops import Sleeper
-from sleeper_ops.storage import ObjectStore
+from sleeper_ops.io.storage import ObjectStore
 from statestore.memory import InMemoryStateStore
 
 

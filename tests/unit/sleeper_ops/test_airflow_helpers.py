@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sleeper_ops.airflow_dags import dag_id_for, schedule_of, table_name_of
-from sleeper_ops.airflow_standalone import airflow_environment, port_free, spark_connection, sqlalchemy_url
-from sleeper_ops.airflow_tasks import chosen_runner, configured_home
+from sleeper_ops.airflow.dag_factory import dag_id_for, schedule_of, table_name_of
+from sleeper_ops.airflow.standalone import airflow_environment, port_free, spark_connection, sqlalchemy_url
+from sleeper_ops.airflow.tasks import chosen_runner, configured_home
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
 from statestore.catalog import TableInfo

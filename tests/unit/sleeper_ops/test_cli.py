@@ -1,4 +1,4 @@
-"""The ``sleeper`` CLI, run in process through ``sleeper_ops.cli.main``.
+"""The ``sleeper`` CLI, run in process through ``sleeper_ops.cli.commands.main``.
 
 ``SLEEPER_HOME`` holds a ``sleeper.toml`` naming the in-memory state store. That
 store lives only as long as its process, so the ``home`` fixture opens one Sleeper
@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sleeper_ops.api
-from sleeper_ops.cli import main
+from sleeper_ops.cli.commands import main
 from statestore.properties import PROPERTY_DEFS
 
 SCHEMA = {

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sleeper_ops.compaction_jobs import CompactionJob, create_compaction_jobs
-from sleeper_ops.compaction_run import execute_job, record_commit, run_job
-from sleeper_ops.compaction_strategy import basic, size_ratio
-from sleeper_ops.datafile import sketch_key
+from sleeper_ops.compaction.jobs import CompactionJob, create_compaction_jobs
+from sleeper_ops.compaction.execute import execute_job, record_commit, run_job
+from sleeper_ops.compaction.strategy import basic, size_ratio
+from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.errors import ConfigError
 from statestore.files import FileReference
 from statestore.jobs import JobRecord

@@ -8,8 +8,8 @@ import time
 import pyarrow as pa
 import pytest
 
-from sleeper_ops.datafile import new_data_key, sketch_key, write_data_file
-from sleeper_ops.gc import collect_garbage, sweep_orphans
+from sleeper_ops.io.datafile import new_data_key, sketch_key, write_data_file
+from sleeper_ops.maintenance.gc import collect_garbage, sweep_orphans
 from statestore.errors import CommitConflictError, FileReferenceError
 from statestore.files import FileReference
 from statestore.partitions import ROOT_ID

@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from sleeper_ops import Sleeper
-from sleeper_ops.datafile import read_sketches, sketch_key
+from sleeper_ops.io.datafile import read_sketches, sketch_key
 from sleeper_ops.errors import IngestError
-from sleeper_ops.storage import ObjectStore
+from sleeper_ops.io.storage import ObjectStore
 from statestore.errors import CommitConflictError
 from statestore.memory import InMemoryStateStore
 from statestore.transactions import AddFiles

@@ -13,7 +13,7 @@ import pytest
 
 from sleeper_ops import Sleeper
 from sleeper_ops.errors import IngestError
-from sleeper_ops.ingest_batcher import (
+from sleeper_ops.ingest.batcher import (
     BatcherLimits,
     plan_ingest_jobs,
     requeue_abandoned,
@@ -213,7 +213,7 @@ def run_cli(sleeper: Sleeper, monkeypatch, capsys, *args: str) -> tuple[int, str
     import contextlib
 
     import sleeper_ops.api
-    from sleeper_ops.cli import main
+    from sleeper_ops.cli.commands import main
 
     monkeypatch.setattr(sleeper_ops.api, "Sleeper", lambda home: contextlib.nullcontext(sleeper))
     capsys.readouterr()

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sleeper_ops.arrow_schema import arrow_schema
+from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.errors import ConfigError, IteratorError
-from sleeper_ops.iterators import IteratorChain
+from sleeper_ops.engine.iterators import IteratorChain
 from statestore.catalog import TableInfo
 from statestore.properties import validate_properties
 from statestore.schema import Schema
@@ -106,10 +106,10 @@ def test_ageoff_on_a_row_key_field_with_a_threshold_below_the_int_range():
 
 def test_ageoff_without_now_uses_the_clock_when_applied(monkeypatch):
     chain = IteratorChain.for_table(info({AGEOFF: "ts:1000"}))
-    monkeypatch.setattr("sleeper_ops.iterators.time.time", lambda: 50.0)  # now = 50,000 ms
+    monkeypatch.setattr("sleeper_ops.engine.iterators.time.time", lambda: 50.0)  # now = 50,000 ms
     rows = [row("a", ts=48_999), row("b", ts=49_000)]
     assert [r["key"] for r in run(chain, batches(rows))] == ["b"]
-    monkeypatch.setattr("sleeper_ops.iterators.time.time", lambda: 60.0)
+    monkeypatch.setattr("sleeper_ops.engine.iterators.time.time", lambda: 60.0)
     assert run(chain, batches(rows)) == []
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from sleeper_ops.leases import OperationLease, lease_name
+from sleeper_ops.maintenance.leases import OperationLease, lease_name
 from statestore.errors import LeaseHeldError
 from statestore.memory import InMemoryStateStore
 

@@ -9,8 +9,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from sleeper_ops import merge
-from sleeper_ops.merge import merge_sorted
+from sleeper_ops.engine import merge
+from sleeper_ops.engine.merge import merge_sorted
 from statestore.region import Range, Region
 from statestore.schema import Schema
 

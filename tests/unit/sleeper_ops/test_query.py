@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sleeper_ops.datafile import ParquetSettings, new_data_key, write_data_file
+from sleeper_ops.io.datafile import ParquetSettings, new_data_key, write_data_file
 from sleeper_ops.errors import QueryError
-from sleeper_ops.query import exact_key_region, range_region
+from sleeper_ops.query.runner import exact_key_region, range_region
 from statestore.files import FileReference
 from statestore.partitions import split_children
 from statestore.transactions import AddFiles, SplitPartition

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from sleeper_ops.errors import ConfigError
-from sleeper_ops.query import QueryRunner, range_region
+from sleeper_ops.query.runner import QueryRunner, range_region
 
 SCHEMA = {
     "rowKeyFields": [{"name": "key", "type": "LongType"}],
@@ -83,5 +83,5 @@ def test_query_with_an_invalid_iterator_setting_is_a_config_error(sleeper, two_f
 def test_query_without_iterators_skips_the_chain(sleeper, two_files, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the empty iterator chain was applied")
-    monkeypatch.setattr("sleeper_ops.iterators.IteratorChain.apply_table", fail)
+    monkeypatch.setattr("sleeper_ops.engine.iterators.IteratorChain.apply_table", fail)
     assert two_files.query(keys=[7]).num_rows == 4

@@ -13,10 +13,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sleeper_ops.compaction_jobs import CompactionJob, create_compaction_jobs
-from sleeper_ops.compaction_run import JobResult
+from sleeper_ops.compaction.jobs import CompactionJob, create_compaction_jobs
+from sleeper_ops.compaction.execute import JobResult
 from sleeper_ops.config import SleeperConfig
-from sleeper_ops.spark_compaction import (
+from sleeper_ops.spark.compaction import (
     SparkBatchError,
     read_jobs_file,
     read_results_file,

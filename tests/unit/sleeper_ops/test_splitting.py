@@ -8,8 +8,8 @@ import threading
 import pyarrow as pa
 import pytest
 
-from sleeper_ops.datafile import read_sketches
-from sleeper_ops.splitting import SplitPoint, choose_split_point, split_partition, split_partitions
+from sleeper_ops.io.datafile import read_sketches
+from sleeper_ops.maintenance.splitting import SplitPoint, choose_split_point, split_partition, split_partitions
 from statestore.errors import PartitionError
 from statestore.files import FileReference
 from statestore.partitions import ROOT_ID

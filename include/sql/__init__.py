@@ -1,0 +1,1 @@
+"""PostgreSQL migrations ``NNN_name.sql``, applied in order; shipped in the wheel as ``statestore.postgres.ddl``."""

@@ -1,0 +1,210 @@
+"""The Sleeper DAGs: one per table per maintenance operation, built from the table catalog.
+
+The files in ``dags/`` are one line each: ``globals().update(build_dags("compaction"))``.
+For every table in the catalog that gives a DAG ``sleeper_<table>_<operation>``:
+
+=====================  =============================================================
+``split``              ``split`` (one task)
+``compaction``         ``create_jobs`` -> ``run_local`` | ``run_spark`` -> ``report``
+``gc``                 ``gc`` (one task); param ``dry_run``
+``ingest_batcher``     ``ingest_batcher`` (one task)
+=====================  =============================================================
+
+Schedules come from the table property ``sleeper.table.schedule.<operation>`` (a cron
+expression or preset; ``none``: manual runs only). The compaction DAG's ``create_jobs``
+branches to ``run_local`` (in the worker) or ``run_spark`` (spark-submit of
+``spark_apps/compaction.py`` in the ``spark`` pool) by the ``runner`` param, which
+defaults to the table's ``sleeper.table.compaction.runner``; it takes the run's lease
+as a setup task and ``report`` is its teardown, so the lease is released however the
+run ends. What each task does, exclusivity (one run per table per operation, through
+a lease in the state store) and skipping are described in :mod:`sleeper_ops.airflow.tasks`.
+
+Parsing costs one catalog query (``list_tables``), shared by the DAG files parsed in
+one process within :data:`CATALOG_MAX_AGE_SECONDS`, and no other I/O. When a task runs,
+Airflow's parsing context names its DAG, and only that DAG is built.
+
+Without a Sleeper configuration (``SLEEPER_HOME`` unset and no ``./.sleeper``) the files
+define no DAGs and log why. A catalog that cannot be read raises from the DAG file, so
+Airflow shows it as that file's import error; other DAG files are unaffected.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from sleeper_ops.airflow import tasks
+from sleeper_ops.errors import ConfigError
+
+if TYPE_CHECKING:
+    from airflow.sdk import DAG
+
+    from statestore.catalog import TableInfo
+
+log = logging.getLogger(__name__)
+
+OPERATIONS = ("split", "compaction", "gc", "ingest_batcher")
+DAG_ID_PREFIX = "sleeper_"
+#: Tags every Sleeper DAG carries (plus the operation and ``table:<name>``).
+TAG = "sleeper"
+#: The Airflow pool capping concurrent spark-submits.
+SPARK_POOL = "spark"
+#: The Airflow connection naming the Spark master for spark-submit.
+SPARK_CONN_ID = "sleeper_spark"
+#: How long one process reuses a catalog read (DAG files parsed together share it).
+CATALOG_MAX_AGE_SECONDS = 10.0
+START_DATE = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+_DAG_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def dag_id_for(table_name: str, operation: str) -> str:
+    """``sleeper_<table>_<operation>``."""
+    return f"{DAG_ID_PREFIX}{table_name}_{operation}"
+
+
+def table_name_of(dag_id: str, operation: str) -> Optional[str]:
+    """The table of a DAG id of ``operation``, or None if it is not one."""
+    suffix = f"_{operation}"
+    if dag_id.startswith(DAG_ID_PREFIX) and dag_id.endswith(suffix) and len(dag_id) > len(DAG_ID_PREFIX + suffix):
+        return dag_id[len(DAG_ID_PREFIX):-len(suffix)]
+    return None
+
+
+def schedule_of(table: TableInfo, operation: str) -> Optional[str]:
+    """The table's schedule for ``operation``; None (manual only) for ``none``."""
+    value = table.get(f"sleeper.table.schedule.{operation}")
+    return None if value in (None, "", "none") else value
+
+
+# ----- the catalog, read once per parse ------------------------------------------------------
+_cache_lock = threading.Lock()
+_cache: dict[str, tuple[float, list[TableInfo]]] = {}
+
+
+def read_catalog(home: Path, *, max_age_seconds: float = CATALOG_MAX_AGE_SECONDS) -> list[TableInfo]:
+    """The tables of the Sleeper at ``home``: one ``list_tables`` query, reused by this
+    process for ``max_age_seconds``. Raises what the state store raises."""
+    key = str(home)
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None and time.monotonic() - hit[0] < max_age_seconds:
+            return hit[1]
+        from sleeper_ops.api import Sleeper
+
+        with Sleeper(home) as sleeper:
+            tables = sleeper.tables()
+        _cache[key] = (time.monotonic(), tables)
+        return tables
+
+
+def clear_catalog_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+def _valid_dag_id(dag_id: str) -> bool:
+    return len(dag_id) <= 250 and all(c in _DAG_ID_CHARS or c.isalnum() for c in dag_id)
+
+
+# ----- building --------------------------------------------------------------------------------
+def build_dags(operation: str, *, home: Optional[Path] = None) -> dict[str, DAG]:
+    """The DAGs of ``operation`` for every table, keyed by DAG id (for ``globals()``).
+
+    When Airflow's parsing context names a DAG (a task is running), builds only that one
+    (or none if it is not one of this operation's)."""
+    if operation not in OPERATIONS:
+        raise ValueError(f"unknown operation {operation!r}: expected one of {', '.join(OPERATIONS)}")
+    from airflow.sdk import get_parsing_context
+
+    wanted = get_parsing_context().dag_id
+    only_table = None
+    if wanted is not None:
+        only_table = table_name_of(wanted, operation)
+        if only_table is None:
+            return {}
+    if home is None:
+        try:
+            home = tasks.configured_home()
+        except ConfigError as e:
+            log.warning("Sleeper DAGs (%s): none defined: %s", operation, e)
+            return {}
+    dags = {}
+    for table in read_catalog(home):
+        if only_table is not None and table.name != only_table:
+            continue
+        dag_id = dag_id_for(table.name, operation)
+        if not _valid_dag_id(dag_id):
+            log.warning("table %r has no %s DAG: %r is not a valid Airflow DAG id", table.name, operation, dag_id)
+            continue
+        dags[dag_id] = build_dag(table, operation)
+    return dags
+
+
+def build_dag(table: TableInfo, operation: str) -> DAG:
+    """The DAG of one operation of one table (see the module docstring)."""
+    from airflow.sdk import DAG, Param
+
+    params: dict[str, Any] = {}
+    if operation == "gc":
+        params["dry_run"] = Param(False, type="boolean", description="Only list the files GC would delete.")
+    elif operation == "compaction":
+        params["runner"] = Param(table.get("sleeper.table.compaction.runner") or "local", enum=["local", "spark"],
+                                 description="Where the jobs run (default: the table's "
+                                             "sleeper.table.compaction.runner).")
+    dag = DAG(
+        dag_id_for(table.name, operation),
+        schedule=schedule_of(table, operation),
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        is_paused_upon_creation=False,
+        params=params,
+        tags=[TAG, operation, f"table:{table.name}"],
+        doc_md=f"Sleeper **{operation}** of table `{table.name}` (id `{table.table_id}`). "
+               f"Schedule: property `sleeper.table.schedule.{operation}`. One run at a time per table and "
+               f"operation (lease `{table.table_id}/{operation}`); a run finding it held is skipped.",
+        default_args={"owner": "sleeper", "retries": 0},
+    )
+    if operation == "compaction":
+        _compaction_tasks(dag, table)
+    else:
+        _one_task(dag, table, operation)
+    return dag
+
+
+_ONE_TASK_CALLABLES = {"split": tasks.split_task, "gc": tasks.gc_task,
+                       "ingest_batcher": tasks.ingest_batcher_task}
+
+
+def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
+    from airflow.providers.standard.operators.python import PythonOperator
+
+    PythonOperator(task_id=operation, dag=dag, python_callable=_ONE_TASK_CALLABLES[operation],
+                   op_kwargs={"table_name": table.name})
+
+
+def _compaction_tasks(dag: DAG, table: TableInfo) -> None:
+    from airflow.providers.standard.operators.python import BranchPythonOperator, PythonOperator
+
+    kwargs = {"table_name": table.name}
+    create = BranchPythonOperator(task_id="create_jobs", dag=dag, op_kwargs=kwargs,
+                                  python_callable=tasks.create_compaction_jobs_task)
+    run_local = PythonOperator(task_id=tasks.RUN_LOCAL_TASK, dag=dag, op_kwargs=kwargs,
+                               python_callable=tasks.run_compaction_jobs_task)
+    run_spark = _spark_task(dag, table)
+    report = PythonOperator(task_id="report", dag=dag, op_kwargs=kwargs,
+                            python_callable=tasks.report_compaction_task)
+    create >> [run_local, run_spark] >> report
+    report.as_teardown(setups=create)
+
+
+def _spark_task(dag: DAG, table: TableInfo) -> Any:
+    from sleeper_ops.airflow.operators import CompactionSparkSubmitOperator
+
+    return CompactionSparkSubmitOperator(task_id=tasks.RUN_SPARK_TASK, dag=dag, table_name=table.name,
+                                         conn_id=SPARK_CONN_ID, pool=SPARK_POOL)

@@ -1,0 +1,338 @@
+"""The ``sleeper`` command: argument parsing and printing only; logic lives in the API.
+
+Errors from bad input exit 1 with a one-line ``error: ...`` message on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+from statestore.errors import SleeperError
+
+
+def _sleeper(ctx: click.Context):  # type: ignore[no-untyped-def]
+    from sleeper_ops.api import Sleeper
+
+    if "sleeper" not in ctx.obj:
+        ctx.obj["sleeper"] = ctx.with_resource(Sleeper(ctx.obj["home"]))
+    return ctx.obj["sleeper"]
+
+
+@click.group()
+@click.option("--home", envvar="SLEEPER_HOME", default=".sleeper", show_default=True,
+              help="Directory holding sleeper.toml (env SLEEPER_HOME).")
+@click.pass_context
+def cli(ctx: click.Context, home: str) -> None:
+    """Sleeper: sorted Parquet files in an LSM tree, kept by Airflow and Spark."""
+    ctx.ensure_object(dict)
+    ctx.obj["home"] = home
+
+
+# ----- table ---------------------------------------------------------------------------
+@cli.group()
+def table() -> None:
+    """Create, list, describe, rename and delete tables."""
+
+
+def _parse_props(props: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for p in props:
+        k, sep, v = p.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{p!r} is not K=V", param_hint="--property")
+        out[k.strip()] = v.strip()
+    return out
+
+
+@table.command("create")
+@click.argument("name")
+@click.option("--schema", "schema_file", required=True, type=click.Path(dir_okay=False),
+              help="Schema JSON file (Sleeper's format).")
+@click.option("--split-points", "split_file", type=click.Path(dir_okay=False),
+              help="One split point per line, for the first row key field.")
+@click.option("--property", "props", multiple=True, metavar="K=V", help="A table property; repeatable.")
+@click.pass_context
+def table_create(ctx: click.Context, name: str, schema_file: str, split_file: Optional[str], props: tuple[str, ...]) -> None:
+    """Create table NAME."""
+    from sleeper_ops.cli.support import read_schema_file, read_split_points
+
+    schema = read_schema_file(schema_file)
+    points = read_split_points(split_file, schema) if split_file else []
+    t = _sleeper(ctx).create_table(name, schema, points, _parse_props(props))
+    click.echo(f"created table {t.name} ({t.info.table_id}) with {len(points) + 1} leaf partitions")
+
+
+@table.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def table_list(ctx: click.Context, as_json: bool) -> None:
+    """List tables."""
+    tables = _sleeper(ctx).tables()
+    if as_json:
+        click.echo(json.dumps([{"name": t.name, "id": t.table_id, "online": t.online} for t in tables]))
+        return
+    for t in tables:
+        click.echo(f"{t.name}\t{t.table_id}\t{'online' if t.online else 'offline'}")
+
+
+@table.command("describe")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def table_describe(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Show a table's schema and every property (set ones marked *)."""
+    info = _sleeper(ctx).table(name).info
+    props = info.all_properties()
+    if as_json:
+        click.echo(json.dumps({"name": info.name, "id": info.table_id, "schema": info.schema.to_dict(),
+                               "properties": props, "set": sorted(info.properties)}))
+        return
+    click.echo(f"table {info.name} ({info.table_id}), {'online' if info.online else 'offline'}")
+    click.echo(f"schema: {info.schema.to_json()}")
+    for k, v in props.items():
+        click.echo(f"{'*' if k in info.properties else ' '} {k} = {'' if v is None else v}")
+
+
+@table.command("online")
+@click.argument("name")
+@click.pass_context
+def table_online(ctx: click.Context, name: str) -> None:
+    """Put a table online (splitting, compaction and GC run)."""
+    _sleeper(ctx).set_properties(name, {"sleeper.table.online": "true"})
+    click.echo(f"table {name} is online")
+
+
+@table.command("offline")
+@click.argument("name")
+@click.pass_context
+def table_offline(ctx: click.Context, name: str) -> None:
+    """Take a table offline (maintenance skips it; ingest and queries still work)."""
+    _sleeper(ctx).set_properties(name, {"sleeper.table.online": "false"})
+    click.echo(f"table {name} is offline")
+
+
+@table.command("set")
+@click.argument("name")
+@click.argument("props", nargs=-1, metavar="K=V...")
+@click.pass_context
+def table_set(ctx: click.Context, name: str, props: tuple[str, ...]) -> None:
+    """Set table properties."""
+    _sleeper(ctx).set_properties(name, _parse_props(props))
+    click.echo(f"table {name}: set {len(props)} properties")
+
+
+@table.command("rename")
+@click.argument("old")
+@click.argument("new")
+@click.pass_context
+def table_rename(ctx: click.Context, old: str, new: str) -> None:
+    """Rename table OLD to NEW."""
+    _sleeper(ctx).rename_table(old, new)
+    click.echo(f"renamed table {old} to {new}")
+
+
+@table.command("delete")
+@click.argument("name")
+@click.pass_context
+def table_delete(ctx: click.Context, name: str) -> None:
+    """Delete a table, its metadata and its files."""
+    _sleeper(ctx).delete_table(name)
+    click.echo(f"deleted table {name}")
+
+
+# ----- data ----------------------------------------------------------------------------
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.argument("files", nargs=-1, required=True)
+@click.pass_context
+def ingest(ctx: click.Context, table_name: str, files: tuple[str, ...]) -> None:
+    """Ingest Parquet, CSV or JSON Lines FILES (local paths or s3:// URIs)."""
+    from sleeper_ops.cli.support import record_progress
+
+    t = _sleeper(ctx).table(table_name)
+    with record_progress(f"ingest {table_name}") as progress:
+        r = t.ingest(list(files), progress=progress)
+    click.echo(f"ingested {r.records:,} records into {len(r.files)} files in {r.seconds:.2f}s "
+               f"({r.rows_per_second:,.0f} records/s)")
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.option("--key", "keys", multiple=True, help="A key as JSON; several row key fields as a JSON array.")
+@click.option("--range", "ranges", multiple=True, nargs=2, metavar="MIN MAX",
+              help="[MIN, MAX) on the first row key field, as JSON; MAX null is unbounded.")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "parquet"]), default="jsonl", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+@click.pass_context
+def query(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tuple[tuple[str, str], ...],
+          fmt: str, output: Optional[str]) -> None:
+    """Read records by exact key or key range."""
+    from sleeper_ops.cli.support import parse_key, parse_range
+    from sleeper_ops.io.output import write_results
+
+    if not keys and not ranges:
+        raise click.UsageError("give at least one --key or --range")
+    t = _sleeper(ctx).table(table_name)
+    ks = [parse_key(t.schema, k) for k in keys]
+    rs = [parse_range(t.schema, lo, hi) for lo, hi in ranges]
+    result = t.query(keys=ks, ranges=rs)
+    if fmt == "parquet" and not output:
+        raise click.UsageError("--format parquet needs --output FILE")
+    write_results(result, fmt, output)
+    if output:
+        click.echo(f"wrote {result.num_rows:,} records to {output}", err=True)
+
+
+@cli.command()
+@click.argument("kind", type=click.Choice(["partitions", "files", "jobs"]))
+@click.argument("table_name", metavar="TABLE")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--limit", default=100, show_default=True, help="Most jobs to list (jobs report).")
+@click.pass_context
+def report(ctx: click.Context, kind: str, table_name: str, as_json: bool, limit: int) -> None:
+    """Report a table's partitions (tree), files or jobs (newest first)."""
+    from sleeper_ops import reports as rep
+
+    t = _sleeper(ctx).table(table_name)
+    if kind == "jobs":
+        jobs = t.jobs(limit=limit)
+        click.echo(json.dumps(rep.jobs_report(jobs)) if as_json else rep.render_jobs(jobs))
+        return
+    state = t.state()
+    if as_json:
+        data = rep.partitions_report(state) if kind == "partitions" else rep.files_report(state)
+        click.echo(json.dumps(data))
+    else:
+        click.echo(rep.render_partitions(state) if kind == "partitions" else rep.render_files(state))
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.option("--runner", type=click.Choice(["local", "spark"]), default=None,
+              help="Where jobs run (default: the table's sleeper.table.compaction.runner).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Local runner: jobs at once.")
+@click.pass_context
+def compact(ctx: click.Context, table_name: str, runner: Optional[str], workers: Optional[int]) -> None:
+    """Create compaction jobs for TABLE, run them and commit each (under the table's
+    compaction lease, so it never overlaps a scheduled run)."""
+    from sleeper_ops.cli.support import record_progress
+
+    t = _sleeper(ctx).table(table_name)
+    run_id = _run_id("compact")
+    with t.exclusive("compaction", run_id), record_progress(f"compact {table_name}") as progress:
+        r = t.compact(runner, max_workers=workers, progress=progress, run_id=run_id)
+    click.echo(r.summary())
+    if r.count("failed"):
+        sys.exit(3)
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.pass_context
+def split(ctx: click.Context, table_name: str) -> None:
+    """Split TABLE's leaf partitions that are over the splitting threshold."""
+    t, run_id = _sleeper(ctx).table(table_name), _run_id("split")
+    with t.exclusive("split", run_id):
+        click.echo(t.split(run_id=run_id).summary())
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.option("--dry-run", is_flag=True, help="List what would be deleted; change nothing.")
+@click.pass_context
+def gc(ctx: click.Context, table_name: str, dry_run: bool) -> None:
+    """Delete TABLE's unreferenced files (after the GC delay) and old orphaned objects."""
+    t, run_id = _sleeper(ctx).table(table_name), _run_id("gc")
+    with t.exclusive("gc", run_id):
+        click.echo(t.gc(dry_run=dry_run).summary())
+
+
+def _run_id(operation: str) -> str:
+    """Names this CLI process in job records: ``cli/<operation>/<host>/<pid>``."""
+    import os
+    import socket
+
+    return f"cli/{operation}/{socket.gethostname()}/{os.getpid()}"
+
+
+@cli.command()
+@click.option("--rows", default=10_000_000, show_default=True, help="Rows to generate and ingest.")
+@click.option("--batches", default=5, show_default=True, help="Ingest in this many batches.")
+@click.option("--table", "table_name", default="demo", show_default=True)
+@click.pass_context
+def demo(ctx: click.Context, rows: int, batches: int, table_name: str) -> None:
+    """Run the whole pipeline on the embedded default."""
+    from sleeper_ops.demo import run_demo
+
+    run_demo(_sleeper(ctx), rows=rows, batches=batches, table_name=table_name,
+             work_dir=Path(ctx.obj["home"]) / "demo-input")
+
+
+@cli.command("ingest-request")
+@click.argument("table_name", metavar="TABLE")
+@click.argument("files", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the queued requests as JSON.")
+@click.pass_context
+def ingest_request(ctx: click.Context, table_name: str, files: tuple[str, ...], as_json: bool) -> None:
+    """Queue FILES (local paths or s3:// URIs) for the table's ingest batcher.
+
+    Every file must exist and be Parquet, CSV or JSON Lines, or nothing is queued.
+    """
+    from sleeper_ops.ingest.batcher import submit_ingest_requests
+
+    requests = submit_ingest_requests(_sleeper(ctx), table_name, list(files))
+    if as_json:
+        click.echo(json.dumps([r.to_dict() for r in requests]))
+        return
+    size = sum(r.size_bytes for r in requests)
+    click.echo(f"queued {len(requests)} ingest requests ({size:,} bytes) for table {table_name}")
+
+
+@cli.command()
+@click.option("--port", default=8080, show_default=True, help="Port of the Airflow UI and API on 127.0.0.1.")
+@click.option("--demo/--no-demo", default=True, show_default=True,
+              help="Create a small demo table if the catalog has no tables.")
+@click.pass_context
+def airflow(ctx: click.Context, port: int, demo: bool) -> None:
+    """Run Airflow standalone with the Sleeper DAGs and plugin until Ctrl-C."""
+    from sleeper_ops.airflow.standalone import run_standalone
+
+    code = run_standalone(ctx.obj["home"], port=port, demo=demo, say=click.echo)
+    if code:
+        sys.exit(code)
+
+
+def _one_line(message: str) -> str:
+    """A message on one line: its non-blank lines joined."""
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
+def _fail(message: str, code: int = 1) -> None:
+    click.echo(f"error: {_one_line(message)}", err=True)
+    sys.exit(code)
+
+
+def main(argv: Optional[list[str]] = None) -> Any:
+    """Run the CLI. A failure prints one ``error: ...`` line on stderr and exits non-zero."""
+    try:
+        return cli.main(args=argv, prog_name="sleeper", standalone_mode=False)
+    except click.exceptions.Abort:
+        _fail("aborted")
+    except click.ClickException as e:
+        hint = ""
+        if isinstance(e, click.UsageError) and e.ctx is not None:
+            hint = f" (see '{e.ctx.command_path} --help')"
+        _fail(e.format_message() + hint, e.exit_code)
+    except SleeperError as e:
+        _fail(str(e))
+    except (OSError, ValueError) as e:
+        _fail(str(e) or type(e).__name__)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Compaction: strategies (pure planning), job creation, execution of one job, the runners."""

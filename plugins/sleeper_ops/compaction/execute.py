@@ -1,0 +1,198 @@
+"""Running one compaction job: merge, filter, iterate, write, commit.
+
+:func:`execute_job` streams a sort-preserving merge of the job's input files
+(DataFusion, sort order declared, so memory stays flat however big the inputs),
+keeps only rows inside the job's partition when some input covers more than it,
+applies the table's iterators to the Arrow batches and writes one sorted output
+file plus its sketches under a fresh name. It changes no state.
+
+:func:`commit_job` replaces the inputs' references with the output's in one
+:class:`ReplaceFileReferences` commit. The state store refuses it, changing
+nothing, when the inputs no longer carry the job id (another attempt of the job
+committed first); the refused attempt's output is then deleted and the refusal
+reported. So a retried or duplicated job never duplicates records.
+
+:func:`run_job` does both and keeps the job's status record up to date.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional, Sequence
+
+import pyarrow as pa
+
+from sleeper_ops.compaction.jobs import CompactionJob
+from sleeper_ops.io.datafile import DataFileWriter, ParquetSettings, WrittenFile, new_data_key, read_sketches, sketch_key
+from sleeper_ops.errors import CompactionError
+from sleeper_ops.engine.iterators import BatchFn, IteratorChain
+from sleeper_ops.engine.merge import merge_sorted
+from sleeper_ops.io.sketches import RowKeySketches
+from sleeper_ops.io.storage import ObjectStore
+from statestore.catalog import TableInfo
+from statestore.errors import TransactionError
+from statestore.files import FileReference
+from statestore.jobs import JobRecord
+from statestore.region import Region
+from statestore.store import StateStore
+from statestore.transactions import ReplaceFileReferences
+
+#: Called with the number of rows just read (increments), from the thread running the job.
+RowsCallback = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class JobOutput:
+    """What :func:`execute_job` wrote: ``output`` is None when no records remained."""
+
+    job: CompactionJob
+    output: Optional[WrittenFile]
+    rows_read: int
+    rows_written: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """The end of one job: committed, refused (another attempt won) or failed."""
+
+    job: CompactionJob
+    status: str  # committed | refused | failed
+    rows_read: int = 0
+    rows_written: int = 0
+    seconds: float = 0.0
+    output: Optional[str] = None
+    reason: Optional[str] = None
+
+    @property
+    def rate(self) -> float:
+        return self.rows_read / self.seconds if self.seconds > 0 else 0.0
+
+
+def _region_of(state_store: StateStore, table: TableInfo, partition_id: str) -> Region:
+    for p in state_store.partitions(table.table_id):
+        if p.id == partition_id:
+            return p.region
+    raise TransactionError(f"partition {partition_id} does not exist")
+
+
+def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
+                region: Optional[Region] = None, iterators: Sequence[BatchFn] = (),
+                on_rows: Optional[RowsCallback] = None, batch_size: int = 16384) -> JobOutput:
+    """Merge the job's inputs into one new file (see the module docstring).
+
+    ``region`` (the job's partition) is needed unless ``job.whole_files``. Every
+    input must exist, and with exact input counts the merge must read exactly
+    that many records; otherwise :class:`CompactionError` and nothing is written.
+    On any failure the partial output is deleted before the error propagates.
+    """
+    started = time.perf_counter()
+    schema = table.schema
+    chain = IteratorChain.for_table(table, iterators)
+    if not job.whole_files and region is None:
+        raise ValueError(f"job {job.job_id}: a region is needed when inputs are not whole files")
+    missing = [f for f in job.inputs if objects.head(f) is None]
+    if missing:
+        raise CompactionError(f"job {job.job_id}: input files missing from storage: {', '.join(missing)}")
+    paths, store, url = objects.datafusion_paths(list(job.inputs))
+    merged = merge_sorted(paths, schema, region=None if job.whole_files else region,
+                          object_store=store, store_url=url, batch_size=batch_size)
+    rows_read = 0
+
+    def counted() -> Iterator[pa.RecordBatch]:
+        nonlocal rows_read
+        for b in merged:
+            rows_read += b.num_rows
+            if on_rows is not None:
+                on_rows(b.num_rows)
+            yield b
+
+    stream = counted() if chain.is_empty else chain.apply(counted())
+    # Whole input files with no iterators: the output holds exactly the inputs' keys,
+    # so merging their sketches gives the output's sketch without touching each key.
+    reuse_sketches = job.whole_files and chain.is_empty
+    writer = DataFileWriter(objects, new_data_key(table.table_id, job.partition_id), schema,
+                            ParquetSettings.of(table), sketch_rows=not reuse_sketches)
+    try:
+        for batch in stream:
+            writer.write(batch)
+        if job.exact_count and rows_read != job.input_records:
+            raise CompactionError(f"job {job.job_id}: read {rows_read} records, "
+                                  f"but the inputs' references count {job.input_records}")
+        if writer.rows == 0:
+            writer.abort()
+            return JobOutput(job, None, rows_read, 0, time.perf_counter() - started)
+        if reuse_sketches:
+            writer.sketches = _merged_sketches(objects, table, job.inputs)
+        written = writer.close()
+    except BaseException:
+        merged.close()  # stops the merge's read-ahead thread
+        writer.abort()
+        raise
+    return JobOutput(job, written, rows_read, written.record_count, time.perf_counter() - started)
+
+
+def _merged_sketches(objects: ObjectStore, table: TableInfo, inputs: Sequence[str]) -> RowKeySketches:
+    merged = RowKeySketches(table.schema)
+    for f in inputs:
+        merged.merge(read_sketches(objects, table.schema, f))
+    return merged
+
+
+def commit_job(state_store: StateStore, objects: ObjectStore, out: JobOutput) -> Optional[str]:
+    """Commit ``out``; returns None when committed, else why it was refused (the
+    output is then deleted, and the state is unchanged)."""
+    job = out.job
+    new_ref = None
+    if out.output is not None:
+        new_ref = FileReference(out.output.key, job.partition_id, out.output.record_count)
+    try:
+        state_store.commit(job.table_id, ReplaceFileReferences(job.job_id, job.partition_id, job.inputs, new_ref))
+    except TransactionError as e:
+        if out.output is not None:
+            objects.delete(out.output.key)
+            objects.delete(sketch_key(out.output.key))
+        return str(e)
+    return None
+
+
+def run_job(state_store: StateStore, objects: ObjectStore, table: TableInfo, job: CompactionJob, *,
+            region: Optional[Region] = None, iterators: Sequence[BatchFn] = (), run_id: Optional[str] = None,
+            on_rows: Optional[RowsCallback] = None) -> JobResult:
+    """Execute and commit one job, recording started/finished/committed or failed.
+    ``region`` is the job partition's, looked up when not given and needed."""
+    rec = state_store.get_job(table.table_id, job.job_id) or JobRecord.created(
+        table.table_id, job.job_id, "compaction", partition_id=job.partition_id, input_files=len(job.inputs))
+    rec = rec.started(run_id)
+    state_store.put_job(rec)
+    try:
+        if region is None and not job.whole_files:
+            region = _region_of(state_store, table, job.partition_id)
+        out = execute_job(job, table, objects, region=region, iterators=iterators, on_rows=on_rows)
+    except Exception as e:  # noqa: BLE001 - recorded and reported; the job can be retried
+        reason = f"{type(e).__name__}: {e}"
+        state_store.put_job(rec.failed(reason))
+        return JobResult(job, "failed", reason=reason)
+    return record_commit(state_store, objects, rec, out)
+
+
+def record_commit(state_store: StateStore, objects: ObjectStore, rec: JobRecord, out: JobOutput) -> JobResult:
+    """Commit an executed job and record the outcome in its status record. A losing
+    attempt's records are ignored by the state store once the winner's says committed."""
+    output_key = out.output.key if out.output is not None else None
+    rec = rec.finished(out.rows_read, out.rows_written, output_key)
+    state_store.put_job(rec)
+    job = out.job
+    try:
+        refused = commit_job(state_store, objects, out)
+    except Exception as e:  # noqa: BLE001 - e.g. the state store is unreachable
+        reason = f"commit failed: {type(e).__name__}: {e}"
+        state_store.put_job(rec.failed(reason))
+        return JobResult(job, "failed", out.rows_read, out.rows_written, out.seconds, output_key, reason)
+    if refused is not None:
+        reason = f"commit refused: {refused}"
+        state_store.put_job(rec.failed(reason))
+        return JobResult(job, "refused", out.rows_read, out.rows_written, out.seconds, None, reason)
+    state_store.put_job(rec.committed())
+    return JobResult(job, "committed", out.rows_read, out.rows_written, out.seconds, output_key)

@@ -1,0 +1,169 @@
+"""Compaction job creation: push references down, plan jobs, assign them.
+
+One call of :func:`create_compaction_jobs` on an online table:
+
+1. pushes every unassigned reference in a non-leaf partition down one level (one
+   :class:`SplitFileReferences` commit; the children's counts are estimates, half
+   each), so data of split partitions reaches the leaves over successive runs;
+2. finds jobs to retry: references still assigned to a job whose status record is
+   missing, failed, or has not moved for ``sleeper.table.compaction.job.retry.minutes``
+   (its runner died). Re-running a job is always safe: its commit only succeeds while
+   the inputs still carry its id, so at most one attempt's output is ever referenced;
+3. runs the table's strategy (:mod:`sleeper_ops.compaction.strategy`) on each leaf
+   partition's unassigned references, records each new job as ``created``, then
+   assigns all of them in ONE :class:`AssignJobIds` commit before any job runs. If
+   that commit is refused (a concurrent creator took some files) nothing is assigned,
+   the records are marked failed and planning is retried on fresh state.
+
+Jobs are plain data (:class:`CompactionJob`), serialisable to JSON for Spark.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from sleeper_ops.compaction.strategy import plan_groups
+from statestore.catalog import TableInfo
+from statestore.errors import TransactionError
+from statestore.files import FileReference
+from statestore.jobs import JobRecord, now_ms
+from statestore.state import TableState
+from statestore.store import StateStore
+from statestore.transactions import AssignJobIds, JobAssignment, SplitFileReference, SplitFileReferences
+
+
+@dataclass(frozen=True)
+class CompactionJob:
+    """Merge ``inputs`` (their references in ``partition_id``) into one file.
+
+    ``whole_files``: every input reference covers its whole file, so the merge
+    needs no partition filter. ``input_records`` is the sum of the references'
+    record counts, exact when ``exact_count`` (then the merge must read exactly
+    that many records, a check against lost input).
+    """
+
+    table_id: str
+    job_id: str
+    partition_id: str
+    inputs: tuple[str, ...]
+    whole_files: bool = True
+    input_records: int = 0
+    exact_count: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["inputs"] = list(self.inputs)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CompactionJob:
+        return cls(**{**d, "inputs": tuple(d["inputs"])})
+
+    @classmethod
+    def of(cls, table_id: str, job_id: str, partition_id: str, refs: list[FileReference]) -> CompactionJob:
+        refs = sorted(refs, key=lambda r: r.filename)
+        return cls(table_id, job_id, partition_id, tuple(r.filename for r in refs),
+                   all(r.whole_file for r in refs), sum(r.record_count for r in refs),
+                   all(r.whole_file and not r.count_approximate for r in refs))
+
+
+@dataclass
+class JobCreation:
+    """What one job-creation run did."""
+
+    table: str
+    jobs: list[CompactionJob] = field(default_factory=list)
+    new: int = 0
+    retried: int = 0
+    pushed_down: int = 0
+    skipped_reason: Optional[str] = None
+
+    def summary(self) -> str:
+        if self.skipped_reason:
+            return f"{self.table}: skipped ({self.skipped_reason})"
+        return (f"{self.table}: {self.new} new compaction jobs, {self.retried} retried, "
+                f"{self.pushed_down} references pushed down")
+
+
+def push_down(state_store: StateStore, table: TableInfo, state: TableState) -> int:
+    """Move unassigned references of non-leaf partitions one level down; returns how many."""
+    splits = []
+    for ref in sorted(state.references.values(), key=lambda r: (r.partition_id, r.filename)):
+        p = state.partitions[ref.partition_id]
+        if p.is_leaf or ref.job_id is not None:
+            continue
+        half = ref.record_count // 2
+        children = [FileReference(ref.filename, c, half if i == 0 else ref.record_count - half,
+                                  count_approximate=True, whole_file=False)
+                    for i, c in enumerate(p.child_ids)]
+        splits.append(SplitFileReference(ref.filename, ref.partition_id, tuple(children)))
+    if splits:
+        state_store.commit(table.table_id, SplitFileReferences(tuple(splits)))
+    return len(splits)
+
+
+def stale_jobs(state_store: StateStore, table: TableInfo, state: TableState, *,
+               now: int, retry_after_ms: int) -> list[CompactionJob]:
+    """Jobs whose inputs are still assigned but whose runner looks dead or failed."""
+    by_job: dict[str, list[FileReference]] = {}
+    for ref in state.references.values():
+        if ref.job_id is not None:
+            by_job.setdefault(ref.job_id, []).append(ref)
+    out = []
+    for job_id, refs in sorted(by_job.items()):
+        rec = state_store.get_job(table.table_id, job_id)
+        if rec is None or rec.status == "failed" or now - rec.last_update_ms >= retry_after_ms:
+            out.append(CompactionJob.of(table.table_id, job_id, refs[0].partition_id, refs))
+    return out
+
+
+def create_compaction_jobs(state_store: StateStore, table: TableInfo, *, run_id: Optional[str] = None,
+                           now: Optional[int] = None, retry_after_minutes: Optional[float] = None,
+                           attempts: int = 3) -> JobCreation:
+    """Push down, find stale jobs to retry, plan and assign new jobs (see the module doc)."""
+    result = JobCreation(table.name)
+    if not table.online:
+        result.skipped_reason = "table is offline"
+        return result
+    now = now_ms() if now is None else now
+    if retry_after_minutes is None:
+        retry_after_minutes = table.get_int("sleeper.table.compaction.job.retry.minutes")
+    state = state_store.load_state(table.table_id)
+    result.pushed_down = push_down(state_store, table, state)
+    for attempt in range(attempts):
+        if result.pushed_down or attempt:
+            state = state_store.load_state(table.table_id)
+        retried = stale_jobs(state_store, table, state, now=now, retry_after_ms=int(retry_after_minutes * 60_000))
+        planned = _plan(table, state)
+        records = [JobRecord.created(table.table_id, j.job_id, "compaction", partition_id=j.partition_id,
+                                     input_files=len(j.inputs), run_id=run_id) for j in planned]
+        for rec in records:
+            state_store.put_job(rec)
+        try:
+            if planned:
+                state_store.commit(table.table_id, AssignJobIds(tuple(
+                    JobAssignment(j.job_id, j.partition_id, j.inputs) for j in planned)))
+        except TransactionError as e:
+            for rec in records:
+                state_store.put_job(rec.failed(f"job assignment refused: {e}"))
+            if attempt == attempts - 1:
+                raise
+            continue
+        result.jobs = retried + planned
+        result.new, result.retried = len(planned), len(retried)
+        return result
+    return result  # pragma: no cover - the loop returns or raises
+
+
+def _plan(table: TableInfo, state: TableState) -> list[CompactionJob]:
+    unassigned: dict[str, list[FileReference]] = {}
+    for ref in state.references.values():
+        if ref.job_id is None and state.partitions[ref.partition_id].is_leaf:
+            unassigned.setdefault(ref.partition_id, []).append(ref)
+    jobs = []
+    for pid in sorted(unassigned):
+        for group in plan_groups(table, unassigned[pid]):
+            jobs.append(CompactionJob.of(table.table_id, uuid.uuid4().hex, pid, group))
+    return jobs

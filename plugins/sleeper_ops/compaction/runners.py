@@ -1,0 +1,137 @@
+"""Compaction of a table: create jobs, run them with the table's runner, commit.
+
+:func:`compact_table` is what the CLI, the Python API and the Airflow DAG call. It
+creates jobs (:mod:`sleeper_ops.compaction.jobs`: push-down, retries of stale jobs,
+the strategy, one assignment commit) and runs them:
+
+* runner ``local``: in this process, at most ``max_workers`` jobs at a time in
+  threads (DataFusion and Parquet encoding release the GIL);
+* runner ``spark``: the whole batch in one ``spark-submit`` of
+  ``spark_apps/compaction.py``, one job a Spark task
+  (:mod:`sleeper_ops.spark.compaction`), so Spark's start-up is paid once a batch.
+
+Every job commits on its own; a failed job leaves its inputs assigned, and a later
+run retries it once it is stale. Offline tables are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+from sleeper_ops.compaction.jobs import CompactionJob, JobCreation, create_compaction_jobs
+from sleeper_ops.compaction.execute import JobResult, run_job
+from sleeper_ops.errors import ConfigError
+from sleeper_ops.engine.iterators import BatchFn
+from sleeper_ops.io.storage import ObjectStore
+from statestore.catalog import TableInfo
+from statestore.store import StateStore
+
+RUNNERS = ("local", "spark")
+
+
+@dataclass
+class CompactionReport:
+    """What one compaction run of a table did."""
+
+    table: str
+    runner: str
+    creation: JobCreation
+    results: list[JobResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def skipped_reason(self) -> Optional[str]:
+        return self.creation.skipped_reason
+
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.results if r.status == status)
+
+    @property
+    def rows_read(self) -> int:
+        return sum(r.rows_read for r in self.results)
+
+    @property
+    def rows_written(self) -> int:
+        return sum(r.rows_written for r in self.results)
+
+    def summary(self) -> str:
+        if self.skipped_reason:
+            return f"{self.table}: compaction skipped ({self.skipped_reason})"
+        rate = self.rows_read / self.seconds if self.seconds > 0 else 0.0
+        text = (f"{self.table}: {len(self.results)} compaction jobs ({self.creation.new} new, "
+                f"{self.creation.retried} retried) on runner {self.runner}: {self.count('committed')} committed, "
+                f"{self.count('refused')} refused, {self.count('failed')} failed; {self.rows_read:,} rows read, "
+                f"{self.rows_written:,} written in {self.seconds:.1f} s ({rate:,.0f} rows/s); "
+                f"{self.creation.pushed_down} references pushed down")
+        for r in self.results:
+            if r.status != "committed":
+                text += f"\n  job {r.job.job_id} {r.status}: {r.reason}"
+        return text
+
+
+def run_local(state_store: StateStore, objects: ObjectStore, table: TableInfo, jobs: Sequence[CompactionJob], *,
+              iterators: Sequence[BatchFn] = (), run_id: Optional[str] = None, max_workers: Optional[int] = None,
+              progress: Optional[Callable[[int], None]] = None) -> list[JobResult]:
+    """Run ``jobs`` in this process, at most ``max_workers`` (default: cores) at once."""
+    if not jobs:
+        return []
+    workers = max(1, min(len(jobs), max_workers or os.cpu_count() or 1))
+    lock = threading.Lock()
+    # Partial-file jobs filter to their partition: read the partitions once for all of them.
+    regions = ({p.id: p.region for p in state_store.partitions(table.table_id)}
+               if any(not j.whole_files for j in jobs) else {})
+
+    def on_rows(n: int) -> None:
+        if progress is not None:
+            with lock:
+                progress(n)
+
+    def one(job: CompactionJob) -> JobResult:
+        return run_job(state_store, objects, table, job, region=regions.get(job.partition_id), iterators=iterators,
+                       run_id=run_id, on_rows=on_rows)
+
+    if workers == 1:
+        return [one(j) for j in jobs]
+    with ThreadPoolExecutor(workers, thread_name_prefix="compaction") as pool:
+        return list(pool.map(one, jobs))
+
+
+def compact_table(state_store: StateStore, objects: ObjectStore, table: TableInfo, *,
+                  runner: Optional[str] = None, iterators: Sequence[BatchFn] = (), run_id: Optional[str] = None,
+                  max_workers: Optional[int] = None, retry_after_minutes: Optional[float] = None,
+                  progress: Optional[Callable[[int], None]] = None,
+                  on_jobs: Optional[Callable[[JobCreation], None]] = None,
+                  spark: Optional[Callable[[TableInfo, list[CompactionJob]], list[JobResult]]] = None,
+                  ) -> CompactionReport:
+    """Create and run the table's compaction jobs (see the module docstring).
+
+    ``runner`` defaults to the table's ``sleeper.table.compaction.runner``. ``on_jobs``
+    is told what was created before any job runs (e.g. to size a progress bar).
+    ``spark`` runs a batch on Spark; required for the spark runner (the API passes
+    one bound to the configuration).
+    """
+    runner = runner or table.get("sleeper.table.compaction.runner") or "local"
+    if runner not in RUNNERS:
+        raise ConfigError(f"unknown compaction runner {runner!r}: expected one of {', '.join(RUNNERS)}")
+    if runner == "spark" and iterators:
+        raise ConfigError("the spark runner takes iterators from table properties only, not Python callables")
+    started = time.perf_counter()
+    creation = create_compaction_jobs(state_store, table, run_id=run_id, retry_after_minutes=retry_after_minutes)
+    report = CompactionReport(table.name, runner, creation)
+    if on_jobs is not None:
+        on_jobs(creation)
+    if creation.jobs:
+        if runner == "local":
+            report.results = run_local(state_store, objects, table, creation.jobs, iterators=iterators,
+                                       run_id=run_id, max_workers=max_workers, progress=progress)
+        else:
+            if spark is None:
+                raise ConfigError("the spark runner needs a Spark configuration (use Sleeper.table(...).compact)")
+            report.results = spark(table, creation.jobs)
+    report.seconds = time.perf_counter() - started
+    return report

@@ -1,0 +1,1 @@
+"""Arrow-native record processing: the sort-preserving merge, leaf assignment, iterators."""

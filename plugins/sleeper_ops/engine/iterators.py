@@ -1,0 +1,371 @@
+"""Table iterators: age-off, user iterators and aggregation over Arrow batches.
+
+Compaction applies a table's iterators to the merged, key-ordered rows it writes;
+queries apply them to their merged, key-ordered result. Three kinds exist, set by
+table properties, and are applied in this order:
+
+1. Age-off (``sleeper.table.iterator.ageoff`` = ``FIELD:MAX_AGE_MS``): keeps records
+   whose ``FIELD`` (an int or long of epoch milliseconds; key or value field) is at
+   least ``now - MAX_AGE_MS``, and records whose ``FIELD`` is null. ``now`` is fixed
+   per :meth:`IteratorChain.apply` call (or given as ``now_ms``).
+2. User iterators: the callable named by ``sleeper.table.iterator.python``
+   (``module.path:function``), then any passed in code. Each takes one
+   ``pa.RecordBatch`` with the table's Arrow schema and returns a batch with that
+   schema (or ``None`` to drop it). It may filter or change rows but must keep them
+   in key order. The callable must be importable wherever the chain runs, including
+   Spark executors, which rebuild the chain from the table.
+3. Aggregation (``sleeper.table.iterator.aggregation`` = ``sum(a),max(b),min(c)``):
+   records with equal key fields (row keys and sort keys) become one record; each
+   value field gets its operation. Every value field must be named once. ``sum``
+   takes int and long fields and wraps on overflow like Sleeper's Java ``int`` and
+   ``long`` arithmetic; ``min`` and ``max`` take int, long, string (code point
+   order) and bytes (unsigned order). Nulls are ignored; a group with only nulls
+   gives null. Map and list fields cannot be aggregated.
+
+The chain streams: it holds at most one batch plus one carried record (the last
+key of the previous batch, whose group may continue in the next), so memory does
+not grow with the input. Aggregation finds runs of equal keys with Arrow compute
+and reduces them in Arrow's group-by, never row-by-row Python.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sleeper_ops.io.arrow_schema import arrow_schema
+from sleeper_ops.errors import ConfigError, IteratorError
+from statestore.catalog import TableInfo
+from statestore.schema import Schema, type_name
+
+BatchFn = Callable[[pa.RecordBatch], Optional[pa.RecordBatch]]
+
+AGEOFF_PROPERTY = "sleeper.table.iterator.ageoff"
+AGGREGATION_PROPERTY = "sleeper.table.iterator.aggregation"
+PYTHON_PROPERTY = "sleeper.table.iterator.python"
+
+_NUMERIC = ("IntType", "LongType")
+_ORDERED = ("IntType", "LongType", "StringType", "ByteArrayType")
+_AGG_RE = re.compile(r"^\s*(sum|min|max)\(\s*([^()]*?)\s*\)\s*$")
+
+
+# ----- age-off ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AgeOff:
+    """Keep records whose ``field`` is null or at least ``now - max_age_ms``."""
+
+    field: str
+    max_age_ms: int
+
+    @classmethod
+    def parse(cls, value: str, schema: Schema) -> AgeOff:
+        name, _, age = value.partition(":")
+        name = name.strip()
+        try:
+            max_age = int(age)
+        except ValueError as e:
+            raise ConfigError(f"{AGEOFF_PROPERTY}={value!r}: expected FIELD:MAX_AGE_MS") from e
+        if name not in schema.field_names:
+            raise ConfigError(f"{AGEOFF_PROPERTY}={value!r}: the schema has no field {name!r} "
+                              f"(fields: {', '.join(schema.field_names)})")
+        ftype = schema.field(name).type
+        if ftype not in _NUMERIC:
+            raise ConfigError(f"{AGEOFF_PROPERTY}={value!r}: field {name!r} is {type_name(ftype)}; "
+                              "age-off needs an IntType or LongType field of epoch milliseconds")
+        return cls(name, max_age)
+
+    def filter(self, batch: pa.RecordBatch, now_ms: int) -> pa.RecordBatch:
+        col = batch.column(self.field)
+        keep = pc.greater_equal(col.cast(pa.int64()), pa.scalar(now_ms - self.max_age_ms, pa.int64()))
+        if col.null_count:
+            keep = pc.or_kleene(keep, pc.is_null(col))
+        return batch.filter(keep)
+
+    def describe(self) -> str:
+        return f"ageoff({self.field}, {self.max_age_ms})"
+
+
+# ----- user iterators ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class UserIterator:
+    """A user callable on record batches, checked to return the table's schema."""
+
+    name: str
+    fn: BatchFn
+
+    @classmethod
+    def load(cls, path: str) -> UserIterator:
+        """Import ``module.path:function``; any failure is a ConfigError naming the property."""
+        module_name, sep, attr = path.partition(":")
+        if not sep or not module_name or not attr:
+            raise ConfigError(f"{PYTHON_PROPERTY}={path!r}: expected module.path:function")
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as e:  # noqa: BLE001 - any import failure is a configuration error
+            raise ConfigError(f"{PYTHON_PROPERTY}={path!r}: cannot import module {module_name!r}: {e!r}") from e
+        fn = getattr(module, attr, None)
+        if fn is None:
+            raise ConfigError(f"{PYTHON_PROPERTY}={path!r}: module {module_name!r} has no attribute {attr!r}")
+        if not callable(fn):
+            raise ConfigError(f"{PYTHON_PROPERTY}={path!r}: {attr!r} is not callable")
+        return cls(path, fn)
+
+    @classmethod
+    def wrap(cls, fn: BatchFn) -> UserIterator:
+        module = getattr(fn, "__module__", None) or "?"
+        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+        return cls(f"{module}:{name}", fn)
+
+    def apply(self, batch: pa.RecordBatch, target: pa.Schema, key_names: Sequence[str]) -> Optional[pa.RecordBatch]:
+        try:
+            out = self.fn(batch)
+        except Exception as e:  # noqa: BLE001 - name the iterator in whatever it raised
+            raise IteratorError(f"user iterator {self.name} failed: {e!r}") from e
+        if out is None:
+            return None
+        if isinstance(out, pa.Table):  # tolerated: one batch of the same rows
+            if not out.num_rows:
+                return None
+            out = out.combine_chunks().to_batches()[0]
+        if not isinstance(out, pa.RecordBatch):
+            raise IteratorError(f"user iterator {self.name} returned {type(out).__name__}; "
+                                "expected a pyarrow.RecordBatch or None")
+        if not out.schema.equals(target):
+            if out.schema.names != target.names or out.schema.types != target.types:
+                raise IteratorError(f"user iterator {self.name} returned schema\n{out.schema}\n"
+                                    f"but the table's Arrow schema is\n{target}")
+            out = out.cast(target)  # only nullability or metadata differ
+        for name in key_names:
+            if out.column(name).null_count:
+                raise IteratorError(f"user iterator {self.name} returned nulls in key field {name!r}")
+        return out
+
+
+# ----- aggregation ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Aggregation:
+    """Combine records with equal keys; ``ops`` maps each value field to sum, min or max."""
+
+    key_names: tuple[str, ...]
+    ops: tuple[tuple[str, str], ...]  # (value field, op) in the property's order
+
+    @classmethod
+    def parse(cls, value: str, schema: Schema) -> Aggregation:
+        where = f"{AGGREGATION_PROPERTY}={value!r}"
+        key_names = set(schema.key_names)
+        value_types = {f.name: f.type for f in schema.value_fields}
+        ops: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        for part in value.split(","):
+            m = _AGG_RE.match(part)
+            if not m:
+                raise ConfigError(f"{where}: {part.strip()!r} is not sum(FIELD), min(FIELD) or max(FIELD)")
+            op, name = m.group(1), m.group(2)
+            if name in key_names:
+                raise ConfigError(f"{where}: {name!r} is a key field; only value fields are aggregated "
+                                  "(records with equal row and sort keys are combined)")
+            if name not in value_types:
+                raise ConfigError(f"{where}: the schema has no value field {name!r} "
+                                  f"(value fields: {', '.join(value_types) or 'none'})")
+            if name in seen:
+                raise ConfigError(f"{where}: field {name!r} is named more than once")
+            seen.add(name)
+            ftype = value_types[name]
+            if op == "sum" and ftype not in _NUMERIC:
+                raise ConfigError(f"{where}: sum({name}) needs an IntType or LongType field; "
+                                  f"{name!r} is {type_name(ftype)}")
+            if op in ("min", "max") and ftype not in _ORDERED:
+                raise ConfigError(f"{where}: {op}({name}) needs an int, long, string or bytes field; "
+                                  f"{name!r} is {type_name(ftype)}")
+            ops.append((name, op))
+        missing = [n for n in value_types if n not in seen]
+        if missing:
+            raise ConfigError(f"{where}: every value field needs an aggregation; missing "
+                              f"{', '.join(missing)}")
+        return cls(tuple(schema.key_names), tuple(ops))
+
+    def aggregate(self, table: pa.Table, target: pa.Schema) -> pa.Table:
+        """One record per run of equal keys in ``table`` (which is in key order), in order.
+
+        Groups are the runs of equal keys, found by comparing each row's keys with
+        the previous row's; a table with no repeated key comes back unchanged.
+        (Arrow's hash group-by alone does not keep first-appearance order for
+        several key columns, so the groups are numbered here and put back in order.)
+        """
+        n = table.num_rows
+        if n < 2:
+            return table
+        change = None
+        for name in self.key_names:
+            col = table.column(name)
+            differs = pc.not_equal(col.slice(1), col.slice(0, n - 1))
+            change = differs if change is None else pc.or_(change, differs)
+        if isinstance(change, pa.ChunkedArray):
+            change = change.combine_chunks()
+        starts = pc.indices_nonzero(change)
+        if len(starts) == n - 1:
+            return table  # every key appears once
+        first_rows = pa.concat_arrays([pa.array([0], pa.uint64()), pc.add(starts, pa.scalar(1, pa.uint64()))])
+        group = pa.concat_arrays([pa.array([0], pa.int64()),
+                                  pc.cumulative_sum(change.cast(pa.int64()))])
+        values = table.select([name for name, _ in self.ops]).append_column("__group", group)
+        grouped = values.group_by("__group", use_threads=False).aggregate(list(self.ops))
+        grouped = grouped.take(pc.sort_indices(grouped.column("__group")))
+        keys = table.select(list(self.key_names)).take(first_rows)
+        ops = dict(self.ops)
+        columns = []
+        for f in target:
+            col = keys.column(f.name) if f.name not in ops else grouped.column(f"{f.name}_{ops[f.name]}")
+            if col.type != f.type:
+                col = col.cast(f.type, safe=False)  # int sums come back as int64: wrap like Java int
+            columns.append(col)
+        return pa.Table.from_arrays(columns, schema=target)
+
+    def stream(self, batches: Iterable[pa.RecordBatch], target: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """Aggregate key-ordered batches; a key's records may span any number of batches.
+
+        The last aggregated record of each batch is held back and merged with the
+        next batch, since its key may continue there; it is emitted at the end.
+        """
+        carry: Optional[pa.RecordBatch] = None
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            parts = [batch] if carry is None else [carry, batch]
+            out = self.aggregate(pa.Table.from_batches(parts, schema=target), target).combine_chunks()
+            rows = out.to_batches()[0]
+            if rows.num_rows > 1:
+                yield rows.slice(0, rows.num_rows - 1)
+            carry = rows.slice(rows.num_rows - 1)
+        if carry is not None:
+            yield carry
+
+    def describe(self) -> str:
+        return "aggregation(" + ", ".join(f"{op}({name})" for name, op in self.ops) + ")"
+
+
+# ----- the chain --------------------------------------------------------------------------
+
+def _rebuild(table: TableInfo, extra: tuple[BatchFn, ...], now_ms: Optional[int]) -> IteratorChain:
+    return IteratorChain.for_table(table, extra, now_ms=now_ms)
+
+
+class IteratorChain:
+    """A table's iterators in order: age-off, user iterators, aggregation.
+
+    Build it with :meth:`for_table`, which checks the properties against the schema
+    and imports the user callable (raising :class:`ConfigError`). Applying it never
+    changes the input. A chain pickles as ``(table, extra, now_ms)`` and is rebuilt
+    on unpickling, so it can be shipped to Spark executors as long as the user
+    callables are importable there (``extra`` callables are pickled by reference,
+    so they must be module-level functions or other picklable callables).
+    """
+
+    def __init__(self, table: TableInfo, extra: tuple[BatchFn, ...], now_ms: Optional[int],
+                 ageoff: Optional[AgeOff], users: tuple[UserIterator, ...], aggregation: Optional[Aggregation]):
+        self.table, self.extra, self.now_ms = table, extra, now_ms
+        self.ageoff, self.users, self.aggregation = ageoff, users, aggregation
+        self.target = arrow_schema(table.schema)
+        self._key_names = tuple(table.schema.key_names)
+
+    @classmethod
+    def for_table(cls, table: TableInfo, extra: Sequence[BatchFn] = (), *,
+                  now_ms: Optional[int] = None) -> IteratorChain:
+        """The chain of ``table``'s iterator properties, with ``extra`` user iterators.
+
+        ``now_ms`` fixes age-off's clock; by default each :meth:`apply` call reads
+        the clock once when it starts.
+        """
+        schema = table.schema
+        ageoff_value = table.get(AGEOFF_PROPERTY)
+        ageoff = AgeOff.parse(ageoff_value, schema) if ageoff_value else None
+        users: list[UserIterator] = []
+        python_value = table.get(PYTHON_PROPERTY)
+        if python_value:
+            users.append(UserIterator.load(python_value))
+        for fn in extra:
+            if not callable(fn):
+                raise ConfigError(f"iterator {fn!r} is not callable")
+            users.append(UserIterator.wrap(fn))
+        agg_value = table.get(AGGREGATION_PROPERTY)
+        aggregation = Aggregation.parse(agg_value, schema) if agg_value else None
+        return cls(table, tuple(extra), now_ms, ageoff, tuple(users), aggregation)
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (_rebuild, (self.table, self.extra, self.now_ms))
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no iterator is configured: applying the chain changes nothing."""
+        return self.ageoff is None and not self.users and self.aggregation is None
+
+    def describe(self) -> str:
+        """The iterators in order, e.g. ``ageoff(ts, 86400000) | mod:fn | aggregation(sum(a))``."""
+        parts = []
+        if self.ageoff is not None:
+            parts.append(self.ageoff.describe())
+        parts += [u.name for u in self.users]
+        if self.aggregation is not None:
+            parts.append(self.aggregation.describe())
+        return " | ".join(parts) if parts else "none"
+
+    def apply(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Yield the key-ordered ``batches`` with the iterators applied, streaming.
+
+        Input batches must have the table's Arrow schema (types may differ only where
+        a cast makes them equal) and be in key order across batches. Empty batches
+        are not yielded.
+        """
+        it: Iterable[pa.RecordBatch] = self._conform(batches)
+        if self.ageoff is not None:
+            now = self.now_ms if self.now_ms is not None else int(time.time() * 1000)
+            it = self._ageoff(it, self.ageoff, now)
+        for user in self.users:
+            it = self._user(it, user)
+        if self.aggregation is not None:
+            it = self.aggregation.stream(it, self.target)
+        for b in it:
+            if b.num_rows:
+                yield b
+
+    def apply_table(self, table: pa.Table) -> pa.Table:
+        """The key-ordered ``table`` with the iterators applied."""
+        if self.is_empty:
+            return table
+        batches = list(self.apply(table.to_batches()))
+        return pa.Table.from_batches(batches, schema=self.target)
+
+    # ----- steps ----------------------------------------------------------------------------
+    def _conform(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            if not b.num_rows:
+                continue
+            if not b.schema.equals(self.target):
+                try:
+                    b = b.select(self.target.names).cast(self.target)
+                except (KeyError, ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise IteratorError(f"iterator input does not fit table {self.table.name!r}: "
+                                        f"got\n{b.schema}\nexpected\n{self.target}") from e
+            yield b
+
+    @staticmethod
+    def _ageoff(batches: Iterable[pa.RecordBatch], ageoff: AgeOff, now_ms: int) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            out = ageoff.filter(b, now_ms)
+            if out.num_rows:
+                yield out
+
+    def _user(self, batches: Iterable[pa.RecordBatch], user: UserIterator) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            out = user.apply(b, self.target, self._key_names)
+            if out is not None and out.num_rows:
+                yield out

@@ -1,0 +1,160 @@
+"""Streaming sort-preserving merge of sorted Parquet files, in DataFusion.
+
+The inputs' sort order is declared to DataFusion, one scan per file, and repartition
+of scans and sorts is off, so the plan is a ``SortPreservingMergeExec`` over the
+files with no ``SortExec``: memory stays bounded by a few batches per input however
+large the inputs grow. An optional region filter keeps only the rows of one
+partition. Batches come back with the table's Arrow schema.
+
+The merge runs in a background thread (DataFusion releases the GIL), at most a few
+batches ahead of its consumer, so merging the next rows overlaps whatever the
+caller does with the last ones (typically Parquet encoding): with two free cores a
+compaction takes about as long as the slower of the two, not their sum.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Iterator, Optional, Sequence
+
+import pyarrow as pa
+
+from sleeper_ops.io.arrow_schema import arrow_schema
+from statestore.region import Region
+from statestore.schema import Schema
+
+
+def _session(n_inputs: int, batch_size: int) -> Any:
+    from datafusion import SessionConfig, SessionContext
+
+    cfg = (SessionConfig()
+           .with_target_partitions(max(2, n_inputs))
+           .with_repartition_file_scans(False)
+           .with_repartition_sorts(False)
+           .with_batch_size(batch_size)
+           .set("datafusion.execution.parquet.schema_force_view_types", "false")
+           .set("datafusion.execution.parquet.pushdown_filters", "false")
+           .set("datafusion.optimizer.enable_round_robin_repartition", "false"))
+    return SessionContext(cfg)
+
+
+def region_filter(region: Region) -> Any:
+    """A DataFusion predicate selecting the rows inside ``region``."""
+    from datafusion import col, lit
+
+    expr = None
+    for r in region.ranges:
+        parts = [col(r.field) >= lit(r.min)]
+        if r.max is not None:
+            parts.append(col(r.field) < lit(r.max))
+        for p in parts:
+            expr = p if expr is None else expr & p
+    return expr
+
+
+def merge_sorted(paths: Sequence[str], schema: Schema, *, region: Optional[Region] = None,
+                 object_store: Any = None, store_url: Optional[str] = None,
+                 batch_size: int = 16384, read_ahead: int = 4) -> Iterator[pa.RecordBatch]:
+    """Yield the rows of the sorted Parquet files at ``paths`` in key order.
+
+    ``paths`` are local paths, or URLs under ``store_url`` when a DataFusion
+    ``object_store`` is given (e.g. ``AmazonS3``). Batches hold at most
+    ``batch_size`` rows. With ``read_ahead`` > 0 the merge runs in a background
+    thread at most that many batches ahead of the consumer: an error in the merge
+    is raised to the consumer, and closing the generator early stops the thread
+    (after the batch it is merging). ``read_ahead=0`` merges in the consumer's thread.
+    """
+    if not paths:
+        return
+    ctx = _session(len(paths), batch_size)
+    if object_store is not None:
+        scheme, _, host = store_url.partition("://")  # e.g. "s3://bucket" -> ("s3://", "bucket")
+        ctx.register_object_store(f"{scheme}://", object_store, host.split("/", 1)[0] or None)
+    target = arrow_schema(schema)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for b in _merged_frame(ctx, paths, schema, region).execute_stream():
+            rb = b.to_pyarrow()
+            if rb.schema != target:
+                rb = pa.Table.from_batches([rb]).cast(target).combine_chunks().to_batches()[0]
+            yield rb
+    if read_ahead <= 0:
+        yield from batches()
+    else:
+        yield from _ahead(batches(), read_ahead)
+
+
+_END = object()
+
+
+class _Failure:
+    """An exception raised in the read-ahead thread, carried to the consumer."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def _ahead(items: Iterator[Any], depth: int) -> Iterator[Any]:
+    """Yield ``items``, produced by a background thread at most ``depth`` items ahead."""
+    q: queue.Queue[Any] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put(item):
+                    return
+            put(_END)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+            put(_Failure(e))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    worker = threading.Thread(target=produce, name="merge-read-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failure):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
+def _merged_frame(ctx: Any, paths: Sequence[str], schema: Schema, region: Optional[Region] = None) -> Any:
+    """A DataFrame of the files at ``paths`` (sort order declared), filtered and sorted by key."""
+    from datafusion import col
+
+    def key_order() -> list[Any]:
+        return [col(n).sort(ascending=True, nulls_first=False) for n in schema.key_names]
+    df = None
+    for i, p in enumerate(paths):
+        ctx.register_parquet(f"input_{i}", p, file_sort_order=[key_order()], schema=arrow_schema(schema))
+        t = ctx.table(f"input_{i}")
+        df = t if df is None else df.union(t)
+    assert df is not None
+    if region is not None:
+        df = df.filter(region_filter(region))
+    return df.sort(*key_order())
+
+
+def explain_merge(paths: Sequence[str], schema: Schema) -> str:
+    """The physical plan of a merge, to check it has no full sort."""
+    ctx = _session(len(paths), 8192)
+    return str(_merged_frame(ctx, paths, schema).execution_plan().display_indent())

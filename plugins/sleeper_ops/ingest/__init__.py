@@ -1,0 +1,1 @@
+"""Getting records in: standard ingest (sorted files, one per leaf) and the ingest batcher."""

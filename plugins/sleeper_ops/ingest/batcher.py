@@ -1,0 +1,251 @@
+"""The ingest batcher: files queued as ingest requests, grouped into standard ingest jobs.
+
+:func:`submit_ingest_requests` queues files (local paths or ``s3://`` URIs) for a
+table. It refuses the whole call, queueing nothing, if the table is unknown or any
+file is missing, unreadable or of an unknown type; each request records the file's
+absolute location and size.
+
+:func:`run_ingest_batcher` takes the table's pending requests, oldest first, and
+groups them (:func:`plan_ingest_jobs`) by the table's
+``sleeper.table.ingest.batcher.job.min.size`` / ``.max.size`` / ``.max.files`` /
+``.max.age.seconds``. Each group is assigned to a fresh job atomically (a group
+another batcher took first is skipped), ingested with standard ingest (one add-files
+commit), and its requests are marked ``ingested``. A job that fails commits nothing
+and puts its requests back to ``pending`` with the error, to be retried on a later
+run in jobs of their own (so one bad file cannot hold back others); after
+``max_attempts`` failures a request is marked ``failed``. Every job is recorded as a
+:class:`~statestore.jobs.JobRecord` of kind ``ingest``. Offline tables still take
+ingest.
+
+Crash safety: requests stay ``assigned`` to a job whose process died. A later run
+puts them back to pending once the job has shown no progress for
+``stale_after_seconds``; that must exceed the longest ingest job, or a slow job's
+files could be ingested twice.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from sleeper_ops.errors import IngestError
+from sleeper_ops.io.inputs import check_readable
+from statestore.catalog import TableInfo
+from statestore.ingest_requests import IngestRequest
+from statestore.jobs import JobRecord, now_ms as _now_ms
+
+if TYPE_CHECKING:
+    from sleeper_ops.api import Sleeper, Table
+    from statestore.store import StateStore
+
+MIN_SIZE = "sleeper.table.ingest.batcher.job.min.size"
+MAX_SIZE = "sleeper.table.ingest.batcher.job.max.size"
+MAX_FILES = "sleeper.table.ingest.batcher.job.max.files"
+MAX_AGE = "sleeper.table.ingest.batcher.job.max.age.seconds"
+
+
+# ----- requests ------------------------------------------------------------------------
+def submit_ingest_requests(sleeper: Sleeper, table_name: str, files: Sequence[str], *,
+                           received_ms: Optional[int] = None) -> list[IngestRequest]:
+    """Queue ``files`` for the table's ingest batcher; all or nothing. Requests of one
+    call are received at the same time and listed in the order given.
+
+    Raises:
+        TableNotFoundError: no such table.
+        IngestError: no files, a file given twice, or files missing, unreadable or of
+            an unknown type (all of them named); nothing is queued.
+    """
+    info = sleeper.state_store.get_table(table_name)
+    if not files:
+        raise IngestError(f"table {table_name}: no files given to ingest")
+    problems: list[str] = []
+    located: list[tuple[str, int]] = []
+    seen: set[str] = set()
+    for f in files:
+        where = f if f.startswith("s3://") else os.path.abspath(f)
+        if where in seen:
+            problems.append(f"{f}: given twice")
+            continue
+        seen.add(where)
+        try:
+            located.append((where, check_readable(f, sleeper.s3)))
+        except IngestError as e:
+            problems.append(str(e))
+    if problems:
+        raise IngestError(f"table {table_name}: nothing queued: " + "; ".join(problems))
+    when = _now_ms() if received_ms is None else received_ms
+    # ids of one call share a prefix and sort in the order the files were given
+    prefix = uuid.uuid4().hex
+    requests = [IngestRequest(f"{prefix}-{i:06d}", info.table_id, where, size, when)
+                for i, (where, size) in enumerate(located)]
+    sleeper.state_store.add_ingest_requests(info.table_id, requests)
+    return requests
+
+
+# ----- planning (pure) ---------------------------------------------------------------
+@dataclass(frozen=True)
+class BatcherLimits:
+    """A table's batching properties, in bytes, files and milliseconds."""
+
+    min_size: int
+    max_size: int
+    max_files: int
+    max_age_ms: int
+
+    @classmethod
+    def of(cls, table: TableInfo) -> BatcherLimits:
+        return cls(table.get_size(MIN_SIZE), table.get_size(MAX_SIZE), table.get_int(MAX_FILES),
+                   table.get_int(MAX_AGE) * 1000)
+
+
+def plan_ingest_jobs(pending: Sequence[IngestRequest], limits: BatcherLimits, now_ms: int) -> list[list[IngestRequest]]:
+    """Groups of requests to send now, each one ingest job.
+
+    A request that failed before goes alone. The others, oldest received first, fill
+    groups of at most ``max_files`` files and ``max_size`` bytes (a file bigger than
+    ``max_size`` goes alone); a new group starts when the next request does not fit.
+    A group is sent when it reaches ``min_size``, holds ``max_files`` files, or its
+    oldest request is at least ``max_age`` old; other groups wait for a later run
+    (which regroups them with newer requests).
+    """
+    retries = [[r] for r in pending if r.attempts > 0]
+    fresh = sorted((r for r in pending if r.attempts == 0), key=lambda r: (r.received_ms, r.request_id))
+    groups: list[list[IngestRequest]] = []
+    size = 0
+    for r in fresh:
+        if groups and len(groups[-1]) < limits.max_files and size + r.size_bytes <= limits.max_size:
+            groups[-1].append(r)
+            size += r.size_bytes
+        else:
+            groups.append([r])
+            size = r.size_bytes
+
+    def ready(g: list[IngestRequest]) -> bool:
+        return (sum(r.size_bytes for r in g) >= limits.min_size or len(g) >= limits.max_files
+                or now_ms - min(r.received_ms for r in g) >= limits.max_age_ms)
+
+    return retries + [g for g in groups if ready(g)]
+
+
+# ----- running -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class BatchedJob:
+    """One ingest job the batcher ran (or could not take)."""
+
+    job_id: str
+    request_ids: tuple[str, ...]
+    files: tuple[str, ...]
+    size_bytes: int
+    status: str  # "committed", "failed" or "taken" (another batcher assigned the requests first)
+    records: int = 0
+    error: Optional[str] = None
+
+
+@dataclass
+class BatcherReport:
+    """What one run of the batcher did for one table."""
+
+    table: str
+    jobs: list[BatchedJob] = field(default_factory=list)
+    waiting: int = 0  # pending requests left for a later run
+    requeued: int = 0  # requests of abandoned jobs put back to pending
+
+    @property
+    def committed(self) -> list[BatchedJob]:
+        return [j for j in self.jobs if j.status == "committed"]
+
+    @property
+    def failed(self) -> list[BatchedJob]:
+        return [j for j in self.jobs if j.status == "failed"]
+
+    @property
+    def records(self) -> int:
+        return sum(j.records for j in self.jobs)
+
+    def summary(self) -> str:
+        return (f"table {self.table}: {len(self.committed)} ingest jobs committed ({self.records:,} records), "
+                f"{len(self.failed)} failed, {sum(1 for j in self.jobs if j.status == 'taken')} taken by another "
+                f"batcher, {self.requeued} requests requeued, {self.waiting} waiting")
+
+
+def requeue_abandoned(store: StateStore, table_id: str, *, stale_after_seconds: float,
+                      now_ms: Optional[int] = None) -> int:
+    """Settle requests left ``assigned`` by a batcher that died; returns how many went
+    back to pending.
+
+    A job whose record says it committed has its requests marked ``ingested``; one
+    recorded ``failed`` has them requeued at once; one with no progress for
+    ``stale_after_seconds`` (or no record) has them requeued and its record failed.
+    """
+    now = _now_ms() if now_ms is None else now_ms
+    assigned = store.list_ingest_requests(table_id, status="assigned", limit=None)
+    requeued = 0
+    for job_id in sorted({r.job_id for r in assigned if r.job_id is not None}):
+        record = store.get_job(table_id, job_id)
+        if record is not None and record.status in ("finished", "committed"):
+            store.finish_ingest_job(table_id, job_id, ok=True)  # only marking the requests was lost
+        elif record is not None and record.status == "failed":
+            requeued += store.finish_ingest_job(table_id, job_id, ok=False, error=record.reason)
+        elif record is None or now - record.last_update_ms >= stale_after_seconds * 1000:
+            reason = f"abandoned: no progress for {stale_after_seconds:g}s"
+            requeued += store.finish_ingest_job(table_id, job_id, ok=False, error=reason)
+            if record is not None:
+                store.put_job(record.failed(reason))
+    return requeued
+
+
+def run_ingest_batcher(sleeper: Sleeper, table_name: str, *, now_ms: Optional[int] = None,
+                       run_id: Optional[str] = None, max_attempts: Optional[int] = 3,
+                       stale_after_seconds: float = 3600.0) -> BatcherReport:
+    """Group the table's pending requests into jobs and run them (see the module docstring).
+
+    Args:
+        now_ms: the time to judge request age by (default: now).
+        run_id: recorded on each job (e.g. the Airflow ``dag_id/run_id``).
+        max_attempts: failures after which a request is marked ``failed`` (None: never).
+        stale_after_seconds: requeue requests of jobs with no progress for this long.
+    """
+    store = sleeper.state_store
+    table = sleeper.table(table_name)
+    info = table.info
+    now = _now_ms() if now_ms is None else now_ms
+    report = BatcherReport(table_name)
+    report.requeued = requeue_abandoned(store, info.table_id, stale_after_seconds=stale_after_seconds, now_ms=now)
+    pending = store.pending_ingest_requests(info.table_id)
+    groups = plan_ingest_jobs(pending, BatcherLimits.of(info), now)
+    for group in groups:
+        report.jobs.append(_run_job(sleeper, table, group, run_id=run_id, max_attempts=max_attempts))
+    report.waiting = len(pending) - sum(len(g) for g in groups)
+    return report
+
+
+def _run_job(sleeper: Sleeper, table: Table, group: list[IngestRequest], *, run_id: Optional[str],
+             max_attempts: Optional[int]) -> BatchedJob:
+    """Assign ``group`` to a new job, ingest its files, record the outcome."""
+    store = sleeper.state_store
+    table_id = table.info.table_id
+    job_id = uuid.uuid4().hex
+    ids = tuple(r.request_id for r in group)
+    files = tuple(r.filename for r in group)
+    size = sum(r.size_bytes for r in group)
+    record = JobRecord.created(table_id, job_id, "ingest", input_files=len(group), run_id=run_id)
+    store.put_job(record)
+    if not store.assign_ingest_requests(table_id, job_id, ids):
+        store.put_job(record.failed("another batcher took its requests first"))
+        return BatchedJob(job_id, ids, files, size, "taken")
+    record = record.started(run_id)
+    store.put_job(record)
+    try:
+        result = table.ingest(list(files))
+    except Exception as e:  # noqa: BLE001 - any failure requeues the requests; it is recorded, not lost
+        reason = f"{type(e).__name__}: {e}" if not isinstance(e, IngestError) else str(e)
+        store.put_job(record.failed(reason))
+        store.finish_ingest_job(table_id, job_id, ok=False, error=reason, max_attempts=max_attempts)
+        return BatchedJob(job_id, ids, files, size, "failed", error=reason)
+    record = record.finished(rows_read=result.records, rows_written=result.records)
+    store.put_job(record)
+    store.put_job(record.committed())
+    store.finish_ingest_job(table_id, job_id, ok=True)
+    return BatchedJob(job_id, ids, files, size, "committed", records=result.records)

@@ -1,0 +1,198 @@
+"""Standard ingest: files in, sorted Parquet files out, one commit.
+
+Records stream from the inputs in bounded memory: they gather into in-memory chunks
+(at most ``max_chunk_rows`` rows or ``max_chunk_bytes`` bytes), each chunk is sorted
+in Arrow and split by leaf partition. If everything fits in one chunk, each leaf's
+rows go straight to their data file; otherwise every chunk's runs are spilled to
+local disk and each leaf's runs are merged by a streaming sort-preserving merge.
+The result is one data file per leaf partition with records, committed in a single
+add-files transaction. If anything fails before the commit, the files written are
+deleted and nothing is committed.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional, Sequence, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from sleeper_ops.io.arrow_schema import sort_keys
+from sleeper_ops.io.datafile import ParquetSettings, WrittenFile, new_data_key, sketch_key, write_data_file
+from sleeper_ops.errors import IngestError
+from sleeper_ops.io.inputs import check_readable, read_batches
+from sleeper_ops.engine.leaves import leaf_indices
+from sleeper_ops.engine.merge import merge_sorted
+from sleeper_ops.io.storage import ObjectStore, S3Options
+from statestore.catalog import TableInfo
+from statestore.files import FileReference
+from statestore.partitions import Partition, PartitionTree
+from statestore.store import StateStore
+from statestore.transactions import AddFiles
+
+_T = TypeVar("_T")
+Progress = Callable[[int], None]  # called with the number of records just read
+
+
+@dataclass
+class IngestResult:
+    records: int = 0
+    files: list[FileReference] = field(default_factory=list)
+    seconds: float = 0.0
+    spilled_chunks: int = 0
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds else 0.0
+
+
+def _sliced(batches: Iterable[pa.RecordBatch], most: int) -> Iterable[pa.RecordBatch]:
+    """The same rows in batches of at most ``most`` rows, so a chunk never overshoots."""
+    for b in batches:
+        for start in range(0, b.num_rows, most):
+            yield b.slice(start, most)
+
+
+class IngestRunner:
+    """Ingests record batches or files into one table."""
+
+    def __init__(self, state_store: StateStore, objects: ObjectStore, table: TableInfo, *,
+                 max_chunk_rows: int = 4_000_000, max_chunk_bytes: int = 512 << 20,
+                 spill_dir: Optional[str] = None, s3: Optional[S3Options] = None, threads: int = 2):
+        self.state_store, self.objects, self.table = state_store, objects, table
+        self.schema = table.schema
+        self.max_chunk_rows, self.max_chunk_bytes = max_chunk_rows, max_chunk_bytes
+        self.spill_dir, self.s3, self.threads = spill_dir, s3, threads
+        self.settings = ParquetSettings.of(table)
+
+    # ----- entry points ---------------------------------------------------------------
+    def ingest_files(self, paths: Sequence[str], progress: Optional[Progress] = None) -> IngestResult:
+        """Ingest every file in ``paths``; all are checked readable before any is read."""
+        if not paths:
+            raise IngestError("no input files given")
+        for p in paths:
+            check_readable(p, self.s3)
+
+        def batches() -> Iterable[pa.RecordBatch]:
+            for p in paths:
+                yield from read_batches(p, self.schema, self.s3)
+        return self.ingest_batches(batches(), progress)
+
+    def ingest_batches(self, batches: Iterable[pa.RecordBatch], progress: Optional[Progress] = None) -> IngestResult:
+        """Ingest batches already conformed to the table's Arrow schema."""
+        start = time.perf_counter()
+        result = IngestResult()
+        tree = PartitionTree(self.state_store.partitions(self.table.table_id))
+        written: list[tuple[str, WrittenFile]] = []
+        spill_root = tempfile.mkdtemp(prefix="sleeper-ingest-", dir=self.spill_dir)
+        try:
+            runs: dict[str, list[str]] = {}  # leaf id -> spilled run paths
+            chunk: list[pa.RecordBatch] = []
+            rows = nbytes = 0
+            chunks_seen = 0
+            for b in _sliced(batches, self.max_chunk_rows):
+                if chunk and (rows + b.num_rows > self.max_chunk_rows or nbytes + b.nbytes > self.max_chunk_bytes):
+                    self._spill(chunk, tree, spill_root, chunks_seen, runs)
+                    chunks_seen += 1
+                    chunk, rows, nbytes = [], 0, 0
+                chunk.append(b)
+                rows += b.num_rows
+                nbytes += b.nbytes
+                result.records += b.num_rows
+                if progress:
+                    progress(b.num_rows)
+            if chunks_seen == 0:
+                written = self._write_direct(chunk, tree) if rows else []
+            else:
+                if chunk:
+                    self._spill(chunk, tree, spill_root, chunks_seen, runs)
+                    chunks_seen += 1
+                written = self._merge_runs(runs, tree)
+            result.spilled_chunks = chunks_seen
+            refs = [FileReference(w.key, pid, w.record_count) for pid, w in written]
+            if refs:
+                self.state_store.commit(self.table.table_id, AddFiles(tuple(refs)))
+            result.files = refs
+        except BaseException:
+            self._cleanup(written)
+            raise
+        finally:
+            shutil.rmtree(spill_root, ignore_errors=True)
+        result.seconds = time.perf_counter() - start
+        return result
+
+    # ----- steps ------------------------------------------------------------------------
+    def _sorted_leaf_rows(self, table: pa.Table, idx: Optional[np.ndarray]) -> pa.Table:
+        """Rows ``idx`` of ``table`` in key order, taking the full rows only once."""
+        keys = table.select(self.schema.key_names)
+        if idx is not None:
+            keys = keys.take(pa.array(idx))
+        order = pc.sort_indices(keys, sort_keys=sort_keys(self.schema)).to_numpy()
+        return table.take(pa.array(order if idx is None else idx[order]))
+
+    def _by_leaf(self, chunk: list[pa.RecordBatch], tree: PartitionTree) -> list[tuple[Partition, Callable[[], pa.Table]]]:
+        """Split an unsorted chunk by leaf partition; each item sorts its rows when called."""
+        table = pa.Table.from_batches(chunk).combine_chunks()
+        return [(leaf, functools.partial(self._sorted_leaf_rows, table, idx))
+                for leaf, idx in leaf_indices(table, tree)]
+
+    def _parallel(self, fn: Callable[[tuple[Partition, Callable[[], pa.Table]]], _T],
+                  items: list[tuple[Partition, Callable[[], pa.Table]]]) -> list[_T]:
+        """Run ``fn`` over items in the thread pool; every item runs even if one fails."""
+        with ThreadPoolExecutor(self.threads) as pool:
+            futures = [pool.submit(fn, item) for item in items]
+        results, errors = [], []
+        for f in futures:
+            try:
+                results.append(f.result())
+            except BaseException as e:  # noqa: BLE001 - collect, the caller cleans up
+                errors.append(e)
+        if errors:
+            self._cleanup([r for r in results if isinstance(r, tuple) and isinstance(r[1], WrittenFile)])
+            raise errors[0]
+        return results
+
+    def _cleanup(self, written: list[tuple[str, WrittenFile]]) -> None:
+        for _, w in written:
+            self.objects.delete(w.key)
+            self.objects.delete(sketch_key(w.key))
+
+    def _write_direct(self, chunk: list[pa.RecordBatch], tree: PartitionTree) -> list[tuple[str, WrittenFile]]:
+        def write(item: tuple[Partition, Callable[[], pa.Table]]) -> tuple[str, WrittenFile]:
+            leaf, rows = item
+            return leaf.id, write_data_file(self.objects, new_data_key(self.table.table_id, leaf.id),
+                                            self.schema, rows(), self.settings)
+        return self._parallel(write, self._by_leaf(chunk, tree))
+
+    def _spill(self, chunk: list[pa.RecordBatch], tree: PartitionTree, root: str, chunk_no: int,
+               runs: dict[str, list[str]]) -> None:
+        def spill(item: tuple[Partition, Callable[[], pa.Table]]) -> tuple[str, str]:
+            leaf, rows = item
+            d = os.path.join(root, leaf.id)
+            os.makedirs(d, exist_ok=True)
+            path = os.path.join(d, f"run-{chunk_no:06d}.parquet")
+            pq.write_table(rows(), path, compression="none", use_dictionary=False, row_group_size=65536)
+            return leaf.id, path
+        for leaf_id, path in self._parallel(spill, self._by_leaf(chunk, tree)):
+            runs.setdefault(leaf_id, []).append(path)
+
+    def _merge_runs(self, runs: dict[str, list[str]], tree: PartitionTree) -> list[tuple[str, WrittenFile]]:
+        out: list[tuple[str, WrittenFile]] = []
+        try:
+            for leaf_id, paths in runs.items():
+                key = new_data_key(self.table.table_id, leaf_id)
+                out.append((leaf_id, write_data_file(self.objects, key, self.schema,
+                                                     merge_sorted(paths, self.schema), self.settings)))
+        except BaseException:
+            self._cleanup(out)
+            raise
+        return out

@@ -1,0 +1,170 @@
+"""Sorted Parquet data files and their sketch sidecars.
+
+A data file holds records sorted by row keys then sort keys, compressed (zstd by
+default), with dictionary encoding off, statistics and the page index written, the
+sort order declared in the footer, and row groups of at most the table's
+``parquet.rowgroup.rows.max`` rows so a point read touches little data. Beside it, a
+``.sketches`` object holds one quantiles sketch per row key field.
+
+Every file is written under a fresh unique key and never changed afterwards.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sleeper_ops.io.arrow_schema import arrow_schema
+from sleeper_ops.io.sketches import RowKeySketches
+from sleeper_ops.io.storage import ObjectStore
+from statestore.catalog import TableInfo
+from statestore.schema import Schema
+
+
+@dataclass(frozen=True)
+class ParquetSettings:
+    row_group_rows: int = 100_000
+    page_size: int = 131_072
+    compression: str = "zstd"
+
+    @classmethod
+    def of(cls, table: TableInfo) -> ParquetSettings:
+        return cls(table.get_int("sleeper.table.parquet.rowgroup.rows.max"),
+                   table.get_int("sleeper.table.parquet.page.size"),
+                   table.get("sleeper.table.parquet.compression.codec") or "zstd")
+
+
+def new_data_key(table_id: str, partition_id: str) -> str:
+    """A fresh object key for a data file of ``partition_id``."""
+    return f"{table_id}/data/partition_{partition_id}/{ObjectStore.fresh_name('.parquet')}"
+
+
+def sketch_key(data_key: str) -> str:
+    return data_key.rsplit(".parquet", 1)[0] + ".sketches"
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    key: str
+    record_count: int
+    sketches: RowKeySketches
+
+
+class DataFileWriter:
+    """Writes one sorted data file (batches must arrive in key order) and its sidecar.
+
+    Batches are buffered up to one row group. ``close`` writes the footer and the
+    sketches; ``abort`` deletes what was written. With ``sketch_rows=False`` the
+    caller supplies ``sketches`` before ``close`` (e.g. merged from the inputs).
+    """
+
+    def __init__(self, store: ObjectStore, key: str, schema: Schema, settings: ParquetSettings = ParquetSettings(),
+                 *, sketch_rows: bool = True):
+        self.store, self.key, self.schema, self.settings = store, key, schema, settings
+        self.arrow_schema = arrow_schema(schema)
+        self.sketches = RowKeySketches(schema)
+        self.sketch_rows = sketch_rows
+        self.rows = 0
+        self._buffer: list[pa.RecordBatch] = []
+        self._buffered = 0
+        self._sink = store.open_output(key)
+        codec = None if settings.compression == "none" else settings.compression
+        self._writer = pq.ParquetWriter(
+            self._sink, self.arrow_schema, compression=codec, use_dictionary=False,
+            write_statistics=True, write_page_index=True, data_page_size=settings.page_size,
+            sorting_columns=[pq.SortingColumn(i) for i in range(len(schema.key_names))],
+            store_schema=False)
+
+    def write(self, data: pa.RecordBatch | pa.Table) -> None:
+        batches = data.to_batches() if isinstance(data, pa.Table) else [data]
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            if b.schema != self.arrow_schema:
+                b = pa.RecordBatch.from_arrays([b.column(n) for n in self.arrow_schema.names], schema=self.arrow_schema)
+            self._buffer.append(b)
+            self._buffered += b.num_rows
+            if self.sketch_rows:
+                self.sketches.update(b)
+            self.rows += b.num_rows
+            if self._buffered >= self.settings.row_group_rows:
+                self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        if not self._buffer:
+            return
+        table = pa.Table.from_batches(self._buffer, schema=self.arrow_schema)
+        n = self.settings.row_group_rows
+        full = (table.num_rows // n) * n if not final else table.num_rows
+        if full:
+            self._writer.write_table(table.slice(0, full), row_group_size=n)
+        rest = table.slice(full)
+        self._buffer = rest.to_batches() if rest.num_rows else []
+        self._buffered = rest.num_rows
+
+    def close(self) -> WrittenFile:
+        self._flush(final=True)
+        self._writer.close()
+        self._sink.close()
+        self.store.put(sketch_key(self.key), self.sketches.to_bytes())
+        return WrittenFile(self.key, self.rows, self.sketches)
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+            self._sink.close()
+        except Exception:  # noqa: BLE001 - best effort; the orphan sweep removes leftovers
+            pass
+        self.store.delete(self.key)
+        self.store.delete(sketch_key(self.key))
+
+
+def write_data_file(store: ObjectStore, key: str, schema: Schema, data: Iterable[pa.RecordBatch] | pa.Table,
+                    settings: ParquetSettings = ParquetSettings()) -> WrittenFile:
+    """Write sorted ``data`` to ``key`` with its sidecar; nothing is left behind on failure."""
+    w = DataFileWriter(store, key, schema, settings)
+    try:
+        if isinstance(data, pa.Table):
+            w.write(data)
+        else:
+            for b in data:
+                w.write(b)
+        return w.close()
+    except BaseException:
+        w.abort()
+        raise
+
+
+def read_sketches(store: ObjectStore, schema: Schema, data_key: str) -> RowKeySketches:
+    return RowKeySketches.from_bytes(schema, store.get(sketch_key(data_key)))
+
+
+class ParquetFileCache:
+    """Opened Parquet footers by key. Safe because data files never change."""
+
+    def __init__(self, capacity: int = 4096):
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._items: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+
+    def metadata(self, store: ObjectStore, key: str) -> pq.FileMetaData:
+        with self._lock:
+            md = self._items.get(key)
+            if md is not None:
+                self._items.move_to_end(key)
+                return md
+        with store.open_input(key) as f:
+            md = pq.read_metadata(f)
+        with self._lock:
+            self._items[key] = md
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return md
+
+
+FILE_CACHE: Optional[ParquetFileCache] = ParquetFileCache()

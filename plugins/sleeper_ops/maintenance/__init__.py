@@ -1,0 +1,1 @@
+"""Table upkeep besides compaction: partition splitting, garbage collection, operation leases."""

@@ -1,0 +1,203 @@
+"""Garbage collection: delete data files nothing references any more, and orphans.
+
+:func:`collect_garbage` deletes files that the state store tracks with no references
+(replaced by compaction) once unchanged for longer than
+``sleeper.table.gc.delay.minutes``, so queries that planned against the old files
+can still read them for that long. Files go in batches of
+``sleeper.table.gc.batch.size``: first the batch's objects (each data file and its
+``.sketches`` sidecar; an object already gone is fine), then one
+:class:`~statestore.transactions.DeleteFiles` commit. A crash between the two leaves
+tracked, unreferenced files whose objects are (partly) gone; the next run deletes
+them again and commits. A referenced file is never deleted: only unreferenced files
+are listed, a file never gains a reference once it has none, and ``DeleteFiles`` is
+refused for a file that is still referenced.
+
+:func:`sweep_orphans` deletes objects under the table's data prefix that the state
+store does not track (written by a job that failed before its commit, or whose GC
+commit never happened after the file was forgotten), once older than
+``sleeper.table.gc.orphan.grace.minutes``. A file written and not yet committed is
+therefore never deleted while younger than the grace period, which must exceed the
+longest time any job takes between writing a file and committing it.
+
+Offline tables are skipped. ``dry_run=True`` lists what would be deleted and changes
+nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from sleeper_ops.io.datafile import sketch_key
+from sleeper_ops.io.storage import ObjectStore
+from statestore.catalog import TableInfo
+from statestore.errors import SleeperError, TransactionError
+from statestore.store import StateStore
+from statestore.transactions import DeleteFiles
+
+DELAY_PROPERTY = "sleeper.table.gc.delay.minutes"
+BATCH_PROPERTY = "sleeper.table.gc.batch.size"
+GRACE_PROPERTY = "sleeper.table.gc.orphan.grace.minutes"
+_DRY_RUN_LIMIT = 2**62  # list every unreferenced file in one go when nothing is deleted
+
+Progress = Callable[[int], None]  # called with the number of files (or orphans) just deleted
+
+
+@dataclass
+class GCReport:
+    """What one run of :func:`collect_garbage` did (or, with ``dry_run``, would do).
+
+    Attributes:
+        table: the table's name.
+        deleted: files deleted and forgotten by the state store.
+        orphans_deleted: untracked objects deleted by the orphan sweep.
+        dry_run: nothing was changed; the lists say what would have been deleted.
+        skipped_reason: why the table was skipped (offline), else None.
+        commits: ``DeleteFiles`` commits made.
+        refused: ``(file, reason)`` of files whose ``DeleteFiles`` the state store
+            refused (e.g. already forgotten by a concurrent run); their objects are gone.
+    """
+
+    table: str
+    deleted: list[str] = field(default_factory=list)
+    orphans_deleted: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    skipped_reason: Optional[str] = None
+    commits: int = 0
+    refused: list[tuple[str, str]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line for the CLI."""
+        if self.skipped_reason:
+            return f"{self.table}: skipped ({self.skipped_reason})"
+        verb = "would delete" if self.dry_run else "deleted"
+        out = (f"{self.table}: {verb} {len(self.deleted)} unreferenced file{'' if len(self.deleted) == 1 else 's'}"
+               f" and {len(self.orphans_deleted)} orphan object{'' if len(self.orphans_deleted) == 1 else 's'}")
+        if self.refused:
+            out += f", {len(self.refused)} refused by the state store"
+        return out
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _delete_objects(objects: ObjectStore, keys: list[str], threads: int) -> None:
+    """Delete ``keys`` (missing ones are fine); the first failure is raised after all ran."""
+    if threads <= 1 or len(keys) <= 1:
+        for k in keys:
+            objects.delete(k)
+        return
+    with ThreadPoolExecutor(max_workers=min(threads, len(keys))) as pool:
+        for _ in pool.map(objects.delete, keys):
+            pass
+
+
+def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableInfo, *, dry_run: bool = False,
+                    now_ms: Optional[int] = None, orphans: bool = True, progress: Optional[Progress] = None,
+                    threads: int = 8) -> GCReport:
+    """Delete ``table``'s unreferenced files older than its GC delay, then (``orphans``)
+    sweep orphan objects. See the module docstring for the guarantees.
+
+    Args:
+        now_ms: the current time in milliseconds since the epoch (tests); default now.
+        progress: called with the number of files deleted after each batch.
+        threads: objects deleted in parallel.
+
+    Raises:
+        SleeperError: the state store or the object store failed; the batches committed
+            so far stay committed and the next run finishes the rest.
+    """
+    report = GCReport(table.name, dry_run=dry_run)
+    if not table.online:
+        report.skipped_reason = f"table {table.name} is offline"
+        return report
+    now = _now_ms() if now_ms is None else now_ms
+    before = now - table.get_int(DELAY_PROPERTY) * 60_000
+    batch_size = table.get_int(BATCH_PROPERTY)
+    if dry_run:
+        report.deleted = state_store.unreferenced_files(table.table_id, before, limit=_DRY_RUN_LIMIT)
+    else:
+        seen: set[str] = set()
+        while True:
+            batch = [f for f in state_store.unreferenced_files(table.table_id, before, limit=batch_size)
+                     if f not in seen]
+            if not batch:
+                break
+            seen.update(batch)
+            _delete_objects(objects, [k for f in batch for k in (f, sketch_key(f))], threads)
+            _forget(state_store, table, batch, report)
+            if progress is not None:
+                progress(len(batch))
+    if orphans:
+        report.orphans_deleted = sweep_orphans(state_store, objects, table, dry_run=dry_run, now_ms=now,
+                                               progress=progress, threads=threads)
+    return report
+
+
+def _forget(state_store: StateStore, table: TableInfo, batch: list[str], report: GCReport) -> None:
+    """Commit ``DeleteFiles`` for a batch whose objects are gone. If the state store
+    refuses the batch, commit file by file so one refused file holds up no other."""
+    try:
+        state_store.commit(table.table_id, DeleteFiles(tuple(batch)))
+        report.commits += 1
+        report.deleted.extend(batch)
+        return
+    except TransactionError:
+        pass
+    for f in batch:
+        try:
+            state_store.commit(table.table_id, DeleteFiles((f,)))
+        except TransactionError as e:
+            report.refused.append((f, str(e)))
+            continue
+        report.commits += 1
+        report.deleted.append(f)
+
+
+def data_prefix(table_id: str) -> str:
+    """The prefix under which every data file of a table is written (see ``new_data_key``)."""
+    return f"{table_id}/data/"
+
+
+def _data_key_of(key: str) -> str:
+    """The data file an object belongs to: itself, or the ``.parquet`` of a sidecar."""
+    if key.endswith(".sketches"):
+        return key[: -len(".sketches")] + ".parquet"
+    return key
+
+
+def sweep_orphans(state_store: StateStore, objects: ObjectStore, table: TableInfo, *,
+                  grace_minutes: Optional[int] = None, dry_run: bool = False, now_ms: Optional[int] = None,
+                  progress: Optional[Progress] = None, threads: int = 8) -> list[str]:
+    """Delete objects under ``table``'s data prefix that the state store does not track
+    and that are older than the grace period; return their keys (with ``dry_run``, the
+    keys that would be deleted). A sidecar counts as tracked when its data file is.
+
+    The objects are listed before the state is read, so a file committed during the
+    sweep is seen as tracked. Objects whose modification time the store does not give
+    are kept. Offline tables are skipped (an empty list).
+
+    Args:
+        grace_minutes: overrides ``sleeper.table.gc.orphan.grace.minutes``.
+        now_ms: the current time in milliseconds since the epoch (tests); default now.
+        progress: called with the number of orphans deleted.
+    """
+    if not table.online:
+        return []
+    now = _now_ms() if now_ms is None else now_ms
+    grace = table.get_int(GRACE_PROPERTY) if grace_minutes is None else grace_minutes
+    if grace < 0:
+        raise SleeperError(f"orphan grace period must not be negative, got {grace} minutes")
+    cutoff = now - grace * 60_000
+    listed = list(objects.list(data_prefix(table.table_id)))
+    tracked = state_store.load_state(table.table_id).files
+    orphans = sorted(o.key for o in listed
+                     if _data_key_of(o.key) not in tracked and 0 < o.mtime_ms < cutoff)
+    if orphans and not dry_run:
+        _delete_objects(objects, orphans, threads)
+        if progress is not None:
+            progress(len(orphans))
+    return orphans

@@ -1,0 +1,1 @@
+"""Reading records back: the query runner (exact keys, ranges, query-time iterators)."""

@@ -1,0 +1,230 @@
+"""Queries: exact keys, ranges and many of each, merged in key order.
+
+For each queried region the runner reads the leaf partitions that overlap it and
+their ancestors (whose references cover data not yet pushed down), and from each
+referenced file only the rows inside both the reference's partition and the
+region. Row groups whose statistics miss the range are skipped; the Parquet
+footers are cached (files never change). Sub-queries run in parallel threads and
+the results are merged into key order. The table's iterators (age-off, user
+iterators, aggregation; see :mod:`sleeper_ops.engine.iterators`) then run over the merged
+result, so aggregation sees the records of every file of a key together.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from sleeper_ops.io.arrow_schema import arrow_schema, sort_keys
+from sleeper_ops.io.datafile import FILE_CACHE, ParquetFileCache
+from sleeper_ops.errors import QueryError
+from sleeper_ops.engine.iterators import BatchFn, IteratorChain
+from sleeper_ops.io.storage import ObjectStore
+from statestore.catalog import TableInfo
+from statestore.errors import SchemaError
+from statestore.files import FileReference
+from statestore.partitions import PartitionTree
+from statestore.region import Range, Region
+from statestore.schema import Schema, check_key_value, min_value
+from statestore.store import StateStore
+
+
+def _successor(key_type: str, v: Any) -> Optional[Any]:
+    """The least value greater than ``v`` (None if ``v`` is the greatest)."""
+    if key_type in ("IntType", "LongType"):
+        limit = 2**31 - 1 if key_type == "IntType" else 2**63 - 1
+        return None if v == limit else v + 1
+    if key_type == "StringType":
+        return v + "\x00"
+    return v + b"\x00"
+
+
+def exact_key_region(schema: Schema, key: Sequence[Any]) -> Region:
+    """The region holding exactly ``key`` (one value per row key field, or a prefix)."""
+    fields = schema.row_key_fields
+    if not 1 <= len(key) <= len(fields):
+        raise QueryError(f"a key needs 1 to {len(fields)} values (row key fields "
+                         f"{', '.join(schema.row_key_names)}), got {len(key)}")
+    ranges = []
+    for i, f in enumerate(fields):
+        if i < len(key):
+            try:
+                v = check_key_value(f.type, key[i], f.name)  # type: ignore[arg-type]
+            except SchemaError as e:
+                raise QueryError(str(e)) from e
+            ranges.append(Range(f.name, v, _successor(f.type, v)))  # type: ignore[arg-type]
+        else:
+            ranges.append(Range(f.name, min_value(f.type), None))  # type: ignore[arg-type]
+    return Region(tuple(ranges))
+
+
+def range_region(schema: Schema, lo: Any, hi: Optional[Any]) -> Region:
+    """``[lo, hi)`` on the first row key field (``hi=None``: unbounded); others unbounded."""
+    first = schema.row_key_fields[0]
+    try:
+        lo = check_key_value(first.type, lo, first.name)  # type: ignore[arg-type]
+        if hi is not None:
+            hi = check_key_value(first.type, hi, first.name)  # type: ignore[arg-type]
+    except SchemaError as e:
+        raise QueryError(str(e)) from e
+    if hi is not None and hi <= lo:
+        raise QueryError(f"range [{lo!r}, {hi!r}) is empty: the maximum must be greater than the minimum")
+    ranges = [Range(first.name, lo, hi)]
+    ranges += [Range(f.name, min_value(f.type), None) for f in schema.row_key_fields[1:]]  # type: ignore[arg-type]
+    return Region(tuple(ranges))
+
+
+def _intersect(a: Region, b: Region) -> Optional[Region]:
+    out = []
+    for x, y in zip(a.ranges, b.ranges):
+        lo = max(x.min, y.min)
+        hi = x.max if y.max is None else (y.max if x.max is None else min(x.max, y.max))
+        if hi is not None and hi <= lo:
+            return None
+        out.append(Range(x.field, lo, hi))
+    return Region(tuple(out))
+
+
+def _mask(table: pa.Table, region: Region) -> pa.ChunkedArray:
+    m = None
+    for r in region.ranges:
+        c = table.column(r.field)
+        part = pc.greater_equal(c, pa.scalar(r.min, c.type))
+        if r.max is not None:
+            part = pc.and_(part, pc.less(c, pa.scalar(r.max, c.type)))
+        m = part if m is None else pc.and_(m, part)
+    return m
+
+
+@dataclass(frozen=True)
+class _Task:
+    ref: FileReference
+    region: Region  # query region ∩ partition region
+    exclude: tuple[Region, ...] = ()  # earlier query regions: their rows are returned by their own tasks
+
+
+class QueryRunner:
+    """Runs queries against one table; safe to reuse across queries and threads.
+
+    The table's iterator properties, then ``iterators`` (extra user iterators, run
+    after the table's own), apply to every result; they are read and checked once,
+    here (a bad property raises :class:`~sleeper_ops.errors.ConfigError`). Age-off
+    measures age from the time each query runs.
+    """
+
+    def __init__(self, state_store: StateStore, objects: ObjectStore, table: TableInfo, *,
+                 threads: int = 4, cache: Optional[ParquetFileCache] = None, state_ttl_seconds: float = 0.0,
+                 iterators: Sequence[BatchFn] = ()):
+        self.iterators = IteratorChain.for_table(table, iterators)
+        self.state_store, self.objects, self.table = state_store, objects, table
+        self.schema = table.schema
+        self.target = arrow_schema(self.schema)
+        self.threads = threads
+        self.cache = cache or FILE_CACHE or ParquetFileCache()
+        self._pool = ThreadPoolExecutor(threads)
+        self.state_ttl_seconds = state_ttl_seconds
+        self._plan: Optional[tuple[float, PartitionTree, dict[str, list[FileReference]]]] = None
+
+    def _current_plan(self) -> tuple[PartitionTree, dict[str, list[FileReference]]]:
+        """Partitions and references, re-read once older than ``state_ttl_seconds``.
+
+        Reusing a state this young is safe: garbage collection deletes a file only
+        once it has been unreferenced for the table's GC delay (minutes).
+        """
+        now = time.monotonic()
+        if self._plan is None or now - self._plan[0] > self.state_ttl_seconds:
+            state = self.state_store.load_state(self.table.table_id)
+            refs: dict[str, list[FileReference]] = {}
+            for ref in state.references.values():
+                refs.setdefault(ref.partition_id, []).append(ref)
+            self._plan = (now, PartitionTree(state.partitions.values()), refs)
+        return self._plan[1], self._plan[2]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+
+    def query(self, regions: Sequence[Region]) -> pa.Table:
+        """Every record in any of ``regions``, once, in key order."""
+        tree, refs_by_partition = self._current_plan()
+        tasks: list[_Task] = []
+        disjoint = _disjoint(regions)
+        for i, region in enumerate(disjoint):
+            exclude = tuple(r for r in disjoint[:i] if r.overlaps(region))
+            wanted: dict[str, Any] = {}
+            for leaf in tree.leaves_overlapping(region):
+                wanted[leaf.id] = leaf
+                for a in tree.ancestors(leaf.id):
+                    wanted[a.id] = a
+            for pid, part in wanted.items():
+                inter = _intersect(region, part.region)
+                if inter is None:
+                    continue
+                for ref in refs_by_partition.get(pid, ()):
+                    tasks.append(_Task(ref, inter, exclude))
+        if not tasks:
+            return self.target.empty_table()
+        if len(tasks) == 1:
+            parts = [self._read(tasks[0])]
+        else:
+            parts = list(self._pool.map(self._read, tasks))
+        parts = [p for p in parts if p.num_rows]
+        if not parts:
+            return self.target.empty_table()
+        result = pa.concat_tables(parts)
+        if len(parts) > 1:
+            result = result.take(pc.sort_indices(result, sort_keys=sort_keys(self.schema)))
+        if not self.iterators.is_empty:
+            result = self.iterators.apply_table(result)
+        return result
+
+    def _read(self, task: _Task) -> pa.Table:
+        md = self.cache.metadata(self.objects, task.ref.filename)
+        first = task.region.ranges[0]
+        col_idx = md.schema.to_arrow_schema().get_field_index(first.field)
+        groups = []
+        for i in range(md.num_row_groups):
+            st = md.row_group(i).column(col_idx).statistics
+            if st is not None and st.has_min_max:
+                if st.max < first.min or (first.max is not None and st.min >= first.max):
+                    continue
+            groups.append(i)
+        if not groups:
+            return self.target.empty_table()
+        with self.objects.open_input(task.ref.filename) as f:
+            table = pq.ParquetFile(f, metadata=md, pre_buffer=False).read_row_groups(groups, use_threads=False)
+        mask = _mask(table, task.region)
+        for other in task.exclude:
+            mask = pc.and_(mask, pc.invert(_mask(table, other)))
+        table = table.filter(mask)
+        if table.schema != self.target:
+            table = table.cast(self.target)
+        return table
+
+
+def _disjoint(regions: Sequence[Region]) -> list[Region]:
+    """Merge overlapping single-dimension ranges so no record is returned twice."""
+    if not regions:
+        return []
+    if len(regions[0].ranges) == 1:
+        rs = sorted(regions, key=lambda r: r.ranges[0].min)
+        out = [rs[0]]
+        for r in rs[1:]:
+            last = out[-1].ranges[0]
+            cur = r.ranges[0]
+            if last.max is None or cur.min <= last.max:
+                hi = None if last.max is None or cur.max is None else max(last.max, cur.max)
+                out[-1] = Region((Range(last.field, last.min, hi),))
+            else:
+                out.append(r)
+        return out
+    uniq: list[Region] = []
+    for r in regions:
+        if r not in uniq:
+            uniq.append(r)
+    return uniq

@@ -1,0 +1,1 @@
+"""HTTP faces: the REST app and the table status page (FastAPI)."""

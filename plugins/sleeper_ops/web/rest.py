@@ -1,0 +1,406 @@
+"""The REST API of DESIGN.md section 5, as a FastAPI app.
+
+:func:`create_app` builds the app over a provider of the :class:`~sleeper_ops.Sleeper`
+to serve; the Airflow plugin (:mod:`sleeper_ops.airflow.plugin`) mounts it in the
+Airflow API server at ``/sleeper/api/v1`` with Airflow's authentication as
+``auth_dependency``. Routes (``{t}`` is a table name):
+
+=======  =============================  ===============================================
+POST     /tables/{t}/ingest-requests    ``{"files": [...]}``: queue files for the batcher
+GET      /tables/{t}/ingest-requests    the table's requests (``?status=``, ``?limit=``)
+POST     /tables/{t}/records            ``{"records": [{...}, ...]}``: ingest them now
+GET      /tables/{t}/records            ``?key=`` (repeatable) and/or ``?min=&max=``
+GET      /tables                        every table
+GET      /tables/{t}                    one table, every property with its default
+GET      /tables/{t}/partitions         the partition tree, with files and records
+GET      /tables/{t}/files              files and their references
+GET      /tables/{t}/jobs               job status records, newest first
+=======  =============================  ===============================================
+
+Values in URLs are JSON, as in the CLI: ``key=42``, ``key="abc"``, several row key
+fields as a JSON array, bytes as base64 strings; ``max`` may be ``null`` or left out
+(unbounded). Records in and out are JSON objects with bytes as base64 strings and
+maps as objects (the CLI's ``jsonl``).
+
+Errors are ``{"detail": message}``: 404 for an unknown table; 422 for a body that
+is not of the documented shape, or records or files that do not fit the table
+(nothing is queued or written); 400 for other bad input (a key that is not JSON);
+409 for a commit that kept conflicting (retry); 503 when the state or object store
+cannot be reached. A 500 is a bug.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional
+
+import pyarrow as pa
+from fastapi import Depends, FastAPI, Query, Request, status
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from sleeper_ops.errors import IngestError, QueryError, StorageError
+from statestore.errors import (
+    CommitConflictError,
+    PropertyError,
+    SchemaError,
+    SleeperError,
+    StateStoreUnavailableError,
+    TableNotFoundError,
+)
+from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequestError
+from statestore.jobs import JOB_KINDS
+
+if TYPE_CHECKING:
+    from sleeper_ops.api import Sleeper, Table
+    from statestore.catalog import TableInfo
+    from statestore.schema import Schema
+
+SleeperProvider = Callable[[], "Sleeper"]
+_DESCRIPTION = (
+    "Sleeper tables: queue files for ingest, write and read records, and see partitions, files and jobs. "
+    "Key values in URLs are JSON (`key=42`, `key=\"abc\"`, a JSON array for several row key fields, bytes as "
+    "base64 strings); records are JSON objects with bytes as base64 strings and maps as objects. "
+    "Errors are `{\"detail\": message}`: 404 unknown table, 422 input that does not fit (nothing is written), "
+    "400 other bad input.")
+MAX_RECORDS_OUT = 1_000_000
+
+
+# ----- response and request bodies ----------------------------------------------------
+class ErrorOut(BaseModel):
+    detail: str
+
+
+class TableOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    name: str
+    table_id: str
+    online: bool
+    schema_: dict[str, Any] = Field(alias="schema", description="Sleeper's schema JSON")
+    properties: dict[str, Optional[str]] = Field(description="every property: the set value, else the default")
+    properties_set: list[str] = Field(description="names of the properties set explicitly")
+
+
+class RangeOut(BaseModel):
+    field: str
+    min: Any = Field(description="inclusive; bytes as {\"b64\": ...}")
+    max: Any = Field(description="exclusive; null is unbounded")
+
+
+class PartitionOut(BaseModel):
+    id: str
+    parent: Optional[str]
+    depth: int
+    leaf: bool
+    children: list[str]
+    split_dimension: int
+    region: list[RangeOut]
+    files: int
+    records: int
+    records_approximate: bool
+
+
+class ReferenceOut(BaseModel):
+    partition: str
+    records: int
+    approximate: bool
+    whole_file: bool
+    job_id: Optional[str]
+
+
+class FileOut(BaseModel):
+    filename: str
+    update_time: int
+    references: list[ReferenceOut] = Field(description="none: awaiting garbage collection")
+
+
+class JobOut(BaseModel):
+    table_id: str
+    job_id: str
+    kind: str
+    status: str
+    partition_id: Optional[str] = None
+    input_files: int = 0
+    created_ms: int = 0
+    started_ms: Optional[int] = None
+    finished_ms: Optional[int] = None
+    committed_ms: Optional[int] = None
+    rows_read: int = 0
+    rows_written: int = 0
+    reason: Optional[str] = None
+    run_id: Optional[str] = None
+    attempts: int = 0
+    output: Optional[str] = None
+    duration_s: Optional[float] = None
+    rate: Optional[float] = Field(None, description="rows read per second")
+
+
+class IngestRequestOut(BaseModel):
+    request_id: str
+    table_id: str
+    filename: str
+    size_bytes: int
+    received_ms: int
+    status: str
+    job_id: Optional[str] = None
+    attempts: int = 0
+    last_error: Optional[str] = None
+
+
+class IngestRequestsIn(BaseModel):
+    files: list[str] = Field(min_length=1, description="local paths (on the server) or s3:// URIs")
+
+
+class IngestRequestsOut(BaseModel):
+    requests: list[IngestRequestOut]
+
+
+class RecordsIn(BaseModel):
+    records: list[dict[str, Any]] = Field(min_length=1, description="one object per record, every key field set")
+
+
+class IngestOut(BaseModel):
+    records: int
+    files: int = Field(description="data files written (one per leaf partition with records)")
+    seconds: float
+
+
+class RecordsOut(BaseModel):
+    records: list[dict[str, Any]]
+    count: int
+    truncated: bool = Field(description="more records matched than the limit")
+
+
+# ----- records from JSON --------------------------------------------------------------
+def records_to_batch(records: list[dict[str, Any]], schema: Schema) -> pa.RecordBatch:
+    """JSON records as one batch of the table's Arrow schema, or IngestError naming the
+    first record and field that does not fit (the CLI's JSON Lines rules)."""
+    from sleeper_ops.io.arrow_schema import arrow_schema
+    from sleeper_ops.io.inputs import _json_value, conform
+    from statestore.schema import type_name
+
+    fields = schema.all_fields
+    names = set(schema.field_names)
+    key_names = set(schema.key_names)
+    columns: list[list[Any]] = [[] for _ in fields]
+    for i, rec in enumerate(records):
+        for k in rec:
+            if k not in names:
+                raise IngestError(f"record {i}: field {k!r} is not in the table schema")
+        for j, f in enumerate(fields):
+            v = rec.get(f.name)
+            if v is None and f.name in key_names:
+                raise IngestError(f"record {i}: key field {f.name!r} is missing or null")
+            try:
+                columns[j].append(_json_value(f.type, v))
+            except ValueError as e:
+                raise IngestError(f"record {i}: field {f.name!r} does not fit {type_name(f.type)}: {e}") from None
+    target = arrow_schema(schema)
+    batch = pa.RecordBatch.from_arrays([pa.array(c, t.type) for c, t in zip(columns, target)], schema=target)
+    return conform(batch, schema, "records")
+
+
+def _records_json(table: pa.Table) -> list[dict[str, Any]]:
+    from sleeper_ops.io.output import _row_dicts
+
+    return list(_row_dicts(table, {f.name for f in table.schema if pa.types.is_map(f.type)}))
+
+
+# ----- errors -------------------------------------------------------------------------
+_STATUS: list[tuple[type[SleeperError], int]] = [
+    (TableNotFoundError, status.HTTP_404_NOT_FOUND),
+    (IngestError, status.HTTP_422_UNPROCESSABLE_CONTENT),
+    (IngestRequestError, status.HTTP_422_UNPROCESSABLE_CONTENT),
+    (SchemaError, status.HTTP_422_UNPROCESSABLE_CONTENT),
+    (PropertyError, status.HTTP_422_UNPROCESSABLE_CONTENT),
+    (QueryError, status.HTTP_400_BAD_REQUEST),
+    (CommitConflictError, status.HTTP_409_CONFLICT),
+    (StateStoreUnavailableError, status.HTTP_503_SERVICE_UNAVAILABLE),
+    (StorageError, status.HTTP_503_SERVICE_UNAVAILABLE),
+]
+
+
+def status_of(error: SleeperError) -> int:
+    """The HTTP status for one of our errors (400 unless a more specific one applies)."""
+    for cls, code in _STATUS:
+        if isinstance(error, cls):
+            return code
+    return status.HTTP_400_BAD_REQUEST
+
+
+async def _sleeper_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, SleeperError)
+    return JSONResponse({"detail": str(exc)}, status_code=status_of(exc))
+
+
+# ----- the Sleeper to serve -----------------------------------------------------------
+class LazySleeper:
+    """A provider opening one :class:`~sleeper_ops.Sleeper` on first use (thread-safe):
+    ``Sleeper(home)``, where ``home=None`` means ``SLEEPER_HOME`` (default ``.sleeper``).
+    :meth:`close` closes it; the next call opens a new one."""
+
+    def __init__(self, home: Optional[str] = None, factory: Optional[Callable[[], Sleeper]] = None) -> None:
+        self.home = home
+        self._factory = factory
+        self._sleeper: Optional[Sleeper] = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> Sleeper:
+        s = self._sleeper
+        if s is not None:
+            return s
+        with self._lock:
+            if self._sleeper is None:
+                if self._factory is not None:
+                    self._sleeper = self._factory()
+                else:
+                    from sleeper_ops.api import Sleeper
+
+                    self._sleeper = Sleeper(self.home)
+            return self._sleeper
+
+    def close(self) -> None:
+        with self._lock:
+            s, self._sleeper = self._sleeper, None
+        if s is not None:
+            s.close()
+
+
+# ----- the app ------------------------------------------------------------------------
+def _table_out(info: TableInfo) -> TableOut:
+    return TableOut(name=info.name, table_id=info.table_id, online=info.online, schema=info.schema.to_dict(),
+                    properties=info.all_properties(), properties_set=sorted(info.properties))
+
+
+def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[Callable[..., Any]] = None) -> FastAPI:
+    """The REST app over the Sleeper ``sleeper_provider()`` returns (called per request).
+
+    Args:
+        sleeper_provider: returns the Sleeper to serve; if it has a ``close()`` method
+            (e.g. :class:`LazySleeper`), that is called when the app shuts down.
+        auth_dependency: a FastAPI dependency run before every route (not the OpenAPI
+            schema or docs); it raises an HTTPException (401/403) to refuse a request.
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        close = getattr(sleeper_provider, "close", None)
+        if callable(close):
+            close()
+
+    app = FastAPI(
+        title="Sleeper REST API",
+        version="1",
+        description=_DESCRIPTION,
+        dependencies=[Depends(auth_dependency)] if auth_dependency is not None else [],
+        lifespan=lifespan,
+        responses={400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 422: {"model": ErrorOut},
+                   503: {"model": ErrorOut}},
+    )
+    app.add_exception_handler(SleeperError, _sleeper_error)
+
+    def table(name: str) -> Table:
+        return sleeper_provider().table(name)
+
+    @app.get("/tables", response_model=list[TableOut], tags=["tables"])
+    def list_tables() -> list[TableOut]:
+        """Every table, by name."""
+        return [_table_out(info) for info in sleeper_provider().tables()]
+
+    @app.get("/tables/{t}", response_model=TableOut, tags=["tables"])
+    def describe_table(t: str) -> TableOut:
+        """One table: schema, online flag and every property with its default."""
+        return _table_out(table(t).info)
+
+    @app.get("/tables/{t}/partitions", response_model=list[PartitionOut], tags=["tables"])
+    def partitions(t: str) -> list[dict[str, Any]]:
+        """The partition tree, depth first, with the files and records of each partition."""
+        from sleeper_ops.reports import partitions_report
+
+        return partitions_report(table(t).state())
+
+    @app.get("/tables/{t}/files", response_model=list[FileOut], tags=["tables"])
+    def files(t: str) -> list[dict[str, Any]]:
+        """Every tracked file with its references (none: awaiting garbage collection)."""
+        from sleeper_ops.reports import files_report
+
+        return files_report(table(t).state())
+
+    @app.get("/tables/{t}/jobs", response_model=list[JobOut], tags=["tables"])
+    def jobs(t: str, kind: Optional[str] = Query(None, description=f"one of {', '.join(JOB_KINDS)}"),
+             limit: int = Query(1000, ge=1, le=100_000)) -> list[dict[str, Any]]:
+        """Job status records (compaction, split, ingest, ...), newest first."""
+        from sleeper_ops.reports import jobs_report
+
+        if kind is not None and kind not in JOB_KINDS:
+            raise QueryError(f"unknown job kind {kind!r}; expected one of {', '.join(JOB_KINDS)}")
+        return jobs_report(table(t).jobs(kind=kind, limit=limit))
+
+    @app.post("/tables/{t}/ingest-requests", response_model=IngestRequestsOut, status_code=status.HTTP_202_ACCEPTED,
+              tags=["ingest"])
+    def submit(t: str, body: IngestRequestsIn) -> IngestRequestsOut:
+        """Queue files for the table's ingest batcher. Refused whole (422, nothing queued)
+        if any file is missing or of an unknown type."""
+        from sleeper_ops.ingest.batcher import submit_ingest_requests
+
+        reqs = submit_ingest_requests(sleeper_provider(), t, body.files)
+        return IngestRequestsOut(requests=[IngestRequestOut(**r.to_dict()) for r in reqs])
+
+    @app.get("/tables/{t}/ingest-requests", response_model=list[IngestRequestOut], tags=["ingest"])
+    def ingest_requests(t: str, status_: Optional[str] = Query(None, alias="status",
+                                                               description=", ".join(INGEST_REQUEST_STATUSES)),
+                        limit: int = Query(1000, ge=1, le=100_000)) -> list[IngestRequestOut]:
+        """The table's ingest requests, oldest first."""
+        tb = table(t)
+        reqs = tb.sleeper.state_store.list_ingest_requests(tb.info.table_id, status=status_, limit=limit)
+        return [IngestRequestOut(**r.to_dict()) for r in reqs]
+
+    @app.post("/tables/{t}/records", response_model=IngestOut, status_code=status.HTTP_201_CREATED, tags=["ingest"])
+    def write_records(t: str, body: RecordsIn) -> IngestOut:
+        """Ingest the records now, in one commit: all of them or (422) none."""
+        tb = table(t)
+        batch = records_to_batch(body.records, tb.schema)
+        result = tb.ingest([batch])
+        return IngestOut(records=result.records, files=len(result.files), seconds=result.seconds)
+
+    @app.get("/tables/{t}/records", response_model=RecordsOut, tags=["query"])
+    def read_records(t: str,
+                     key: list[str] = Query([], description="a key as JSON; repeatable; several row key fields "
+                                                            "as a JSON array"),
+                     lo: Optional[str] = Query(None, alias="min", description="range start (inclusive) on the "
+                                                                              "first row key field, as JSON"),
+                     hi: Optional[str] = Query(None, alias="max", description="range end (exclusive) as JSON; "
+                                                                              "null or absent: unbounded"),
+                     limit: int = Query(10_000, ge=1, le=MAX_RECORDS_OUT)) -> RecordsOut:
+        """Records with any of the keys or in the range, in key order."""
+        from sleeper_ops.cli.support import parse_key
+
+        tb = table(t)
+        if not key and lo is None and hi is None:
+            raise QueryError("give at least one key=... or a range min=...&max=...")
+        keys = [parse_key(tb.schema, k) for k in key]
+        ranges = [] if lo is None and hi is None else [_parse_range(tb.schema, lo, hi)]
+        result = tb.query(keys=keys, ranges=ranges)
+        truncated = result.num_rows > limit
+        if truncated:
+            result = result.slice(0, limit)
+        return RecordsOut(records=_records_json(result), count=result.num_rows, truncated=truncated)
+
+    return app
+
+
+def _parse_range(schema: Schema, lo: Optional[str], hi: Optional[str]) -> tuple[Any, Optional[Any]]:
+    """``[lo, hi)`` on the first row key field from JSON values; an absent or null end is
+    unbounded."""
+    from sleeper_ops.cli.support import parse_range
+    from statestore.schema import min_value
+
+    if lo is not None and lo.strip() != "null":
+        return parse_range(schema, lo, "null" if hi is None else hi)
+    if hi is None or hi.strip() == "null":
+        return min_value(schema.row_key_fields[0].type), None  # type: ignore[arg-type]
+    # parse the end as a range start, to get the same checks and messages
+    return min_value(schema.row_key_fields[0].type), parse_range(schema, hi, "null")[0]  # type: ignore[arg-type]
