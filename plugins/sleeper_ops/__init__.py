@@ -1,9 +1,24 @@
 """Sleeper on Airflow: the data plane, operations, CLI and Python API.
 
-The package imports fast: Airflow, Spark, boto3 and psycopg are imported only by
-the modules that adapt them.
+``from sleeper_ops import Sleeper`` is the way in (:mod:`sleeper_ops.api`). The package
+imports fast and lazily: importing ``sleeper_ops`` itself loads nothing (Airflow's
+providers manager imports ``sleeper_ops.airflow.provider`` at every start), and
+Airflow, Spark, boto3 and psycopg are imported only by the modules that adapt them.
 """
 
-from sleeper_ops.api import Sleeper, Table
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sleeper_ops.api import Sleeper, Table
 
 __all__ = ["Sleeper", "Table"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from sleeper_ops import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'sleeper_ops' has no attribute {name!r}")

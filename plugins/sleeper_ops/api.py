@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 import pyarrow as pa
 
@@ -20,6 +20,7 @@ from sleeper_ops.errors import QueryError
 from sleeper_ops.ingest.standard import IngestResult, IngestRunner, Progress
 from sleeper_ops.query.runner import QueryRunner, exact_key_region, range_region
 from sleeper_ops.io.storage import ObjectStore
+from statestore.backends import open_state_store
 from statestore.catalog import TableInfo
 from statestore.jobs import JobRecord
 from statestore.partitions import partitions_from_split_points
@@ -30,72 +31,49 @@ from statestore.state import TableState
 from statestore.store import StateStore
 
 if TYPE_CHECKING:
-    from sleeper_ops.compaction.runners import CompactionReport
-    from sleeper_ops.compaction.jobs import CompactionJob
-    from sleeper_ops.compaction.execute import JobResult
+    from sleeper_ops.compaction.runners import BatchRunner, CompactionReport
 
 
 class Sleeper:
     """Entry point: a state store and an object store named by ``SLEEPER_HOME``.
 
-    ``state_store`` and ``objects`` may be given directly (tests, embedding); else
-    they come from ``home/sleeper.toml``, starting the embedded PostgreSQL if that is
-    the configured state store. Use as a context manager, or call :meth:`close`.
+    ``config`` replaces ``home/sleeper.toml`` (e.g. a configuration built from an Airflow
+    connection); ``state_store`` and ``objects`` may be given directly (tests,
+    embedding). Otherwise both come from the configuration: the state store through
+    the backend registry (:mod:`statestore.backends`), which starts the embedded
+    PostgreSQL when no DSN is configured. Use as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, home: Optional[os.PathLike[str] | str] = None, *,
+    def __init__(self, home: Optional[os.PathLike[str] | str] = None, *, config: Optional[SleeperConfig] = None,
                  state_store: Optional[StateStore] = None, objects: Optional[ObjectStore] = None):
-        self._embedded = None
-        if state_store is None or objects is None:
-            self.config: Optional[SleeperConfig] = SleeperConfig.load(home)
-        else:
-            self.config = None
+        if config is None and (state_store is None or objects is None):
+            config = SleeperConfig.load(home)
+        self.config: Optional[SleeperConfig] = config
         if objects is None:
-            assert self.config is not None
-            objects = ObjectStore(self.config.object_store_uri, self.config.s3)
+            assert config is not None
+            objects = ObjectStore(config.object_store_uri, config.s3)
         if state_store is None:
-            assert self.config is not None
-            state_store = self._open_state_store(self.config)
+            assert config is not None
+            state_store = open_state_store(config.state_store_backend, **config.state_store_options())
         self.state_store = state_store
         self.objects = objects
-
-    def _open_state_store(self, cfg: SleeperConfig) -> StateStore:
-        if cfg.state_store_backend == "memory":
-            from statestore.memory import InMemoryStateStore
-            return InMemoryStateStore()
-        from statestore.postgres import PostgresStateStore
-
-        dsn = cfg.state_store_dsn
-        if not dsn:
-            from statestore.postgres.embedded import EmbeddedPostgres
-
-            self._embedded = EmbeddedPostgres(cfg.embedded_pg_dir)
-            dsn = self._embedded.start()
-        return PostgresStateStore(dsn)
 
     @property
     def s3(self):  # type: ignore[no-untyped-def]
         return self.config.s3 if self.config else self.objects.s3
 
-    def spark_batch_runner(self, run_id: Optional[str] = None
-                           ) -> Optional[Callable[[TableInfo, list[CompactionJob]], list[JobResult]]]:
+    def spark_batch_runner(self, run_id: Optional[str] = None) -> Optional[BatchRunner]:
         """A function running a batch of compaction jobs with spark-submit, or None
-        when this instance was not opened from a configuration (no SLEEPER_HOME)."""
+        when this instance was not opened from a configuration."""
         if self.config is None:
             return None
-        config = self.config
+        from sleeper_ops.compaction.runners import load_batch_runner
 
-        def run(table: TableInfo, jobs: list[CompactionJob]) -> list[JobResult]:
-            from sleeper_ops.spark.compaction import submit_compaction_batch
-
-            return submit_compaction_batch(config, self.state_store, table, jobs, run_id=run_id)
-        return run
+        return load_batch_runner("spark")(self.config, self.state_store, run_id)
 
     def close(self) -> None:
+        """Close the state store (and stop an embedded server it started)."""
         self.state_store.close()
-        if self._embedded is not None:
-            self._embedded.stop()
-            self._embedded = None
 
     def __enter__(self) -> Sleeper:
         return self

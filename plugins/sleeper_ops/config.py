@@ -19,6 +19,7 @@ import tomli_w
 
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.io.storage import S3Options
+from statestore.backends import backend_names
 
 DEFAULT_HOME = ".sleeper"
 
@@ -44,6 +45,67 @@ class SleeperConfig:
     embedded_pg_dir: Path
     spark_master: str
     airflow_home: Path
+
+    def state_store_options(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`statestore.backends.open_state_store` for this
+        configuration's backend (PostgreSQL: the DSN, or where the embedded server lives)."""
+        if self.state_store_backend == "postgres":
+            return {"dsn": self.state_store_dsn, "embedded_dir": self.embedded_pg_dir}
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """This configuration as the sections of a ``sleeper.toml`` (``object_store``,
+        ``state_store``, ``spark``, ``airflow``), every setting written out.
+
+        ``SleeperConfig.from_dict(self.home, self.to_dict())`` equals ``self`` (unless
+        ``SLEEPER_STATE_STORE_DSN``, which :meth:`from_dict` applies, has changed since).
+        Paths under ``home`` are written relative to it, others absolute. Unset
+        options are left out (TOML has no null; an empty DSN means none). The DSN and S3
+        keys are written in clear: keep the file private.
+        """
+
+        def under_home(p: Path | str) -> str:
+            q = Path(p)
+            try:
+                return str(q.relative_to(self.home))
+            except ValueError:
+                return str(q.absolute())
+
+        if self.s3 is not None:
+            obj: dict[str, Any] = {"uri": self.object_store_uri}
+            obj.update({k: v for k, v in (("endpoint_override", self.s3.endpoint_override), ("scheme", self.s3.scheme),
+                                          ("region", self.s3.region), ("access_key", self.s3.access_key),
+                                          ("secret_key", self.s3.secret_key)) if v})
+        else:
+            obj = {"uri": under_home(self.object_store_uri)}
+        return {
+            "object_store": obj,
+            "state_store": {"backend": self.state_store_backend, "dsn": self.state_store_dsn or "",
+                            "embedded_dir": under_home(self.embedded_pg_dir)},
+            "spark": {"master": self.spark_master},
+            "airflow": {"home": under_home(self.airflow_home)},
+        }
+
+    @classmethod
+    def from_file(cls, path: os.PathLike[str] | str) -> SleeperConfig:
+        """Read a configuration file holding a ``home`` key and the sections of
+        :meth:`to_dict` (as ``sleeper_ops.spark.batch_files.write_config_file`` writes
+        it); without ``home``, the file's directory is the home, as for a ``sleeper.toml``.
+
+        Relative paths in the file are relative to that home; ``SLEEPER_STATE_STORE_DSN``
+        applies as in :meth:`from_dict`. Raises ConfigError if the file is missing or invalid.
+        """
+        p = Path(path)
+        try:
+            raw = tomllib.loads(p.read_text())
+        except OSError as e:
+            raise ConfigError(f"cannot read the configuration file {p}: {e}") from e
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{p} is not valid TOML: {e}") from e
+        home = raw.pop("home", None)
+        if home is not None and not isinstance(home, str):
+            raise ConfigError(f"{p}: home must be a string, got {home!r}")
+        return cls.from_dict(Path(home) if home is not None else p.absolute().parent, raw)
 
     @classmethod
     def load(cls, home: Optional[os.PathLike[str] | str] = None, *, create: bool = True) -> SleeperConfig:
@@ -77,8 +139,8 @@ class SleeperConfig:
         else:
             uri = str(_under(home, uri))
         backend = ss.get("backend", "postgres")
-        if backend not in ("postgres", "memory"):
-            raise ConfigError(f"state_store.backend must be postgres or memory, got {backend!r}")
+        if backend not in backend_names():
+            raise ConfigError(f"state_store.backend must be one of {', '.join(backend_names())}, got {backend!r}")
         dsn = os.environ.get("SLEEPER_STATE_STORE_DSN") or ss.get("dsn") or None
         return cls(home, uri, s3, backend, dsn, _under(home, ss.get("embedded_dir", "pg")),
                    str(spark["master"]), _under(home, airflow["home"]))

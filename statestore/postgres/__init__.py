@@ -197,6 +197,8 @@ class PostgresStateStore(StateStore):
         self._pool: Optional[ConnectionPool[Any]] = None
         self._pool_lock = threading.Lock()
         self._closed = False
+        #: called once by :meth:`close`, after the pool (e.g. stop an embedded server)
+        self._on_close: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         return f"PostgresStateStore({conninfo_to_dict(self.dsn).get('dbname', '?')!r})"
@@ -284,6 +286,9 @@ class PostgresStateStore(StateStore):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            callback()
 
     # ----- catalog --------------------------------------------------------------------
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
@@ -833,3 +838,20 @@ def _insert_partitions(cur: psycopg.Cursor[Any], table_id: str, parts: Sequence[
     cur.executemany(f"INSERT INTO partitions (table_id, {_PARTITION_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                     [(table_id, p.id, p.parent_id, list(p.child_ids), p.is_leaf, p.dimension, Json(p.region.to_dict()))
                      for p in parts])
+
+
+def open_postgres(dsn: Optional[str] = None, *, embedded_dir: Optional[Union[str, Path]] = None,
+                  **store_kwargs: Any) -> PostgresStateStore:
+    """The PostgreSQL state store at ``dsn``; without a DSN, the embedded server whose data
+    lives in ``embedded_dir`` is started (or joined) and the store owns it: closing the
+    store closes its pool, then stops the server (when no other process uses it)."""
+    if dsn:
+        return PostgresStateStore(dsn, **store_kwargs)
+    if embedded_dir is None:
+        raise StateStoreUnavailableError("the PostgreSQL state store needs a DSN or a directory for the embedded server")
+    from statestore.postgres.embedded import EmbeddedPostgres
+
+    server = EmbeddedPostgres(embedded_dir)
+    store = PostgresStateStore(server.start(), **store_kwargs)
+    store._on_close.append(server.stop)  # noqa: SLF001 - the store owns the server it started
+    return store

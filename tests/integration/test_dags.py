@@ -188,7 +188,14 @@ def test_one_dag_per_table_per_operation_with_schedules_and_params_from_properti
     compaction = dags["sleeper_events_compaction"]["tasks"]
     assert compaction["create_jobs"]["setup"] and compaction["report"]["teardown"]
     assert compaction["create_jobs"]["downstream"] == ["report", "run_local", "run_spark"]
-    assert compaction["run_spark"]["type"] == "CompactionSparkSubmitOperator"
+    # the generated DAGs are built from the provider's own operators
+    assert compaction["create_jobs"]["type"] == "SleeperCreateCompactionJobsOperator"
+    assert compaction["run_local"]["type"] == "SleeperRunCompactionJobsOperator"
+    assert compaction["run_spark"]["type"] == "SleeperSparkCompactionOperator"
+    assert compaction["report"]["type"] == "SleeperCompactionReportOperator"
+    assert dags["sleeper_events_split"]["tasks"]["split"]["type"] == "SleeperSplitOperator"
+    assert dags["sleeper_events_gc"]["tasks"]["gc"]["type"] == "SleeperGcOperator"
+    assert dags["sleeper_events_ingest_batcher"]["tasks"]["ingest_batcher"]["type"] == "SleeperIngestBatcherOperator"
     assert compaction["run_spark"]["pool"] == "spark"
 
 

@@ -17,6 +17,7 @@ import pytest
 import tomli_w
 
 from sleeper_ops import Sleeper
+from sleeper_ops.config import SleeperConfig
 from statestore.partitions import split_children
 from statestore.transactions import SplitPartition
 
@@ -42,14 +43,16 @@ def ids(t, lo: int = -(2**63), hi=None) -> Counter:
     return Counter(t.query(ranges=[(lo, hi)]).column("id").to_pylist())
 
 
-def open_sleeper(home, pg_dsn: str, object_store: dict | None = None) -> Sleeper:
-    """A Sleeper whose sleeper.toml the Spark driver reads too."""
+def open_sleeper(home, pg_dsn: str, object_store: dict | None = None, *, toml: bool = True) -> Sleeper:
+    """A Sleeper opened from ``home``'s sleeper.toml, or (``toml=False``) from a
+    configuration with no file at all, as from an Airflow connection: the Spark driver
+    then gets it only from the configuration file the submitter hands it."""
+    raw = {"object_store": object_store or {"uri": "data"}, "state_store": {"backend": "postgres", "dsn": pg_dsn},
+           "spark": {"master": "local[2]"}}
+    if not toml:
+        return Sleeper(config=SleeperConfig.from_dict(home, raw))
     home.mkdir(parents=True, exist_ok=True)
-    (home / "sleeper.toml").write_text(tomli_w.dumps({
-        "object_store": object_store or {"uri": "data"},
-        "state_store": {"backend": "postgres", "dsn": pg_dsn},
-        "spark": {"master": "local[2]"},
-    }))
+    (home / "sleeper.toml").write_text(tomli_w.dumps(raw))
     return Sleeper(home=home)
 
 
@@ -143,12 +146,15 @@ def moto_endpoint(monkeypatch):
         server.stop()
 
 
-def test_spark_runner_compacts_a_table_on_s3(tmp_path, pg_dsn, moto_endpoint):
-    """The executors reach S3 with the endpoint and credentials of sleeper.toml."""
+def test_spark_runner_compacts_a_table_on_s3_with_no_sleeper_toml(tmp_path, pg_dsn, moto_endpoint):
+    """Opened from a configuration alone (no sleeper.toml anywhere), the driver gets the
+    DSN, and the executors the S3 endpoint and credentials, from the submitter's
+    configuration file."""
     endpoint, client = moto_endpoint
     store = {"uri": f"s3://{BUCKET}/tables", "endpoint_override": endpoint, "scheme": "http",
              "region": "us-east-1", "access_key": "test", "secret_key": "test"}
-    with open_sleeper(tmp_path / "home", pg_dsn, store) as s:
+    home = tmp_path / "home"
+    with open_sleeper(home, pg_dsn, store, toml=False) as s:
         t = s.create_table("events", SCHEMA, split_points=[5000], properties=BASIC)
         for i in range(3):
             t.ingest(rows(1500, seed=i, first_id=i * 100_000))
@@ -162,3 +168,4 @@ def test_spark_runner_compacts_a_table_on_s3(tmp_path, pg_dsn, moto_endpoint):
         keys = {o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="tables/").get("Contents", [])}
         assert all(f"tables/{r.filename}" in keys for r in state.references.values()), "outputs are on S3"
         assert ids(t) == before
+        assert not (home / "sleeper.toml").exists(), "nothing read or wrote a sleeper.toml"

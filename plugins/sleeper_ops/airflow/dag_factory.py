@@ -16,8 +16,10 @@ branches to ``run_local`` (in the worker) or ``run_spark`` (spark-submit of
 ``spark_apps/compaction.py`` in the ``spark`` pool) by the ``runner`` param, which
 defaults to the table's ``sleeper.table.compaction.runner``; it takes the run's lease
 as a setup task and ``report`` is its teardown, so the lease is released however the
-run ends. What each task does, exclusivity (one run per table per operation, through
-a lease in the state store) and skipping are described in :mod:`sleeper_ops.airflow.tasks`.
+run ends. The tasks are the provider's own operators (:mod:`sleeper_ops.airflow.operators`), the
+same a user puts in a DAG of their own. What each task does, exclusivity (one run per
+table per operation, through a lease in the state store) and skipping are described in
+:mod:`sleeper_ops.airflow.tasks`.
 
 Parsing costs one catalog query (``list_tables``), shared by the DAG files parsed in
 one process within :data:`CATALOG_MAX_AGE_SECONDS`, and no other I/O. When a task runs,
@@ -177,34 +179,25 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
     return dag
 
 
-_ONE_TASK_CALLABLES = {"split": tasks.split_task, "gc": tasks.gc_task,
-                       "ingest_batcher": tasks.ingest_batcher_task}
-
-
 def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
-    from airflow.providers.standard.operators.python import PythonOperator
+    from sleeper_ops.airflow import operators as ops
 
-    PythonOperator(task_id=operation, dag=dag, python_callable=_ONE_TASK_CALLABLES[operation],
-                   op_kwargs={"table_name": table.name})
+    if operation == "split":
+        ops.SleeperSplitOperator(task_id=operation, dag=dag, table=table.name)
+    elif operation == "gc":
+        ops.SleeperGcOperator(task_id=operation, dag=dag, table=table.name, dry_run="{{ params.dry_run }}")
+    else:
+        ops.SleeperIngestBatcherOperator(task_id=operation, dag=dag, table=table.name)
 
 
 def _compaction_tasks(dag: DAG, table: TableInfo) -> None:
-    from airflow.providers.standard.operators.python import BranchPythonOperator, PythonOperator
+    from sleeper_ops.airflow import operators as ops
 
-    kwargs = {"table_name": table.name}
-    create = BranchPythonOperator(task_id="create_jobs", dag=dag, op_kwargs=kwargs,
-                                  python_callable=tasks.create_compaction_jobs_task)
-    run_local = PythonOperator(task_id=tasks.RUN_LOCAL_TASK, dag=dag, op_kwargs=kwargs,
-                               python_callable=tasks.run_compaction_jobs_task)
-    run_spark = _spark_task(dag, table)
-    report = PythonOperator(task_id="report", dag=dag, op_kwargs=kwargs,
-                            python_callable=tasks.report_compaction_task)
+    create = ops.SleeperCreateCompactionJobsOperator(task_id="create_jobs", dag=dag, table=table.name,
+                                                     runner="{{ params.runner }}")
+    run_local = ops.SleeperRunCompactionJobsOperator(task_id=tasks.RUN_LOCAL_TASK, dag=dag, table=table.name)
+    run_spark = ops.SleeperSparkCompactionOperator(task_id=tasks.RUN_SPARK_TASK, dag=dag, table=table.name,
+                                                   conn_id=SPARK_CONN_ID, pool=SPARK_POOL)
+    report = ops.SleeperCompactionReportOperator(task_id="report", dag=dag, table=table.name)
     create >> [run_local, run_spark] >> report
     report.as_teardown(setups=create)
-
-
-def _spark_task(dag: DAG, table: TableInfo) -> Any:
-    from sleeper_ops.airflow.operators import CompactionSparkSubmitOperator
-
-    return CompactionSparkSubmitOperator(task_id=tasks.RUN_SPARK_TASK, dag=dag, table_name=table.name,
-                                         conn_id=SPARK_CONN_ID, pool=SPARK_POOL)

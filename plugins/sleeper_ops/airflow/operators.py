@@ -1,8 +1,17 @@
-"""Airflow operators of the Sleeper DAGs (this module imports Airflow and its Spark provider).
+"""The Sleeper operators: build your own DAGs from them; the generated DAGs use them too.
 
-:class:`CompactionSparkSubmitOperator` runs a compaction run's jobs with one
-``spark-submit`` of ``spark_apps/compaction.py``, holding the run's compaction lease
-while Spark works (see :mod:`sleeper_ops.airflow.tasks`).
+    from sleeper_ops.airflow.operators import SleeperCompactionOperator, SleeperIngestOperator
+    ingest = SleeperIngestOperator(task_id="ingest", table="events", files=["s3://raw/{{ ds }}/events.parquet"])
+    compact = SleeperCompactionOperator(task_id="compact", table="events")
+    ingest >> compact
+
+Every operator opens Sleeper through :class:`~sleeper_ops.airflow.hook.SleeperHook`
+(``sleeper_conn_id``, default ``sleeper_default``; ``SLEEPER_HOME`` when that connection
+does not exist) and calls :mod:`sleeper_ops.airflow.tasks`, which holds the behaviour:
+maintenance takes the table's lease for its operation (one run per table and
+operation at a time, across DAGs, backfills and the CLI; a task finding it held is
+skipped and names the holder), offline tables are skipped by split, compaction and GC,
+and a run with failed jobs fails its task. ``table`` is templated everywhere.
 """
 
 from __future__ import annotations
@@ -10,51 +19,238 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from typing import Any
+from functools import cached_property
+from typing import Any, Optional, Sequence, Union
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.branch import BaseBranchOperator
+from airflow.sdk import BaseOperator
 
 from sleeper_ops.airflow import tasks
+from sleeper_ops.airflow.hook import SleeperHook
 from sleeper_ops.errors import ConfigError
 from statestore.errors import LeaseHeldError, SleeperError
 
 log = logging.getLogger(__name__)
 
+#: ``jobs`` argument of the compaction operators after ``create_jobs`` in the same DAG.
+JOBS_FROM_CREATE_JOBS = "{{ ti.xcom_pull(task_ids='create_jobs', key='jobs') }}"
 
-class CompactionSparkSubmitOperator(SparkSubmitOperator):
-    """spark-submit ``spark_apps/compaction.py --home HOME --table NAME --jobs-file FILE
-    --results-file FILE --run-id RUN`` for the jobs the ``create_jobs`` task pushed to XCom
-    (see :mod:`sleeper_ops.spark.compaction`), holding the run's compaction lease while
-    Spark works. The Spark master comes from the Airflow connection ``conn_id``. Fails if
-    any job failed (its inputs stay assigned; a later run retries it)."""
 
-    def __init__(self, *, table_name: str, **kwargs: Any) -> None:
-        kwargs.setdefault("name", f"sleeper-compaction-{table_name}")
+def _as_bool(value: Union[bool, str, None]) -> bool:
+    """A templated flag: ``True``/``"true"``/``"True"``/``"1"`` are true."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
+
+class _SleeperMixin:
+    """The table and the connection every Sleeper operator takes."""
+
+    table: str
+    sleeper_conn_id: str
+
+    @cached_property
+    def hook(self) -> SleeperHook:
+        return SleeperHook(self.sleeper_conn_id)
+
+
+class SleeperOperator(_SleeperMixin, BaseOperator):
+    """Base of the one-task Sleeper operators.
+
+    Args:
+        table: the table's name (templated).
+        sleeper_conn_id: the Airflow connection of type ``sleeper``.
+    """
+
+    template_fields: Sequence[str] = ("table",)
+    ui_color = "#dbeafe"
+
+    def __init__(self, *, table: str, sleeper_conn_id: str = SleeperHook.default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.sleeper_conn_id = sleeper_conn_id
+
+
+class SleeperIngestOperator(SleeperOperator):
+    """Ingest ``files`` (Parquet, CSV, JSON Lines; local paths or ``s3://`` URIs) into the
+    table in one commit: all of them or none. Returns the records and files written.
+
+    Args:
+        files: the files (templated: a list of templates, or one template rendering a path).
+    """
+
+    template_fields: Sequence[str] = ("table", "files")
+
+    def __init__(self, *, files: Union[str, Sequence[str]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.files = files
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        files = [self.files] if isinstance(self.files, str) else list(self.files)
+        if not files:
+            raise ConfigError(f"nothing to ingest into {self.table}: no files given")
+        with self.hook.get_conn() as sleeper:
+            result = sleeper.table(self.table).ingest(files)
+        log.info("%s: ingested %d records from %d files into %d files in %.1f s", self.table, result.records,
+                 len(files), len(result.files), result.seconds)
+        return {"records": result.records, "files": [f.filename for f in result.files], "seconds": result.seconds}
+
+
+class SleeperSplitOperator(SleeperOperator):
+    """Split the table's leaf partitions that are over the splitting threshold."""
+
+    def execute(self, context: Any) -> str:
+        return tasks.run_exclusive("split", self.table, context, lambda t, run: t.split(run_id=run),
+                                   opener=self.hook.get_conn)
+
+
+class SleeperGcOperator(SleeperOperator):
+    """Garbage-collect the table.
+
+    Args:
+        dry_run: only list what would be deleted (templated; ``"true"``/``"false"`` accepted).
+    """
+
+    template_fields: Sequence[str] = ("table", "dry_run")
+
+    def __init__(self, *, dry_run: Union[bool, str] = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.dry_run = dry_run
+
+    def execute(self, context: Any) -> str:
+        dry_run = _as_bool(self.dry_run)
+        return tasks.run_exclusive("gc", self.table, context, lambda t, run: t.gc(dry_run=dry_run),
+                                   opener=self.hook.get_conn)
+
+
+class SleeperIngestBatcherOperator(SleeperOperator):
+    """Group the table's pending ingest requests into jobs and run them; fails if a job
+    failed (its requests go back to pending for a later run)."""
+
+    def execute(self, context: Any) -> str:
+        from sleeper_ops.ingest.batcher import run_ingest_batcher
+
+        return tasks.run_exclusive("ingest_batcher", self.table, context,
+                                   lambda t, run: run_ingest_batcher(t.sleeper, t.name, run_id=run),
+                                   failures=lambda report: len(report.failed), opener=self.hook.get_conn)
+
+
+class SleeperCompactionOperator(SleeperOperator):
+    """Compaction in one task: under the table's compaction lease, create and assign
+    jobs, run them with ``runner`` (``local`` in this worker, ``spark`` with one
+    spark-submit for the batch), commit each, release the lease. Fails if any job failed
+    (its inputs stay assigned; a later run retries it).
+
+    Args:
+        runner: ``local`` or ``spark`` (templated); default the table's
+            ``sleeper.table.compaction.runner``.
+    """
+
+    template_fields: Sequence[str] = ("table", "runner")
+
+    def __init__(self, *, runner: Optional[str] = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.runner = runner
+
+    def execute(self, context: Any) -> str:
+        runner = self.runner or None
+        return tasks.run_exclusive("compaction", self.table, context,
+                                   lambda t, run: t.compact(runner=runner, run_id=run),
+                                   failures=lambda report: report.count("failed"), opener=self.hook.get_conn)
+
+
+# ----- compaction across tasks: create_jobs -> run_local | run_spark -> report ----------------
+class SleeperCreateCompactionJobsOperator(_SleeperMixin, BaseBranchOperator):
+    """Take the run's compaction lease (held until the report task releases it), create
+    and assign jobs, push them to XCom ``jobs`` as a JSON array, and branch to
+    ``run_local`` or ``run_spark`` by ``runner`` (templated; default the table's), or to
+    nothing when there are no jobs."""
+
+    template_fields: Sequence[str] = ("table", "runner")
+    ui_color = "#dbeafe"
+
+    def __init__(self, *, table: str, runner: Optional[str] = None,
+                 sleeper_conn_id: str = SleeperHook.default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.runner = runner
+        self.sleeper_conn_id = sleeper_conn_id
+
+    def choose_branch(self, context: Any) -> Any:
+        return tasks.create_compaction_jobs(self.table, self.runner or None, context, opener=self.hook.get_conn)
+
+
+class SleeperRunCompactionJobsOperator(SleeperOperator):
+    """Run given compaction jobs in this worker under the run's compaction lease.
+
+    Args:
+        jobs: a JSON array of jobs (templated; :data:`JOBS_FROM_CREATE_JOBS` after a
+            :class:`SleeperCreateCompactionJobsOperator` called ``create_jobs``).
+    """
+
+    template_fields: Sequence[str] = ("table", "jobs")
+
+    def __init__(self, *, jobs: Union[str, Sequence[Any]] = JOBS_FROM_CREATE_JOBS, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.jobs = jobs
+
+    def execute(self, context: Any) -> str:
+        return tasks.run_compaction_jobs(self.table, tasks.jobs_from_json(self.jobs), context,
+                                         opener=self.hook.get_conn)
+
+
+class SleeperCompactionReportOperator(SleeperRunCompactionJobsOperator):
+    """Release the run's compaction lease and log what its jobs did (a teardown task)."""
+
+    def execute(self, context: Any) -> str:
+        return tasks.report_compaction(self.table, tasks.jobs_from_json(self.jobs), context,
+                                       opener=self.hook.get_conn)
+
+
+class SleeperSparkCompactionOperator(_SleeperMixin, SparkSubmitOperator):
+    """spark-submit ``spark_apps/compaction.py`` for given jobs, one job a Spark task,
+    holding the run's compaction lease while Spark works (see :mod:`sleeper_ops.spark`).
+    The Spark master comes from the Airflow connection ``conn_id`` (spark type). Fails
+    if any job failed (its inputs stay assigned; a later run retries it).
+
+    Args:
+        table: the table's name (templated).
+        jobs: a JSON array of jobs (templated; default: XCom ``jobs`` of ``create_jobs``).
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "table", "jobs")
+
+    def __init__(self, *, table: str, jobs: Union[str, Sequence[Any]] = JOBS_FROM_CREATE_JOBS,
+                 sleeper_conn_id: str = SleeperHook.default_conn_name, **kwargs: Any) -> None:
+        kwargs.setdefault("name", f"sleeper-compaction-{table}")
         super().__init__(application="", **kwargs)
-        self.table_name = table_name
+        self.table = table
+        self.jobs = jobs
+        self.sleeper_conn_id = sleeper_conn_id
 
     def execute(self, context: Any) -> None:
-        from sleeper_ops.spark.compaction import (app_arguments, read_results_file, spark_app_path, spark_conf,
-                                                  spark_environment, write_jobs_file)
+        from sleeper_ops.spark.batch_files import read_results_file, write_config_file, write_jobs_file
+        from sleeper_ops.spark.submit import app_arguments, spark_app_path, spark_conf, spark_environment
 
-        jobs = tasks._pulled_jobs(context)  # noqa: SLF001 - same package
-        run = tasks._run_label(context)  # noqa: SLF001
-        with tasks.open_sleeper() as sleeper, \
-                tempfile.TemporaryDirectory(prefix="sleeper-spark-compaction-") as tmp:
+        jobs = tasks.jobs_from_json(self.jobs)
+        run = tasks.run_label(context)
+        with self.hook.get_conn() as sleeper, tempfile.TemporaryDirectory(prefix="sleeper-spark-compaction-") as tmp:
             config = sleeper.config
             assert config is not None
-            table = sleeper.table(self.table_name)
+            table = sleeper.table(self.table)
             jobs_file, results_file = os.path.join(tmp, "jobs.json"), os.path.join(tmp, "results.json")
+            config_file = os.path.join(tmp, "sleeper.toml")
             write_jobs_file(jobs_file, table.name, jobs, table_id=table.info.table_id, run_id=run)
+            write_config_file(config_file, config)
             master = self._spark_master(config.spark_master)
             self.application = str(spark_app_path())
-            self.application_args = app_arguments(config, table.name, jobs_file=jobs_file,
-                                                  results_file=results_file, run_id=run)
+            self.application_args = app_arguments(config, table.name, jobs_file=jobs_file, results_file=results_file,
+                                                  run_id=run, config_file=config_file)
             self.conf = {**spark_conf(master), **(self.conf or {})}
-            env = spark_environment(master, base={})
-            self.env_vars = {**env, **(self.env_vars or {})}
+            self.env_vars = {**spark_environment(master, base={}), **(self.env_vars or {})}
             try:
-                with tasks._compaction_lease(sleeper, table, context, release=False):  # noqa: SLF001
+                with tasks.compaction_lease(sleeper, table, context, release=False):
                     super().execute(context)
             except LeaseHeldError as e:
                 raise SleeperError(f"this run lost its compaction lease between tasks: {e}") from e
@@ -67,9 +263,9 @@ class CompactionSparkSubmitOperator(SparkSubmitOperator):
                 failed.append((j.job_id, r.reason))
             elif r is None and (rec is None or rec.status != "committed"):
                 failed.append((j.job_id, "no result from Spark"))
-        log.info("%s: %d compaction jobs on Spark, %d failed", self.table_name, len(jobs), len(failed))
+        log.info("%s: %d compaction jobs on Spark, %d failed", self.table, len(jobs), len(failed))
         if failed:
-            raise SleeperError(f"{self.table_name}: {len(failed)} of {len(jobs)} compaction jobs failed on Spark: "
+            raise SleeperError(f"{self.table}: {len(failed)} of {len(jobs)} compaction jobs failed on Spark: "
                                + "; ".join(f"job {i}: {why}" for i, why in failed))
 
     def _spark_master(self, default: str) -> str:

@@ -1,8 +1,10 @@
-"""What the tasks of the Sleeper DAGs run: open Sleeper, take the lease, call the library.
+"""What the Sleeper operators run: open Sleeper, take the lease, call the library.
 
-Each task (see :mod:`sleeper_ops.airflow.dag_factory` for the DAGs):
+The operators (:mod:`sleeper_ops.airflow.operators`) are thin; each calls one function
+here with a way to open Sleeper (the hook's ``get_conn``). Each task:
 
-1. opens Sleeper from ``SLEEPER_HOME`` as the worker sees it (:func:`configured_home`);
+1. opens Sleeper: from the operator's Airflow connection, or from ``SLEEPER_HOME`` as
+   the worker sees it (:func:`configured_home`) when there is no such connection;
 2. finds its table by name; a table deleted or renamed since the DAG was parsed is skipped;
 3. splitting, compaction and GC skip offline tables (ingest batching still runs);
 4. takes the exclusive lease ``"<table_id>/<operation>"`` (:mod:`sleeper_ops.maintenance.leases`),
@@ -19,8 +21,10 @@ Holders: the one-task DAGs hold the lease as ``{dag_id}/{run_id}/{try_number}`` 
 the task's life. The compaction DAG's tasks share one lease held by the run,
 ``{dag_id}/{run_id}``: ``create_jobs`` takes it and keeps it (with a hand-over TTL of
 :data:`HANDOVER_TTL_SECONDS`), the run task renews it while the jobs run, and the
-``report`` teardown releases it whatever happened. Job status records name the Airflow
-run as ``{dag_id}/{run_id}``.
+``report`` teardown releases it whatever happened. The jobs pass from ``create_jobs`` to
+the tasks after it as a JSON array (XCom key :data:`JOBS_XCOM_KEY`), given to those
+operators as a templated argument. Job status records name the Airflow run as
+``{dag_id}/{run_id}``.
 
 Airflow is imported lazily here, only for ``AirflowSkipException``.
 """
@@ -31,7 +35,8 @@ import logging
 import os
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
+import json
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence, Union
 
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.maintenance.leases import OperationLease, lease_name
@@ -39,6 +44,10 @@ from statestore.errors import LeaseHeldError, SleeperError, TableNotFoundError
 
 if TYPE_CHECKING:
     from sleeper_ops.api import Sleeper, Table
+    from sleeper_ops.compaction.jobs import CompactionJob
+
+#: Opens a Sleeper for one task (the hook's ``get_conn``).
+Opener = Callable[[], "Sleeper"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +71,7 @@ def configured_home() -> Path:
 
 
 def open_sleeper() -> Sleeper:
+    """Sleeper from ``SLEEPER_HOME`` (:func:`configured_home`)."""
     from sleeper_ops.api import Sleeper
 
     return Sleeper(configured_home())
@@ -82,13 +92,13 @@ def _take(held: ExitStack, lease: OperationLease) -> OperationLease:
         _skip(str(e))
 
 
-def _run_label(context: dict[str, Any]) -> str:
+def run_label(context: dict[str, Any]) -> str:
     ti = context["ti"]
     return f"{ti.dag_id}/{ti.run_id}"
 
 
 def _task_holder(context: dict[str, Any]) -> str:
-    return f"{_run_label(context)}/{context['ti'].try_number}"
+    return f"{run_label(context)}/{context['ti'].try_number}"
 
 
 def _open_table(sleeper: Sleeper, table_name: str, operation: str) -> Table:
@@ -106,16 +116,17 @@ def _summary(report: Any) -> str:
 
 
 def run_exclusive(operation: str, table_name: str, context: dict[str, Any],
-                  work: Callable[[Table, str], Any], *, failures: Optional[Callable[[Any], int]] = None) -> str:
+                  work: Callable[[Table, str], Any], *, failures: Optional[Callable[[Any], int]] = None,
+                  opener: Opener = open_sleeper) -> str:
     """Run ``work(table, run_label)`` under the table's ``operation`` lease; log and return
     its report's summary. Skips (AirflowSkipException) as the module docstring says; fails
     (SleeperError with the summary) when ``failures(report)`` counts any failed job."""
     holder = _task_holder(context)
-    with open_sleeper() as sleeper, ExitStack() as held:
+    with opener() as sleeper, ExitStack() as held:
         table = _open_table(sleeper, table_name, operation)
         _take(held, OperationLease(sleeper.state_store, lease_name(table.info.table_id, operation), holder,
                                    ttl_seconds=LEASE_TTL_SECONDS))
-        report = work(table, _run_label(context))
+        report = work(table, run_label(context))
     summary = _summary(report)
     log.info("%s", summary)
     if failures is not None and failures(report):
@@ -126,36 +137,14 @@ def run_exclusive(operation: str, table_name: str, context: dict[str, Any],
     return summary
 
 
-# ----- one-task operations ----------------------------------------------------------------
-def split_task(table_name: str, **context: Any) -> str:
-    """Split the table's leaf partitions that are over the threshold."""
-    return run_exclusive("split", table_name, context, lambda t, run: t.split(run_id=run))
-
-
-def gc_task(table_name: str, **context: Any) -> str:
-    """Garbage-collect the table; the ``dry_run`` param only lists what would go."""
-    dry_run = bool((context.get("params") or {}).get("dry_run", False))
-    return run_exclusive("gc", table_name, context, lambda t, run: t.gc(dry_run=dry_run))
-
-
-def ingest_batcher_task(table_name: str, **context: Any) -> str:
-    """Group the table's pending ingest requests into jobs and run them; fails if a job
-    failed (its requests go back to pending for a later run)."""
-    from sleeper_ops.ingest.batcher import run_ingest_batcher
-
-    return run_exclusive("ingest_batcher", table_name, context,
-                         lambda t, run: run_ingest_batcher(t.sleeper, t.name, run_id=run),
-                         failures=lambda report: len(report.failed))
-
-
 # ----- compaction: create_jobs -> run_local | run_spark -> report ---------------------------
 RUN_LOCAL_TASK = "run_local"
 RUN_SPARK_TASK = "run_spark"
 JOBS_XCOM_KEY = "jobs"
 
 
-def _compaction_lease(sleeper: Sleeper, table: Table, context: dict[str, Any], *, release: bool) -> OperationLease:
-    return OperationLease(sleeper.state_store, lease_name(table.info.table_id, "compaction"), _run_label(context),
+def compaction_lease(sleeper: Sleeper, table: Table, context: dict[str, Any], *, release: bool) -> OperationLease:
+    return OperationLease(sleeper.state_store, lease_name(table.info.table_id, "compaction"), run_label(context),
                           ttl_seconds=HANDOVER_TTL_SECONDS, renew_every=LEASE_TTL_SECONDS / 3, release=release)
 
 
@@ -167,50 +156,62 @@ def chosen_runner(table_runner: Optional[str], params: Optional[dict[str, Any]])
     return runner
 
 
-def create_compaction_jobs_task(table_name: str, **context: Any) -> Optional[str]:
-    """Take the run's compaction lease, create and assign jobs; branch to the runner's task
-    (none when there are no jobs). The jobs go to XCom ``jobs`` as dicts."""
-    from sleeper_ops.compaction.jobs import create_compaction_jobs
+def jobs_to_json(jobs: Sequence[CompactionJob]) -> str:
+    """The jobs as the JSON array the compaction operators pass on (XCom ``jobs``)."""
+    return json.dumps([j.to_dict() for j in jobs], separators=(",", ":"))
+
+
+def jobs_from_json(jobs: Union[str, Sequence[Any], None]) -> list[CompactionJob]:
+    """Jobs from a JSON array (as rendered from XCom ``jobs``) or a list of job dicts;
+    an empty string or None (no XCom: ``create_jobs`` found nothing) is no jobs."""
+    from sleeper_ops.compaction.jobs import CompactionJob
+
+    if jobs is None or (isinstance(jobs, str) and not jobs.strip()) or jobs == "None":
+        return []
+    raw = json.loads(jobs) if isinstance(jobs, str) else jobs
+    if not isinstance(raw, list):
+        raise ConfigError(f"compaction jobs must be a JSON array, got {type(raw).__name__}")
+    return [j if isinstance(j, CompactionJob) else CompactionJob.from_dict(j) for j in raw]
+
+
+def create_compaction_jobs(table_name: str, runner: Optional[str], context: dict[str, Any],
+                           opener: Opener = open_sleeper) -> Optional[str]:
+    """Take the run's compaction lease, create and assign jobs; the runner's task to
+    follow (None when there are no jobs). Pushes the jobs to XCom ``jobs`` (JSON)."""
+    from sleeper_ops.compaction.jobs import create_compaction_jobs as create
 
     ti = context["ti"]
-    with open_sleeper() as sleeper:
+    with opener() as sleeper:
         table = _open_table(sleeper, table_name, "compaction")
-        runner = chosen_runner(table.info.get("sleeper.table.compaction.runner"), context.get("params"))
+        chosen = chosen_runner(table.info.get("sleeper.table.compaction.runner"), {"runner": runner})
         with ExitStack() as held:
-            lease = _take(held, _compaction_lease(sleeper, table, context, release=False))
-            creation = create_compaction_jobs(sleeper.state_store, table.info, run_id=_run_label(context))
+            lease = _take(held, compaction_lease(sleeper, table, context, release=False))
+            creation = create(sleeper.state_store, table.info, run_id=run_label(context))
             # No jobs: nothing follows (the branch skips the runners and the teardown).
             lease.release = not creation.jobs
     log.info("%s", creation.summary())
     if creation.skipped_reason:
         _skip(f"compaction of {table_name} skipped: {creation.skipped_reason}")
-    ti.xcom_push(key=JOBS_XCOM_KEY, value=[j.to_dict() for j in creation.jobs])
+    ti.xcom_push(key=JOBS_XCOM_KEY, value=jobs_to_json(creation.jobs))
     if not creation.jobs:
         log.info("no compaction jobs to run")
         return None
-    log.info("running %d jobs on runner %s", len(creation.jobs), runner)
-    return RUN_LOCAL_TASK if runner == "local" else RUN_SPARK_TASK
+    log.info("running %d jobs on runner %s", len(creation.jobs), chosen)
+    return RUN_LOCAL_TASK if chosen == "local" else RUN_SPARK_TASK
 
 
-def _pulled_jobs(context: dict[str, Any]) -> list[Any]:
-    from sleeper_ops.compaction.jobs import CompactionJob
-
-    raw = context["ti"].xcom_pull(task_ids="create_jobs", key=JOBS_XCOM_KEY) or []
-    return [CompactionJob.from_dict(d) for d in raw]
-
-
-def run_compaction_jobs_task(table_name: str, **context: Any) -> str:
-    """Run the jobs ``create_jobs`` made, in this process, renewing the run's lease; fail
-    if any job failed (its inputs stay assigned and a later run retries it)."""
+def run_compaction_jobs(table_name: str, jobs: list[CompactionJob], context: dict[str, Any],
+                        opener: Opener = open_sleeper) -> str:
+    """Run ``jobs`` in this process, renewing the run's lease; fail if any job failed
+    (its inputs stay assigned and a later run retries it)."""
     from sleeper_ops.compaction.runners import run_local
 
-    jobs = _pulled_jobs(context)
-    with open_sleeper() as sleeper:
+    with opener() as sleeper:
         table = sleeper.table(table_name)
         try:
-            with _compaction_lease(sleeper, table, context, release=False):
+            with compaction_lease(sleeper, table, context, release=False):
                 results = run_local(sleeper.state_store, sleeper.objects, table.info, jobs,
-                                    run_id=_run_label(context))
+                                    run_id=run_label(context))
         except LeaseHeldError as e:
             raise SleeperError(f"this run lost its compaction lease between tasks: {e}") from e
     committed = sum(1 for r in results if r.status == "committed")
@@ -224,16 +225,16 @@ def run_compaction_jobs_task(table_name: str, **context: Any) -> str:
     return summary
 
 
-def report_compaction_task(table_name: str, **context: Any) -> str:
+def report_compaction(table_name: str, jobs: list[CompactionJob], context: dict[str, Any],
+                      opener: Opener = open_sleeper) -> str:
     """Teardown: release the run's compaction lease and log what its jobs did."""
-    jobs = _pulled_jobs(context)
-    with open_sleeper() as sleeper:
+    with opener() as sleeper:
         try:
             table = sleeper.table(table_name)
         except TableNotFoundError:
             return f"table {table_name} no longer exists"
         name = lease_name(table.info.table_id, "compaction")
-        if sleeper.state_store.release_lease(name, _run_label(context)):
+        if sleeper.state_store.release_lease(name, run_label(context)):
             log.info("released lease %s", name)
         records = [sleeper.state_store.get_job(table.info.table_id, j.job_id) for j in jobs]
     counts: dict[str, int] = {}

@@ -172,7 +172,7 @@ def ingest(ctx: click.Context, table_name: str, files: tuple[str, ...]) -> None:
 def query(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tuple[tuple[str, str], ...],
           fmt: str, output: Optional[str]) -> None:
     """Read records by exact key or key range."""
-    from sleeper_ops.cli.support import parse_key, parse_range
+    from sleeper_ops.io.codec import parse_key, parse_range
     from sleeper_ops.io.output import write_results
 
     if not keys and not ranges:
@@ -267,7 +267,7 @@ def _run_id(operation: str) -> str:
 @click.pass_context
 def demo(ctx: click.Context, rows: int, batches: int, table_name: str) -> None:
     """Run the whole pipeline on the embedded default."""
-    from sleeper_ops.demo import run_demo
+    from sleeper_ops.cli.demo import run_demo
 
     run_demo(_sleeper(ctx), rows=rows, batches=batches, table_name=table_name,
              work_dir=Path(ctx.obj["home"]) / "demo-input")

@@ -5,10 +5,8 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import json
 from typing import Any, Callable, Iterator, Optional
 
-from sleeper_ops.errors import QueryError
 from statestore.errors import SchemaError
 from statestore.schema import Schema, key_from_json
 
@@ -45,41 +43,6 @@ def read_split_points(path: str, schema: Schema) -> list[Any]:
         except (ValueError, binascii.Error, SchemaError) as e:
             raise SchemaError(f"{path} line {i}: {line!r} is not a valid {first.type} split point") from e
     return out
-
-
-def parse_key(schema: Schema, text: str) -> list[Any]:
-    """A key given as JSON: one value, or a JSON array of one value per row key field."""
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise QueryError(f"key {text!r} is not JSON (strings need quotes: '\"abc\"')") from e
-    fields = schema.row_key_fields
-    if isinstance(raw, list):
-        values = raw
-        if not values:
-            raise QueryError(f"key {text!r} is an empty array")
-    else:
-        values = [raw]
-    if len(values) > len(fields):
-        raise QueryError(f"key {text!r} has {len(values)} values; the table has {len(fields)} row key fields")
-    try:
-        return [key_from_json(f.type, v, f.name) for f, v in zip(fields, values)]  # type: ignore[arg-type]
-    except SchemaError as e:
-        raise QueryError(f"key {text!r}: {e}") from e
-
-
-def parse_range(schema: Schema, lo: str, hi: str) -> tuple[Any, Optional[Any]]:
-    first = schema.row_key_fields[0]
-    try:
-        lo_raw, hi_raw = json.loads(lo), json.loads(hi)
-    except json.JSONDecodeError as e:
-        raise QueryError(f"range {lo!r} {hi!r} is not JSON (strings need quotes)") from e
-    try:
-        lo_v = key_from_json(first.type, lo_raw, first.name)  # type: ignore[arg-type]
-        hi_v = None if hi_raw is None else key_from_json(first.type, hi_raw, first.name)  # type: ignore[arg-type]
-    except SchemaError as e:
-        raise QueryError(f"range {lo} {hi}: {e}") from e
-    return lo_v, hi_v
 
 
 @contextlib.contextmanager

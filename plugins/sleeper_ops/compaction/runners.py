@@ -7,8 +7,9 @@ the strategy, one assignment commit) and runs them:
 * runner ``local``: in this process, at most ``max_workers`` jobs at a time in
   threads (DataFusion and Parquet encoding release the GIL);
 * runner ``spark``: the whole batch in one ``spark-submit`` of
-  ``spark_apps/compaction.py``, one job a Spark task
-  (:mod:`sleeper_ops.spark.compaction`), so Spark's start-up is paid once a batch.
+  ``spark_apps/compaction.py``, one job a Spark task (:mod:`sleeper_ops.spark`), so
+  Spark's start-up is paid once a batch. The core never imports the Spark adapter: it
+  is named in :data:`BATCH_RUNNERS` and imported by :func:`load_batch_runner` when used.
 
 Every job commits on its own; a failed job leaves its inputs assigned, and a later
 run retries it once it is stale. Offline tables are skipped.
@@ -20,8 +21,9 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+import importlib
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from sleeper_ops.compaction.jobs import CompactionJob, JobCreation, create_compaction_jobs
 from sleeper_ops.compaction.execute import JobResult, run_job
@@ -31,7 +33,33 @@ from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
 from statestore.store import StateStore
 
+if TYPE_CHECKING:
+    from sleeper_ops.config import SleeperConfig
+
 RUNNERS = ("local", "spark")
+
+#: Runs a batch of one table's assigned jobs elsewhere; one result per job, in order.
+BatchRunner = Callable[[TableInfo, list[CompactionJob]], list[JobResult]]
+#: Builds a :data:`BatchRunner` from ``(config, state_store, run_id)``.
+BatchRunnerFactory = Callable[["SleeperConfig", StateStore, Optional[str]], BatchRunner]
+#: Runners that run a batch outside this process, as ``module:factory``, imported when used.
+BATCH_RUNNERS: dict[str, str] = {"spark": "sleeper_ops.spark.submit:batch_runner"}
+
+
+def load_batch_runner(name: str) -> BatchRunnerFactory:
+    """The factory of the batch runner ``name`` (see :data:`BATCH_RUNNERS`), imported now.
+
+    Raises ConfigError for an unknown name or when the runner's packages are missing."""
+    try:
+        module_name, factory = BATCH_RUNNERS[name].split(":")
+    except KeyError:
+        raise ConfigError(f"unknown batch runner {name!r}; expected one of {', '.join(sorted(BATCH_RUNNERS))}") from None
+    try:
+        module: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"the {name} runner cannot be loaded: {e}") from e
+    loaded: BatchRunnerFactory = getattr(module, factory)
+    return loaded
 
 
 @dataclass
@@ -106,7 +134,7 @@ def compact_table(state_store: StateStore, objects: ObjectStore, table: TableInf
                   max_workers: Optional[int] = None, retry_after_minutes: Optional[float] = None,
                   progress: Optional[Callable[[int], None]] = None,
                   on_jobs: Optional[Callable[[JobCreation], None]] = None,
-                  spark: Optional[Callable[[TableInfo, list[CompactionJob]], list[JobResult]]] = None,
+                  spark: Optional[BatchRunner] = None,
                   ) -> CompactionReport:
     """Create and run the table's compaction jobs (see the module docstring).
 

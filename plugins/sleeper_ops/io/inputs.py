@@ -23,8 +23,9 @@ import pyarrow.fs as pafs
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.errors import IngestError
+from sleeper_ops.io.arrow_schema import arrow_schema
+from sleeper_ops.io.codec import json_value
 from sleeper_ops.io.storage import S3Options
 from statestore.schema import ListType, MapType, Schema, type_name
 
@@ -275,52 +276,28 @@ def _json_lines(fs: pafs.FileSystem, p: str, source: str) -> Iterator[tuple[int,
             text.detach()
 
 
-_INT_RANGE = {"IntType": (-(2**31), 2**31 - 1), "LongType": (-(2**63), 2**63 - 1)}
-
-
-def _json_primitive(t: str, v: Any, what: str) -> Any:
-    """The Python value of JSON value ``v`` for primitive type ``t``; ValueError if it does not fit."""
-    if v is None:
-        return None
-    if t in _INT_RANGE:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"{what} {json.dumps(v)} is not an integer")
-        lo, hi = _INT_RANGE[t]
-        if not lo <= v <= hi:
-            raise ValueError(f"{what} {v} is out of range for {t}")
-        return v
-    if not isinstance(v, str):
-        raise ValueError(f"{what} {json.dumps(v)} is not a string")
-    if t == "ByteArrayType":
-        try:
-            return base64.b64decode(v, validate=True)
-        except (binascii.Error, ValueError):
-            raise ValueError(f"{what} {v!r} is not base64") from None
-    return v
-
-
-def _json_map_key(t: str, k: str) -> Any:
-    if t in _INT_RANGE:
-        try:
-            return _json_primitive(t, int(k), "map key")
-        except ValueError:
-            raise ValueError(f"map key {k!r} is not an integer") from None
-    return _json_primitive(t, k, "map key")
-
-
-def _json_value(t: object, v: Any) -> Any:
-    """The Python value of JSON value ``v`` for field type ``t``; ValueError if it does not fit."""
-    if v is None:
-        return None
-    if isinstance(t, MapType):
-        if not isinstance(v, dict):
-            raise ValueError(f"{json.dumps(v)} is not a JSON object")
-        return [(_json_map_key(t.key_type, k), _json_primitive(t.value_type, x, "map value")) for k, x in v.items()]
-    if isinstance(t, ListType):
-        if not isinstance(v, list):
-            raise ValueError(f"{json.dumps(v)} is not a JSON array")
-        return [_json_primitive(t.element_type, x, "element") for x in v]
-    return _json_primitive(t, v, "value")  # type: ignore[arg-type]
+def records_to_batch(records: list[dict[str, Any]], schema: Schema) -> pa.RecordBatch:
+    """JSON records as one batch of the table's Arrow schema, or IngestError naming the
+    first record and field that does not fit (the CLI's JSON Lines rules)."""
+    fields = schema.all_fields
+    names = set(schema.field_names)
+    key_names = set(schema.key_names)
+    columns: list[list[Any]] = [[] for _ in fields]
+    for i, rec in enumerate(records):
+        for k in rec:
+            if k not in names:
+                raise IngestError(f"record {i}: field {k!r} is not in the table schema")
+        for j, f in enumerate(fields):
+            v = rec.get(f.name)
+            if v is None and f.name in key_names:
+                raise IngestError(f"record {i}: key field {f.name!r} is missing or null")
+            try:
+                columns[j].append(json_value(f.type, v))
+            except ValueError as e:
+                raise IngestError(f"record {i}: field {f.name!r} does not fit {type_name(f.type)}: {e}") from None
+    target = arrow_schema(schema)
+    batch = pa.RecordBatch.from_arrays([pa.array(c, t.type) for c, t in zip(columns, target)], schema=target)
+    return conform(batch, schema, "records")
 
 
 def _check_row(i: int, row: dict, schema: Schema, source: str) -> list[Any]:
@@ -332,7 +309,7 @@ def _check_row(i: int, row: dict, schema: Schema, source: str) -> list[Any]:
     out = []
     for f in schema.all_fields:
         try:
-            out.append(_json_value(f.type, row.get(f.name)))
+            out.append(json_value(f.type, row.get(f.name)))
         except ValueError as e:
             raise IngestError(f"{source}: line {i}: column {f.name!r} does not fit {type_name(f.type)}: {e}") from None
     return out

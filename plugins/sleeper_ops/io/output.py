@@ -10,30 +10,15 @@ import base64
 import io
 import json
 import sys
-from typing import Any, BinaryIO, Optional
+from typing import BinaryIO, Optional
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from sleeper_ops.io.codec import jsonable, row_dicts
+
 FORMATS = ("jsonl", "csv", "parquet")
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, bytes):
-        return base64.b64encode(v).decode("ascii")
-    if isinstance(v, list):
-        if v and isinstance(v[0], tuple) and len(v[0]) == 2:
-            return {str(_jsonable(k)): _jsonable(x) for k, x in v}
-        return [_jsonable(x) for x in v]
-    return v
-
-
-def _row_dicts(table: pa.Table, map_fields: set[str]):
-    for batch in table.to_batches(max_chunksize=8192):
-        for row in batch.to_pylist():
-            yield {k: ({str(_jsonable(a)): _jsonable(b) for a, b in v} if k in map_fields and v is not None
-                       else _jsonable(v)) for k, v in row.items()}
 
 
 def write_results(table: pa.Table, fmt: str, output: Optional[str] = None) -> None:
@@ -55,7 +40,7 @@ def write_results(table: pa.Table, fmt: str, output: Optional[str] = None) -> No
         close = True
     try:
         if fmt == "jsonl":
-            for d in _row_dicts(table, map_fields):
+            for d in row_dicts(table, map_fields):
                 stream.write(json.dumps(d, ensure_ascii=False).encode() + b"\n")
         else:
             cols = {}
@@ -65,7 +50,7 @@ def write_results(table: pa.Table, fmt: str, output: Optional[str] = None) -> No
                     cols[f.name] = pa.array([None if v is None else base64.b64encode(v).decode() for v in c.to_pylist()])
                 elif pa.types.is_map(f.type) or pa.types.is_list(f.type):
                     cols[f.name] = pa.array([None if v is None else json.dumps(
-                        {str(_jsonable(a)): _jsonable(b) for a, b in v} if pa.types.is_map(f.type) else _jsonable(v))
+                        {str(jsonable(a)): jsonable(b) for a, b in v} if pa.types.is_map(f.type) else jsonable(v))
                         for v in c.to_pylist()], pa.string())
                 else:
                     cols[f.name] = c

@@ -35,12 +35,13 @@ import threading
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional
 
-import pyarrow as pa
 from fastapi import Depends, FastAPI, Query, Request, status
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from sleeper_ops.errors import IngestError, QueryError, StorageError
+from sleeper_ops.io.codec import records_json
+from sleeper_ops.io.inputs import records_to_batch
 from statestore.errors import (
     CommitConflictError,
     PropertyError,
@@ -171,41 +172,6 @@ class RecordsOut(BaseModel):
     records: list[dict[str, Any]]
     count: int
     truncated: bool = Field(description="more records matched than the limit")
-
-
-# ----- records from JSON --------------------------------------------------------------
-def records_to_batch(records: list[dict[str, Any]], schema: Schema) -> pa.RecordBatch:
-    """JSON records as one batch of the table's Arrow schema, or IngestError naming the
-    first record and field that does not fit (the CLI's JSON Lines rules)."""
-    from sleeper_ops.io.arrow_schema import arrow_schema
-    from sleeper_ops.io.inputs import _json_value, conform
-    from statestore.schema import type_name
-
-    fields = schema.all_fields
-    names = set(schema.field_names)
-    key_names = set(schema.key_names)
-    columns: list[list[Any]] = [[] for _ in fields]
-    for i, rec in enumerate(records):
-        for k in rec:
-            if k not in names:
-                raise IngestError(f"record {i}: field {k!r} is not in the table schema")
-        for j, f in enumerate(fields):
-            v = rec.get(f.name)
-            if v is None and f.name in key_names:
-                raise IngestError(f"record {i}: key field {f.name!r} is missing or null")
-            try:
-                columns[j].append(_json_value(f.type, v))
-            except ValueError as e:
-                raise IngestError(f"record {i}: field {f.name!r} does not fit {type_name(f.type)}: {e}") from None
-    target = arrow_schema(schema)
-    batch = pa.RecordBatch.from_arrays([pa.array(c, t.type) for c, t in zip(columns, target)], schema=target)
-    return conform(batch, schema, "records")
-
-
-def _records_json(table: pa.Table) -> list[dict[str, Any]]:
-    from sleeper_ops.io.output import _row_dicts
-
-    return list(_row_dicts(table, {f.name for f in table.schema if pa.types.is_map(f.type)}))
 
 
 # ----- errors -------------------------------------------------------------------------
@@ -376,7 +342,7 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
                                                                               "null or absent: unbounded"),
                      limit: int = Query(10_000, ge=1, le=MAX_RECORDS_OUT)) -> RecordsOut:
         """Records with any of the keys or in the range, in key order."""
-        from sleeper_ops.cli.support import parse_key
+        from sleeper_ops.io.codec import parse_key
 
         tb = table(t)
         if not key and lo is None and hi is None:
@@ -387,7 +353,7 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
         truncated = result.num_rows > limit
         if truncated:
             result = result.slice(0, limit)
-        return RecordsOut(records=_records_json(result), count=result.num_rows, truncated=truncated)
+        return RecordsOut(records=records_json(result), count=result.num_rows, truncated=truncated)
 
     return app
 
@@ -395,7 +361,7 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
 def _parse_range(schema: Schema, lo: Optional[str], hi: Optional[str]) -> tuple[Any, Optional[Any]]:
     """``[lo, hi)`` on the first row key field from JSON values; an absent or null end is
     unbounded."""
-    from sleeper_ops.cli.support import parse_range
+    from sleeper_ops.io.codec import parse_range
     from statestore.schema import min_value
 
     if lo is not None and lo.strip() != "null":

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from statestore import InMemoryStateStore, SleeperError, StateStore
-from statestore.backends import BACKENDS, open_state_store
+from statestore.backends import BACKENDS, backend_names, open_state_store
 from statestore.retry import Backoff
 
 
@@ -38,9 +38,18 @@ def test_postgres_backend_without_its_package_names_the_package_to_install(monke
     assert isinstance(e.value.__cause__, ImportError)
 
 
-def test_every_backend_names_a_store_class():
-    for kind, (module, cls, _packages) in BACKENDS.items():
-        assert module.startswith("statestore.") and cls.endswith("StateStore"), kind
+def test_every_backend_names_a_factory_in_its_own_module():
+    import importlib
+
+    for kind, (module, factory, _packages) in BACKENDS.items():
+        assert module.startswith("statestore."), kind
+        assert callable(getattr(importlib.import_module(module), factory)), kind
+    assert backend_names() == tuple(sorted(BACKENDS))
+
+
+def test_postgres_without_a_dsn_or_an_embedded_directory_is_refused():
+    with pytest.raises(SleeperError, match="needs a DSN or a directory"):
+        open_state_store("postgres")
 
 
 def test_backoff_delays_are_jittered_and_capped():

@@ -1,0 +1,77 @@
+"""A Sleeper configuration from the fields of an Airflow connection of type ``sleeper``.
+
+Pure (no Airflow import), so it is unit-tested on its own; :class:`~sleeper_ops.airflow.hook.SleeperHook`
+reads the connection and calls :func:`config_from_connection`.
+
+Fields of the connection:
+
+* host, port, login, password, schema: the PostgreSQL state store (schema is the
+  database, default ``sleeper``). No host: the embedded PostgreSQL under ``home``.
+* extra (JSON object), every key optional:
+
+  ====================  ==================================================================
+  ``object_store_uri``  ``s3://bucket/prefix`` or a local path (default ``home/data``)
+  ``endpoint_url``      S3 endpoint, e.g. ``http://127.0.0.1:9000`` (MinIO, moto)
+  ``region``            S3 region
+  ``access_key``        S3 credentials (default: the AWS chain)
+  ``secret_key``
+  ``spark_master``      e.g. ``spark://host:7077`` (default ``local[*]``)
+  ``home``              where relative paths and the embedded server live
+  ====================  ==================================================================
+
+Unknown extra keys are refused, so a typo does not silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Optional
+from urllib.parse import quote, urlsplit
+
+from sleeper_ops.config import SleeperConfig
+from sleeper_ops.errors import ConfigError
+
+EXTRA_KEYS = ("object_store_uri", "endpoint_url", "region", "access_key", "secret_key", "spark_master", "home")
+DEFAULT_DATABASE = "sleeper"
+
+
+def postgres_dsn(host: str, port: Optional[int], login: Optional[str], password: Optional[str],
+                 database: Optional[str]) -> str:
+    """A ``postgresql://`` URI from connection fields, every part percent-encoded."""
+    auth = ""
+    if login:
+        auth = quote(login, safe="") + (f":{quote(password, safe='')}" if password else "") + "@"
+    if host.startswith("/"):  # a unix socket directory
+        netloc = quote(host, safe="")
+    else:
+        netloc = f"[{host}]" if ":" in host else host
+    if port:
+        netloc += f":{int(port)}"
+    return f"postgresql://{auth}{netloc}/{quote(database or DEFAULT_DATABASE, safe='')}"
+
+
+def config_from_connection(*, host: Optional[str], port: Optional[int], login: Optional[str],
+                           password: Optional[str], schema: Optional[str], extra: Mapping[str, Any],
+                           default_home: Path) -> SleeperConfig:
+    """The configuration the connection describes (see the module docstring).
+
+    Raises ConfigError for an unknown extra key or a malformed endpoint."""
+    unknown = sorted(set(extra) - set(EXTRA_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown keys {', '.join(unknown)} in the extra of the Sleeper connection; "
+                          f"expected some of {', '.join(EXTRA_KEYS)}")
+    home = Path(str(extra.get("home") or default_home))
+    object_store: dict[str, Any] = {"uri": str(extra.get("object_store_uri") or "data")}
+    endpoint = extra.get("endpoint_url")
+    if endpoint:
+        parts = urlsplit(str(endpoint))
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"endpoint_url {endpoint!r} of the Sleeper connection is not an http(s) URL")
+        object_store.update(endpoint_override=parts.netloc, scheme=parts.scheme)
+    for key in ("region", "access_key", "secret_key"):
+        if extra.get(key):
+            object_store[key] = str(extra[key])
+    dsn = postgres_dsn(host, port, login, password, schema) if host else ""
+    raw = {"object_store": object_store, "state_store": {"backend": "postgres", "dsn": dsn},
+           "spark": {"master": str(extra.get("spark_master") or "local[*]")}}
+    return SleeperConfig.from_dict(home.absolute(), raw)

@@ -1,0 +1,77 @@
+"""SleeperHook: a :class:`~sleeper_ops.api.Sleeper` opened from an Airflow connection.
+
+    from sleeper_ops.airflow.hook import SleeperHook
+    with SleeperHook("sleeper_default").get_conn() as sleeper:
+        sleeper.table("events").query(keys=["abc"])
+
+The connection (type ``sleeper``) names the state store and the object store; its
+fields are described in :mod:`sleeper_ops.airflow.connection`. When the connection
+does not exist, the hook opens the Sleeper configured by ``SLEEPER_HOME`` (see
+:func:`sleeper_ops.airflow.tasks.configured_home`), which is how the generated DAGs
+run with nothing but ``SLEEPER_HOME`` set. Any other failure to read the connection
+is raised, never mistaken for "no connection".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.sdk import BaseHook
+
+from sleeper_ops.airflow.connection import EXTRA_KEYS, config_from_connection
+from sleeper_ops.config import SleeperConfig, default_home
+
+if TYPE_CHECKING:
+    from sleeper_ops.api import Sleeper
+
+
+class SleeperHook(BaseHook):
+    """Opens Sleeper from the connection ``sleeper_conn_id``, or from ``SLEEPER_HOME``.
+
+    Args:
+        sleeper_conn_id: the Airflow connection of type ``sleeper``.
+    """
+
+    conn_name_attr = "sleeper_conn_id"
+    default_conn_name = "sleeper_default"
+    conn_type = "sleeper"
+    hook_name = "Sleeper"
+
+    def __init__(self, sleeper_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sleeper_conn_id = sleeper_conn_id
+
+    def get_config(self) -> SleeperConfig:
+        """The configuration of the connection, or of ``SLEEPER_HOME`` when there is none."""
+        try:
+            conn = self.get_connection(self.sleeper_conn_id)
+        except AirflowNotFoundException:
+            from sleeper_ops.airflow.tasks import configured_home
+
+            self.log.info("no Airflow connection %r: using SLEEPER_HOME", self.sleeper_conn_id)
+            return SleeperConfig.load(configured_home(), create=False)
+        # the connection form may store its fields as extra__sleeper__<name>
+        prefix = f"extra__{self.conn_type}__"
+        extra = {k.removeprefix(prefix): v for k, v in conn.extra_dejson.items() if v not in (None, "")}
+        return config_from_connection(host=conn.host, port=conn.port, login=conn.login, password=conn.password,
+                                      schema=conn.schema, extra=extra, default_home=default_home())
+
+    def get_conn(self) -> Sleeper:
+        """A new :class:`~sleeper_ops.api.Sleeper`; close it (or use it as a context manager)."""
+        from sleeper_ops.api import Sleeper
+
+        return Sleeper(config=self.get_config())
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Open the state store and list the tables (Airflow's "Test" button)."""
+        try:
+            with self.get_conn() as sleeper:
+                n = len(sleeper.tables())
+        except Exception as e:  # noqa: BLE001 - the message is the answer
+            return False, str(e)
+        return True, f"{n} Sleeper tables"
+
+
+__all__ = ["EXTRA_KEYS", "SleeperHook"]
+

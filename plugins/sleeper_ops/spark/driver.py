@@ -1,0 +1,193 @@
+"""The Spark driver of a compaction batch: mark jobs started, run them, commit, report.
+
+:func:`main` is what ``spark_apps/compaction.py`` calls under spark-submit, whether
+submitted by :mod:`sleeper_ops.spark.submit` or by Airflow's SparkSubmitOperator after
+a separate job-creation task. It opens the configuration from ``--config-file`` (a file
+written by :func:`~sleeper_ops.spark.batch_files.write_config_file`) or ``--home`` (its
+``sleeper.toml``), reads the jobs file (or creates the table's jobs now), runs the batch
+(:func:`run_compaction_batch`: one job a Spark task, the executor side in
+:mod:`sleeper_ops.spark.executor`) and writes the results file.
+
+Guarantees: every job is recorded started before it runs and ends recorded committed,
+refused or failed, each committed on its own with
+:func:`~sleeper_ops.compaction.execute.record_commit` (the usual atomic replace of
+references) by this driver once the Spark job ends; the state store is never touched
+from the executors. A job that fails in its task, or that Spark never reported, is
+recorded failed with the reason. This is the only module of the adapter that imports
+pyspark, and only inside :func:`main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+
+from sleeper_ops.compaction.execute import JobOutput, JobResult, record_commit
+from sleeper_ops.io.datafile import WrittenFile
+from sleeper_ops.spark.batch_files import SparkBatchError, read_config_file, read_jobs_file, write_results_file
+from sleeper_ops.spark.executor import run_tasks, task_context
+from statestore.errors import SleeperError
+from statestore.jobs import JobRecord
+
+if TYPE_CHECKING:
+    from sleeper_ops.compaction.jobs import CompactionJob
+    from sleeper_ops.io.storage import ObjectStore
+    from statestore.catalog import TableInfo
+    from statestore.store import StateStore
+
+logger = logging.getLogger(__name__)
+
+#: How much of a Spark job's failure the reason recorded for its jobs quotes.
+ERROR_CHARS = 2000
+
+
+@dataclass
+class BatchOutcome:
+    """What :func:`run_compaction_batch` did: a result per job; ``error`` when the Spark
+    job itself failed (every job it did not finish is then failed with that reason)."""
+
+    results: list[JobResult] = field(default_factory=list)
+    error: Optional[str] = None
+
+
+def _commit_task_result(state_store: StateStore, objects: ObjectStore, rec: JobRecord, job: CompactionJob,
+                        r: Mapping[str, Any]) -> JobResult:
+    """Record what a task reported for ``job`` (a result of
+    :func:`~sleeper_ops.spark.executor.run_tasks`): its failure, or its commit. Never raises."""
+    try:
+        if r["error"] is not None:
+            reason = f"{r['error']} (on {r['worker']})"
+            state_store.put_job(rec.failed(reason))
+            return JobResult(job, "failed", seconds=r["seconds"], reason=reason)
+        # The commit needs only the key and the count; the sketches stay in their sidecar.
+        written = None
+        if r["output"] is not None:
+            written = WrittenFile(r["output"], r["record_count"], None)  # type: ignore[arg-type]
+        out = JobOutput(job, written, r["rows_read"], r["rows_written"], r["seconds"])
+        return record_commit(state_store, objects, rec, out)
+    except Exception as e:  # noqa: BLE001 - e.g. the state store went away; the job can be retried
+        return JobResult(job, "failed", seconds=r.get("seconds", 0.0), reason=f"{type(e).__name__}: {e}")
+
+
+def run_compaction_batch(spark_context: Any, state_store: StateStore, objects: ObjectStore, table: TableInfo,
+                         jobs: Sequence[CompactionJob], *, run_id: Optional[str] = None) -> BatchOutcome:
+    """Run ``jobs`` on ``spark_context``, one job a task, and commit each.
+
+    Each job is recorded started first; the biggest jobs are scheduled first. Outputs
+    are committed by this driver once the Spark job ends, each on its own. A job whose
+    partition no longer exists (and that is not of whole files) is failed without
+    running. Results come back in the order of ``jobs``.
+    """
+    outcome = BatchOutcome()
+    if not jobs:
+        return outcome
+    regions = {p.id: p.region for p in state_store.partitions(table.table_id)}
+    records: dict[str, JobRecord] = {}
+    failed: dict[str, JobResult] = {}
+    items = []
+    for job in sorted(jobs, key=lambda j: -j.input_records):
+        rec = state_store.get_job(table.table_id, job.job_id) or JobRecord.created(
+            table.table_id, job.job_id, "compaction", partition_id=job.partition_id, input_files=len(job.inputs))
+        rec = rec.started(run_id)
+        state_store.put_job(rec)
+        records[job.job_id] = rec
+        region = regions.get(job.partition_id)
+        if region is None and not job.whole_files:
+            reason = f"partition {job.partition_id} does not exist"
+            state_store.put_job(rec.failed(reason))
+            failed[job.job_id] = JobResult(job, "failed", reason=reason)
+            continue
+        items.append({"job": job.to_dict(), "region": region.to_dict() if region is not None else None})
+    task_results: dict[str, dict[str, Any]] = {}
+    if items:
+        fn = functools.partial(run_tasks, task_context(objects, table))
+        try:
+            spark_context.setJobDescription(f"sleeper compaction of {table.name}: {len(items)} jobs")
+            for r in spark_context.parallelize(items, numSlices=len(items)).mapPartitions(fn).collect():
+                task_results[r["job_id"]] = r
+        except Exception as e:  # noqa: BLE001 - e.g. an executor died; every job is then failed below
+            outcome.error = f"Spark job failed: {type(e).__name__}: {str(e)[:ERROR_CHARS]}"
+            logger.error("%s", outcome.error)
+    for job in jobs:
+        if job.job_id in failed:
+            result = failed[job.job_id]
+        elif job.job_id in task_results:
+            result = _commit_task_result(state_store, objects, records[job.job_id], job, task_results[job.job_id])
+        else:
+            reason = outcome.error or "no result from Spark"
+            state_store.put_job(records[job.job_id].failed(reason))
+            result = JobResult(job, "failed", reason=reason)
+        logger.info("job %s (partition %s, %d files): %s%s", job.job_id, job.partition_id, len(job.inputs),
+                    result.status, f": {result.reason}" if result.reason else f", {result.rows_written:,} rows")
+        outcome.results.append(result)
+    return outcome
+
+
+def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="spark_apps/compaction.py",
+                                description="Run a batch of a Sleeper table's compaction jobs on Spark.")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--home", default=None, help="SLEEPER_HOME (default: $SLEEPER_HOME or ./.sleeper)")
+    where.add_argument("--config-file", default=None,
+                       help="the configuration (written by write_config_file), instead of HOME/sleeper.toml")
+    p.add_argument("--table", required=True, help="the table's name")
+    p.add_argument("--jobs-file", default=None,
+                   help="jobs to run (written by write_jobs_file); default: create the table's jobs now")
+    p.add_argument("--results-file", default=None, help="where to write what became of each job")
+    p.add_argument("--run-id", default=None, help="the run recorded in the jobs' status records")
+    return p.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run a batch, commit, report (the arguments: ``--help``).
+
+    Exits 0 when the batch ran, even if some jobs failed (their failures are in the
+    results file and the status records); 1 when the batch itself could not run (bad
+    configuration, unknown table, a jobs file of another table) or Spark failed.
+    """
+    args = _parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from pyspark.sql import SparkSession
+
+    from sleeper_ops.api import Sleeper
+    from sleeper_ops.compaction.jobs import create_compaction_jobs
+
+    try:
+        config = read_config_file(args.config_file) if args.config_file is not None else None
+    except SleeperError as e:
+        logger.error("%s", e)
+        return 1
+    with (Sleeper(config=config) if config is not None else Sleeper(home=args.home)) as sleeper:
+        s3 = sleeper.s3
+        try:
+            table = sleeper.state_store.get_table(args.table)
+            if args.jobs_file is not None:
+                batch = read_jobs_file(args.jobs_file, s3)
+                run_id = args.run_id or batch.run_id
+                jobs = list(batch.jobs)
+                wrong = [j.job_id for j in jobs if j.table_id != table.table_id]
+                if wrong:
+                    raise SparkBatchError(f"jobs {', '.join(wrong[:5])} are not jobs of table {table.name} "
+                                          f"({table.table_id})")
+            else:
+                run_id = args.run_id
+                jobs = create_compaction_jobs(sleeper.state_store, table, run_id=run_id).jobs
+        except SleeperError as e:
+            logger.error("%s", e)
+            return 1
+        logger.info("%s: %d compaction jobs", table.name, len(jobs))
+        if not jobs:
+            outcome = BatchOutcome()
+        else:
+            spark = SparkSession.builder.appName(f"sleeper-compaction-{table.name}").getOrCreate()
+            try:
+                outcome = run_compaction_batch(spark.sparkContext, sleeper.state_store, sleeper.objects, table, jobs,
+                                               run_id=run_id)
+            finally:
+                spark.stop()
+        if args.results_file is not None:
+            write_results_file(args.results_file, outcome.results, s3=s3, error=outcome.error)
+    return 1 if outcome.error else 0

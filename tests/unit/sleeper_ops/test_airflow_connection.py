@@ -1,0 +1,63 @@
+"""A Sleeper connection's fields become a configuration (no Airflow needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from sleeper_ops.airflow.connection import config_from_connection, postgres_dsn
+from sleeper_ops.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def _no_dsn_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLEEPER_STATE_STORE_DSN", raising=False)
+
+
+def test_postgres_fields_become_a_dsn_with_every_part_encoded() -> None:
+    dsn = postgres_dsn("db.example", 6543, "sleeper", "p@ss:w/rd", "tables")
+    assert conninfo_to_dict(dsn) == {"host": "db.example", "port": "6543", "user": "sleeper",
+                                     "password": "p@ss:w/rd", "dbname": "tables"}
+
+
+def test_a_unix_socket_directory_as_host_and_the_default_database() -> None:
+    parts = conninfo_to_dict(postgres_dsn("/run/pg sock", None, "me", None, None))
+    assert parts == {"host": "/run/pg sock", "user": "me", "dbname": "sleeper"}
+
+
+def test_connection_with_s3_and_spark_extras(tmp_path: Path) -> None:
+    cfg = config_from_connection(host="db", port=5432, login="u", password="p", schema="s",
+                                 extra={"object_store_uri": "s3://bucket/prefix", "endpoint_url": "http://127.0.0.1:9000",
+                                        "region": "eu-west-2", "access_key": "a", "secret_key": "b",
+                                        "spark_master": "spark://m:7077"},
+                                 default_home=tmp_path)
+    assert cfg.object_store_uri == "s3://bucket/prefix"
+    assert cfg.s3 is not None
+    assert cfg.s3.endpoint_url == "http://127.0.0.1:9000"
+    assert (cfg.s3.region, cfg.s3.access_key, cfg.s3.secret_key) == ("eu-west-2", "a", "b")
+    assert cfg.spark_master == "spark://m:7077"
+    assert cfg.state_store_backend == "postgres"
+    assert conninfo_to_dict(cfg.state_store_dsn or "")["dbname"] == "s"
+
+
+def test_no_host_means_the_embedded_server_under_home(tmp_path: Path) -> None:
+    cfg = config_from_connection(host=None, port=None, login=None, password=None, schema=None,
+                                 extra={"home": str(tmp_path / "h")}, default_home=tmp_path)
+    assert cfg.state_store_dsn is None
+    assert cfg.embedded_pg_dir == (tmp_path / "h" / "pg").absolute()
+    assert cfg.object_store_uri == str((tmp_path / "h" / "data").absolute())
+
+
+def test_unknown_extra_keys_are_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="object_store_url"):
+        config_from_connection(host="db", port=None, login=None, password=None, schema=None,
+                               extra={"object_store_url": "s3://typo"}, default_home=tmp_path)
+
+
+def test_an_endpoint_that_is_not_a_url_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="endpoint_url"):
+        config_from_connection(host="db", port=None, login=None, password=None, schema=None,
+                               extra={"object_store_uri": "s3://b/p", "endpoint_url": "127.0.0.1:9000"},
+                               default_home=tmp_path)
