@@ -1,182 +1,22 @@
-"""State changes as data: frozen, serialisable transactions.
-
-Each transaction validates against a :class:`TableState` (raising a
-:class:`TransactionError` subclass and changing nothing when invalid) and applies to
-it. Every backend gives the same semantics:
-
-* the in-memory backend validates and applies to its state under a lock;
-* the PostgreSQL backend loads only the rows named by :meth:`Transaction.touches`
-  into a fragment, validates and applies there, and writes the difference, inside
-  one serializable database transaction; so a commit costs O(size of the change).
-
-Transactions serialise to JSON-friendly dicts tagged with ``type``
-(:func:`transaction_to_dict`, :func:`transaction_from_dict`).
-"""
+"""Transactions on file references: add files, push references down, assign
+compaction jobs, replace references (the compaction commit), delete and clear files."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Optional
 
-from statestore.errors import FileReferenceError, PartitionError, TransactionError
-from statestore.files import FileRecord, FileReference
-from statestore.partitions import Partition
-from statestore.region import Range
+from statestore.errors import FileReferenceError, PartitionError
+from statestore.files import FileReference
 from statestore.state import TableState
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-@dataclass(frozen=True)
-class Touches:
-    """The rows a transaction reads or writes: partitions by id, files by name.
-
-    ``whole_table`` asks for the full state (initialising partitions, clearing files).
-    Loading a file loads its record and all its references.
-    """
-
-    partition_ids: frozenset[str] = frozenset()
-    filenames: frozenset[str] = frozenset()
-    whole_table: bool = False
-
-
-class Transaction:
-    """Base of all transactions. Subclasses are frozen dataclasses with a TYPE tag."""
-
-    TYPE: ClassVar[str] = ""
-
-    def touches(self) -> Touches:
-        raise NotImplementedError
-
-    def validate(self, state: TableState) -> None:
-        raise NotImplementedError
-
-    def apply(self, state: TableState) -> None:
-        """Apply to ``state``; call only after :meth:`validate` passed."""
-        raise NotImplementedError
-
-    def to_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-
-def _require_partition(state: TableState, pid: str) -> Partition:
-    p = state.partitions.get(pid)
-    if p is None:
-        raise PartitionError(f"partition {pid} does not exist")
-    return p
-
-
-def _require_reference(state: TableState, filename: str, pid: str) -> FileReference:
-    ref = state.references.get((filename, pid))
-    if ref is None:
-        raise FileReferenceError(f"file {filename} has no reference in partition {pid}")
-    return ref
-
-
-def _touch_file(state: TableState, filename: str, when: int) -> None:
-    state.files[filename] = FileRecord(filename, when)
-
-
-# --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class InitialisePartitions(Transaction):
-    """Replace the whole partition tree. Refused while the table has any files."""
-
-    TYPE: ClassVar[str] = "initialise_partitions"
-    partitions: tuple[Partition, ...]
-
-    def touches(self) -> Touches:
-        return Touches(whole_table=True)
-
-    def validate(self, state: TableState) -> None:
-        if state.files:
-            raise TransactionError(f"cannot initialise partitions: the table has {len(state.files)} files")
-        ids = [p.id for p in self.partitions]
-        if len(set(ids)) != len(ids):
-            raise PartitionError("initialise partitions: partition ids are not unique")
-        roots = [p for p in self.partitions if p.parent_id is None]
-        if len(roots) != 1:
-            raise PartitionError(f"initialise partitions: expected one root, got {len(roots)}")
-        by_id = {p.id: p for p in self.partitions}
-        for p in self.partitions:
-            if p.parent_id is not None and p.id not in by_id.get(p.parent_id, p).child_ids:
-                raise PartitionError(f"partition {p.id} is not a child of its parent {p.parent_id}")
-            if p.is_leaf != (not p.child_ids):
-                raise PartitionError(f"partition {p.id}: leaf flag disagrees with its children")
-            for c in p.child_ids:
-                if c not in by_id:
-                    raise PartitionError(f"partition {p.id} names a missing child {c}")
-
-    def apply(self, state: TableState) -> None:
-        state.partitions = {p.id: p for p in self.partitions}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "partitions": [p.to_dict() for p in self.partitions]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> InitialisePartitions:
-        return cls(tuple(Partition.from_dict(p) for p in d["partitions"]))
-
-
-@dataclass(frozen=True)
-class SplitPartition(Transaction):
-    """Split a leaf into two children, atomically; refused if it is no longer a leaf."""
-
-    TYPE: ClassVar[str] = "split_partition"
-    parent: Partition
-    left: Partition
-    right: Partition
-
-    def touches(self) -> Touches:
-        return Touches(partition_ids=frozenset({self.parent.id, self.left.id, self.right.id}))
-
-    def validate(self, state: TableState) -> None:
-        current = _require_partition(state, self.parent.id)
-        if not current.is_leaf:
-            raise PartitionError(f"partition {self.parent.id} is already split")
-        if current.region != self.parent.region or current.parent_id != self.parent.parent_id:
-            raise PartitionError(f"partition {self.parent.id} has changed since the split was planned")
-        if self.parent.is_leaf or self.parent.child_ids != (self.left.id, self.right.id):
-            raise PartitionError(f"split of {self.parent.id}: the new parent must name both children")
-        if self.left.id == self.right.id:
-            raise PartitionError(f"split of {self.parent.id}: both children have id {self.left.id}")
-        for c in (self.left, self.right):
-            if c.id in state.partitions:
-                raise PartitionError(f"split of {self.parent.id}: partition {c.id} already exists")
-            if c.parent_id != self.parent.id or not c.is_leaf or c.child_ids:
-                raise PartitionError(f"split of {self.parent.id}: child {c.id} must be a leaf under it")
-        self._validate_regions(current)
-
-    def _validate_regions(self, current: Partition) -> None:
-        """The children must divide the parent's region at one point on its dimension."""
-        d, ranges = self.parent.dimension, current.region.ranges
-        bad = PartitionError(f"split of {self.parent.id}: the children do not divide its region on dimension {d}")
-        if not 0 <= d < len(ranges) or len(self.left.region.ranges) != len(ranges):
-            raise bad
-        r = ranges[d]
-        point = self.left.region.ranges[d].max
-        try:
-            inside = point is not None and r.min < point and (r.max is None or point < r.max)
-        except TypeError:  # a point of the wrong type
-            inside = False
-        if (not inside or self.left.region != current.region.with_range(d, Range(r.field, r.min, point))
-                or self.right.region != current.region.with_range(d, Range(r.field, point, r.max))):
-            raise bad
-
-    def apply(self, state: TableState) -> None:
-        for p in (self.parent, self.left, self.right):
-            state.partitions[p.id] = p
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "parent": self.parent.to_dict(), "left": self.left.to_dict(),
-                "right": self.right.to_dict()}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SplitPartition:
-        return cls(Partition.from_dict(d["parent"]), Partition.from_dict(d["left"]), Partition.from_dict(d["right"]))
+from statestore.transactions.base import (
+    Touches,
+    Transaction,
+    _require_partition,
+    _require_reference,
+    _touch_file,
+    now_ms,
+)
 
 
 @dataclass(frozen=True)
@@ -451,21 +291,3 @@ class ClearFiles(Transaction):
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ClearFiles:
         return cls()
-
-
-TRANSACTION_TYPES: dict[str, Any] = {
-    t.TYPE: t for t in (InitialisePartitions, SplitPartition, AddFiles, SplitFileReferences,
-                        AssignJobIds, ReplaceFileReferences, DeleteFiles, ClearFiles)
-}
-
-
-def transaction_to_dict(txn: Transaction) -> dict[str, Any]:
-    return txn.to_dict()
-
-
-def transaction_from_dict(d: dict[str, Any]) -> Transaction:
-    try:
-        cls = TRANSACTION_TYPES[d["type"]]
-    except KeyError as e:
-        raise TransactionError(f"unknown transaction type {d.get('type')!r}") from e
-    return cls.from_dict(d)

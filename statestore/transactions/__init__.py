@@ -1,0 +1,56 @@
+"""State changes as data: frozen, serialisable transactions.
+
+Each transaction validates against a :class:`TableState` (raising a
+:class:`TransactionError` subclass and changing nothing when invalid) and applies to
+it. Every backend gives the same semantics:
+
+* the in-memory backend validates and applies to its state under a lock;
+* the PostgreSQL backend loads only the rows named by :meth:`Transaction.touches`
+  into a fragment, validates and applies there, and writes the difference, inside
+  one serializable database transaction; so a commit costs O(size of the change).
+
+Transactions serialise to JSON-friendly dicts tagged with ``type``
+(:func:`transaction_to_dict`, :func:`transaction_from_dict`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statestore.errors import TransactionError
+from statestore.transactions.base import Touches, Transaction, now_ms
+from statestore.transactions.files import (
+    AddFiles,
+    AssignJobIds,
+    ClearFiles,
+    DeleteFiles,
+    JobAssignment,
+    ReplaceFileReferences,
+    SplitFileReference,
+    SplitFileReferences,
+)
+from statestore.transactions.partitions import InitialisePartitions, SplitPartition
+
+__all__ = [
+    "TRANSACTION_TYPES", "AddFiles", "AssignJobIds", "ClearFiles", "DeleteFiles", "InitialisePartitions",
+    "JobAssignment", "ReplaceFileReferences", "SplitFileReference", "SplitFileReferences", "SplitPartition",
+    "Touches", "Transaction", "now_ms", "transaction_from_dict", "transaction_to_dict",
+]
+
+
+TRANSACTION_TYPES: dict[str, Any] = {
+    t.TYPE: t for t in (InitialisePartitions, SplitPartition, AddFiles, SplitFileReferences,
+                        AssignJobIds, ReplaceFileReferences, DeleteFiles, ClearFiles)
+}
+
+
+def transaction_to_dict(txn: Transaction) -> dict[str, Any]:
+    return txn.to_dict()
+
+
+def transaction_from_dict(d: dict[str, Any]) -> Transaction:
+    try:
+        cls = TRANSACTION_TYPES[d["type"]]
+    except KeyError as e:
+        raise TransactionError(f"unknown transaction type {d.get('type')!r}") from e
+    return cls.from_dict(d)

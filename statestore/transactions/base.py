@@ -1,0 +1,67 @@
+"""The base of every transaction: :class:`Transaction`, :class:`Touches` and the checks
+the concrete transactions share."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from statestore.errors import FileReferenceError, PartitionError
+from statestore.files import FileRecord, FileReference
+from statestore.partitions import Partition
+from statestore.state import TableState
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Touches:
+    """The rows a transaction reads or writes: partitions by id, files by name.
+
+    ``whole_table`` asks for the full state (initialising partitions, clearing files).
+    Loading a file loads its record and all its references.
+    """
+
+    partition_ids: frozenset[str] = frozenset()
+    filenames: frozenset[str] = frozenset()
+    whole_table: bool = False
+
+
+class Transaction:
+    """Base of all transactions. Subclasses are frozen dataclasses with a TYPE tag."""
+
+    TYPE: ClassVar[str] = ""
+
+    def touches(self) -> Touches:
+        raise NotImplementedError
+
+    def validate(self, state: TableState) -> None:
+        raise NotImplementedError
+
+    def apply(self, state: TableState) -> None:
+        """Apply to ``state``; call only after :meth:`validate` passed."""
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+def _require_partition(state: TableState, pid: str) -> Partition:
+    p = state.partitions.get(pid)
+    if p is None:
+        raise PartitionError(f"partition {pid} does not exist")
+    return p
+
+
+def _require_reference(state: TableState, filename: str, pid: str) -> FileReference:
+    ref = state.references.get((filename, pid))
+    if ref is None:
+        raise FileReferenceError(f"file {filename} has no reference in partition {pid}")
+    return ref
+
+
+def _touch_file(state: TableState, filename: str, when: int) -> None:
+    state.files[filename] = FileRecord(filename, when)
