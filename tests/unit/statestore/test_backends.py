@@ -31,7 +31,8 @@ def test_postgres_backend_opens_without_connecting_until_used():
 
 @pytest.mark.parametrize("module, package", [("psycopg", "psycopg[binary]"), ("psycopg_pool", "psycopg-pool")])
 def test_postgres_backend_without_its_package_names_the_package_to_install(monkeypatch, module, package):
-    monkeypatch.delitem(sys.modules, "statestore.postgres", raising=False)
+    for name in [m for m in sys.modules if m == "statestore.postgres" or m.startswith("statestore.postgres.")]:
+        monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
     with pytest.raises(SleeperError, match=rf"needs the package '{re.escape(package)}'.*pip install") as e:
         open_state_store("postgres", dsn="dbname=x")

@@ -1,0 +1,96 @@
+"""The table catalog in PostgreSQL: create (with the initial partitions, in one
+transaction), list, get, update properties, rename, delete (with all the table's rows)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Mapping, Optional, Sequence
+
+import psycopg
+from psycopg import IsolationLevel, sql
+from psycopg.types.json import Json, Jsonb
+
+from statestore.catalog import TableInfo
+from statestore.errors import TableExistsError, TableNotFoundError
+from statestore.partitions import Partition
+from statestore.postgres.connections import PostgresConnection
+from statestore.postgres.diff import _write_diff
+from statestore.postgres.rows import _require_table, _table_info
+from statestore.properties import validate_properties
+from statestore.schema import Schema
+from statestore.state import TableState
+from statestore.transactions import InitialisePartitions
+
+
+class CatalogMixin(PostgresConnection):
+    """The table catalog part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+
+    # ----- catalog --------------------------------------------------------------------
+    def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
+                     properties: Optional[Mapping[str, str]] = None) -> TableInfo:
+        props = validate_properties(properties or {})
+        init = InitialisePartitions(tuple(partitions))
+        table_id = uuid.uuid4().hex
+
+        def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
+            row = cur.execute(
+                "INSERT INTO tables (table_id, name, schema, properties) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (name) DO NOTHING RETURNING table_id",
+                (table_id, name, Json(schema.to_dict()), Jsonb(props))).fetchone()
+            if row is None:
+                raise TableExistsError(f"table {name!r} already exists")
+            state = TableState()
+            init.validate(state)
+            init.apply(state)
+            _write_diff(cur, table_id, TableState(), state)
+            return TableInfo(table_id, name, schema, props)
+
+        return self._run(f"create table {name!r}", fn)
+
+    def list_tables(self) -> list[TableInfo]:
+        def fn(cur: psycopg.Cursor[Any]) -> list[TableInfo]:
+            cur.execute("SELECT table_id, name, schema, properties FROM tables ORDER BY name")
+            return [_table_info(r) for r in cur.fetchall()]
+
+        return self._run("list tables", fn, isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
+
+    def get_table(self, name: str) -> TableInfo:
+        def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
+            return _table_info(_require_table(cur, name))
+
+        return self._run(f"get table {name!r}", fn, isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
+
+    def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
+        props = validate_properties(properties)
+
+        def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
+            row = cur.execute("UPDATE tables SET properties = properties || %s WHERE name = %s"
+                              " RETURNING table_id, name, schema, properties", (Jsonb(props), name)).fetchone()
+            if row is None:
+                raise TableNotFoundError(f"table {name!r} does not exist")
+            return _table_info(row)
+
+        return self._run(f"update properties of {name!r}", fn)
+
+    def rename_table(self, old: str, new: str) -> TableInfo:
+        def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
+            table_id = _require_table(cur, old)[0]
+            if cur.execute("SELECT 1 FROM tables WHERE name = %s", (new,)).fetchone() is not None:
+                raise TableExistsError(f"table {new!r} already exists")
+            row = cur.execute("UPDATE tables SET name = %s WHERE table_id = %s"
+                              " RETURNING table_id, name, schema, properties", (new, table_id)).fetchone()
+            return _table_info(row)
+
+        return self._run(f"rename table {old!r}", fn)
+
+    def delete_table(self, name: str) -> TableInfo:
+        def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
+            row = cur.execute("DELETE FROM tables WHERE name = %s RETURNING table_id, name, schema, properties",
+                              (name,)).fetchone()
+            if row is None:
+                raise TableNotFoundError(f"table {name!r} does not exist")
+            for table in ("file_references", "files", "partitions", "jobs"):
+                cur.execute(sql.SQL("DELETE FROM {} WHERE table_id = %s").format(sql.Identifier(table)), (row[0],))
+            return _table_info(row)
+
+        return self._run(f"delete table {name!r}", fn)

@@ -1,0 +1,128 @@
+"""Reading rows: column lists, row -> domain object, and the queries that load a whole
+table's state or the fragment a transaction touches (all sent without waiting, so a
+pipeline can carry them)."""
+
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional, Sequence
+
+import psycopg
+
+from statestore.catalog import TableInfo
+from statestore.errors import TableNotFoundError
+from statestore.files import FileRecord, FileReference
+from statestore.ingest_requests import IngestRequest
+from statestore.jobs import JobRecord
+from statestore.partitions import Partition
+from statestore.region import Region
+from statestore.schema import Schema
+from statestore.state import TableState
+from statestore.transactions import Touches
+
+_REF_COLUMNS = "filename, partition_id, record_count, count_approximate, whole_file, job_id, update_time"
+
+_PARTITION_COLUMNS = "partition_id, parent_id, child_ids, is_leaf, dimension, region"
+
+_JOB_COLUMNS = ", ".join(JobRecord.__dataclass_fields__)
+
+_INGEST_REQUEST_COLUMNS = ", ".join(IngestRequest.__dataclass_fields__)
+
+def _partition_from_row(row: Sequence[Any]) -> Partition:
+    pid, parent, children, leaf, dimension, region = row
+    return Partition(pid, Region.from_dict(region), parent, tuple(children), leaf, dimension)
+
+def _table_info(row: Sequence[Any]) -> TableInfo:
+    table_id, name, schema, properties = row
+    return TableInfo(table_id, name, Schema.from_dict(schema), dict(properties))
+
+def _job_from_row(row: Sequence[Any]) -> JobRecord:
+    return JobRecord(*row)
+
+def _require_table(cur: psycopg.Cursor[Any], name: str) -> Sequence[Any]:
+    row = cur.execute("SELECT table_id, name, schema, properties FROM tables WHERE name = %s", (name,)).fetchone()
+    if row is None:
+        raise TableNotFoundError(f"table {name!r} does not exist")
+    return row  # type: ignore[no-any-return]
+
+def _require_table_id(cur: psycopg.Cursor[Any], table_id: str) -> None:
+    if cur.execute("SELECT 1 FROM tables WHERE table_id = %s", (table_id,)).fetchone() is None:
+        raise TableNotFoundError(f"no table with id {table_id}")
+
+def _fill(state: TableState, partitions: Sequence[Sequence[Any]], files: Sequence[Sequence[Any]],
+          refs: Sequence[Sequence[Any]]) -> TableState:
+    for row in partitions:
+        p = _partition_from_row(row)
+        state.partitions[p.id] = p
+    for name, when in files:
+        state.files[name] = FileRecord(name, when)
+    references, by_file = state.references, state.refs_by_file
+    for row in refs:
+        ref = FileReference(*row)
+        references[(ref.filename, ref.partition_id)] = ref
+        parts = by_file.get(ref.filename)
+        if parts is None:
+            by_file[ref.filename] = {ref.partition_id}
+        else:
+            parts.add(ref.partition_id)
+    return state
+
+@contextmanager
+def _gc_paused(pause: bool = True) -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many objects at once."""
+    if not pause or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+def _read_fragment(conn: psycopg.Connection[Any], table_id: str,
+                   touches: Touches) -> tuple[Optional[psycopg.Cursor[Any]], Optional[psycopg.Cursor[Any]]]:
+    """Send the queries for the rows ``touches`` names: partitions by id; each named
+    file's record joined with all its references (one row per reference, or one row
+    with NULL reference columns). Names go as binary arrays (no quoting to check)."""
+    partitions = files = None
+    if touches.partition_ids:
+        partitions = conn.execute(
+            f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE table_id = %s AND partition_id = ANY(%b)",
+            (table_id, list(touches.partition_ids)))
+    if touches.filenames:
+        files = conn.execute(
+            "SELECT f.filename, f.update_time, r.partition_id, r.record_count, r.count_approximate, r.whole_file,"
+            " r.job_id, r.update_time"
+            " FROM files f LEFT JOIN file_references r ON r.table_id = f.table_id AND r.filename = f.filename"
+            " WHERE f.table_id = %s AND f.filename = ANY(%b)", (table_id, list(touches.filenames)))
+    return partitions, files
+
+def _fill_fragment(partitions: Sequence[Sequence[Any]], files_with_refs: Sequence[Sequence[Any]]) -> TableState:
+    state = _fill(TableState(), partitions, (), ())
+    files, references, by_file = state.files, state.references, state.refs_by_file
+    for name, file_time, pid, count, approximate, whole, job, ref_time in files_with_refs:
+        if name not in files:
+            files[name] = FileRecord(name, file_time)
+        if pid is not None:
+            references[(name, pid)] = FileReference(name, pid, count, approximate, whole, job, ref_time)
+            parts = by_file.get(name)
+            if parts is None:
+                by_file[name] = {pid}
+            else:
+                parts.add(pid)
+    return state
+
+def _read_all(conn: psycopg.Connection[Any], table_id: str) -> tuple[psycopg.Cursor[Any], ...]:
+    return (conn.execute(f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE table_id = %s", (table_id,)),
+            conn.execute("SELECT filename, update_time FROM files WHERE table_id = %s", (table_id,)),
+            conn.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s", (table_id,)))
+
+def _load_all(cur: psycopg.Cursor[Any], table_id: str) -> TableState:
+    cur.execute(f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE table_id = %s", (table_id,))
+    partitions = cur.fetchall()
+    cur.execute("SELECT filename, update_time FROM files WHERE table_id = %s", (table_id,))
+    files = cur.fetchall()
+    cur.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s", (table_id,))
+    refs = cur.fetchall()
+    return _fill(TableState(), partitions, files, refs)
