@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 import _common  # noqa: F401  (sets sys.path)
 import pyarrow as pa
@@ -143,7 +143,7 @@ def child_main(args: argparse.Namespace) -> None:
                 out = _child_copy(s, args.table, ahead=args.child == "copy-ahead")
             else:
                 out = _child_compact(s, args.table, args.child)
-        except Exception as e:  # noqa: BLE001 - reported to the parent, which prints it
+        except Exception as e:
             out = {"error": f"{type(e).__name__}: {e}"}
     out["peak_rss_mb"] = _peak_rss_mb(include_children=args.child == "spark")
     print(RESULT + json.dumps(out), flush=True)

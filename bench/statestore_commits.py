@@ -27,7 +27,7 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from statestore import (  # noqa: E402
+from statestore import (
     AddFiles,
     AssignJobIds,
     FileReference,
@@ -36,8 +36,8 @@ from statestore import (  # noqa: E402
     Schema,
     partitions_from_split_points,
 )
-from statestore.postgres import PostgresStateStore  # noqa: E402
-from statestore.retry import Backoff  # noqa: E402
+from statestore.postgres import PostgresStateStore
+from statestore.retry import Backoff
 
 SCHEMA = Schema.from_dict({"rowKeyFields": [{"name": "key", "type": "StringType"}],
                            "sortKeyFields": [{"name": "ts", "type": "LongType"}],
@@ -66,7 +66,8 @@ def new_table(store: PostgresStateStore, leaves: int) -> tuple[str, list[str]]:
     return info.table_id, [p.id for p in parts if p.is_leaf]
 
 
-def add_files(store: PostgresStateStore, table_id: str, leaf_ids: list[str], n: int, prefix: str) -> list[FileReference]:
+def add_files(store: PostgresStateStore, table_id: str, leaf_ids: list[str], n: int,
+              prefix: str) -> list[FileReference]:
     refs = tuple(FileReference(f"{prefix}/{uuid.uuid4().hex}.parquet", leaf_ids[i % len(leaf_ids)], 1000)
                  for i in range(n))
     store.commit(table_id, AddFiles(refs))

@@ -42,7 +42,8 @@ from statestore.transactions import (
 __all__ = [
     "AddFiles", "AssignJobIds", "ClearFiles", "CommitConflictError", "DeleteFiles", "Field", "FileRecord",
     "FileReference", "FileReferenceError", "FileStatus", "InMemoryStateStore", "InitialisePartitions",
-    "JobAssignment", "JobRecord", "Lease", "LeaseHeldError", "ListType", "MapType", "Partition", "PartitionError", "PartitionTree",
+    "JobAssignment", "JobRecord", "Lease", "LeaseHeldError", "ListType", "MapType", "Partition", "PartitionError",
+    "PartitionTree",
     "PropertyError", "Range", "Region", "ReplaceFileReferences", "Schema", "SchemaError", "SleeperError",
     "SplitFileReference", "SplitFileReferences", "SplitPartition", "StateStore", "StateStoreUnavailableError",
     "TableExistsError", "TableInfo", "TableNotFoundError", "TableState", "Transaction", "TransactionError",

@@ -53,7 +53,8 @@ def root_region(schema: Schema) -> Region:
 
 
 def split_children(parent: Partition, dimension: int, split_point: Any,
-                   left_id: Optional[str] = None, right_id: Optional[str] = None) -> tuple[Partition, Partition, Partition]:
+                   left_id: Optional[str] = None,
+                   right_id: Optional[str] = None) -> tuple[Partition, Partition, Partition]:
     """Return (new parent, left child, right child) for splitting ``parent``.
 
     Raises PartitionError if ``parent`` is not a leaf or the split point is not
@@ -87,7 +88,8 @@ def partitions_from_split_points(schema: Schema, split_points: Sequence[Any] = (
         if a == b:
             raise SchemaError(f"split point {a!r} is given twice")
     if points and points[0] == min_value(first.type):  # type: ignore[arg-type]
-        raise SchemaError(f"split point {points[0]!r} is the least value of {first.type}; it would leave an empty partition")
+        raise SchemaError(
+            f"split point {points[0]!r} is the least value of {first.type}; it would leave an empty partition")
     out: list[Partition] = []
 
     def build(p: Partition, pts: list[Any]) -> None:

@@ -79,7 +79,8 @@ class Field:
 def _parse_type(raw: Any, where: str) -> FieldType:
     if isinstance(raw, str):
         if raw not in PRIMITIVE_TYPES:
-            raise SchemaError(f"{where}: unknown type {raw!r}; expected one of {', '.join(PRIMITIVE_TYPES)}, MapType or ListType")
+            raise SchemaError(
+                f"{where}: unknown type {raw!r}; expected one of {', '.join(PRIMITIVE_TYPES)}, MapType or ListType")
         return raw
     if isinstance(raw, dict) and len(raw) == 1:
         (kind, body), = raw.items()
@@ -89,12 +90,14 @@ def _parse_type(raw: Any, where: str) -> FieldType:
             kt, vt = body.get("keyType"), body.get("valueType")
             for label, t in (("keyType", kt), ("valueType", vt)):
                 if t not in PRIMITIVE_TYPES:
-                    raise SchemaError(f"{where}: MapType {label} must be one of {', '.join(PRIMITIVE_TYPES)}, got {t!r}")
+                    raise SchemaError(
+                        f"{where}: MapType {label} must be one of {', '.join(PRIMITIVE_TYPES)}, got {t!r}")
             return MapType(kt, vt)
         if kind == "ListType":
             et = body.get("elementType")
             if et not in PRIMITIVE_TYPES:
-                raise SchemaError(f"{where}: ListType elementType must be one of {', '.join(PRIMITIVE_TYPES)}, got {et!r}")
+                raise SchemaError(
+                    f"{where}: ListType elementType must be one of {', '.join(PRIMITIVE_TYPES)}, got {et!r}")
             return ListType(et)
     raise SchemaError(f"{where}: unknown type {raw!r}")
 
@@ -111,7 +114,8 @@ class Schema:
         if not self.row_key_fields:
             raise SchemaError("schema needs at least one row key field")
         seen: set[str] = set()
-        for group, fields in (("row key", self.row_key_fields), ("sort key", self.sort_key_fields), ("value", self.value_fields)):
+        groups = (("row key", self.row_key_fields), ("sort key", self.sort_key_fields), ("value", self.value_fields))
+        for group, fields in groups:
             for f in fields:
                 if not isinstance(f.name, str) or not f.name:
                     raise SchemaError(f"{group} field has an empty or non-string name: {f.name!r}")
@@ -119,7 +123,9 @@ class Schema:
                     raise SchemaError(f"field name {f.name!r} is used twice")
                 seen.add(f.name)
                 if group != "value" and f.type not in KEY_TYPES:
-                    raise SchemaError(f"{group} field {f.name!r} has type {f.type!r}; key fields must be one of {', '.join(KEY_TYPES)}")
+                    raise SchemaError(
+                        f"{group} field {f.name!r} has type {f.type!r}; key fields must be one of "
+                        f"{', '.join(KEY_TYPES)}")
 
     # ----- construction -------------------------------------------------------------
     @classmethod

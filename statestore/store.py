@@ -145,7 +145,7 @@ class StateStore(abc.ABC):
         most ``limit``; None: all). Raises TableNotFoundError, or IngestRequestError
         for an unknown status."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a store holding no connections has nothing to release
         """Release connections. The store is unusable afterwards."""
 
     def __enter__(self) -> StateStore:

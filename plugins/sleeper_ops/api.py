@@ -18,8 +18,8 @@ import pyarrow as pa
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import QueryError
 from sleeper_ops.ingest.standard import IngestResult, IngestRunner, Progress
-from sleeper_ops.query.runner import QueryRunner, exact_key_region, range_region
 from sleeper_ops.io.storage import ObjectStore
+from sleeper_ops.query.runner import QueryRunner, exact_key_region, range_region
 from statestore.backends import open_state_store
 from statestore.catalog import TableInfo
 from statestore.jobs import JobRecord

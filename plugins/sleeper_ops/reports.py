@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Optional, Sequence
 
 from statestore.jobs import JobRecord
@@ -89,7 +89,7 @@ def jobs_report(jobs: Sequence[JobRecord]) -> list[dict[str, Any]]:
 def _time(ms: Optional[int]) -> str:
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def render_jobs(jobs: Sequence[JobRecord]) -> str:

@@ -91,7 +91,8 @@ class EmbeddedPostgres:
             try:
                 server.cleanup()
             except Exception as e:
-                raise StateStoreUnavailableError(f"could not stop the embedded PostgreSQL in {self.data_dir}: {e}") from e
+                raise StateStoreUnavailableError(
+                    f"could not stop the embedded PostgreSQL in {self.data_dir}: {e}") from e
 
     def __enter__(self) -> EmbeddedPostgres:
         self.start()

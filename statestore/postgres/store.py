@@ -111,5 +111,5 @@ def open_postgres(dsn: Optional[str] = None, *, embedded_dir: Optional[Union[str
 
     server = EmbeddedPostgres(embedded_dir)
     store = PostgresStateStore(server.start(), **store_kwargs)
-    store._on_close.append(server.stop)  # noqa: SLF001 - the store owns the server it started
+    store._on_close.append(server.stop)
     return store

@@ -88,7 +88,8 @@ class SplitFileReferences(Transaction):
         for s in self.splits:
             ref = _require_reference(state, s.filename, s.from_partition)
             if ref.job_id is not None:
-                raise FileReferenceError(f"file {s.filename} in partition {s.from_partition} is assigned to job {ref.job_id}")
+                raise FileReferenceError(
+                    f"file {s.filename} in partition {s.from_partition} is assigned to job {ref.job_id}")
             parent = _require_partition(state, s.from_partition)
             if not s.new_references:
                 raise FileReferenceError(f"split of {s.filename} in {s.from_partition}: no new references "
@@ -102,7 +103,8 @@ class SplitFileReferences(Transaction):
                 if r.filename != s.filename:
                     raise FileReferenceError(f"split of {s.filename}: new reference names {r.filename}")
                 if r.partition_id not in parent.child_ids:
-                    raise PartitionError(f"split of {s.filename}: {r.partition_id} is not a child of {s.from_partition}")
+                    raise PartitionError(
+                        f"split of {s.filename}: {r.partition_id} is not a child of {s.from_partition}")
                 if (r.filename, r.partition_id) in state.references:
                     raise FileReferenceError(f"file {s.filename} already has a reference in partition {r.partition_id}")
         keys = [(s.filename, s.from_partition) for s in self.splits]
@@ -155,7 +157,8 @@ class AssignJobIds(Transaction):
             for f in a.filenames:
                 ref = _require_reference(state, f, a.partition_id)
                 if ref.job_id is not None:
-                    raise FileReferenceError(f"file {f} in partition {a.partition_id} is already assigned to job {ref.job_id}")
+                    raise FileReferenceError(
+                        f"file {f} in partition {a.partition_id} is already assigned to job {ref.job_id}")
                 if (f, a.partition_id) in seen:
                     raise FileReferenceError(f"file {f} in partition {a.partition_id} is assigned twice")
                 seen.add((f, a.partition_id))

@@ -49,6 +49,7 @@ def _describe(dag) -> dict:  # type: ignore[no-untyped-def]
 
 def parse(folder: str) -> dict:
     from airflow.dag_processing.dagbag import DagBag
+
     import sleeper_ops.airflow.dag_factory  # noqa: F401 - imported before timing, as a warm dag processor has it
 
     calls = _count_catalog_queries()

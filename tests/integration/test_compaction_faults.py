@@ -20,8 +20,8 @@ import pyarrow as pa
 import pytest
 
 from sleeper_ops import Sleeper
-from sleeper_ops.compaction.jobs import create_compaction_jobs
 from sleeper_ops.compaction.execute import run_job
+from sleeper_ops.compaction.jobs import create_compaction_jobs
 from sleeper_ops.io.storage import ObjectStore
 from statestore.postgres import PostgresStateStore
 

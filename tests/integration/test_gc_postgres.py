@@ -10,9 +10,9 @@ import pytest
 
 from sleeper_ops import Sleeper
 from sleeper_ops.io.datafile import sketch_key
+from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.maintenance.gc import collect_garbage
 from sleeper_ops.maintenance.splitting import split_partitions
-from sleeper_ops.io.storage import ObjectStore
 from statestore.partitions import ROOT_ID
 from statestore.transactions import AssignJobIds, JobAssignment, ReplaceFileReferences
 

@@ -32,7 +32,8 @@ SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
 def _run(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None,
          timeout: float = 600) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n"
+                                  f"{proc.stderr[-3000:]}")
     return proc
 
 

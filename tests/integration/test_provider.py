@@ -14,7 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +113,7 @@ def test_readme_user_dag_runs_under_dag_test_through_a_sleeper_connection(
         # records already in the table, so compaction has two files per leaf to merge
         s.table("events").ingest(pa.table({"key": [f"k{i % 10}-{i:06d}" for i in range(0, n, 3)],
                                            "ts": list(range(0, n, 3)), "value": ["old"] * len(range(0, n, 3))}))
-    day = datetime.now(timezone.utc).strftime("%Y-%m-%d")  # dag.test() runs at now: ds is today
+    day = datetime.now(UTC).strftime("%Y-%m-%d")  # dag.test() runs at now: ds is today
     pq.write_table(pa.table({"key": [f"k{i % 10}-{i:06d}" for i in range(n)], "ts": list(range(n)),
                              "value": [f"v{i}" for i in range(n)]}), landing / f"{day}.parquet")
     (dags / "events_daily.py").write_text(readme_user_dag())

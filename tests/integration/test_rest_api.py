@@ -15,8 +15,8 @@ from fastapi import Header, HTTPException
 
 from sleeper_ops import Sleeper
 from sleeper_ops.ingest.batcher import run_ingest_batcher
-from sleeper_ops.web.rest import LazySleeper, create_app
 from sleeper_ops.io.storage import ObjectStore
+from sleeper_ops.web.rest import LazySleeper, create_app
 from statestore.postgres import PostgresStateStore
 
 with warnings.catch_warnings():
@@ -31,7 +31,8 @@ SCHEMA = {
                     {"name": "tags", "type": {"MapType": {"keyType": "StringType", "valueType": "LongType"}}},
                     {"name": "items", "type": {"ListType": {"elementType": "StringType"}}}],
 }
-LONG_SCHEMA = {"rowKeyFields": [{"name": "id", "type": "LongType"}], "valueFields": [{"name": "v", "type": "StringType"}]}
+LONG_SCHEMA = {"rowKeyFields": [{"name": "id", "type": "LongType"}],
+               "valueFields": [{"name": "v", "type": "StringType"}]}
 
 
 def b64(b: bytes) -> str:
@@ -216,13 +217,13 @@ def test_lazy_sleeper_opens_once_and_is_closed_at_shutdown(sleeper: Sleeper) -> 
     opened: list[int] = []
 
     class Probe:
-        def tables(self):  # noqa: ANN201
+        def tables(self):
             return sleeper.tables()
 
         def close(self) -> None:
             opened.append(-1)
 
-    def factory():  # noqa: ANN202
+    def factory():
         opened.append(1)
         return Probe()
 

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from sleeper_ops import Sleeper
-from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.errors import IngestError, StorageError
+from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.io.storage import ObjectStore, S3Options
 from statestore.memory import InMemoryStateStore
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -59,7 +59,7 @@ SPARK_POOL = "spark"
 SPARK_CONN_ID = "sleeper_spark"
 #: How long one process reuses a catalog read (DAG files parsed together share it).
 CATALOG_MAX_AGE_SECONDS = 10.0
-START_DATE = datetime(2024, 1, 1, tzinfo=timezone.utc)
+START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
 
 _DAG_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
 
 from sleeper_ops.airflow.connection import EXTRA_KEYS, config_from_connection
 from sleeper_ops.config import SleeperConfig, default_home
@@ -68,7 +68,7 @@ class SleeperHook(BaseHook):
         try:
             with self.get_conn() as sleeper:
                 n = len(sleeper.tables())
-        except Exception as e:  # noqa: BLE001 - the message is the answer
+        except Exception as e:
             return False, str(e)
         return True, f"{n} Sleeper tables"
 

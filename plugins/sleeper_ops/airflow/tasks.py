@@ -31,11 +31,11 @@ Airflow is imported lazily here, only for ``AirflowSkipException``.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from contextlib import ExitStack
 from pathlib import Path
-import json
 from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence, Union
 
 from sleeper_ops.errors import ConfigError

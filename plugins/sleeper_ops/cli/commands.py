@@ -57,7 +57,8 @@ def _parse_props(props: tuple[str, ...]) -> dict[str, str]:
               help="One split point per line, for the first row key field.")
 @click.option("--property", "props", multiple=True, metavar="K=V", help="A table property; repeatable.")
 @click.pass_context
-def table_create(ctx: click.Context, name: str, schema_file: str, split_file: Optional[str], props: tuple[str, ...]) -> None:
+def table_create(ctx: click.Context, name: str, schema_file: str, split_file: Optional[str],
+                 props: tuple[str, ...]) -> None:
     """Create table NAME."""
     from sleeper_ops.cli.support import read_schema_file, read_split_points
 

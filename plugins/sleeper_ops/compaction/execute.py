@@ -24,10 +24,17 @@ from typing import Callable, Iterator, Optional, Sequence
 import pyarrow as pa
 
 from sleeper_ops.compaction.jobs import CompactionJob
-from sleeper_ops.io.datafile import DataFileWriter, ParquetSettings, WrittenFile, new_data_key, read_sketches, sketch_key
-from sleeper_ops.errors import CompactionError
 from sleeper_ops.engine.iterators import BatchFn, IteratorChain
 from sleeper_ops.engine.merge import merge_sorted
+from sleeper_ops.errors import CompactionError
+from sleeper_ops.io.datafile import (
+    DataFileWriter,
+    ParquetSettings,
+    WrittenFile,
+    new_data_key,
+    read_sketches,
+    sketch_key,
+)
 from sleeper_ops.io.sketches import RowKeySketches
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
@@ -170,7 +177,7 @@ def run_job(state_store: StateStore, objects: ObjectStore, table: TableInfo, job
         if region is None and not job.whole_files:
             region = _region_of(state_store, table, job.partition_id)
         out = execute_job(job, table, objects, region=region, iterators=iterators, on_rows=on_rows)
-    except Exception as e:  # noqa: BLE001 - recorded and reported; the job can be retried
+    except Exception as e:
         reason = f"{type(e).__name__}: {e}"
         state_store.put_job(rec.failed(reason))
         return JobResult(job, "failed", reason=reason)
@@ -186,7 +193,7 @@ def record_commit(state_store: StateStore, objects: ObjectStore, rec: JobRecord,
     job = out.job
     try:
         refused = commit_job(state_store, objects, out)
-    except Exception as e:  # noqa: BLE001 - e.g. the state store is unreachable
+    except Exception as e:
         reason = f"commit failed: {type(e).__name__}: {e}"
         state_store.put_job(rec.failed(reason))
         return JobResult(job, "failed", out.rows_read, out.rows_written, out.seconds, output_key, reason)

@@ -17,18 +17,18 @@ run retries it once it is stale. Offline tables are skipped.
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from sleeper_ops.compaction.jobs import CompactionJob, JobCreation, create_compaction_jobs
 from sleeper_ops.compaction.execute import JobResult, run_job
-from sleeper_ops.errors import ConfigError
+from sleeper_ops.compaction.jobs import CompactionJob, JobCreation, create_compaction_jobs
 from sleeper_ops.engine.iterators import BatchFn
+from sleeper_ops.errors import ConfigError
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
 from statestore.store import StateStore
@@ -53,7 +53,8 @@ def load_batch_runner(name: str) -> BatchRunnerFactory:
     try:
         module_name, factory = BATCH_RUNNERS[name].split(":")
     except KeyError:
-        raise ConfigError(f"unknown batch runner {name!r}; expected one of {', '.join(sorted(BATCH_RUNNERS))}") from None
+        raise ConfigError(
+            f"unknown batch runner {name!r}; expected one of {', '.join(sorted(BATCH_RUNNERS))}") from None
     try:
         module: Any = importlib.import_module(module_name)
     except ImportError as e:

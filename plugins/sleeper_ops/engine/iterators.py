@@ -39,8 +39,8 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.errors import ConfigError, IteratorError
+from sleeper_ops.io.arrow_schema import arrow_schema
 from statestore.catalog import TableInfo
 from statestore.schema import Schema, type_name
 
@@ -109,7 +109,7 @@ class UserIterator:
             raise ConfigError(f"{PYTHON_PROPERTY}={path!r}: expected module.path:function")
         try:
             module = importlib.import_module(module_name)
-        except Exception as e:  # noqa: BLE001 - any import failure is a configuration error
+        except Exception as e:
             raise ConfigError(f"{PYTHON_PROPERTY}={path!r}: cannot import module {module_name!r}: {e!r}") from e
         fn = getattr(module, attr, None)
         if fn is None:
@@ -127,7 +127,7 @@ class UserIterator:
     def apply(self, batch: pa.RecordBatch, target: pa.Schema, key_names: Sequence[str]) -> Optional[pa.RecordBatch]:
         try:
             out = self.fn(batch)
-        except Exception as e:  # noqa: BLE001 - name the iterator in whatever it raised
+        except Exception as e:
             raise IteratorError(f"user iterator {self.name} failed: {e!r}") from e
         if out is None:
             return None

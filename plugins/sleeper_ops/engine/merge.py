@@ -115,7 +115,7 @@ def _ahead(items: Iterator[Any], depth: int) -> Iterator[Any]:
                 if not put(item):
                     return
             put(_END)
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+        except BaseException as e:
             put(_Failure(e))
         finally:
             close = getattr(items, "close", None)

@@ -34,7 +34,8 @@ from sleeper_ops.errors import IngestError
 from sleeper_ops.io.inputs import check_readable
 from statestore.catalog import TableInfo
 from statestore.ingest_requests import IngestRequest
-from statestore.jobs import JobRecord, now_ms as _now_ms
+from statestore.jobs import JobRecord
+from statestore.jobs import now_ms as _now_ms
 
 if TYPE_CHECKING:
     from sleeper_ops.api import Sleeper, Table
@@ -239,7 +240,7 @@ def _run_job(sleeper: Sleeper, table: Table, group: list[IngestRequest], *, run_
     store.put_job(record)
     try:
         result = table.ingest(list(files))
-    except Exception as e:  # noqa: BLE001 - any failure requeues the requests; it is recorded, not lost
+    except Exception as e:
         reason = f"{type(e).__name__}: {e}" if not isinstance(e, IngestError) else str(e)
         store.put_job(record.failed(reason))
         store.finish_ingest_job(table_id, job_id, ok=False, error=reason, max_attempts=max_attempts)

@@ -26,12 +26,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sleeper_ops.io.arrow_schema import sort_keys
-from sleeper_ops.io.datafile import ParquetSettings, WrittenFile, new_data_key, sketch_key, write_data_file
-from sleeper_ops.errors import IngestError
-from sleeper_ops.io.inputs import check_readable, read_batches
 from sleeper_ops.engine.leaves import leaf_indices
 from sleeper_ops.engine.merge import merge_sorted
+from sleeper_ops.errors import IngestError
+from sleeper_ops.io.arrow_schema import sort_keys
+from sleeper_ops.io.datafile import ParquetSettings, WrittenFile, new_data_key, sketch_key, write_data_file
+from sleeper_ops.io.inputs import check_readable, read_batches
 from sleeper_ops.io.storage import ObjectStore, S3Options
 from statestore.catalog import TableInfo
 from statestore.files import FileReference
@@ -139,7 +139,8 @@ class IngestRunner:
         order = pc.sort_indices(keys, sort_keys=sort_keys(self.schema)).to_numpy()
         return table.take(pa.array(order if idx is None else idx[order]))
 
-    def _by_leaf(self, chunk: list[pa.RecordBatch], tree: PartitionTree) -> list[tuple[Partition, Callable[[], pa.Table]]]:
+    def _by_leaf(self, chunk: list[pa.RecordBatch],
+                 tree: PartitionTree) -> list[tuple[Partition, Callable[[], pa.Table]]]:
         """Split an unsorted chunk by leaf partition; each item sorts its rows when called."""
         table = pa.Table.from_batches(chunk).combine_chunks()
         return [(leaf, functools.partial(self._sorted_leaf_rows, table, idx))
@@ -154,7 +155,7 @@ class IngestRunner:
         for f in futures:
             try:
                 results.append(f.result())
-            except BaseException as e:  # noqa: BLE001 - collect, the caller cleans up
+            except BaseException as e:
                 errors.append(e)
         if errors:
             self._cleanup([r for r in results if isinstance(r, tuple) and isinstance(r[1], WrittenFile)])

@@ -20,7 +20,8 @@ def arrow_type(t: object) -> pa.DataType:
 
 def arrow_schema(schema: Schema) -> pa.Schema:
     """Arrow schema of a table: row keys and sort keys non-nullable, then values."""
-    fields = [pa.field(f.name, arrow_type(f.type), nullable=False) for f in schema.row_key_fields + schema.sort_key_fields]
+    fields = [pa.field(f.name, arrow_type(f.type), nullable=False)
+              for f in schema.row_key_fields + schema.sort_key_fields]
     fields += [pa.field(f.name, arrow_type(f.type), nullable=True) for f in schema.value_fields]
     return pa.schema(fields)
 

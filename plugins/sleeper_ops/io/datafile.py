@@ -118,7 +118,7 @@ class DataFileWriter:
         try:
             self._writer.close()
             self._sink.close()
-        except Exception:  # noqa: BLE001 - best effort; the orphan sweep removes leftovers
+        except Exception:
             pass
         self.store.delete(self.key)
         self.store.delete(sketch_key(self.key))

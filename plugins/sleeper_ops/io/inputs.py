@@ -176,7 +176,8 @@ _CSV_COL_RE = re.compile(r"column #(\d+)")
 def _csv(fs: pafs.FileSystem, p: str, schema: Schema, source: str) -> Iterator[pa.RecordBatch]:
     for f in schema.all_fields:
         if isinstance(f.type, (MapType, ListType)):
-            raise IngestError(f"{source}: CSV cannot carry {type_name(f.type)} field {f.name!r}; use Parquet or JSON Lines")
+            raise IngestError(
+                f"{source}: CSV cannot carry {type_name(f.type)} field {f.name!r}; use Parquet or JSON Lines")
     target = arrow_schema(schema)
     types = {f.name: (pa.string() if f.type == pa.binary() else f.type) for f in target}
     with fs.open_input_stream(p) as stream:

@@ -47,7 +47,8 @@ def write_results(table: pa.Table, fmt: str, output: Optional[str] = None) -> No
             for f in table.schema:
                 c = table.column(f.name)
                 if pa.types.is_binary(f.type):
-                    cols[f.name] = pa.array([None if v is None else base64.b64encode(v).decode() for v in c.to_pylist()])
+                    cols[f.name] = pa.array([None if v is None else base64.b64encode(v).decode()
+                                             for v in c.to_pylist()])
                 elif pa.types.is_map(f.type) or pa.types.is_list(f.type):
                     cols[f.name] = pa.array([None if v is None else json.dumps(
                         {str(jsonable(a)): jsonable(b) for a, b in v} if pa.types.is_map(f.type) else jsonable(v))

@@ -48,9 +48,9 @@ class S3Options:
 
     def filesystem(self, **extra: Any) -> pafs.S3FileSystem:
         """A pyarrow S3 filesystem with these options (unset ones left to pyarrow's defaults)."""
-        kwargs = {k: v for k, v in dict(endpoint_override=self.endpoint_override, scheme=self.scheme,
-                                        region=self.region, access_key=self.access_key,
-                                        secret_key=self.secret_key).items() if v}
+        kwargs = {k: v for k, v in {"endpoint_override": self.endpoint_override, "scheme": self.scheme,
+                                        "region": self.region, "access_key": self.access_key,
+                                        "secret_key": self.secret_key}.items() if v}
         return pafs.S3FileSystem(**kwargs, **extra)
 
 

@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from sleeper_ops.io.datafile import read_sketches
 from sleeper_ops.errors import StorageError
+from sleeper_ops.io.datafile import read_sketches
 from sleeper_ops.io.sketches import RowKeySketches, merged_field_sketch, range_quantiles
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo

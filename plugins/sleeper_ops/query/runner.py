@@ -21,10 +21,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sleeper_ops.engine.iterators import BatchFn, IteratorChain
+from sleeper_ops.errors import QueryError
 from sleeper_ops.io.arrow_schema import arrow_schema, sort_keys
 from sleeper_ops.io.datafile import FILE_CACHE, ParquetFileCache
-from sleeper_ops.errors import QueryError
-from sleeper_ops.engine.iterators import BatchFn, IteratorChain
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
 from statestore.errors import SchemaError

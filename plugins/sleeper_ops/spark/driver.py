@@ -68,7 +68,7 @@ def _commit_task_result(state_store: StateStore, objects: ObjectStore, rec: JobR
             written = WrittenFile(r["output"], r["record_count"], None)  # type: ignore[arg-type]
         out = JobOutput(job, written, r["rows_read"], r["rows_written"], r["seconds"])
         return record_commit(state_store, objects, rec, out)
-    except Exception as e:  # noqa: BLE001 - e.g. the state store went away; the job can be retried
+    except Exception as e:
         return JobResult(job, "failed", seconds=r.get("seconds", 0.0), reason=f"{type(e).__name__}: {e}")
 
 
@@ -108,7 +108,7 @@ def run_compaction_batch(spark_context: Any, state_store: StateStore, objects: O
             spark_context.setJobDescription(f"sleeper compaction of {table.name}: {len(items)} jobs")
             for r in spark_context.parallelize(items, numSlices=len(items)).mapPartitions(fn).collect():
                 task_results[r["job_id"]] = r
-        except Exception as e:  # noqa: BLE001 - e.g. an executor died; every job is then failed below
+        except Exception as e:
             outcome.error = f"Spark job failed: {type(e).__name__}: {str(e)[:ERROR_CHARS]}"
             logger.error("%s", outcome.error)
     for job in jobs:

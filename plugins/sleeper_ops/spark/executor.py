@@ -69,7 +69,7 @@ def run_tasks(context: Mapping[str, Any], items: Iterable[Mapping[str, Any]]) ->
         started = time.perf_counter()
         try:
             out = execute_job(job, table, objects, region=region)
-        except Exception as e:  # noqa: BLE001 - reported to the driver, which records it
+        except Exception as e:
             traceback.print_exc()
             yield {"job_id": job.job_id, "error": f"{type(e).__name__}: {e}", "worker": worker,
                    "seconds": time.perf_counter() - started}

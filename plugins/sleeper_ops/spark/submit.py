@@ -116,9 +116,8 @@ def spark_submit_command(config: SleeperConfig, table: str, *, jobs_file: Option
            "--name", f"sleeper-compaction-{table}"]
     for k, v in spark_conf(config.spark_master, conf).items():
         cmd += ["--conf", f"{k}={v}"]
-    return cmd + [str(spark_app_path())] + app_arguments(config, table, jobs_file=jobs_file,
-                                                         results_file=results_file, run_id=run_id,
-                                                         config_file=config_file)
+    return [*cmd, str(spark_app_path()), *app_arguments(config, table, jobs_file=jobs_file, results_file=results_file,
+                                                        run_id=run_id, config_file=config_file)]
 
 
 def spark_environment(master: str, base: Optional[Mapping[str, str]] = None) -> dict[str, str]:
@@ -179,7 +178,7 @@ def _unreported(state_store: StateStore, table: TableInfo, job: CompactionJob, r
         rec = rec or JobRecord.created(table.table_id, job.job_id, "compaction", partition_id=job.partition_id,
                                        input_files=len(job.inputs))
         state_store.put_job(rec.failed(reason))
-    except Exception as e:  # noqa: BLE001 - the report must still come back
+    except Exception as e:
         logger.warning("could not record job %s failed: %s", job.job_id, e)
     return JobResult(job, "failed", reason=reason)
 

@@ -25,7 +25,7 @@ import html
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from urllib.parse import quote
 
@@ -92,7 +92,7 @@ def _e(v: Any) -> str:
 def _time(ms: Optional[int]) -> str:
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _count(n: float) -> str:
@@ -164,7 +164,7 @@ def _bucket_ms(span_ms: int, target: int = 40) -> int:
 
 def _axis_time(ms: int, bucket: int) -> str:
     fmt = "%H:%M" if bucket < 1440 * 60_000 else "%m-%d"
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime(fmt)
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime(fmt)
 
 
 def jobs_chart_svg(jobs: Sequence[JobRecord], *, now: Optional[int] = None, width: int = 900,

@@ -247,7 +247,7 @@ def test_added_files_are_tracked_with_their_references_stamped_with_the_commit_t
 def test_add_files_with_one_bad_reference_adds_nothing(store):
     table_id = new_table(store)
     store.commit(table_id, AddFiles((ref("old", "L"),), T1))
-    txn = AddFiles(tuple(ref(f"new{i}", "L") for i in range(5)) + (ref("old", "R"),), T2)
+    txn = AddFiles((*tuple(ref(f"new{i}", "L") for i in range(5)), ref("old", "R")), T2)
     assert_refused(store, table_id, txn, FileReferenceError, "old is already tracked")
     txn = AddFiles((ref("x", "L"), ref("y", "missing")), T2)
     assert_refused(store, table_id, txn, PartitionError, "missing does not exist")

@@ -146,7 +146,7 @@ def test_two_batchers_racing_for_the_same_requests_exactly_one_wins(store: State
         store.add_ingest_requests(tid, reqs)
         ids = [r.request_id for r in reqs]
         # the two overlap in one request, in opposite orders: a deadlock-prone pattern
-        claims = {"A": ids, "B": list(reversed(ids[1:])) + [ids[0]]}
+        claims = {"A": ids, "B": [*list(reversed(ids[1:])), ids[0]]}
         results: dict[str, bool] = {}
         barrier = threading.Barrier(2)
 

@@ -182,7 +182,7 @@ class StateStoreMachine(RuleBasedStateMachine):
             r = data.draw(st.sampled_from(taken))
             assignments.append(JobAssignment(self.fresh("job-"), r.partition_id, (r.filename,)))
         elif fault == "missing file":
-            assignments[0] = JobAssignment(assignments[0].job_id, pid, tuple(names) + ("no-such-file",))
+            assignments[0] = JobAssignment(assignments[0].job_id, pid, (*tuple(names), "no-such-file"))
         elif fault == "assigned twice":
             assignments.append(JobAssignment(self.fresh("job-"), pid, (names[0],)))
         self.commit(AssignJobIds(tuple(assignments), self.now()))

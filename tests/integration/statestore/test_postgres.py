@@ -21,11 +21,11 @@ from statestore import (
     StateStoreUnavailableError,
     partitions_from_split_points,
 )
+from statestore.postgres import PostgresStateStore, migrate, migrations
 from statestore.postgres import commits as pg_commits
 from statestore.postgres import diff as pg_diff
 from statestore.postgres import store as pg_store
 from statestore.postgres.embedded import EmbeddedPostgres
-from statestore.postgres import PostgresStateStore, migrate, migrations
 from statestore.retry import Backoff
 
 pytestmark = pytest.mark.integration

@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sleeper_ops.compaction.jobs import CompactionJob, create_compaction_jobs
 from sleeper_ops.compaction.execute import execute_job, record_commit, run_job
+from sleeper_ops.compaction.jobs import CompactionJob, create_compaction_jobs
 from sleeper_ops.compaction.strategy import basic, size_ratio
-from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.errors import ConfigError
+from sleeper_ops.io.datafile import sketch_key
 from statestore.files import FileReference
 from statestore.jobs import JobRecord
 from statestore.partitions import split_children
@@ -67,8 +67,8 @@ def test_size_ratio_respects_the_batch_size():
 
 def test_size_ratio_includes_big_file_once_small_ones_add_up():
     small = [ref(f"s{i}", 10) for i in range(6)]
-    assert [len(g) for g in size_ratio(small[:2] + [ref("big", 30)], 12, 3)] == []
-    groups = size_ratio(small + [ref("big", 20)], 12, 3)
+    assert [len(g) for g in size_ratio([*small[:2], ref("big", 30)], 12, 3)] == []
+    groups = size_ratio([*small, ref("big", 20)], 12, 3)
     assert [len(g) for g in groups] == [7], "3 * 20 <= 6 * 10 + 20"
 
 

@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from sleeper_ops import Sleeper
-from sleeper_ops.io.datafile import read_sketches, sketch_key
 from sleeper_ops.errors import IngestError
+from sleeper_ops.io.datafile import read_sketches, sketch_key
 from sleeper_ops.io.storage import ObjectStore
 from statestore.errors import CommitConflictError
 from statestore.memory import InMemoryStateStore
@@ -281,7 +281,7 @@ def _long_keys(rnd: random.Random) -> Any:
 
 
 _ASCII = ["a", "b", "m", "z", "A", " ", "~"]
-_UNICODE = _ASCII + ["é", "ÿ", "中", "😀", "\u0100"]
+_UNICODE = [*_ASCII, "é", "ÿ", "中", "😀", "Ā"]
 
 
 def _string_keys(rnd: random.Random) -> Any:
@@ -572,7 +572,7 @@ def test_a_bad_file_after_good_ones_commits_nothing_from_any(sleeper, input_dir,
     good = [write_parquet(input_dir / "good.parquet", base_rows(2000)),
             write_csv(input_dir / "good.csv", base_rows(2000, seed=2))]
     with pytest.raises(IngestError):
-        t.ingest(good + [make(input_dir)], max_chunk_rows=1000)
+        t.ingest([*good, make(input_dir)], max_chunk_rows=1000)
     assert_nothing_committed(sleeper, t)
 
 

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sleeper_ops.io.arrow_schema import arrow_schema
-from sleeper_ops.errors import ConfigError, IteratorError
 from sleeper_ops.engine.iterators import IteratorChain
+from sleeper_ops.errors import ConfigError, IteratorError
+from sleeper_ops.io.arrow_schema import arrow_schema
 from statestore.catalog import TableInfo
 from statestore.properties import validate_properties
 from statestore.schema import Schema
@@ -181,8 +181,10 @@ def test_aggregation_orders_strings_by_code_point_and_bytes_unsigned():
 
 def test_aggregation_ignores_nulls_and_gives_null_when_a_group_has_only_nulls():
     chain = IteratorChain.for_table(info({AGGREGATION: AGG}))
-    rows = [row("a", count=None, small=None, name=None, blob=None), row("a", count=3, small=None, name="q", blob=None),
-            row("b", count=None, small=None, name=None, blob=None), row("b", count=None, small=None, name=None, blob=None)]
+    rows = [row("a", count=None, small=None, name=None, blob=None),
+            row("a", count=3, small=None, name="q", blob=None),
+            row("b", count=None, small=None, name=None, blob=None),
+            row("b", count=None, small=None, name=None, blob=None)]
     assert run(chain, batches(rows, [1, 3])) == [
         row("a", count=3, small=None, name="q", blob=None),
         row("b", count=None, small=None, name=None, blob=None),
@@ -200,7 +202,8 @@ def test_int_and_long_sums_wrap_on_overflow_like_java():
 def test_aggregation_of_a_whole_table_gives_each_key_once():
     chain = IteratorChain.for_table(info({AGGREGATION: AGG}))
     rows = [row(k, count=1) for k in "aaabccc"]
-    table = pa.concat_tables([pa.Table.from_pylist(rows[:2], schema=TARGET), pa.Table.from_pylist(rows[2:], schema=TARGET)])
+    table = pa.concat_tables([pa.Table.from_pylist(rows[:2], schema=TARGET),
+                              pa.Table.from_pylist(rows[2:], schema=TARGET)])
     out = chain.apply_table(table)
     assert out.schema.equals(TARGET)
     assert out.select(["key", "count"]).to_pylist() == [{"key": "a", "count": 3}, {"key": "b", "count": 1},

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sleeper_ops.io.datafile import ParquetSettings, new_data_key, write_data_file
 from sleeper_ops.errors import QueryError
+from sleeper_ops.io.datafile import ParquetSettings, new_data_key, write_data_file
 from sleeper_ops.query.runner import exact_key_region, range_region
 from statestore.files import FileReference
 from statestore.partitions import split_children
@@ -257,9 +257,9 @@ def test_records_referenced_from_the_root_of_a_split_table_are_found_with_the_le
 # ----- bad queries ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("query", [
-    dict(keys=["abc"]), dict(keys=[1.5]), dict(keys=[True]), dict(keys=[None]), dict(keys=[b"\x01"]),
-    dict(keys=[2**63]), dict(keys=[(1, 2)]), dict(ranges=[("a", "b")]), dict(ranges=[(1, "b")]),
-    dict(ranges=[(1.0, 5)]), dict(ranges=[(None, 5)]),
+    {"keys": ["abc"]}, {"keys": [1.5]}, {"keys": [True]}, {"keys": [None]}, {"keys": [b"\x01"]},
+    {"keys": [2**63]}, {"keys": [(1, 2)]}, {"ranges": [("a", "b")]}, {"ranges": [(1, "b")]},
+    {"ranges": [(1.0, 5)]}, {"ranges": [(None, 5)]},
 ], ids=lambda q: repr(q))
 def test_a_key_of_the_wrong_type_raises_query_error(loaded, query):
     t, _ = loaded

@@ -29,7 +29,7 @@ def two_files(sleeper):
     """Table "t" split at 50: keys 0..99 ingested twice (count 1, then count 10), so each
     key has records in two files; keys 7 and 60 have three records in the first ingest's file."""
     t = sleeper.create_table("t", SCHEMA, split_points=[50])
-    t.ingest(records(list(range(100)) + [7, 7, 60, 60], count=1, name="a"))
+    t.ingest(records([*list(range(100)), 7, 7, 60, 60], count=1, name="a"))
     t.ingest(records(list(range(100)), count=10, name="b"))
     per_partition = Counter(r.partition_id for r in t.state().references.values())
     assert sorted(per_partition.values()) == [2, 2], "expected two files in each leaf partition"

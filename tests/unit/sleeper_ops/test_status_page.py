@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from fastapi import Request
 
+from sleeper_ops.reports import partitions_report
 from sleeper_ops.web.status_page import (
     TableSummary,
     create_status_app,
@@ -17,7 +18,6 @@ from sleeper_ops.web.status_page import (
     render_index,
     render_table,
 )
-from sleeper_ops.reports import partitions_report
 from statestore.jobs import JobRecord
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],

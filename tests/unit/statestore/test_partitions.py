@@ -89,9 +89,9 @@ def test_split_points_give_a_balanced_tree_whose_leaves_cover_the_key_space_in_o
     leaves = sorted(tree.leaves(), key=lambda p: p.region.ranges[0].min)
     assert len(leaves) == n_points + 1 and len(parts) == 2 * n_points + 1
     # contiguous: each leaf starts where the previous ended, the last is unbounded
-    edges = [LONG_MIN] + sorted(points)
+    edges = [LONG_MIN, *sorted(points)]
     assert [leaf.region.ranges[0].min for leaf in leaves] == edges
-    assert [leaf.region.ranges[0].max for leaf in leaves] == sorted(points) + [None]
+    assert [leaf.region.ranges[0].max for leaf in leaves] == [*sorted(points), None]
     # balanced: leaf depths differ by at most one
     depths = {depth(tree, leaf) for leaf in leaves}
     assert max(depths) - min(depths) <= 1
@@ -135,7 +135,7 @@ def test_ancestors_run_from_parent_up_to_the_root():
     chain = tree.ancestors(leaf.id)
     assert chain[-1].id == ROOT_ID
     assert chain[0].id == leaf.parent_id
-    for child, parent in zip([leaf] + chain, chain):
+    for child, parent in zip([leaf, *chain], chain):
         assert child.id in parent.child_ids
     assert tree.ancestors(ROOT_ID) == []
 
