@@ -4,7 +4,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export SLEEPER_HOME ?= .sleeper
 
-.PHONY: install browser demo airflow test test-unit bench clean
+.PHONY: install browser demo airflow lint test test-unit bench clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -31,7 +31,13 @@ PORT ?= 8080
 airflow: install
 	$(BIN)/sleeper airflow --port $(PORT)
 
-test: install browser
+# ruff, mypy (statestore and sleeper_ops) and the import contracts (docs/LAYERING.md).
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports --config .importlinter --no-cache
+
+test: lint browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-unit: install

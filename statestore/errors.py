@@ -10,7 +10,7 @@ from __future__ import annotations
 class SleeperError(Exception):
     """Root of every error the product raises on purpose."""
 
-    def __reduce__(self):  # keep pickling simple for subclasses with one message
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:  # keep pickling simple for subclasses with one message
         return (self.__class__, self.args)
 
 

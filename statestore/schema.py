@@ -92,7 +92,7 @@ def _parse_type(raw: Any, where: str) -> FieldType:
                 if t not in PRIMITIVE_TYPES:
                     raise SchemaError(
                         f"{where}: MapType {label} must be one of {', '.join(PRIMITIVE_TYPES)}, got {t!r}")
-            return MapType(kt, vt)
+            return MapType(str(kt), str(vt))
         if kind == "ListType":
             et = body.get("elementType")
             if et not in PRIMITIVE_TYPES:

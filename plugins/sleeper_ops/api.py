@@ -142,7 +142,7 @@ class Table:
             return runner.ingest_batches((conform(b, self.schema, "table") for b in source.to_batches()), progress)
         if isinstance(source, (list, tuple)) and all(isinstance(s, str) for s in source):
             return runner.ingest_files(list(source), progress)
-        return runner.ingest_batches(source, progress)  # type: ignore[arg-type]
+        return runner.ingest_batches(source, progress)
 
     def query_runner(self, threads: int = 4, iterators: Sequence[Any] = ()) -> QueryRunner:
         """A reusable runner with the table's current properties (iterators included)."""

@@ -79,6 +79,7 @@ class CatalogMixin(PostgresConnection):
                 raise TableExistsError(f"table {new!r} already exists")
             row = cur.execute("UPDATE tables SET name = %s WHERE table_id = %s"
                               " RETURNING table_id, name, schema, properties", (new, table_id)).fetchone()
+            assert row is not None  # the row was read above in this transaction
             return _table_info(row)
 
         return self._run(f"rename table {old!r}", fn)

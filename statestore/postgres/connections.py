@@ -70,12 +70,12 @@ class PostgresConnection:
                             migrate(conn, self._migrations_dir)
                     except psycopg.OperationalError as e:
                         raise StateStoreUnavailableError(f"cannot reach the PostgreSQL state store: {e}") from e
-                pool: ConnectionPool[Any] = ConnectionPool(
+                new: ConnectionPool[Any] = ConnectionPool(
                     self.dsn, min_size=1, max_size=self.max_connections, open=False,
                     kwargs={"autocommit": True}, configure=self._configure,
                     timeout=self.connect_timeout, name="sleeper-statestore")
-                pool.open(wait=False)
-                self._pool = pool
+                new.open(wait=False)
+                self._pool = new
             return self._pool
 
     @contextmanager

@@ -44,7 +44,7 @@ def _require_table(cur: psycopg.Cursor[Any], name: str) -> Sequence[Any]:
     row = cur.execute("SELECT table_id, name, schema, properties FROM tables WHERE name = %s", (name,)).fetchone()
     if row is None:
         raise TableNotFoundError(f"table {name!r} does not exist")
-    return row  # type: ignore[no-any-return]
+    return row
 
 def _require_table_id(cur: psycopg.Cursor[Any], table_id: str) -> None:
     if cur.execute("SELECT 1 FROM tables WHERE table_id = %s", (table_id,)).fetchone() is None:

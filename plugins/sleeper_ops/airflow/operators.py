@@ -112,14 +112,15 @@ class SleeperGcOperator(SleeperOperator):
         dry_run: only list what would be deleted (templated; ``"true"``/``"false"`` accepted).
     """
 
-    template_fields: Sequence[str] = ("table", "dry_run")
+    # stored as gc_dry_run: BaseOperator has a dry_run() method of its own
+    template_fields: Sequence[str] = ("table", "gc_dry_run")
 
     def __init__(self, *, dry_run: Union[bool, str] = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.dry_run = dry_run
+        self.gc_dry_run = dry_run
 
     def execute(self, context: Any) -> str:
-        dry_run = _as_bool(self.dry_run)
+        dry_run = _as_bool(self.gc_dry_run)
         return tasks.run_exclusive("gc", self.table, context, lambda t, run: t.gc(dry_run=dry_run),
                                    opener=self.hook.get_conn)
 

@@ -23,7 +23,7 @@ The Sleeper served is opened lazily, once per API server process, from
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, HTTPException, Request, status
@@ -55,7 +55,7 @@ async def airflow_user(request: Request,
             raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail=e.detail,
                                 headers={"WWW-Authenticate": "Bearer"}) from None
         raise
-    method = "GET" if request.method in ("GET", "HEAD", "OPTIONS") else "POST"
+    method: Literal["GET", "POST"] = "GET" if request.method in ("GET", "HEAD", "OPTIONS") else "POST"
     if not get_auth_manager().is_authorized_custom_view(method=method, resource_name=RESOURCE, user=user):
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail=f"not allowed to {method} {RESOURCE}")
     return user

@@ -65,8 +65,10 @@ def sqlalchemy_url(dsn: str, database: str) -> str:
     for k in ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "application_name"):
         if k in params:
             query[k] = str(params[k])
-    url = URL.create("postgresql+psycopg", username=params.get("user"), password=params.get("password") or None,
-                     host=host, port=int(port) if port else None, database=database)
+    user, password = params.get("user"), params.get("password")
+    url = URL.create("postgresql+psycopg", username=str(user) if user else None,
+                     password=str(password) if password else None,
+                     host=str(host) if host else None, port=int(port) if port else None, database=database)
     # The query unencoded: Airflow's configuration would take a '%' for interpolation.
     return url.render_as_string(hide_password=False) + (
         "?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")

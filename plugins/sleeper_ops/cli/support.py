@@ -35,7 +35,7 @@ def read_split_points(path: str, schema: Schema) -> list[Any]:
             continue
         try:
             if first.type in ("IntType", "LongType"):
-                out.append(key_from_json(first.type, int(line.strip()), first.name))  # type: ignore[arg-type]
+                out.append(key_from_json(first.type, int(line.strip()), first.name))
             elif first.type == "ByteArrayType":
                 out.append(base64.b64decode(line.strip(), validate=True))
             else:

@@ -209,6 +209,7 @@ class Aggregation:
             col = table.column(name)
             differs = pc.not_equal(col.slice(1), col.slice(0, n - 1))
             change = differs if change is None else pc.or_(change, differs)
+        assert change is not None  # a schema has at least one row key field
         if isinstance(change, pa.ChunkedArray):
             change = change.combine_chunks()
         starts = pc.indices_nonzero(change)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Generator, Iterator, Optional, Sequence
 
 import pyarrow as pa
 
@@ -55,7 +55,7 @@ def region_filter(region: Region) -> Any:
 
 def merge_sorted(paths: Sequence[str], schema: Schema, *, region: Optional[Region] = None,
                  object_store: Any = None, store_url: Optional[str] = None,
-                 batch_size: int = 16384, read_ahead: int = 4) -> Iterator[pa.RecordBatch]:
+                 batch_size: int = 16384, read_ahead: int = 4) -> Generator[pa.RecordBatch, None, None]:
     """Yield the rows of the sorted Parquet files at ``paths`` in key order.
 
     ``paths`` are local paths, or URLs under ``store_url`` when a DataFusion
@@ -69,6 +69,7 @@ def merge_sorted(paths: Sequence[str], schema: Schema, *, region: Optional[Regio
         return
     ctx = _session(len(paths), batch_size)
     if object_store is not None:
+        assert store_url is not None, "an object store comes with its URL"
         scheme, _, host = store_url.partition("://")  # e.g. "s3://bucket" -> ("s3://", "bucket")
         ctx.register_object_store(f"{scheme}://", object_store, host.split("/", 1)[0] or None)
     target = arrow_schema(schema)

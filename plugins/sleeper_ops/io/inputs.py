@@ -259,7 +259,7 @@ _JSON_COL_RE = re.compile(r"Column\(/([^)/]+)\)")
 def _json_lines(fs: pafs.FileSystem, p: str, source: str) -> Iterator[tuple[int, Any]]:
     """(line number, parsed JSON object) of each non-blank line, streaming."""
     with fs.open_input_stream(p) as stream:
-        text = io.TextIOWrapper(stream, encoding="utf-8")  # type: ignore[arg-type]
+        text = io.TextIOWrapper(stream, encoding="utf-8")
         try:
             for i, line in enumerate(text, 1):
                 if not line.strip():

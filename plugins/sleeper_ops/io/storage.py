@@ -8,6 +8,7 @@ Keys are ``/``-separated and relative to the store's root.
 
 from __future__ import annotations
 
+import builtins
 import os
 import threading
 import uuid
@@ -151,7 +152,7 @@ class ObjectStore:
                 return
             raise StorageError(f"cannot delete {self.uri_of(key)}: {e}") from e
 
-    def datafusion_paths(self, keys: list[str]) -> tuple[list[str], Any, Optional[str]]:
+    def datafusion_paths(self, keys: builtins.list[str]) -> tuple[builtins.list[str], Any, Optional[str]]:
         """``(paths, object_store, store_url)`` for DataFusion to read ``keys``: local
         paths and no store, or ``s3://bucket/...`` URLs with an ``AmazonS3`` store
         carrying this store's endpoint and credentials (else the AWS environment)."""
