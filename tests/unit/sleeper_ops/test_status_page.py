@@ -10,14 +10,9 @@ import pytest
 from fastapi import Request
 
 from sleeper_ops.reports import partitions_report
-from sleeper_ops.web.status_page import (
-    TableSummary,
-    create_status_app,
-    jobs_chart_svg,
-    leaf_records_svg,
-    render_index,
-    render_table,
-)
+from sleeper_ops.web.status_charts import jobs_chart_svg, leaf_records_svg
+from sleeper_ops.web.status_page import create_status_app
+from sleeper_ops.web.status_render import TableSummary, render_index, render_table
 from statestore.jobs import JobRecord
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
