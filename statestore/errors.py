@@ -42,6 +42,11 @@ class FileReferenceError(TransactionError):
     """A file or file reference is missing, duplicated or assigned elsewhere."""
 
 
+class BookkeepingError(TransactionError):
+    """A commit's bookkeeping does not hold (its job attempt was superseded, or its
+    ingest requests are no longer assigned to its job); nothing was applied."""
+
+
 class CommitConflictError(SleeperError):
     """A commit kept conflicting with concurrent commits and gave up retrying."""
 
@@ -52,3 +57,10 @@ class StateStoreUnavailableError(SleeperError):
 
 class LeaseHeldError(SleeperError):
     """An exclusive lease is held by another holder."""
+
+
+class CommitOutcomeUnknownError(StateStoreUnavailableError):
+    """The state store was lost while a commit was in flight and did not come back in
+    time to say whether the commit applied. The writer must keep its output (the orphan
+    sweep removes it if the commit did not apply); retrying with the same commit id
+    applies it at most once."""

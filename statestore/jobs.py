@@ -3,14 +3,23 @@
 A :class:`JobRecord` is one job (compaction, split, ingest, ...) of one table, kept
 as a single row that moves forward through ``created -> started -> finished ->
 committed``, or ends ``failed`` with a reason. Writers save the whole record each
-time (an upsert by ``(table_id, job_id)``); the latest save wins.
+time (an upsert by ``(table_id, job_id)``); the latest save wins, except that a
+committed record is final.
+
+A job names the objects it will write in ``outputs`` *before* writing them
+(:meth:`JobRecord.started` with ``outputs``, saved first). The orphan sweep never
+deletes an object that a job not yet final names (see
+:meth:`statestore.store.StateStore.in_flight_outputs`), so a slow job's output cannot
+be swept between its write and its commit.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
+
+from statestore.errors import BookkeepingError
 
 JOB_KINDS = ("compaction", "split", "ingest", "bulk_import", "gc")
 JOB_STATUSES = ("created", "started", "finished", "committed", "failed")
@@ -36,6 +45,8 @@ class JobRecord:
         run_id: the run (e.g. Airflow ``dag_id/run_id`` or a CLI process) that ran it.
         attempts: how many times the job was started.
         output: the file the job wrote, if any.
+        outputs: the objects this attempt of the job writes (or may write), named
+            before it writes them; each attempt names fresh ones.
     """
 
     table_id: str
@@ -54,8 +65,11 @@ class JobRecord:
     run_id: Optional[str] = None
     attempts: int = 0
     output: Optional[str] = None
+    outputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.outputs, tuple):
+            object.__setattr__(self, "outputs", tuple(self.outputs))
         if self.kind not in JOB_KINDS:
             raise ValueError(f"unknown job kind {self.kind!r}")
         if self.status not in JOB_STATUSES:
@@ -65,9 +79,20 @@ class JobRecord:
     def created(cls, table_id: str, job_id: str, kind: str, **fields: Any) -> JobRecord:
         return cls(table_id, job_id, kind, "created", created_ms=now_ms(), **fields)
 
-    def started(self, run_id: Optional[str] = None) -> JobRecord:
+    def started(self, run_id: Optional[str] = None, outputs: Sequence[str] = ()) -> JobRecord:
+        """A new attempt, naming the objects it will write (save it before writing them)."""
         return replace(self, status="started", started_ms=now_ms(), finished_ms=None, committed_ms=None,
-                       reason=None, attempts=self.attempts + 1, run_id=run_id or self.run_id)
+                       reason=None, attempts=self.attempts + 1, run_id=run_id or self.run_id,
+                       outputs=tuple(outputs), output=None)
+
+    def naming(self, outputs: Sequence[str]) -> JobRecord:
+        """This attempt, naming (also) ``outputs``; save it before writing them."""
+        return replace(self, outputs=tuple(dict.fromkeys((*self.outputs, *outputs))))
+
+    @property
+    def final(self) -> bool:
+        """Committed or failed: the job names nothing it may still commit."""
+        return self.status in ("committed", "failed")
 
     def finished(self, rows_read: int, rows_written: int, output: Optional[str] = None) -> JobRecord:
         return replace(self, status="finished", finished_ms=now_ms(), rows_read=rows_read,
@@ -103,3 +128,17 @@ class JobRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JobRecord:
         return cls(**d)
+
+
+def check_job_bookkeeping(stored: Optional[JobRecord], job: JobRecord) -> None:
+    """Refuse (BookkeepingError) to commit ``job``'s attempt when the stored record of
+    the job is already committed, or names other outputs (a later attempt took over:
+    its outputs are the ones the orphan sweep keeps, so this attempt's may be gone)."""
+    if stored is None:
+        return
+    if stored.status == "committed":
+        raise BookkeepingError(f"job {job.job_id} of table {job.table_id} is already committed")
+    if stored.outputs != job.outputs:
+        raise BookkeepingError(f"job {job.job_id} of table {job.table_id}: this attempt was superseded "
+                               f"(the job's record names {list(stored.outputs)[:3]}, this attempt "
+                               f"{list(job.outputs)[:3]})")

@@ -8,9 +8,9 @@ import uuid
 from typing import Mapping, Optional, Sequence
 
 from statestore.catalog import TableInfo
-from statestore.errors import TableExistsError, TableNotFoundError
+from statestore.errors import BookkeepingError, TableExistsError, TableNotFoundError
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
-from statestore.jobs import JobRecord
+from statestore.jobs import JobRecord, check_job_bookkeeping
 from statestore.leases import Lease
 from statestore.partitions import Partition
 from statestore.properties import validate_properties
@@ -30,6 +30,7 @@ class InMemoryStateStore(StateStore):
         self._jobs: dict[tuple[str, str], JobRecord] = {}
         self._leases: dict[str, Lease] = {}
         self._ingest_requests: dict[str, dict[str, IngestRequest]] = {}  # table id -> id -> request
+        self._commit_ids: dict[str, dict[str, int]] = {}  # table id -> commit id -> applied at (ms)
 
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
                      properties: Optional[Mapping[str, str]] = None) -> TableInfo:
@@ -83,6 +84,7 @@ class InMemoryStateStore(StateStore):
             for k in [k for k in self._jobs if k[0] == info.table_id]:
                 del self._jobs[k]
             self._ingest_requests.pop(info.table_id, None)
+            self._commit_ids.pop(info.table_id, None)
             return info
 
     def _state(self, table_id: str) -> TableState:
@@ -91,11 +93,46 @@ class InMemoryStateStore(StateStore):
         except KeyError:
             raise TableNotFoundError(f"no table with id {table_id}") from None
 
-    def commit(self, table_id: str, transaction: Transaction) -> None:
+    def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
+               job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None) -> bool:
         with self._lock:
             state = self._state(table_id)
+            applied = self._commit_ids.setdefault(table_id, {})
+            if commit_id is not None and commit_id in applied:
+                return False
+            if job is not None:
+                check_job_bookkeeping(self._jobs.get((table_id, job.job_id)), job)
+            claimed: list[IngestRequest] = []
+            if ingest_job_id is not None:
+                claimed = [r for r in self._requests(table_id).values()
+                           if r.status == "assigned" and r.job_id == ingest_job_id]
+                if not claimed:
+                    raise BookkeepingError(f"no ingest request of table {table_id} is assigned to job "
+                                           f"{ingest_job_id} any more")
             transaction.validate(state)
             transaction.apply(state)
+            applied[commit_id or uuid.uuid4().hex] = int(time.time() * 1000)
+            if job is not None:
+                self._jobs[(table_id, job.job_id)] = job
+            queue = self._ingest_requests.get(table_id, {})
+            for r in claimed:
+                queue[r.request_id] = r.finished(True)
+            return True
+
+    def in_flight_outputs(self, table_id: str, active_since_ms: int) -> set[str]:
+        with self._lock:
+            self._state(table_id)
+            return {o for (t, _), j in self._jobs.items() if t == table_id and not j.final
+                    and j.last_update_ms >= active_since_ms for o in j.outputs}
+
+    def prune_commit_ids(self, table_id: str, before_ms: int) -> int:
+        with self._lock:
+            self._state(table_id)
+            applied = self._commit_ids.get(table_id, {})
+            old = [c for c, t in applied.items() if t < before_ms]
+            for c in old:
+                del applied[c]
+            return len(old)
 
     def load_state(self, table_id: str) -> TableState:
         with self._lock:

@@ -13,6 +13,11 @@ Guarantees every backend gives:
   :meth:`delete_table` removes the table and all its state.
 * Ingest requests (:mod:`statestore.ingest_requests`) are queued atomically and
   assigned to at most one job at a time.
+* Commits are idempotent by commit id: the store remembers the ids of applied
+  commits (for :data:`COMMIT_ID_RETENTION_MS` at least), so a commit retried after an
+  unknown outcome (a connection lost during COMMIT) applies at most once. A commit's
+  bookkeeping (its job's record, its ingest requests) is applied in the same atomic
+  step as its data, so no crash can separate the two.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ from statestore.partitions import Partition
 from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.transactions import Transaction
+
+#: How long a backend remembers an applied commit id (see :meth:`StateStore.prune_commit_ids`).
+COMMIT_ID_RETENTION_MS = 7 * 24 * 3600 * 1000
 
 
 class StateStore(abc.ABC):
@@ -62,8 +70,44 @@ class StateStore(abc.ABC):
 
     # ----- table state ----------------------------------------------------------------
     @abc.abstractmethod
-    def commit(self, table_id: str, transaction: Transaction) -> None:
-        """Validate and apply ``transaction`` atomically (see the module docstring)."""
+    def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
+               job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None) -> bool:
+        """Validate and apply ``transaction`` atomically (see the module docstring),
+        together with its bookkeeping.
+
+        Args:
+            commit_id: the commit's idempotency key (default: a fresh one). If a commit
+                of this id was already applied, nothing is done and False is returned.
+            job: a job record saved in the same atomic step (normally ``committed``).
+                Refused with :class:`BookkeepingError` when the stored record of that
+                job names other outputs (a later attempt superseded this one) or is
+                already committed.
+            ingest_job_id: every ingest request assigned to this job becomes
+                ``ingested`` in the same atomic step; refused with
+                :class:`BookkeepingError` when none is assigned to it any more (the
+                requests were requeued for another job).
+
+        Returns:
+            True if applied by this call; False if ``commit_id`` had been applied before
+            (including by an attempt of this call whose reply was lost).
+
+        Raises:
+            TransactionError: refused; nothing applied (the caller may delete its output).
+            CommitOutcomeUnknownError: the store was lost mid-commit and did not come back
+                in time; the commit may or may not have applied (keep the output).
+            StateStoreUnavailableError, CommitConflictError: not applied.
+        """
+
+    @abc.abstractmethod
+    def in_flight_outputs(self, table_id: str, active_since_ms: int) -> set[str]:
+        """The objects named in ``outputs`` by the table's jobs that are not final
+        (neither committed nor failed) and were last updated at or after
+        ``active_since_ms``: objects that may yet be committed, which the orphan sweep
+        must keep."""
+
+    @abc.abstractmethod
+    def prune_commit_ids(self, table_id: str, before_ms: int) -> int:
+        """Forget the ids of commits applied before ``before_ms``; returns how many."""
 
     @abc.abstractmethod
     def load_state(self, table_id: str) -> TableState:

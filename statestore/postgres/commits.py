@@ -1,17 +1,30 @@
-"""One commit attempt: BEGIN and the reads of the touched rows in one pipeline; validate
-and apply in memory; the writes and COMMIT in another. A refusal writes nothing and is
-committed read-only, so PostgreSQL confirms it was based on a serializable view."""
+"""One commit attempt: BEGIN and the reads of the touched rows (and of the commit's
+bookkeeping: its id, its job's record, its ingest requests) in one pipeline; validate
+and apply in memory; the writes, the bookkeeping and COMMIT in another. A refusal
+writes nothing and is committed read-only, so PostgreSQL confirms it was based on a
+serializable view. A commit whose id is already recorded applies nothing."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from statestore.errors import TableNotFoundError, TransactionError
+from statestore.errors import BookkeepingError, TableNotFoundError, TransactionError
+from statestore.jobs import JobRecord, check_job_bookkeeping, now_ms
 from statestore.postgres.diff import _Diff
-from statestore.postgres.rows import _fill, _fill_fragment, _gc_paused, _read_all, _read_fragment
+from statestore.postgres.jobs import upsert_job
+from statestore.postgres.rows import (
+    _JOB_COLUMNS,
+    _fill,
+    _fill_fragment,
+    _gc_paused,
+    _job_from_row,
+    _read_all,
+    _read_fragment,
+)
 from statestore.state import TableState
 from statestore.transactions import Touches, Transaction
 
@@ -49,29 +62,88 @@ def _pipelined(conn: psycopg.Connection[Any], body: Callable[[], T]) -> T:
         raise failure
     return result  # type: ignore[return-value]
 
+@dataclass(frozen=True)
+class Bookkeeping:
+    """What a commit records besides its data (see ``StateStore.commit``)."""
+
+    commit_id: str
+    job: Optional[JobRecord] = None
+    ingest_job_id: Optional[str] = None
+
+
+#: returned by :func:`_commit_attempt` when the commit id was already applied
+ALREADY_APPLIED = "already applied"
+
+
+def _check_bookkeeping(conn: psycopg.Connection[Any], table_id: str,
+                       books: Bookkeeping) -> Callable[[], Optional[str]]:
+    """Send the bookkeeping reads; the returned function checks them (after the
+    pipeline's reads), returning ALREADY_APPLIED or None, or raising BookkeepingError."""
+    seen = conn.execute("SELECT 1 FROM commit_ids WHERE table_id = %s AND commit_id = %s",
+                        (table_id, books.commit_id))
+    job = None if books.job is None else conn.execute(
+        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE table_id = %s AND job_id = %s", (table_id, books.job.job_id))
+    requests = None if books.ingest_job_id is None else conn.execute(
+        "SELECT count(*) FROM ingest_requests WHERE table_id = %s AND job_id = %s AND status = 'assigned'",
+        (table_id, books.ingest_job_id))
+
+    def check() -> Optional[str]:
+        if seen.fetchone() is not None:
+            return ALREADY_APPLIED
+        if job is not None and books.job is not None:
+            row = job.fetchone()
+            check_job_bookkeeping(None if row is None else _job_from_row(row), books.job)
+        if requests is not None:
+            row = requests.fetchone()
+            if row is None or not row[0]:
+                raise BookkeepingError(f"no ingest request of table {table_id} is assigned to job "
+                                       f"{books.ingest_job_id} any more")
+        return None
+    return check
+
+
+def _write_bookkeeping(cur: psycopg.Cursor[Any], table_id: str, books: Bookkeeping) -> None:
+    cur.execute("INSERT INTO commit_ids (table_id, commit_id, applied_ms) VALUES (%s, %s, %s)",
+                (table_id, books.commit_id, now_ms()))
+    if books.job is not None:
+        upsert_job(cur, books.job)
+    if books.ingest_job_id is not None:
+        cur.execute("UPDATE ingest_requests SET status = 'ingested'"
+                    " WHERE table_id = %s AND job_id = %s AND status = 'assigned'", (table_id, books.ingest_job_id))
+
+
 def _commit_attempt(conn: psycopg.Connection[Any], table_id: str, txn: Transaction,
-                    touches: Touches) -> Optional[TransactionError]:
+                    touches: Touches, books: Bookkeeping) -> Optional[TransactionError | str]:
     """One attempt at a commit, in few round trips: BEGIN and the reads go in one
     pipeline; the writes and COMMIT in another (or with COPY, for large inserts).
-    Returns the TransactionError refusing ``txn``, if any."""
+    Returns the TransactionError refusing ``txn``, ALREADY_APPLIED, or None (applied)."""
     large = touches.whole_table or len(touches.filenames) > LARGE_TRANSACTION
 
-    def read() -> TableState:
+    def read() -> tuple[Optional[str], TableState]:
         conn.execute(_BEGIN_SERIALIZABLE)
         table = conn.execute("SELECT 1 FROM tables WHERE table_id = %s", (table_id,))
+        check = _check_bookkeeping(conn, table_id, books)
         if touches.whole_table:
             reads = _read_all(conn, table_id)
             if table.fetchone() is None:
                 raise TableNotFoundError(f"no table with id {table_id}")
-            return _fill(TableState(), *(c.fetchall() for c in reads))
+            return check(), _fill(TableState(), *(c.fetchall() for c in reads))
         partitions, files = _read_fragment(conn, table_id, touches)
         if table.fetchone() is None:
             raise TableNotFoundError(f"no table with id {table_id}")
-        return _fill_fragment(partitions.fetchall() if partitions else [], files.fetchall() if files else [])
+        return check(), _fill_fragment(partitions.fetchall() if partitions else [],
+                                       files.fetchall() if files else [])
 
     try:
         with _gc_paused(large):
-            fragment = _pipelined(conn, read)
+            try:
+                done, fragment = _pipelined(conn, read)
+            except BookkeepingError as e:
+                conn.execute("COMMIT")
+                return e
+            if done is not None:
+                conn.execute("COMMIT")
+                return done
             before = fragment.copy()
             try:
                 txn.validate(fragment)
@@ -84,10 +156,12 @@ def _commit_attempt(conn: psycopg.Connection[Any], table_id: str, txn: Transacti
         with conn.cursor() as cur:
             if diff.needs_copy():
                 diff.write(cur, table_id)
+                _write_bookkeeping(cur, table_id, books)
                 cur.execute("COMMIT")
             else:
                 def write() -> None:
                     diff.write(cur, table_id)
+                    _write_bookkeeping(cur, table_id, books)
                     cur.execute("COMMIT")
                 _pipelined(conn, write)
         return None

@@ -12,24 +12,30 @@ from statestore.jobs import JobRecord
 from statestore.postgres.connections import PostgresConnection
 from statestore.postgres.rows import _JOB_COLUMNS, _job_from_row, _require_table_id
 
+_COLUMNS = list(JobRecord.__dataclass_fields__)
+_UPSERT = sql.SQL("INSERT INTO jobs ({}) VALUES ({}) ON CONFLICT (table_id, job_id) DO UPDATE SET {}"
+                  " WHERE jobs.status <> 'committed' OR EXCLUDED.status = 'committed'").format(
+    sql.SQL(", ").join(map(sql.Identifier, _COLUMNS)),
+    sql.SQL(", ").join(sql.Placeholder() * len(_COLUMNS)),
+    sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c))
+                       for c in _COLUMNS if c not in ("table_id", "job_id")))
+
+
+def upsert_job(cur: psycopg.Cursor[Any], record: JobRecord) -> None:
+    """Save ``record`` (in the caller's transaction); a committed record stays final."""
+    d = record.to_dict()
+    d["outputs"] = list(record.outputs)
+    cur.execute(_UPSERT, [d[c] for c in _COLUMNS])
+
 
 class JobsMixin(PostgresConnection):
     """The job status part of :class:`~statestore.postgres.store.PostgresStateStore`."""
 
     # ----- job status -----------------------------------------------------------------
     def put_job(self, record: JobRecord) -> None:
-        d = record.to_dict()
-        cols = list(d)
-        stmt = sql.SQL("INSERT INTO jobs ({}) VALUES ({}) ON CONFLICT (table_id, job_id) DO UPDATE SET {}"
-                       " WHERE jobs.status <> 'committed' OR EXCLUDED.status = 'committed'").format(
-            sql.SQL(", ").join(map(sql.Identifier, cols)),
-            sql.SQL(", ").join(sql.Placeholder() * len(cols)),
-            sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c))
-                               for c in cols if c not in ("table_id", "job_id")))
-
         def fn(cur: psycopg.Cursor[Any]) -> None:
             _require_table_id(cur, record.table_id)
-            cur.execute(stmt, list(d.values()))
+            upsert_job(cur, record)
 
         self._run(f"save job {record.job_id}", fn, isolation=IsolationLevel.READ_COMMITTED)
 
@@ -49,3 +55,23 @@ class JobsMixin(PostgresConnection):
 
         return self._run(f"list jobs of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED,
                          read_only=True)
+
+    def in_flight_outputs(self, table_id: str, active_since_ms: int) -> set[str]:
+        def fn(cur: psycopg.Cursor[Any]) -> set[str]:
+            _require_table_id(cur, table_id)
+            cur.execute("SELECT DISTINCT unnest(outputs) FROM jobs WHERE table_id = %s"
+                        " AND status IN ('created', 'started', 'finished')"
+                        " AND GREATEST(created_ms, COALESCE(started_ms, 0), COALESCE(finished_ms, 0),"
+                        "              COALESCE(committed_ms, 0)) >= %s", (table_id, active_since_ms))
+            return {r[0] for r in cur.fetchall()}
+
+        return self._run(f"list in-flight outputs of table {table_id}", fn,
+                         isolation=IsolationLevel.READ_COMMITTED, read_only=True)
+
+    def prune_commit_ids(self, table_id: str, before_ms: int) -> int:
+        def fn(cur: psycopg.Cursor[Any]) -> int:
+            _require_table_id(cur, table_id)
+            cur.execute("DELETE FROM commit_ids WHERE table_id = %s AND applied_ms < %s", (table_id, before_ms))
+            return cur.rowcount
+
+        return self._run(f"prune commit ids of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED)

@@ -38,7 +38,7 @@ def _table_info(row: Sequence[Any]) -> TableInfo:
     return TableInfo(table_id, name, Schema.from_dict(schema), dict(properties))
 
 def _job_from_row(row: Sequence[Any]) -> JobRecord:
-    return JobRecord(*row)
+    return JobRecord(*row)  # outputs (a list) becomes a tuple in JobRecord.__post_init__
 
 def _require_table(cur: psycopg.Cursor[Any], name: str) -> Sequence[Any]:
     row = cur.execute("SELECT table_id, name, schema, properties FROM tables WHERE name = %s", (name,)).fetchone()

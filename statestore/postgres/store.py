@@ -4,17 +4,20 @@ registry calls."""
 
 from __future__ import annotations
 
+import time
+import uuid
 from pathlib import Path
 from typing import Any, Optional, Union
 
 import psycopg
 from psycopg import IsolationLevel
 
-from statestore.errors import StateStoreUnavailableError
+from statestore.errors import CommitOutcomeUnknownError, StateStoreUnavailableError, TransactionError
 from statestore.files import FileReference
+from statestore.jobs import JobRecord
 from statestore.partitions import Partition
 from statestore.postgres.catalog import CatalogMixin
-from statestore.postgres.commits import _commit_attempt
+from statestore.postgres.commits import ALREADY_APPLIED, Bookkeeping, _commit_attempt
 from statestore.postgres.ingest_queue import IngestQueueMixin
 from statestore.postgres.jobs import JobsMixin
 from statestore.postgres.leases import LeasesMixin
@@ -44,13 +47,44 @@ class PostgresStateStore(CatalogMixin, JobsMixin, LeasesMixin, IngestQueueMixin,
         migrations_dir: where the ``NNN_*.sql`` files are (default ``include/sql``).
     """
 
+    #: how long a commit whose connection broke keeps trying to learn its outcome
+    outcome_timeout_seconds: float = 60.0
+
     # ----- table state ----------------------------------------------------------------
-    def commit(self, table_id: str, transaction: Transaction) -> None:
+    def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
+               job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None) -> bool:
+        """See :meth:`StateStore.commit`. When the connection breaks during an attempt
+        (the server may or may not have committed), the commit is tried again with the
+        same id, pausing between tries, until the server answers or
+        :attr:`outcome_timeout_seconds` pass (then CommitOutcomeUnknownError): the
+        recorded id makes the retry a no-op if the lost attempt applied."""
         touches = transaction.touches()
-        refused = self._retrying(f"commit {transaction.TYPE} to table {table_id}",
-                                 lambda conn: _commit_attempt(conn, table_id, transaction, touches))
-        if refused is not None:
-            raise refused
+        books = Bookkeeping(commit_id or uuid.uuid4().hex, job, ingest_job_id)
+        what = f"commit {transaction.TYPE} to table {table_id}"
+        deadline: Optional[float] = None
+        tries = 0
+        while True:
+            try:
+                outcome = self._retrying(what, lambda conn: _commit_attempt(conn, table_id, transaction, touches,
+                                                                            books))
+                break
+            except StateStoreUnavailableError as e:
+                broken = isinstance(e.__cause__, psycopg.OperationalError)
+                if self._closed or (tries == 0 and not broken):
+                    raise  # nothing was sent: the commit did not apply
+                now = time.monotonic()
+                deadline = deadline if deadline is not None else now + self.outcome_timeout_seconds
+                if now >= deadline:
+                    raise CommitOutcomeUnknownError(
+                        f"{what}: the state store was lost during the commit and did not come back within "
+                        f"{self.outcome_timeout_seconds:g}s, so whether it applied is unknown "
+                        f"(commit id {books.commit_id}): {e}") from e
+                tries += 1
+                time.sleep(min(2.0, 0.05 * 2 ** tries, max(0.0, deadline - now)))
+        if isinstance(outcome, TransactionError):
+            raise outcome
+        # ALREADY_APPLIED: by an earlier call with this id, or by a try of this one whose reply was lost
+        return outcome != ALREADY_APPLIED
 
     def load_state(self, table_id: str) -> TableState:
         def fn(cur: psycopg.Cursor[Any]) -> TableState:
