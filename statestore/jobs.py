@@ -142,3 +142,13 @@ def check_job_bookkeeping(stored: Optional[JobRecord], job: JobRecord) -> None:
         raise BookkeepingError(f"job {job.job_id} of table {job.table_id}: this attempt was superseded "
                                f"(the job's record names {list(stored.outputs)[:3]}, this attempt "
                                f"{list(job.outputs)[:3]})")
+
+
+def saves_over(stored: JobRecord, record: JobRecord) -> bool:
+    """Whether saving ``record`` replaces ``stored`` (see ``StateStore.put_job``): a
+    committed record is final, and once an attempt has started naming outputs, only
+    a new attempt (a ``started`` save) or that attempt itself (the same outputs) may
+    change the record -- never an attempt it superseded."""
+    if stored.status == "committed" and record.status != "committed":
+        return False
+    return record.status == "started" or not stored.outputs or stored.outputs == record.outputs

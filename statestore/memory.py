@@ -10,10 +10,10 @@ from typing import Mapping, Optional, Sequence
 from statestore.catalog import TableInfo
 from statestore.errors import BookkeepingError, TableExistsError, TableNotFoundError
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
-from statestore.jobs import JobRecord, check_job_bookkeeping
+from statestore.jobs import JobRecord, check_job_bookkeeping, saves_over
 from statestore.leases import Lease
 from statestore.partitions import Partition
-from statestore.properties import validate_properties
+from statestore.properties import check_combination, validate_properties, validate_values
 from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.store import StateStore
@@ -59,9 +59,10 @@ class InMemoryStateStore(StateStore):
                 raise TableNotFoundError(f"table {name!r} does not exist") from None
 
     def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
-        props = validate_properties(properties)
+        props = validate_values(properties)
         with self._lock:
             info = self.get_table(name)
+            check_combination({**info.properties, **props})
             new = TableInfo(info.table_id, info.name, info.schema, {**info.properties, **props})
             self._tables[name] = new
             return new
@@ -149,7 +150,7 @@ class InMemoryStateStore(StateStore):
         with self._lock:
             self._state(record.table_id)
             current = self._jobs.get((record.table_id, record.job_id))
-            if current is not None and current.status == "committed" and record.status != "committed":
+            if current is not None and not saves_over(current, record):
                 return
             self._jobs[(record.table_id, record.job_id)] = record
 

@@ -48,6 +48,16 @@ def _non_negative_int(v: str) -> None:
         raise ValueError("expected a non-negative integer")
 
 
+def _at_least(floor: int, why: str) -> Callable[[str], None]:
+    """An integer of at least ``floor``; ``why`` says what a smaller value would break."""
+    def check(v: str) -> None:
+        if not _digits(v):
+            raise ValueError("expected a non-negative integer")
+        if int(v) < floor:
+            raise ValueError(f"must be at least {floor}: {why}")
+    return check
+
+
 def _choice(*options: str) -> Callable[[str], None]:
     def check(v: str) -> None:
         if v not in options:
@@ -110,13 +120,20 @@ _DEFS = [
     PropertyDef("sleeper.table.compaction.runner", "local", "Where compaction jobs run: local or spark.",
                 _choice("local", "spark")),
     PropertyDef("sleeper.table.gc.delay.minutes", "15", "Delete unreferenced files once unchanged this long.",
-                _non_negative_int),
+                _at_least(1, "queries planned against a file replaced by compaction read it for up to this "
+                             "long, so 0 would delete files under running queries")),
     PropertyDef("sleeper.table.compaction.job.retry.minutes", "30",
                 "Re-run a compaction job whose inputs stay assigned to it with no progress for this long.",
-                _non_negative_int),
+                _at_least(1, "0 would start a second attempt of every job still running")),
     PropertyDef("sleeper.table.gc.orphan.grace.minutes", "60",
-                "Delete objects under the table's prefix that the state store never knew once this old.",
-                _non_negative_int),
+                "Delete objects under the table's prefix that the state store never knew once this old "
+                "(and no job still running names them).",
+                _at_least(10, "a write in flight is older than its job's last update by the time it takes to "
+                              "write, and a clock skew between hosts counts against the grace too")),
+    PropertyDef("sleeper.table.gc.job.abandon.minutes", "1440",
+                "A job not yet committed or failed protects the outputs it names from the orphan sweep until "
+                "it shows no progress for this long (it is then taken as dead).",
+                _at_least(10, "the longest job must finish within it, or its output may be swept")),
     PropertyDef("sleeper.table.gc.batch.size", "1000", "Files deleted per garbage collection commit.", _positive_int),
     PropertyDef("sleeper.table.parquet.rowgroup.rows.max", "100000", "Most rows in one Parquet row group.",
                 _positive_int),
@@ -143,8 +160,40 @@ for _op in OPERATIONS:
 PROPERTY_DEFS: dict[str, PropertyDef] = {d.name: d for d in _DEFS}
 
 
+GRACE = "sleeper.table.gc.orphan.grace.minutes"
+RETRY = "sleeper.table.compaction.job.retry.minutes"
+ABANDON = "sleeper.table.gc.job.abandon.minutes"
+
+
+def check_combination(props: Mapping[str, str]) -> None:
+    """Refuse (PropertyError) a table's whole set of properties (unset ones at their
+    defaults) whose values are unsafe together:
+
+    * the orphan grace must exceed the compaction job retry time: a job retried after
+      that long may still be writing the output of its first attempt, which the job's
+      record no longer names once the retry has named its own;
+    * the job abandon time must be at least the orphan grace.
+    """
+    eff = effective_properties(props)
+    grace, retry, abandon = (int(eff[n] or 0) for n in (GRACE, RETRY, ABANDON))
+    if grace <= retry:
+        raise PropertyError(f"{GRACE}={grace} must be longer than {RETRY}={retry}: an attempt superseded by a "
+                            "retry may still be writing an output that no job names any more")
+    if abandon < grace:
+        raise PropertyError(f"{ABANDON}={abandon} must be at least {GRACE}={grace}")
+
+
 def validate_properties(props: Mapping[str, str]) -> dict[str, str]:
-    """Return ``props`` as a plain dict after checking every name and value."""
+    """Return ``props`` as a plain dict after checking every name and value, and the
+    values together (with defaults for the rest, as for a new table)."""
+    out = validate_values(props)
+    check_combination(out)
+    return out
+
+
+def validate_values(props: Mapping[str, str]) -> dict[str, str]:
+    """Return ``props`` as a plain dict after checking every name and value, one by one
+    (an update then checks the table's merged set with :func:`check_combination`)."""
     out: dict[str, str] = {}
     for name, value in props.items():
         d = PROPERTY_DEFS.get(name)

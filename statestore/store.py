@@ -132,7 +132,9 @@ class StateStore(abc.ABC):
         """Save ``record``, replacing any earlier record of the same table and job id,
         except that ``committed`` is final: once a job's record says committed, saves
         of other statuses for it are ignored (a losing duplicate attempt cannot
-        overwrite the winner's record, however the two race)."""
+        overwrite the winner's record, however the two race); and once an attempt
+        naming outputs has started, saves other than ``started`` from an attempt naming
+        other outputs (one it superseded) are ignored (:func:`statestore.jobs.saves_over`)."""
 
     @abc.abstractmethod
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:

@@ -1,5 +1,7 @@
 """Job status records: an upsert that never overwrites a committed record with anything
-but a committed one, so a losing attempt cannot undo the winner's record."""
+but a committed one, so a losing attempt cannot undo the winner's record, and that
+takes saves after an attempt's start only from the current attempt (see
+:meth:`statestore.store.StateStore.put_job`)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from statestore.postgres.rows import _JOB_COLUMNS, _job_from_row, _require_table
 
 _COLUMNS = list(JobRecord.__dataclass_fields__)
 _UPSERT = sql.SQL("INSERT INTO jobs ({}) VALUES ({}) ON CONFLICT (table_id, job_id) DO UPDATE SET {}"
-                  " WHERE jobs.status <> 'committed' OR EXCLUDED.status = 'committed'").format(
+                  " WHERE (jobs.status <> 'committed' OR EXCLUDED.status = 'committed')"
+                  " AND (EXCLUDED.status = 'started' OR jobs.outputs = '{{}}' OR jobs.outputs = EXCLUDED.outputs)"
+                  ).format(
     sql.SQL(", ").join(map(sql.Identifier, _COLUMNS)),
     sql.SQL(", ").join(sql.Placeholder() * len(_COLUMNS)),
     sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c))

@@ -12,7 +12,7 @@ from typing import Any, Optional, Union
 import psycopg
 from psycopg import IsolationLevel
 
-from statestore.errors import CommitOutcomeUnknownError, StateStoreUnavailableError, TransactionError
+from statestore.errors import CommitOutcomeUnknownError, SleeperError, StateStoreUnavailableError, TransactionError
 from statestore.files import FileReference
 from statestore.jobs import JobRecord
 from statestore.partitions import Partition
@@ -68,13 +68,21 @@ class PostgresStateStore(CatalogMixin, JobsMixin, LeasesMixin, IngestQueueMixin,
                 outcome = self._retrying(what, lambda conn: _commit_attempt(conn, table_id, transaction, touches,
                                                                             books))
                 break
-            except StateStoreUnavailableError as e:
+            except (TransactionError, CommitOutcomeUnknownError):
+                raise
+            except SleeperError as e:
+                if not isinstance(e, StateStoreUnavailableError):
+                    if tries == 0:
+                        raise  # e.g. CommitConflictError: every attempt was rolled back
+                    raise CommitOutcomeUnknownError(
+                        f"{what}: after a connection was lost during the commit (commit id {books.commit_id}), "
+                        f"its retry failed, so whether it applied is unknown: {e}") from e
                 broken = isinstance(e.__cause__, psycopg.OperationalError)
-                if self._closed or (tries == 0 and not broken):
+                if tries == 0 and not broken:
                     raise  # nothing was sent: the commit did not apply
                 now = time.monotonic()
                 deadline = deadline if deadline is not None else now + self.outcome_timeout_seconds
-                if now >= deadline:
+                if now >= deadline or self._closed:
                     raise CommitOutcomeUnknownError(
                         f"{what}: the state store was lost during the commit and did not come back within "
                         f"{self.outcome_timeout_seconds:g}s, so whether it applied is unknown "

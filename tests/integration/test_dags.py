@@ -25,6 +25,7 @@ import pytest
 
 from sleeper_ops import Sleeper
 from sleeper_ops.maintenance.leases import OperationLease, lease_name
+from tests.aging import age_files
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -273,8 +274,9 @@ def test_compaction_dag_runs_the_jobs_on_spark_when_asked(sleeper: Sleeper, slee
 
 def test_gc_dag_dry_run_lists_and_the_real_run_deletes_unreferenced_files(sleeper: Sleeper, sleeper_home: Path,
                                                                           airflow_home: Path) -> None:
-    table = _filled_table(sleeper, "events", **{"sleeper.table.gc.delay.minutes": "0"})
+    table = _filled_table(sleeper, "events")
     table.compact()
+    age_files(sleeper.state_store, table.info.table_id)  # past the GC delay
     unreferenced = [f.filename for f in table.state().file_statuses() if not f.references]
     assert len(unreferenced) == 6
     # (conf given both times: dag.test() keeps the previous run's conf on the DAG object)
@@ -333,8 +335,9 @@ def test_offline_tables_are_skipped_by_maintenance(sleeper: Sleeper, sleeper_hom
 # ----- one run per table per operation --------------------------------------------------------------
 def test_a_run_finding_the_lease_held_is_skipped_and_says_who_holds_it(sleeper: Sleeper, sleeper_home: Path,
                                                                        airflow_home: Path) -> None:
-    table = _filled_table(sleeper, "events", **{"sleeper.table.gc.delay.minutes": "0"})
+    table = _filled_table(sleeper, "events")
     table.compact()
+    age_files(sleeper.state_store, table.info.table_id)
     unreferenced = sum(1 for f in table.state().file_statuses() if not f.references)
     name = lease_name(table.info.table_id, "gc")
     with OperationLease(sleeper.state_store, name, "sleeper_events_gc/backfill__x/1"):

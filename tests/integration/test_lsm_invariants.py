@@ -18,12 +18,12 @@ import pytest
 from sleeper_ops import Sleeper
 from sleeper_ops.io.storage import ObjectStore
 from statestore.memory import InMemoryStateStore
+from tests.aging import age_files
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
           "sortKeyFields": [{"name": "ts", "type": "LongType"}],
           "valueFields": [{"name": "id", "type": "LongType"}]}
 PROPS = {"sleeper.table.partition.splitting.threshold": "3000",
-         "sleeper.table.gc.delay.minutes": "0",
          "sleeper.table.compaction.strategy": "basic",
          "sleeper.table.compaction.files.batch.size": "3",
          "sleeper.table.parquet.rowgroup.rows.max": "500"}
@@ -75,6 +75,7 @@ def _run(sleeper: Sleeper, seed: int, steps: int) -> None:
         elif op == "split":
             t.split()
         else:
+            age_files(sleeper.state_store, t.info.table_id)
             t.gc()
         log.append(op)
         _check(t, sleeper, ingested, rnd, " -> ".join(log[-6:]))
@@ -82,6 +83,7 @@ def _run(sleeper: Sleeper, seed: int, steps: int) -> None:
     for _ in range(6):
         t.split()
         t.compact()
+        age_files(sleeper.state_store, t.info.table_id)
         t.gc()
     _check(t, sleeper, ingested, rnd, "final maintenance")
     state = t.state()

@@ -19,6 +19,7 @@ from sleeper_ops.errors import IngestError, StorageError
 from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.io.storage import ObjectStore, S3Options
 from statestore.memory import InMemoryStateStore
+from tests.aging import age_files
 
 pytestmark = pytest.mark.integration
 
@@ -234,8 +235,7 @@ def test_delete_table_removes_its_objects_from_s3(s3_sleeper, client, store, req
 # ----- maintenance on S3 ----------------------------------------------------------------
 
 def test_split_compaction_and_gc_on_s3_keep_every_record_once(s3_sleeper, client, store, request):
-    t = s3_sleeper.create_table("t", SCHEMA, properties={"sleeper.table.gc.delay.minutes": "0",
-                                                          "sleeper.table.partition.splitting.threshold": "1000",
+    t = s3_sleeper.create_table("t", SCHEMA, properties={"sleeper.table.partition.splitting.threshold": "1000",
                                                           "sleeper.table.compaction.strategy": "basic"})
     ingested = pa.concat_tables([make_rows(800, seed=i, first_id=i * 10_000) for i in range(3)])
     for i in range(3):
@@ -247,6 +247,7 @@ def test_split_compaction_and_gc_on_s3_keep_every_record_once(s3_sleeper, client
     assert report.creation.pushed_down == 1 and report.count("failed") == 0, report.summary()
     state = t.state()
     assert {state.partitions[r.partition_id].is_leaf for r in state.references.values()} == {True}
+    age_files(s3_sleeper.state_store, t.info.table_id)
     gc = t.gc()
     assert len(gc.deleted) == 3, gc.summary()  # the merged file is still referenced from both children
     assert rows(t.query(ranges=[("", None)])) == rows(ingested)

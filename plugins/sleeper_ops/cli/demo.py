@@ -57,11 +57,11 @@ def run_demo(sleeper: Sleeper, *, rows: int, batches: int, table_name: str, work
     except TableNotFoundError:
         pass
     # Leaves split once they hold more than a tenth of the data, so the demo shows a
-    # split; GC runs with no delay so it can collect what compaction replaced at once.
+    # split; GC, whose delay has a floor of a minute, runs as it will once that has passed.
     threshold = max(1, rows // 10)
     table = sleeper.create_table(table_name, SYSTEM_TEST_SCHEMA, split_points=split_points(7), properties={
         "sleeper.table.partition.splitting.threshold": str(threshold),
-        "sleeper.table.gc.delay.minutes": "0"})
+        "sleeper.table.gc.delay.minutes": "1"})
     console.rule(f"created table {table_name}: 8 leaf partitions, split threshold {threshold:,} records")
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -96,7 +96,8 @@ def run_demo(sleeper: Sleeper, *, rows: int, batches: int, table_name: str, work
     _report(console, "files after compaction", render_files(table.state()))
     _report(console, "jobs (newest 20)", render_jobs(table.jobs(limit=20)))
 
-    gc = table.gc()
-    _report(console, "garbage collection", gc.summary() + "\n" + render_files(table.state()))
+    gc = table.gc(now_ms=int(time.time() * 1000) + 61_000)
+    _report(console, "garbage collection (as it runs once the 1-minute GC delay has passed)",
+            gc.summary() + "\n" + render_files(table.state()))
     _report(console, "partitions after maintenance", render_partitions(table.state()))
     _queries(console, table, remembered)

@@ -4,13 +4,18 @@
 (DataFusion, sort order declared, so memory stays flat however big the inputs),
 keeps only rows inside the job's partition when some input covers more than it,
 applies the table's iterators to the Arrow batches and writes one sorted output
-file plus its sketches under a fresh name. It changes no state.
+file plus its sketches under the key it is given (named in the job's record first,
+see :func:`start_attempt`). It changes no state.
 
-:func:`commit_job` replaces the inputs' references with the output's in one
-:class:`ReplaceFileReferences` commit. The state store refuses it, changing
-nothing, when the inputs no longer carry the job id (another attempt of the job
-committed first); the refused attempt's output is then deleted and the refusal
-reported. So a retried or duplicated job never duplicates records.
+:func:`commit_job` checks the output exists (HEAD), then replaces the inputs'
+references with the output's in one :class:`ReplaceFileReferences` commit that also
+saves the job's record as committed. The state store refuses it, changing nothing,
+when the inputs no longer carry the job id (another attempt of the job committed
+first) or the job's record names another attempt's output (a retry took the job
+over); the refused attempt's output is then deleted and the refusal reported. So a
+retried or duplicated job never duplicates records. On an unknown outcome (the state
+store lost mid-commit) the output is kept: the orphan sweep removes it if the commit
+did not apply.
 
 :func:`run_job` does both and keeps the job's status record up to date.
 """
@@ -38,7 +43,7 @@ from sleeper_ops.io.datafile import (
 from sleeper_ops.io.sketches import RowKeySketches
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
-from statestore.errors import TransactionError
+from statestore.errors import CommitConflictError, TransactionError
 from statestore.files import FileReference
 from statestore.jobs import JobRecord
 from statestore.region import Region
@@ -84,10 +89,23 @@ def _region_of(state_store: StateStore, table: TableInfo, partition_id: str) -> 
     raise TransactionError(f"partition {partition_id} does not exist")
 
 
+def start_attempt(state_store: StateStore, table: TableInfo, job: CompactionJob,
+                  run_id: Optional[str] = None) -> JobRecord:
+    """Record a new attempt of ``job`` as started, naming the output key it will write
+    (the record's ``outputs``); saved before anything is written. Returns the record."""
+    rec = state_store.get_job(table.table_id, job.job_id) or JobRecord.created(
+        table.table_id, job.job_id, "compaction", partition_id=job.partition_id, input_files=len(job.inputs))
+    rec = rec.started(run_id, outputs=[new_data_key(table.table_id, job.partition_id)])
+    state_store.put_job(rec)
+    return rec
+
+
 def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
                 region: Optional[Region] = None, iterators: Sequence[BatchFn] = (),
-                on_rows: Optional[RowsCallback] = None, batch_size: int = 16384) -> JobOutput:
-    """Merge the job's inputs into one new file (see the module docstring).
+                on_rows: Optional[RowsCallback] = None, batch_size: int = 16384,
+                output_key: Optional[str] = None) -> JobOutput:
+    """Merge the job's inputs into one new file under ``output_key`` (default a fresh
+    key; jobs run for real pass the key their record names) (see the module docstring).
 
     ``region`` (the job's partition) is needed unless ``job.whole_files``. Every
     input must exist, and with exact input counts the merge must read exactly
@@ -119,7 +137,7 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
     # Whole input files with no iterators: the output holds exactly the inputs' keys,
     # so merging their sketches gives the output's sketch without touching each key.
     reuse_sketches = job.whole_files and chain.is_empty
-    writer = DataFileWriter(objects, new_data_key(table.table_id, job.partition_id), schema,
+    writer = DataFileWriter(objects, output_key or new_data_key(table.table_id, job.partition_id), schema,
                             ParquetSettings.of(table), sketch_rows=not reuse_sketches)
     try:
         for batch in stream:
@@ -147,16 +165,26 @@ def _merged_sketches(objects: ObjectStore, table: TableInfo, inputs: Sequence[st
     return merged
 
 
-def commit_job(state_store: StateStore, objects: ObjectStore, out: JobOutput) -> Optional[str]:
-    """Commit ``out``; returns None when committed, else why it was refused (the
-    output is then deleted, and the state is unchanged)."""
+def commit_job(state_store: StateStore, objects: ObjectStore, out: JobOutput,
+               done: Optional[JobRecord] = None) -> Optional[str]:
+    """Commit ``out`` (with ``done``, the job's committed record, in the same state-store
+    transaction); returns None when committed, else why it was refused (the output is
+    then deleted, and the state is unchanged). Raises on an unknown outcome, keeping
+    the output."""
     job = out.job
     new_ref = None
     if out.output is not None:
+        if objects.head(out.output.key) is None:
+            return f"output {out.output.key} vanished before the commit"
         new_ref = FileReference(out.output.key, job.partition_id, out.output.record_count)
+    # one id per output written (or per attempt, with no output): a retry of this very
+    # commit applies once, and no other attempt shares it
+    commit_id = out.output.key if out.output is not None else (
+        None if done is None else f"{done.job_id}/{done.attempts}")
     try:
-        state_store.commit(job.table_id, ReplaceFileReferences(job.job_id, job.partition_id, job.inputs, new_ref))
-    except TransactionError as e:
+        state_store.commit(job.table_id, ReplaceFileReferences(job.job_id, job.partition_id, job.inputs, new_ref),
+                           commit_id=commit_id, job=done)
+    except (TransactionError, CommitConflictError) as e:
         if out.output is not None:
             objects.delete(out.output.key)
             objects.delete(sketch_key(out.output.key))
@@ -169,14 +197,12 @@ def run_job(state_store: StateStore, objects: ObjectStore, table: TableInfo, job
             on_rows: Optional[RowsCallback] = None) -> JobResult:
     """Execute and commit one job, recording started/finished/committed or failed.
     ``region`` is the job partition's, looked up when not given and needed."""
-    rec = state_store.get_job(table.table_id, job.job_id) or JobRecord.created(
-        table.table_id, job.job_id, "compaction", partition_id=job.partition_id, input_files=len(job.inputs))
-    rec = rec.started(run_id)
-    state_store.put_job(rec)
+    rec = start_attempt(state_store, table, job, run_id)
     try:
         if region is None and not job.whole_files:
             region = _region_of(state_store, table, job.partition_id)
-        out = execute_job(job, table, objects, region=region, iterators=iterators, on_rows=on_rows)
+        out = execute_job(job, table, objects, region=region, iterators=iterators, on_rows=on_rows,
+                          output_key=rec.outputs[0])
     except Exception as e:
         reason = f"{type(e).__name__}: {e}"
         state_store.put_job(rec.failed(reason))
@@ -185,21 +211,30 @@ def run_job(state_store: StateStore, objects: ObjectStore, table: TableInfo, job
 
 
 def record_commit(state_store: StateStore, objects: ObjectStore, rec: JobRecord, out: JobOutput) -> JobResult:
-    """Commit an executed job and record the outcome in its status record. A losing
-    attempt's records are ignored by the state store once the winner's says committed."""
+    """Commit an executed job, its record saved committed in the same transaction, and
+    record any other outcome in its status record. A losing attempt's records are
+    ignored by the state store once the winner's says committed."""
     output_key = out.output.key if out.output is not None else None
     rec = rec.finished(out.rows_read, out.rows_written, output_key)
-    state_store.put_job(rec)
     job = out.job
     try:
-        refused = commit_job(state_store, objects, out)
+        state_store.put_job(rec)
+        refused = commit_job(state_store, objects, out, rec.committed())
     except Exception as e:
         reason = f"commit failed: {type(e).__name__}: {e}"
-        state_store.put_job(rec.failed(reason))
+        _put_quietly(state_store, rec.failed(reason))
         return JobResult(job, "failed", out.rows_read, out.rows_written, out.seconds, output_key, reason)
     if refused is not None:
         reason = f"commit refused: {refused}"
-        state_store.put_job(rec.failed(reason))
+        _put_quietly(state_store, rec.failed(reason))
         return JobResult(job, "refused", out.rows_read, out.rows_written, out.seconds, None, reason)
-    state_store.put_job(rec.committed())
     return JobResult(job, "committed", out.rows_read, out.rows_written, out.seconds, output_key)
+
+
+def _put_quietly(state_store: StateStore, rec: JobRecord) -> None:
+    """Save a failure record; if the store is lost too, the record stays as it was
+    (the job is then treated as abandoned once it shows no progress)."""
+    try:
+        state_store.put_job(rec)
+    except Exception:  # the job's outcome is already decided and reported
+        pass

@@ -9,18 +9,21 @@ absolute location and size.
 groups them (:func:`plan_ingest_jobs`) by the table's
 ``sleeper.table.ingest.batcher.job.min.size`` / ``.max.size`` / ``.max.files`` /
 ``.max.age.seconds``. Each group is assigned to a fresh job atomically (a group
-another batcher took first is skipped), ingested with standard ingest (one add-files
-commit), and its requests are marked ``ingested``. A job that fails commits nothing
+another batcher took first is skipped) and ingested with standard ingest: one
+add-files commit that also marks the job's requests ``ingested`` and its record
+committed, in the same state-store transaction. A job that fails commits nothing
 and puts its requests back to ``pending`` with the error, to be retried on a later
 run in jobs of their own (so one bad file cannot hold back others); after
 ``max_attempts`` failures a request is marked ``failed``. Every job is recorded as a
 :class:`~statestore.jobs.JobRecord` of kind ``ingest``. Offline tables still take
 ingest.
 
-Crash safety: requests stay ``assigned`` to a job whose process died. A later run
-puts them back to pending once the job has shown no progress for
-``stale_after_seconds``; that must exceed the longest ingest job, or a slow job's
-files could be ingested twice.
+Crash safety: each file is ingested exactly once, whenever the process dies. Requests
+stay ``assigned`` to a job whose process died before its commit; a later run puts them
+back to pending once the job has shown no progress for ``stale_after_seconds``. If the
+slow job was in fact alive, its commit is then refused (its requests are no longer
+assigned to it) and its files are deleted, so the requeued requests are ingested once.
+A job that died after its commit has nothing to settle: the commit marked its requests.
 """
 
 from __future__ import annotations
@@ -176,16 +179,18 @@ def requeue_abandoned(store: StateStore, table_id: str, *, stale_after_seconds: 
     """Settle requests left ``assigned`` by a batcher that died; returns how many went
     back to pending.
 
-    A job whose record says it committed has its requests marked ``ingested``; one
+    A job whose record says it committed has its requests marked ``ingested`` (they
+    already are, unless written by an older version that marked them separately); one
     recorded ``failed`` has them requeued at once; one with no progress for
-    ``stale_after_seconds`` (or no record) has them requeued and its record failed.
+    ``stale_after_seconds`` (or no record) has them requeued and its record failed (its
+    commit, should it still come, is refused).
     """
     now = _now_ms() if now_ms is None else now_ms
     assigned = store.list_ingest_requests(table_id, status="assigned", limit=None)
     requeued = 0
     for job_id in sorted({r.job_id for r in assigned if r.job_id is not None}):
         record = store.get_job(table_id, job_id)
-        if record is not None and record.status in ("finished", "committed"):
+        if record is not None and record.status == "committed":
             store.finish_ingest_job(table_id, job_id, ok=True)  # only marking the requests was lost
         elif record is not None and record.status == "failed":
             requeued += store.finish_ingest_job(table_id, job_id, ok=False, error=record.reason)
@@ -239,14 +244,12 @@ def _run_job(sleeper: Sleeper, table: Table, group: list[IngestRequest], *, run_
     record = record.started(run_id)
     store.put_job(record)
     try:
-        result = table.ingest(list(files))
+        # the data commit marks the requests ingested and the record committed, atomically
+        result = table.ingest(list(files), job=record, ingest_job_id=job_id)
     except Exception as e:
         reason = f"{type(e).__name__}: {e}" if not isinstance(e, IngestError) else str(e)
         store.put_job(record.failed(reason))
+        # only requests still assigned (the commit did not apply) go back to pending
         store.finish_ingest_job(table_id, job_id, ok=False, error=reason, max_attempts=max_attempts)
         return BatchedJob(job_id, ids, files, size, "failed", error=reason)
-    record = record.finished(rows_read=result.records, rows_written=result.records)
-    store.put_job(record)
-    store.put_job(record.committed())
-    store.finish_ingest_job(table_id, job_id, ok=True)
     return BatchedJob(job_id, ids, files, size, "committed", records=result.records)

@@ -6,8 +6,23 @@ in Arrow and split by leaf partition. If everything fits in one chunk, each leaf
 rows go straight to their data file; otherwise every chunk's runs are spilled to
 local disk and each leaf's runs are merged by a streaming sort-preserving merge.
 The result is one data file per leaf partition with records, committed in a single
-add-files transaction. If anything fails before the commit, the files written are
-deleted and nothing is committed.
+add-files transaction.
+
+No record is lost or duplicated at the seams (DESIGN.md section 10):
+
+* The ingest is a job (a :class:`~statestore.jobs.JobRecord` of kind ``ingest``) that
+  names its output files in its record *before* writing them, so the orphan sweep
+  keeps them however long the ingest takes.
+* Before the commit every output is checked to exist (HEAD). The commit carries the
+  job's id as its commit id and saves the job's record as committed in the same
+  transaction (with ``ingest_job_id``, it also marks that job's ingest requests
+  ingested), so a retry after a lost reply applies once.
+* Outputs are deleted only when nothing can have committed them: a failure before the
+  commit, a definite refusal (:class:`~statestore.errors.TransactionError`), or a
+  commit that gave up on conflicts (:class:`~statestore.errors.CommitConflictError`:
+  every attempt was rolled back). On an unknown outcome (the state store lost
+  mid-commit) they are kept; if the commit did not apply, the orphan sweep removes
+  them once the job is failed or abandoned.
 """
 
 from __future__ import annotations
@@ -17,6 +32,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence, TypeVar
@@ -34,7 +50,9 @@ from sleeper_ops.io.datafile import ParquetSettings, WrittenFile, new_data_key, 
 from sleeper_ops.io.inputs import check_readable, read_batches
 from sleeper_ops.io.storage import ObjectStore, S3Options
 from statestore.catalog import TableInfo
+from statestore.errors import CommitConflictError, TransactionError
 from statestore.files import FileReference
+from statestore.jobs import JobRecord
 from statestore.partitions import Partition, PartitionTree
 from statestore.store import StateStore
 from statestore.transactions import AddFiles
@@ -49,6 +67,7 @@ class IngestResult:
     files: list[FileReference] = field(default_factory=list)
     seconds: float = 0.0
     spilled_chunks: int = 0
+    job_id: Optional[str] = None
 
     @property
     def rows_per_second(self) -> float:
@@ -62,17 +81,60 @@ def _sliced(batches: Iterable[pa.RecordBatch], most: int) -> Iterable[pa.RecordB
             yield b.slice(start, most)
 
 
+class _Attempt:
+    """One ingest's job record, with the outputs it names before writing them."""
+
+    def __init__(self, state_store: StateStore, table: TableInfo, job: Optional[JobRecord],
+                 run_id: Optional[str]) -> None:
+        self.state_store, self.table = state_store, table
+        self.given = job is not None
+        self.record = job if job is not None else JobRecord.created(table.table_id, uuid.uuid4().hex, "ingest")
+        if self.record.status != "started":
+            self.record = self.record.started(run_id)
+        self.saved = False
+
+    def new_keys(self, leaf_ids: Sequence[str]) -> list[str]:
+        """Fresh keys for ``leaf_ids``' files, named in the job's record (saved) before
+        anything is written under them."""
+        keys = [new_data_key(self.table.table_id, leaf) for leaf in leaf_ids]
+        if keys:
+            self.record = self.record.naming(keys)
+            self.state_store.put_job(self.record)
+            self.saved = True
+        return keys
+
+    def fail(self, reason: str) -> None:
+        """Record the failure, if the record was saved; a lost store is not an error here
+        (the record then stays started, and the sweep treats it as abandoned later)."""
+        if not (self.saved or self.given):
+            return
+        try:
+            self.state_store.put_job(self.record.failed(reason))
+        except Exception:  # the original error is the one to raise
+            pass
+
+
 class IngestRunner:
-    """Ingests record batches or files into one table."""
+    """Ingests record batches or files into one table.
+
+    Args:
+        job: the job record this ingest runs as (the batcher's); default a fresh one.
+        ingest_job_id: mark the ingest requests assigned to this job ``ingested`` in
+            the data commit (refused if none is assigned to it any more).
+        run_id: recorded on a fresh job record.
+    """
 
     def __init__(self, state_store: StateStore, objects: ObjectStore, table: TableInfo, *,
                  max_chunk_rows: int = 4_000_000, max_chunk_bytes: int = 512 << 20,
-                 spill_dir: Optional[str] = None, s3: Optional[S3Options] = None, threads: int = 2):
+                 spill_dir: Optional[str] = None, s3: Optional[S3Options] = None, threads: int = 2,
+                 job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,
+                 run_id: Optional[str] = None):
         self.state_store, self.objects, self.table = state_store, objects, table
         self.schema = table.schema
         self.max_chunk_rows, self.max_chunk_bytes = max_chunk_rows, max_chunk_bytes
         self.spill_dir, self.s3, self.threads = spill_dir, s3, threads
         self.settings = ParquetSettings.of(table)
+        self.job, self.ingest_job_id, self.run_id = job, ingest_job_id, run_id
 
     # ----- entry points ---------------------------------------------------------------
     def ingest_files(self, paths: Sequence[str], progress: Optional[Progress] = None) -> IngestResult:
@@ -88,47 +150,78 @@ class IngestRunner:
         return self.ingest_batches(batches(), progress)
 
     def ingest_batches(self, batches: Iterable[pa.RecordBatch], progress: Optional[Progress] = None) -> IngestResult:
-        """Ingest batches already conformed to the table's Arrow schema."""
+        """Ingest batches already conformed to the table's Arrow schema (see the module
+        docstring for what is kept and what is deleted on failure)."""
         start = time.perf_counter()
         result = IngestResult()
+        attempt = _Attempt(self.state_store, self.table, self.job, self.run_id)
         tree = PartitionTree(self.state_store.partitions(self.table.table_id))
         written: list[tuple[str, WrittenFile]] = []
         spill_root = tempfile.mkdtemp(prefix="sleeper-ingest-", dir=self.spill_dir)
         try:
-            runs: dict[str, list[str]] = {}  # leaf id -> spilled run paths
-            chunk: list[pa.RecordBatch] = []
-            rows = nbytes = 0
-            chunks_seen = 0
-            for b in _sliced(batches, self.max_chunk_rows):
-                if chunk and (rows + b.num_rows > self.max_chunk_rows or nbytes + b.nbytes > self.max_chunk_bytes):
-                    self._spill(chunk, tree, spill_root, chunks_seen, runs)
-                    chunks_seen += 1
-                    chunk, rows, nbytes = [], 0, 0
-                chunk.append(b)
-                rows += b.num_rows
-                nbytes += b.nbytes
-                result.records += b.num_rows
-                if progress:
-                    progress(b.num_rows)
-            if chunks_seen == 0:
-                written = self._write_direct(chunk, tree) if rows else []
-            else:
-                if chunk:
-                    self._spill(chunk, tree, spill_root, chunks_seen, runs)
-                    chunks_seen += 1
-                written = self._merge_runs(runs, tree)
-            result.spilled_chunks = chunks_seen
-            refs = [FileReference(w.key, pid, w.record_count) for pid, w in written]
-            if refs:
-                self.state_store.commit(self.table.table_id, AddFiles(tuple(refs)))
+            try:
+                written = self._read_and_write(batches, tree, attempt, spill_root, result, progress)
+                refs = [FileReference(w.key, pid, w.record_count) for pid, w in written]
+                missing = [w.key for _, w in written if self.objects.head(w.key) is None]
+                if missing:
+                    raise IngestError(f"table {self.table.name}: output files vanished before the commit "
+                                      f"(swept?): {', '.join(missing[:5])}")
+            except BaseException as e:
+                self._cleanup(written)  # nothing was committed: the commit was never tried
+                attempt.fail(f"{type(e).__name__}: {e}")
+                raise
+            if refs or attempt.given or self.ingest_job_id is not None:
+                self._commit(refs, attempt, result.records, written)
             result.files = refs
-        except BaseException:
-            self._cleanup(written)
-            raise
+            result.job_id = attempt.record.job_id if attempt.saved or attempt.given else None
         finally:
             shutil.rmtree(spill_root, ignore_errors=True)
         result.seconds = time.perf_counter() - start
         return result
+
+    def _read_and_write(self, batches: Iterable[pa.RecordBatch], tree: PartitionTree, attempt: _Attempt,
+                        spill_root: str, result: IngestResult,
+                        progress: Optional[Progress]) -> list[tuple[str, WrittenFile]]:
+        """Read every batch into sorted chunks (spilled when more than one) and write
+        one file per leaf with records."""
+        runs: dict[str, list[str]] = {}  # leaf id -> spilled run paths
+        chunk: list[pa.RecordBatch] = []
+        rows = nbytes = 0
+        chunks_seen = 0
+        for b in _sliced(batches, self.max_chunk_rows):
+            if chunk and (rows + b.num_rows > self.max_chunk_rows or nbytes + b.nbytes > self.max_chunk_bytes):
+                self._spill(chunk, tree, spill_root, chunks_seen, runs)
+                chunks_seen += 1
+                chunk, rows, nbytes = [], 0, 0
+            chunk.append(b)
+            rows += b.num_rows
+            nbytes += b.nbytes
+            result.records += b.num_rows
+            if progress:
+                progress(b.num_rows)
+        if chunks_seen == 0:
+            return self._write_direct(chunk, tree, attempt) if rows else []
+        if chunk:
+            self._spill(chunk, tree, spill_root, chunks_seen, runs)
+            chunks_seen += 1
+        result.spilled_chunks = chunks_seen
+        return self._merge_runs(runs, attempt)
+
+    def _commit(self, refs: list[FileReference], attempt: _Attempt, records: int,
+                written: list[tuple[str, WrittenFile]]) -> None:
+        """One add-files commit with the job's bookkeeping; outputs deleted only on a refusal."""
+        done = attempt.record.finished(records, records, refs[0].filename if len(refs) == 1 else None).committed()
+        try:
+            self.state_store.commit(self.table.table_id, AddFiles(tuple(refs)), commit_id=done.job_id, job=done,
+                                    ingest_job_id=self.ingest_job_id)
+        except (TransactionError, CommitConflictError) as e:
+            self._cleanup(written)
+            attempt.fail(f"commit refused: {e}")
+            raise
+        except BaseException as e:
+            # the outcome may be unknown: keep the outputs (the sweep removes them if it did not apply)
+            attempt.fail(f"commit failed: {type(e).__name__}: {e}")
+            raise
 
     # ----- steps ------------------------------------------------------------------------
     def _sorted_leaf_rows(self, table: pa.Table, idx: Optional[np.ndarray]) -> pa.Table:
@@ -167,12 +260,15 @@ class IngestRunner:
             self.objects.delete(w.key)
             self.objects.delete(sketch_key(w.key))
 
-    def _write_direct(self, chunk: list[pa.RecordBatch], tree: PartitionTree) -> list[tuple[str, WrittenFile]]:
+    def _write_direct(self, chunk: list[pa.RecordBatch], tree: PartitionTree,
+                      attempt: _Attempt) -> list[tuple[str, WrittenFile]]:
+        items = self._by_leaf(chunk, tree)
+        keys = dict(zip((leaf.id for leaf, _ in items), attempt.new_keys([leaf.id for leaf, _ in items])))
+
         def write(item: tuple[Partition, Callable[[], pa.Table]]) -> tuple[str, WrittenFile]:
             leaf, rows = item
-            return leaf.id, write_data_file(self.objects, new_data_key(self.table.table_id, leaf.id),
-                                            self.schema, rows(), self.settings)
-        return self._parallel(write, self._by_leaf(chunk, tree))
+            return leaf.id, write_data_file(self.objects, keys[leaf.id], self.schema, rows(), self.settings)
+        return self._parallel(write, items)
 
     def _spill(self, chunk: list[pa.RecordBatch], tree: PartitionTree, root: str, chunk_no: int,
                runs: dict[str, list[str]]) -> None:
@@ -186,11 +282,11 @@ class IngestRunner:
         for leaf_id, path in self._parallel(spill, self._by_leaf(chunk, tree)):
             runs.setdefault(leaf_id, []).append(path)
 
-    def _merge_runs(self, runs: dict[str, list[str]], tree: PartitionTree) -> list[tuple[str, WrittenFile]]:
+    def _merge_runs(self, runs: dict[str, list[str]], attempt: _Attempt) -> list[tuple[str, WrittenFile]]:
         out: list[tuple[str, WrittenFile]] = []
+        keys = attempt.new_keys(list(runs))
         try:
-            for leaf_id, paths in runs.items():
-                key = new_data_key(self.table.table_id, leaf_id)
+            for (leaf_id, paths), key in zip(runs.items(), keys):
                 out.append((leaf_id, write_data_file(self.objects, key, self.schema,
                                                      merge_sorted(paths, self.schema), self.settings)))
         except BaseException:

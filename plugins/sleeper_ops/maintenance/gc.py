@@ -15,9 +15,14 @@ refused for a file that is still referenced.
 :func:`sweep_orphans` deletes objects under the table's data prefix that the state
 store does not track (written by a job that failed before its commit, or whose GC
 commit never happened after the file was forgotten), once older than
-``sleeper.table.gc.orphan.grace.minutes``. A file written and not yet committed is
-therefore never deleted while younger than the grace period, which must exceed the
-longest time any job takes between writing a file and committing it.
+``sleeper.table.gc.orphan.grace.minutes`` -- except objects that a job not yet
+committed or failed names in its record (every job names its outputs before writing
+them), unless that job has shown no progress for ``sleeper.table.gc.job.abandon.minutes``.
+So a slow job's output is never swept before its commit, however long the job runs
+within that limit; and a commit checks its outputs exist before committing.
+
+A run that deletes also forgets commit ids older than
+:data:`~statestore.store.COMMIT_ID_RETENTION_MS`.
 
 Offline tables are skipped. ``dry_run=True`` lists what would be deleted and changes
 nothing.
@@ -34,12 +39,13 @@ from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
 from statestore.errors import SleeperError, TransactionError
-from statestore.store import StateStore
+from statestore.store import COMMIT_ID_RETENTION_MS, StateStore
 from statestore.transactions import DeleteFiles
 
 DELAY_PROPERTY = "sleeper.table.gc.delay.minutes"
 BATCH_PROPERTY = "sleeper.table.gc.batch.size"
 GRACE_PROPERTY = "sleeper.table.gc.orphan.grace.minutes"
+ABANDON_PROPERTY = "sleeper.table.gc.job.abandon.minutes"
 _DRY_RUN_LIMIT = 2**62  # list every unreferenced file in one go when nothing is deleted
 
 Progress = Callable[[int], None]  # called with the number of files (or orphans) just deleted
@@ -131,6 +137,7 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
             _forget(state_store, table, batch, report)
             if progress is not None:
                 progress(len(batch))
+        state_store.prune_commit_ids(table.table_id, now - COMMIT_ID_RETENTION_MS)
     if orphans:
         report.orphans_deleted = sweep_orphans(state_store, objects, table, dry_run=dry_run, now_ms=now,
                                                progress=progress, threads=threads)
@@ -176,9 +183,10 @@ def sweep_orphans(state_store: StateStore, objects: ObjectStore, table: TableInf
     and that are older than the grace period; return their keys (with ``dry_run``, the
     keys that would be deleted). A sidecar counts as tracked when its data file is.
 
-    The objects are listed before the state is read, so a file committed during the
-    sweep is seen as tracked. Objects whose modification time the store does not give
-    are kept. Offline tables are skipped (an empty list).
+    The objects are listed first, then the outputs named by jobs in flight, then the
+    tracked files: a commit during the sweep (which makes its output tracked and its
+    job final in one step) is seen one way or the other. Objects whose modification
+    time the store does not give are kept. Offline tables are skipped (an empty list).
 
     Args:
         grace_minutes: overrides ``sleeper.table.gc.orphan.grace.minutes``.
@@ -192,10 +200,13 @@ def sweep_orphans(state_store: StateStore, objects: ObjectStore, table: TableInf
     if grace < 0:
         raise SleeperError(f"orphan grace period must not be negative, got {grace} minutes")
     cutoff = now - grace * 60_000
-    listed = list(objects.list(data_prefix(table.table_id)))
+    listed = [o for o in objects.list(data_prefix(table.table_id)) if 0 < o.mtime_ms < cutoff]
+    if not listed:
+        return []
+    in_flight = state_store.in_flight_outputs(table.table_id, now - table.get_int(ABANDON_PROPERTY) * 60_000)
     tracked = state_store.load_state(table.table_id).files
     orphans = sorted(o.key for o in listed
-                     if _data_key_of(o.key) not in tracked and 0 < o.mtime_ms < cutoff)
+                     if _data_key_of(o.key) not in tracked and _data_key_of(o.key) not in in_flight)
     if orphans and not dry_run:
         _delete_objects(objects, orphans, threads)
         if progress is not None:

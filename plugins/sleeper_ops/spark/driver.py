@@ -8,12 +8,14 @@ written by :func:`~sleeper_ops.spark.batch_files.write_config_file`) or ``--home
 (:func:`run_compaction_batch`: one job a Spark task, the executor side in
 :mod:`sleeper_ops.spark.executor`) and writes the results file.
 
-Guarantees: every job is recorded started before it runs and ends recorded committed,
-refused or failed, each committed on its own with
+Guarantees: every job is recorded started, naming its output key, before it runs (so
+the orphan sweep keeps the output however long the batch takes) and ends recorded
+committed, refused or failed. Each job is its own Spark job, submitted from a pool of
+driver threads as wide as the cluster, and is committed by this driver with
 :func:`~sleeper_ops.compaction.execute.record_commit` (the usual atomic replace of
-references) by this driver once the Spark job ends; the state store is never touched
-from the executors. A job that fails in its task, or that Spark never reported, is
-recorded failed with the reason. This is the only module of the adapter that imports
+references) as soon as its task finishes, not after the whole batch; the state store
+is never touched from the executors. A job that fails in its task, or whose Spark
+job fails, is recorded failed with the reason. This is the only module of the adapter that imports
 pyspark, and only inside :func:`main`.
 """
 
@@ -22,10 +24,11 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
-from sleeper_ops.compaction.execute import JobOutput, JobResult, record_commit
+from sleeper_ops.compaction.execute import JobOutput, JobResult, record_commit, start_attempt
 from sleeper_ops.io.datafile import WrittenFile
 from sleeper_ops.spark.batch_files import SparkBatchError, read_config_file, read_jobs_file, write_results_file
 from sleeper_ops.spark.executor import run_tasks, task_context
@@ -73,57 +76,76 @@ def _commit_task_result(state_store: StateStore, objects: ObjectStore, rec: JobR
 
 
 def run_compaction_batch(spark_context: Any, state_store: StateStore, objects: ObjectStore, table: TableInfo,
-                         jobs: Sequence[CompactionJob], *, run_id: Optional[str] = None) -> BatchOutcome:
-    """Run ``jobs`` on ``spark_context``, one job a task, and commit each.
+                         jobs: Sequence[CompactionJob], *, run_id: Optional[str] = None,
+                         parallel: Optional[int] = None) -> BatchOutcome:
+    """Run ``jobs`` on ``spark_context``, one Spark job each, and commit each as it ends.
 
-    Each job is recorded started first; the biggest jobs are scheduled first. Outputs
-    are committed by this driver once the Spark job ends, each on its own. A job whose
-    partition no longer exists (and that is not of whole files) is failed without
-    running. Results come back in the order of ``jobs``.
+    Each job is recorded started first, naming its output; the biggest jobs are
+    submitted first, ``parallel`` at a time (default the context's default
+    parallelism). A job whose partition no longer exists (and that is not of whole
+    files) is failed without running. Results come back in the order of ``jobs``.
     """
     outcome = BatchOutcome()
     if not jobs:
         return outcome
     regions = {p.id: p.region for p in state_store.partitions(table.table_id)}
     records: dict[str, JobRecord] = {}
-    failed: dict[str, JobResult] = {}
-    items = []
+    results: dict[str, JobResult] = {}
+    items: list[dict[str, Any]] = []
     for job in sorted(jobs, key=lambda j: -j.input_records):
-        rec = state_store.get_job(table.table_id, job.job_id) or JobRecord.created(
-            table.table_id, job.job_id, "compaction", partition_id=job.partition_id, input_files=len(job.inputs))
-        rec = rec.started(run_id)
-        state_store.put_job(rec)
+        rec = start_attempt(state_store, table, job, run_id)
         records[job.job_id] = rec
         region = regions.get(job.partition_id)
         if region is None and not job.whole_files:
             reason = f"partition {job.partition_id} does not exist"
             state_store.put_job(rec.failed(reason))
-            failed[job.job_id] = JobResult(job, "failed", reason=reason)
+            results[job.job_id] = JobResult(job, "failed", reason=reason)
             continue
-        items.append({"job": job.to_dict(), "region": region.to_dict() if region is not None else None})
-    task_results: dict[str, dict[str, Any]] = {}
+        items.append({"job": job.to_dict(), "region": region.to_dict() if region is not None else None,
+                      "output_key": rec.outputs[0]})
+    by_id = {j.job_id: j for j in jobs}
     if items:
         fn = functools.partial(run_tasks, task_context(objects, table))
-        try:
-            spark_context.setJobDescription(f"sleeper compaction of {table.name}: {len(items)} jobs")
-            for r in spark_context.parallelize(items, numSlices=len(items)).mapPartitions(fn).collect():
-                task_results[r["job_id"]] = r
-        except Exception as e:
-            outcome.error = f"Spark job failed: {type(e).__name__}: {str(e)[:ERROR_CHARS]}"
-            logger.error("%s", outcome.error)
-    for job in jobs:
-        if job.job_id in failed:
-            result = failed[job.job_id]
-        elif job.job_id in task_results:
-            result = _commit_task_result(state_store, objects, records[job.job_id], job, task_results[job.job_id])
-        else:
-            reason = outcome.error or "no result from Spark"
-            state_store.put_job(records[job.job_id].failed(reason))
-            result = JobResult(job, "failed", reason=reason)
-        logger.info("job %s (partition %s, %d files): %s%s", job.job_id, job.partition_id, len(job.inputs),
-                    result.status, f": {result.reason}" if result.reason else f", {result.rows_written:,} rows")
-        outcome.results.append(result)
+
+        def run_one(item: dict[str, Any]) -> dict[str, Any]:
+            job_id = item["job"]["job_id"]
+            spark_context.setJobDescription(f"sleeper compaction of {table.name}: job {job_id}")
+            got: list[dict[str, Any]] = spark_context.parallelize([item], numSlices=1).mapPartitions(fn).collect()
+            return got[0]
+
+        width = max(1, min(len(items), parallel or int(getattr(spark_context, "defaultParallelism", 1) or 1)))
+        with ThreadPoolExecutor(width, thread_name_prefix="sleeper-spark-job") as pool:
+            futures: dict[Future[dict[str, Any]], str] = {pool.submit(run_one, it): it["job"]["job_id"]
+                                                          for it in items}
+            for f in as_completed(futures):
+                job_id = futures[f]
+                job, rec = by_id[job_id], records[job_id]
+                try:
+                    r = f.result()
+                except Exception as e:
+                    reason = f"Spark job failed: {type(e).__name__}: {str(e)[:ERROR_CHARS]}"
+                    outcome.error = outcome.error or reason
+                    logger.error("job %s: %s", job_id, reason)
+                    _fail_quietly(state_store, rec, reason)
+                    results[job_id] = JobResult(job, "failed", reason=reason)
+                    continue
+                results[job_id] = _commit_task_result(state_store, objects, rec, job, r)
+                _log_result(results[job_id])
+    outcome.results = [results[j.job_id] for j in jobs]
     return outcome
+
+
+def _fail_quietly(state_store: StateStore, rec: JobRecord, reason: str) -> None:
+    try:
+        state_store.put_job(rec.failed(reason))
+    except Exception:  # the failure is reported in the results either way
+        logger.exception("could not record job %s failed", rec.job_id)
+
+
+def _log_result(result: JobResult) -> None:
+    job = result.job
+    logger.info("job %s (partition %s, %d files): %s%s", job.job_id, job.partition_id, len(job.inputs),
+                result.status, f": {result.reason}" if result.reason else f", {result.rows_written:,} rows")
 
 
 def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:

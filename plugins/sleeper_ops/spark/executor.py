@@ -52,7 +52,8 @@ def run_tasks(context: Mapping[str, Any], items: Iterable[Mapping[str, Any]]) ->
 
     Args:
         context: from :func:`task_context`.
-        items: ``{"job": CompactionJob.to_dict(), "region": Region.to_dict() | None}``.
+        items: ``{"job": CompactionJob.to_dict(), "region": Region.to_dict() | None,
+            "output_key": the key the job's record names}``.
 
     Yields:
         ``job_id``, ``worker`` (host:pid), ``seconds`` and ``error`` (None on success);
@@ -68,7 +69,7 @@ def run_tasks(context: Mapping[str, Any], items: Iterable[Mapping[str, Any]]) ->
         region = Region.from_dict(item["region"]) if item.get("region") is not None else None
         started = time.perf_counter()
         try:
-            out = execute_job(job, table, objects, region=region)
+            out = execute_job(job, table, objects, region=region, output_key=item.get("output_key"))
         except Exception as e:
             traceback.print_exc()
             yield {"job_id": job.job_id, "error": f"{type(e).__name__}: {e}", "worker": worker,

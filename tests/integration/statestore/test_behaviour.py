@@ -446,3 +446,12 @@ def test_a_file_loses_its_last_reference_only_when_every_partition_has_compacted
     store.commit(table_id, ReplaceFileReferences("jr", "R", ("shared",), ref("outr", "R"), T3))
     assert store.unreferenced_files(table_id, T3) == []
     assert store.unreferenced_files(table_id, T3 + 1) == ["shared"]
+
+
+def test_an_update_making_the_properties_unsafe_together_is_refused_and_changes_nothing(store):
+    new_table(store, **{"sleeper.table.compaction.job.retry.minutes": "5"})
+    store.update_properties("t", {"sleeper.table.gc.orphan.grace.minutes": "20"})  # 20 > 5: fine
+    with pytest.raises(PropertyError, match="longer than"):
+        store.update_properties("t", {"sleeper.table.compaction.job.retry.minutes": "25"})
+    assert store.get_table("t").properties == {"sleeper.table.compaction.job.retry.minutes": "5",
+                                               "sleeper.table.gc.orphan.grace.minutes": "20"}

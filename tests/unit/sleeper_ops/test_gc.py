@@ -101,7 +101,7 @@ def test_unreferenced_file_younger_than_delay_is_kept(sleeper):
 
 
 def test_referenced_file_is_never_deleted(sleeper):
-    t = _table(sleeper, sleeper_table_gc_delay_minutes="0")
+    t = _table(sleeper, sleeper_table_gc_delay_minutes="1")
     [ref] = _ingest_files(t, 1)
     for key in (ref, sketch_key(ref)):
         _set_mtime(sleeper, key, NOW - 10_000 * MINUTE)
@@ -215,7 +215,7 @@ def test_orphan_sweep_deletes_old_untracked_objects_only(sleeper):
 
 
 def test_file_written_but_not_committed_survives_the_sweep_until_the_grace_period(sleeper):
-    t = _table(sleeper, sleeper_table_gc_orphan_grace_minutes="30")
+    t = _table(sleeper, sleeper_table_gc_orphan_grace_minutes="45")
     key = new_data_key(t.info.table_id, ROOT_ID)
     written = write_data_file(sleeper.objects, key, t.schema, pa.table({"key": [1, 2], "v": ["a", "b"]}))
 
@@ -253,3 +253,38 @@ def test_offline_table_is_skipped(sleeper):
     assert sweep_orphans(sleeper.state_store, sleeper.objects, sleeper.table("t").info, now_ms=NOW) == []
     assert t.state().canonical() == before
     assert _exists(sleeper, names[0]) and _exists(sleeper, orphan)
+
+
+def test_a_slow_jobs_output_survives_the_sweep_past_the_grace_period_until_the_job_ends(sleeper):
+    """The seam of issue 9 item 1: a job that writes, then takes longer than the grace
+    period to commit, must not find its output swept."""
+    from statestore.jobs import JobRecord
+
+    t = _table(sleeper)  # grace 60 minutes, abandon 1440 minutes
+    store, tid = sleeper.state_store, t.info.table_id
+    key = new_data_key(tid, ROOT_ID)
+    rec = JobRecord.created(tid, "slow", "compaction").started("run", outputs=[key])
+    store.put_job(rec)  # named before it is written
+    written = write_data_file(sleeper.objects, key, t.schema, pa.table({"key": [1, 2], "v": ["a", "b"]}))
+    _set_mtime(sleeper, key, NOW - 120 * MINUTE)
+    _set_mtime(sleeper, sketch_key(key), NOW - 120 * MINUTE)
+
+    assert _gc(sleeper, t, now_ms=NOW).orphans_deleted == []  # two hours old, but its job is in flight
+    store.commit(tid, AddFiles((FileReference(key, ROOT_ID, written.record_count),)), job=rec.committed())
+    assert _gc(sleeper, t, now_ms=NOW).orphans_deleted == []
+    assert t.query(keys=[1, 2]).num_rows == 2
+
+
+def test_the_output_of_a_failed_or_abandoned_job_is_swept(sleeper):
+    from statestore.jobs import JobRecord
+
+    t = _table(sleeper)
+    store, tid = sleeper.state_store, t.info.table_id
+    keys = [_put_orphan(sleeper, new_data_key(tid, ROOT_ID), NOW - 120 * MINUTE) for _ in range(2)]
+    failed = JobRecord.created(tid, "failed", "ingest").started(outputs=[keys[0]])
+    abandoned = JobRecord.created(tid, "dead", "ingest").started(outputs=[keys[1]])
+    store.put_job(failed.failed("boom"))
+    store.put_job(abandoned)
+    assert _gc(sleeper, t, now_ms=NOW).orphans_deleted == [keys[0]]
+    # a day and a bit later the dead job's record has shown no progress for longer than the abandon time
+    assert _gc(sleeper, t, now_ms=NOW + 1441 * MINUTE).orphans_deleted == [keys[1]]

@@ -130,15 +130,15 @@ class RecordingStateStore(InMemoryStateStore):
         super().__init__()
         self.commits: list[Any] = []
 
-    def commit(self, table_id, transaction):  # type: ignore[no-untyped-def]
+    def commit(self, table_id, transaction, **bookkeeping):  # type: ignore[no-untyped-def]
         self.commits.append(transaction)
-        super().commit(table_id, transaction)
+        return super().commit(table_id, transaction, **bookkeeping)
 
 
 class RefusingStateStore(InMemoryStateStore):
     """An in-memory store whose commits always fail, as after exhausted retries."""
 
-    def commit(self, table_id, transaction):  # type: ignore[no-untyped-def]
+    def commit(self, table_id, transaction, **bookkeeping):  # type: ignore[no-untyped-def]
         raise CommitConflictError("commit refused by the test")
 
 

@@ -233,7 +233,7 @@ def test_offline_table_is_skipped(sleeper):
     assert report.splits == [] and report.skipped_reason == "table t is offline"
     assert report.summary() == "t: skipped (table t is offline)"
     assert t.state().canonical() == before
-    assert sleeper.state_store.list_jobs(t.info.table_id) == []
+    assert sleeper.state_store.list_jobs(t.info.table_id, kind="split") == []
 
 
 def test_missing_sketch_makes_the_partition_unsplittable_not_the_run(sleeper):

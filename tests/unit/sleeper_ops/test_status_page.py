@@ -40,7 +40,7 @@ def test_table_page_shows_every_partition_and_the_jobs(table) -> None:
     page = render_table(table.info, state, jobs)
     for pid in state.partitions:
         assert pid in page
-    assert {j.kind for j in jobs} == {"split", "compaction"}
+    assert {j.kind for j in jobs} == {"split", "compaction", "ingest"}
     assert page.count("<svg") == 3
     assert "1,200</b>records" in page
     assert "split on key" in page

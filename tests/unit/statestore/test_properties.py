@@ -42,7 +42,7 @@ def test_every_property_of_the_design_is_defined_with_its_default():
     ("sleeper.table.partition.splitting.threshold", "5"),
     ("sleeper.table.compaction.strategy", "basic"),
     ("sleeper.table.compaction.runner", "spark"),
-    ("sleeper.table.gc.delay.minutes", "0"),
+    ("sleeper.table.gc.delay.minutes", "1"),
     ("sleeper.table.parquet.compression.codec", "snappy"),
     ("sleeper.table.iterator.ageoff", "ts:86400000"),
     ("sleeper.table.iterator.aggregation", "sum(a), max(b),min(c)"),
@@ -52,8 +52,9 @@ def test_every_property_of_the_design_is_defined_with_its_default():
     ("sleeper.table.schedule.gc", "@daily"),
     ("sleeper.table.schedule.split", "none"),
     ("sleeper.table.iterator.python", "my_pkg.iterators:drop_nulls"),
-    ("sleeper.table.gc.orphan.grace.minutes", "0"),
+    ("sleeper.table.gc.orphan.grace.minutes", "45"),
     ("sleeper.table.compaction.job.retry.minutes", "45"),
+    ("sleeper.table.gc.job.abandon.minutes", "60"),
 ])
 def test_valid_values_are_accepted_as_given(name, value):
     assert validate_properties({name: value}) == {name: value}
@@ -68,6 +69,11 @@ def test_valid_values_are_accepted_as_given(name, value):
     ("sleeper.table.gc.delay.minutes", "-1", "non-negative integer"),
     ("sleeper.table.gc.delay.minutes", "²", "non-negative integer"),
     ("sleeper.table.gc.delay.minutes", "", "non-negative integer"),
+    ("sleeper.table.gc.delay.minutes", "0", "must be at least 1: queries planned against a file"),
+    ("sleeper.table.gc.orphan.grace.minutes", "0", "must be at least 10"),
+    ("sleeper.table.gc.orphan.grace.minutes", "9", "must be at least 10"),
+    ("sleeper.table.compaction.job.retry.minutes", "0", "must be at least 1"),
+    ("sleeper.table.gc.job.abandon.minutes", "5", "must be at least 10"),
     ("sleeper.table.compaction.strategy", "leveled", "expected one of sizeratio, basic"),
     ("sleeper.table.compaction.runner", "ray", "expected one of local, spark"),
     ("sleeper.table.parquet.compression.codec", "brotli", "expected one of"),
@@ -132,3 +138,19 @@ def test_table_info_reads_set_properties_then_defaults():
 def test_table_is_online_unless_set_offline():
     assert TableInfo("id1", "t", SCHEMA).online
     assert not TableInfo("id1", "t", SCHEMA, {"sleeper.table.online": "False"}).online
+
+
+def test_the_orphan_grace_must_exceed_the_job_retry_time() -> None:
+    with pytest.raises(PropertyError, match="must be longer than sleeper.table.compaction.job.retry.minutes=30"):
+        validate_properties({"sleeper.table.gc.orphan.grace.minutes": "20"})
+    with pytest.raises(PropertyError, match="longer than"):
+        validate_properties({"sleeper.table.gc.orphan.grace.minutes": "30",
+                             "sleeper.table.compaction.job.retry.minutes": "30"})
+    assert validate_properties({"sleeper.table.gc.orphan.grace.minutes": "20",
+                                "sleeper.table.compaction.job.retry.minutes": "5"})
+
+
+def test_the_abandon_time_must_cover_the_orphan_grace() -> None:
+    with pytest.raises(PropertyError, match="abandon.minutes=60 must be at least"):
+        validate_properties({"sleeper.table.gc.orphan.grace.minutes": "90",
+                             "sleeper.table.gc.job.abandon.minutes": "60"})
