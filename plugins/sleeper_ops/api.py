@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import pyarrow as pa
 
@@ -19,7 +19,7 @@ from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import QueryError
 from sleeper_ops.ingest.standard import IngestResult, IngestRunner, Progress
 from sleeper_ops.io.storage import ObjectStore
-from sleeper_ops.query.runner import QueryRunner, exact_key_region, range_region
+from sleeper_ops.query.runner import DEFAULT_BATCH_ROWS, QueryRunner, exact_key_region, range_region
 from statestore.backends import open_state_store
 from statestore.catalog import TableInfo
 from statestore.jobs import JobRecord
@@ -149,11 +149,8 @@ class Table:
         return QueryRunner(self.sleeper.state_store, self.sleeper.objects, self._fresh(), threads=threads,
                            iterators=iterators)
 
-    def query(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
-              regions: Sequence[Region] = (), iterators: Sequence[Any] = ()) -> pa.Table:
-        """Records with any of ``keys`` (a value, or a tuple of row key values) or in any
-        ``[min, max)`` of ``ranges`` on the first row key (``max=None``: unbounded), after
-        the table's iterators and then ``iterators`` (callables on Arrow record batches)."""
+    def _regions(self, keys: Sequence[Any], ranges: Sequence[tuple[Any, Optional[Any]]],
+                 regions: Sequence[Region]) -> list[Region]:
         rs = list(regions)
         for k in keys:
             rs.append(exact_key_region(self.schema, list(k) if isinstance(k, (tuple, list)) else [k]))
@@ -161,11 +158,45 @@ class Table:
             rs.append(range_region(self.schema, lo, hi))
         if not rs:
             raise QueryError("give at least one key or range")
+        return rs
+
+    def query(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
+              regions: Sequence[Region] = (), iterators: Sequence[Any] = ()) -> pa.Table:
+        """Records with any of ``keys`` (a value, or a tuple of row key values) or in any
+        ``[min, max)`` of ``ranges`` on the first row key (``max=None``: unbounded), after
+        the table's iterators and then ``iterators`` (callables on Arrow record batches)."""
+        rs = self._regions(keys, ranges, regions)
         runner = self.query_runner(iterators=iterators)
         try:
             return runner.query(rs)
         finally:
             runner.close()
+
+    def query_batches(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
+                      regions: Sequence[Region] = (), iterators: Sequence[Any] = (), limit: Optional[int] = None,
+                      batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        """The records of :meth:`query`, in the same order, streamed as record batches,
+        at most ``limit`` of them (None: all); see :meth:`QueryRunner.stream`. Memory holds
+        a few batches, not the result; reading stops once ``limit`` records are out.
+
+        Bad keys or ranges and state store errors are raised by this call, before any
+        record is read; errors reading files are raised while iterating. The runner is
+        closed when the iterator is exhausted or closed."""
+        rs = self._regions(keys, ranges, regions)
+        runner = self.query_runner(iterators=iterators)
+        try:
+            batches = runner.stream(rs, limit=limit, batch_rows=batch_rows)
+        except BaseException:
+            runner.close()
+            raise
+
+        def run() -> Iterator[pa.RecordBatch]:
+            try:
+                yield from batches
+            finally:
+                batches.close()
+                runner.close()
+        return run()
 
     # ----- maintenance ----------------------------------------------------------------
     def _fresh(self) -> TableInfo:

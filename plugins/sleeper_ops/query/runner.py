@@ -8,6 +8,13 @@ footers are cached (files never change). Sub-queries run in parallel threads and
 the results are merged into key order. The table's iterators (age-off, user
 iterators, aggregation; see :mod:`sleeper_ops.engine.iterators`) then run over the merged
 result, so aggregation sees the records of every file of a key together.
+
+:meth:`QueryRunner.query` returns the whole result as one Arrow table (the fastest
+for small results). :meth:`QueryRunner.stream` yields it batch by batch, in the same
+order, with the iterators applied as it goes and an optional ``limit`` pushed down:
+memory holds the batches not yet consumed plus a bounded read-ahead (one batch per
+open file; see :mod:`sleeper_ops.query.stream`), not the result, and reading stops
+once ``limit`` rows are out.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Generator, Iterator, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,6 +33,7 @@ from sleeper_ops.errors import QueryError
 from sleeper_ops.io.arrow_schema import arrow_schema, sort_keys
 from sleeper_ops.io.datafile import FILE_CACHE, ParquetFileCache
 from sleeper_ops.io.storage import ObjectStore
+from sleeper_ops.query.stream import PendingSource, limited, merge_sources
 from statestore.catalog import TableInfo
 from statestore.errors import SchemaError
 from statestore.files import FileReference
@@ -102,6 +110,10 @@ def _mask(table: pa.Table, region: Region) -> pa.ChunkedArray:
     return m
 
 
+#: Rows per batch that :meth:`QueryRunner.stream` reads from a file and yields.
+DEFAULT_BATCH_ROWS = 32_768
+
+
 @dataclass(frozen=True)
 class _Task:
     ref: FileReference
@@ -149,8 +161,8 @@ class QueryRunner:
     def close(self) -> None:
         self._pool.shutdown(wait=False)
 
-    def query(self, regions: Sequence[Region]) -> pa.Table:
-        """Every record in any of ``regions``, once, in key order."""
+    def _tasks(self, regions: Sequence[Region]) -> list[_Task]:
+        """One task per file reference and (disjoint) query region it may hold rows of."""
         tree, refs_by_partition = self._current_plan()
         tasks: list[_Task] = []
         disjoint = _disjoint(regions)
@@ -167,6 +179,11 @@ class QueryRunner:
                     continue
                 for ref in refs_by_partition.get(pid, ()):
                     tasks.append(_Task(ref, inter, exclude))
+        return tasks
+
+    def query(self, regions: Sequence[Region]) -> pa.Table:
+        """Every record in any of ``regions``, once, in key order."""
+        tasks = self._tasks(regions)
         if not tasks:
             return self.target.empty_table()
         if len(tasks) == 1:
@@ -183,7 +200,33 @@ class QueryRunner:
             result = self.iterators.apply_table(result)
         return result
 
-    def _read(self, task: _Task) -> pa.Table:
+    def stream(self, regions: Sequence[Region], *, limit: Optional[int] = None,
+               batch_rows: int = DEFAULT_BATCH_ROWS) -> Generator[pa.RecordBatch, None, None]:
+        """The records of :meth:`query`, in the same order (records with equal keys in
+        any order), as non-empty record batches of at most ``batch_rows`` rows (user
+        iterators may return bigger ones), after the table's iterators; at most ``limit``
+        records (None: all).
+
+        The table's partitions and references are read when this is called; files are
+        read as the generator is consumed, each a batch at a time and at most one batch
+        ahead of the merge, opened only once the merge reaches their region. Reading
+        stops as soon as ``limit`` records have been yielded; closing the generator early
+        stops it too. Errors of the state store are raised here, those of reading files
+        while iterating.
+        """
+        if batch_rows < 1:
+            raise ValueError(f"batch_rows must be at least 1, got {batch_rows}")
+        tasks = self._tasks(regions)
+        pending = [PendingSource(t.region.ranges[0].min, i, _opener(self, t, batch_rows))
+                   for i, t in enumerate(tasks)]
+        merged = merge_sources(pending, self.schema.key_names, sort_keys(self.schema), self._pool,
+                               max_rows=batch_rows, start_ahead=max(1, self.threads // 2))
+        if not self.iterators.is_empty:
+            merged = self.iterators.apply(merged)
+        return limited(merged, limit)
+
+    def _row_groups(self, task: _Task) -> tuple[pq.FileMetaData, list[int]]:
+        """The file's footer and the row groups whose statistics may hold rows of the task."""
         md = self.cache.metadata(self.objects, task.ref.filename)
         first = task.region.ranges[0]
         col_idx = md.schema.to_arrow_schema().get_field_index(first.field)
@@ -194,10 +237,11 @@ class QueryRunner:
                 if st.max < first.min or (first.max is not None and st.min >= first.max):
                     continue
             groups.append(i)
-        if not groups:
-            return self.target.empty_table()
-        with self.objects.open_input(task.ref.filename) as f:
-            table = pq.ParquetFile(f, metadata=md, pre_buffer=False).read_row_groups(groups, use_threads=False)
+        return md, groups
+
+    def _select(self, table: Any, task: _Task) -> Any:
+        """The rows of ``table`` (a Table or RecordBatch) in the task's region and none of
+        its excluded regions, with the table's Arrow types."""
         mask = _mask(table, task.region)
         for other in task.exclude:
             mask = pc.and_(mask, pc.invert(_mask(table, other)))
@@ -205,6 +249,38 @@ class QueryRunner:
         if table.schema != self.target:
             table = table.cast(self.target)
         return table
+
+    def _read(self, task: _Task) -> pa.Table:
+        md, groups = self._row_groups(task)
+        if not groups:
+            return self.target.empty_table()
+        with self.objects.open_input(task.ref.filename) as f:
+            table = pq.ParquetFile(f, metadata=md, pre_buffer=False).read_row_groups(groups, use_threads=False)
+        return self._select(table, task)
+
+    def _read_batches(self, task: _Task, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        """The task's rows, in key order, ``batch_rows`` rows of the file at a time;
+        stops at the first row past the region on the first row key field."""
+        md, groups = self._row_groups(task)
+        if not groups:
+            return
+        first = task.region.ranges[0]
+        with self.objects.open_input(task.ref.filename) as f:
+            pf = pq.ParquetFile(f, metadata=md, pre_buffer=False)
+            for raw in pf.iter_batches(batch_size=batch_rows, row_groups=groups, use_threads=False):
+                if not raw.num_rows:
+                    continue
+                past = first.max is not None and raw.column(first.field)[-1].as_py() >= first.max
+                b = self._select(raw, task)
+                if b.num_rows:
+                    yield b
+                if past:  # the file is sorted on the first row key field: nothing further is inside
+                    return
+
+
+
+def _opener(runner: QueryRunner, task: _Task, batch_rows: int) -> Any:
+    return lambda: runner._read_batches(task, batch_rows)
 
 
 def _disjoint(regions: Sequence[Region]) -> list[Region]:
