@@ -1,0 +1,109 @@
+"""Commits whose connection breaks at COMMIT (DESIGN.md section 10), through a
+fault-injecting TCP proxy between the state store and PostgreSQL.
+
+Before commits carried ids, a connection dropped right after COMMIT was forwarded
+made ingest raise and delete its files although the server had committed them: the
+table then referenced deleted files. Each test ends with an exact record count.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pyarrow as pa
+import pytest
+
+from sleeper_ops.api import Sleeper
+from sleeper_ops.io.storage import ObjectStore
+from statestore.errors import CommitOutcomeUnknownError
+from statestore.postgres import PostgresStateStore
+from tests.faults.commit_proxy import CommitDroppingProxy
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = {"rowKeyFields": [{"name": "key", "type": "LongType"}], "valueFields": [{"name": "v", "type": "StringType"}]}
+
+
+@pytest.fixture
+def proxied(pg_dsn: str, tmp_path) -> Iterator[tuple[Sleeper, CommitDroppingProxy]]:
+    proxy, dsn = CommitDroppingProxy.for_dsn(pg_dsn)
+    sleeper = Sleeper(state_store=PostgresStateStore(dsn), objects=ObjectStore(str(tmp_path / "data")))
+    yield sleeper, proxy
+    sleeper.close()
+    proxy.close()
+
+
+def _rows(n: int, first: int = 0) -> pa.Table:
+    return pa.table({"key": pa.array(range(first, first + n), pa.int64()), "v": [f"v{i}" for i in range(n)]})
+
+
+def _count(sleeper: Sleeper) -> int:
+    """Records by the references' counts (the state store's view)."""
+    return sum(r.record_count for r in sleeper.table("t").state().references.values())
+
+
+def _read_all(sleeper: Sleeper) -> int:
+    return sleeper.table("t").query(ranges=[(-(2**63), None)]).num_rows
+
+
+@pytest.mark.parametrize("after", [True, False], ids=["reply-lost-after-commit", "dropped-before-commit"])
+def test_ingest_through_a_dropped_commit_applies_exactly_once(proxied, after: bool) -> None:
+    sleeper, proxy = proxied
+    t = sleeper.create_table("t", SCHEMA, split_points=[5000])
+    proxy.arm(after=after)
+    result = t.ingest(_rows(10_000))
+    assert proxy.drops == 1, "the fault was injected"
+    assert result.records == 10_000
+    # every referenced file exists (nothing deleted under a commit that applied) ...
+    state = t.state()
+    assert all(sleeper.objects.head(f) is not None for f in state.files)
+    # ... and the records are there exactly once
+    assert _read_all(sleeper) == 10_000
+    assert _count(sleeper) == 10_000
+    (job,) = [j for j in t.jobs() if j.kind == "ingest"]
+    assert job.status == "committed" and set(job.outputs) == set(state.files)
+
+
+@pytest.mark.parametrize("after", [True, False], ids=["reply-lost-after-commit", "dropped-before-commit"])
+def test_compaction_through_a_dropped_commit_applies_exactly_once(proxied, after: bool) -> None:
+    sleeper, proxy = proxied
+    t = sleeper.create_table("t", SCHEMA, properties={"sleeper.table.compaction.strategy": "basic"})
+    for i in range(3):
+        t.ingest(_rows(2000, first=i * 2000))
+    # armed once the job is created and assigned: the drop hits the job's own commit
+    report = t.compact(on_jobs=lambda *_a, **_k: proxy.arm(after=after))
+    assert proxy.drops == 1
+    assert report.count("committed") == 1, report.summary()
+    state = t.state()
+    assert len(state.references) == 1
+    assert all(sleeper.objects.head(f) is not None for f in state.files)
+    assert _read_all(sleeper) == 6000
+
+
+def test_a_store_that_stays_lost_leaves_the_outcome_unknown_and_the_files_in_place(pg_dsn, tmp_path) -> None:
+    proxy, dsn = CommitDroppingProxy.for_dsn(pg_dsn)
+    store = PostgresStateStore(dsn, connect_timeout=1.0)
+    store.outcome_timeout_seconds = 1.0
+    sleeper = Sleeper(state_store=store, objects=ObjectStore(str(tmp_path / "data")))
+    try:
+        t = sleeper.create_table("t", SCHEMA)
+        proxy.arm(after=True, dark=True)  # the commit applies; then the server stays out of reach
+        with pytest.raises(CommitOutcomeUnknownError, match="whether it applied is unknown"):
+            t.ingest(_rows(1000))
+    finally:
+        sleeper.close()
+    # the outputs were kept: seen directly, the commit applied and its files are all there
+    direct = PostgresStateStore(_direct_dsn(dsn, proxy))
+    try:
+        state = direct.load_state(t.info.table_id)
+        assert sum(r.record_count for r in state.references.values()) == 1000
+        assert state.files and all(sleeper.objects.head(f) is not None for f in state.files)
+    finally:
+        direct.close()
+
+
+def _direct_dsn(proxied_dsn: str, proxy: CommitDroppingProxy) -> str:
+    from psycopg.conninfo import make_conninfo
+
+    host, port = proxy.target
+    return make_conninfo(proxied_dsn, host=host, port=str(port))
