@@ -246,3 +246,60 @@ def test_cli_ingest_request_for_a_missing_file_is_one_line_error(sleeper: Sleepe
     assert sleeper.state_store.list_ingest_requests(t.info.table_id) == []
     code, _, err = run_cli(sleeper, monkeypatch, capsys, "ingest-request", "nope", a)
     assert code == 1 and "nope" in err
+
+
+class _Killed(BaseException):
+    """Stands for the batcher process dying (not an Exception: nothing catches it)."""
+
+
+def test_a_batcher_killed_right_after_its_data_commit_ingests_each_file_once(sleeper: Sleeper, input_dir: Path,
+                                                                             monkeypatch) -> None:
+    """Issue 9 item 3: the commit and the requests' status used to be separate steps,
+    so a crash between them left the job started, and once stale its files were
+    ingested a second time. Now the commit marks the requests itself."""
+    t = sleeper.create_table("t", SCHEMA, properties=SMALL_BATCHES)
+    files = [write_input(input_dir, f"{i}.parquet", range(i * 100, i * 100 + 100)) for i in range(3)]
+    submit_ingest_requests(sleeper, "t", files)
+    store, tid = sleeper.state_store, t.info.table_id
+    real_commit = store.commit
+
+    def commit_then_die(*args, **kwargs):
+        real_commit(*args, **kwargs)
+        raise _Killed()
+
+    monkeypatch.setattr(store, "commit", commit_then_die)
+    with pytest.raises(_Killed):
+        run_ingest_batcher(sleeper, "t")
+    monkeypatch.setattr(store, "commit", real_commit)
+    (killed,) = store.list_jobs(tid, kind="ingest")
+    assert killed.status == "committed"  # saved by the data commit itself
+    # long after: nothing of the killed job is requeued; the files it never reached are ingested
+    far = killed.last_update_ms + 10 * 3600 * 1000
+    report = run_ingest_batcher(sleeper, "t", now_ms=far, stale_after_seconds=60)
+    assert report.requeued == 0 and report.failed == []
+    assert {x.status for x in store.list_ingest_requests(tid)} == {"ingested"}
+    assert all_keys(sleeper, "t") == list(range(300))  # 300 records, each once
+
+
+def test_a_slow_job_whose_requests_were_requeued_cannot_commit_them_again(sleeper: Sleeper, input_dir: Path,
+                                                                          monkeypatch) -> None:
+    t = sleeper.create_table("t", SCHEMA, properties=SMALL_BATCHES)
+    submit_ingest_requests(sleeper, "t", [write_input(input_dir, "a.parquet", range(50))])
+    store, tid = sleeper.state_store, t.info.table_id
+    real_commit = store.commit
+    raced = []
+
+    def requeue_and_rerun_first(table_id, txn, **kw):
+        if not raced:  # while this job is slow, another run decides it is dead and ingests its files
+            raced.append(kw.get("ingest_job_id"))
+            store.finish_ingest_job(table_id, kw["ingest_job_id"], ok=False, error="abandoned")
+            assert [j.status for j in run_ingest_batcher(sleeper, "t").jobs] == ["committed"]
+        return real_commit(table_id, txn, **kw)
+
+    monkeypatch.setattr(store, "commit", requeue_and_rerun_first)
+    report = run_ingest_batcher(sleeper, "t")
+    assert [j.status for j in report.jobs] == ["failed"] and "any more" in (report.jobs[0].error or "")
+    assert all_keys(sleeper, "t") == list(range(50))  # 50 records, once
+    # the refused job's files were deleted: only the winner's remain
+    tracked = set(t.state().files)
+    assert {o.key for o in sleeper.objects.list(tid) if o.key.endswith(".parquet")} == tracked
