@@ -135,3 +135,42 @@ def test_racing_attempts_on_postgres_exactly_one_commits(pg_sleeper):
     assert _ids(t) == before
     assert len(t.state().references) == 1
     assert t.jobs()[0].status == "committed"
+
+
+def test_a_compaction_slower_than_the_grace_period_keeps_its_output_while_gc_sweeps(pg_sleeper):
+    """Issue 9 item 1: the orphan sweep used to delete a job's output written but not yet
+    committed once older than the grace period, and the commit then referenced a
+    deleted file. Here GC sweeps (as if three hours later) while the job is paused
+    half way through writing; the output survives and the commit keeps every record."""
+    t = pg_sleeper.create_table("t", SCHEMA, properties={"sleeper.table.compaction.strategy": "basic",
+                                                         "sleeper.table.parquet.rowgroup.rows.max": "1000"})
+    for i in range(3):
+        t.ingest(_rows(20_000, i * 1_000_000))
+    before = _ids(t)
+    paused, release = threading.Event(), threading.Event()
+    seen = [0]
+
+    def gate(batch):
+        seen[0] += 1
+        if seen[0] == 3:
+            paused.set()
+            assert release.wait(60), "the test never released the job"
+        return batch
+
+    reports = []
+    worker = threading.Thread(target=lambda: reports.append(t.compact(iterators=[gate])))
+    worker.start()
+    assert paused.wait(60), "the job never reached its pause"
+    tracked = set(t.state().files)
+    in_flight = [o.key for o in pg_sleeper.objects.list(t.info.table_id)
+                 if o.key.endswith(".parquet") and o.key not in tracked]
+    assert in_flight, "the job's output is on storage, half written"
+    later = int(time.time() * 1000) + 3 * 60 * 60_000  # three hours on: past the 60-minute grace
+    gc = t.gc(now_ms=later)
+    release.set()
+    worker.join(60)
+    assert not [k for k in in_flight if k in gc.orphans_deleted], "the sweep deleted a job's output in flight"
+    assert reports and reports[0].count("committed") == 1, reports[0].summary() if reports else "no report"
+    state = t.state()
+    assert all(pg_sleeper.objects.head(f) is not None for f in state.files)
+    assert _ids(t) == before and len(before) == 60_000
