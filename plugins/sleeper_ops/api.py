@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Mapping, Optional, Sequence
 
 import pyarrow as pa
 
@@ -174,7 +174,7 @@ class Table:
 
     def query_batches(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
                       regions: Sequence[Region] = (), iterators: Sequence[Any] = (), limit: Optional[int] = None,
-                      batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+                      batch_rows: int = DEFAULT_BATCH_ROWS) -> Generator[pa.RecordBatch, None, None]:
         """The records of :meth:`query`, in the same order, streamed as record batches,
         at most ``limit`` of them (None: all); see :meth:`QueryRunner.stream`. Memory holds
         a few batches, not the result; reading stops once ``limit`` records are out.
@@ -190,7 +190,7 @@ class Table:
             runner.close()
             raise
 
-        def run() -> Iterator[pa.RecordBatch]:
+        def run() -> Generator[pa.RecordBatch, None, None]:
             try:
                 yield from batches
             finally:

@@ -5,6 +5,11 @@ The first command that needs it writes a default file naming: the object store
 the state store (default the embedded PostgreSQL under ``SLEEPER_HOME/pg``; a DSN
 replaces it), the Spark master (``local[*]``) and the Airflow home. Relative paths
 are relative to ``SLEEPER_HOME``. Scaling out is a change here, not in code.
+
+An optional ``[ingest]`` section sets ``allowed_prefixes``: the only places the REST
+API may be asked to ingest files from (a list of local directories, absolute or
+relative to ``SLEEPER_HOME``, and ``s3://bucket/prefix`` URIs). Without it they are
+the object store and ``SLEEPER_HOME/ingest``; see :mod:`sleeper_ops.web.rest_paths`.
 """
 
 from __future__ import annotations
@@ -45,6 +50,16 @@ class SleeperConfig:
     embedded_pg_dir: Path
     spark_master: str
     airflow_home: Path
+    #: ``ingest.allowed_prefixes`` as configured (local ones absolute); None: the default,
+    #: see :meth:`ingest_prefixes`
+    ingest_allowed_prefixes: Optional[tuple[str, ...]] = None
+
+    def ingest_prefixes(self) -> tuple[str, ...]:
+        """Where the REST API may be asked to ingest files from: ``ingest.allowed_prefixes``,
+        by default the object store and ``SLEEPER_HOME/ingest``."""
+        if self.ingest_allowed_prefixes is not None:
+            return self.ingest_allowed_prefixes
+        return (self.object_store_uri, str(self.home / "ingest"))
 
     def state_store_options(self) -> dict[str, Any]:
         """Keyword arguments of :func:`statestore.backends.open_state_store` for this
@@ -55,7 +70,8 @@ class SleeperConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """This configuration as the sections of a ``sleeper.toml`` (``object_store``,
-        ``state_store``, ``spark``, ``airflow``), every setting written out.
+        ``state_store``, ``spark``, ``airflow``, and ``ingest`` when its allowed prefixes
+        are set), every setting written out.
 
         ``SleeperConfig.from_dict(self.home, self.to_dict())`` equals ``self`` (unless
         ``SLEEPER_STATE_STORE_DSN``, which :meth:`from_dict` applies, has changed since).
@@ -78,13 +94,17 @@ class SleeperConfig:
                                           ("secret_key", self.s3.secret_key)) if v})
         else:
             obj = {"uri": under_home(self.object_store_uri)}
-        return {
+        out: dict[str, Any] = {
             "object_store": obj,
             "state_store": {"backend": self.state_store_backend, "dsn": self.state_store_dsn or "",
                             "embedded_dir": under_home(self.embedded_pg_dir)},
             "spark": {"master": self.spark_master},
             "airflow": {"home": under_home(self.airflow_home)},
         }
+        if self.ingest_allowed_prefixes is not None:
+            out["ingest"] = {"allowed_prefixes": [p if p.startswith("s3://") else under_home(p)
+                                                  for p in self.ingest_allowed_prefixes]}
+        return out
 
     @classmethod
     def from_file(cls, path: os.PathLike[str] | str) -> SleeperConfig:
@@ -143,7 +163,29 @@ class SleeperConfig:
             raise ConfigError(f"state_store.backend must be one of {', '.join(backend_names())}, got {backend!r}")
         dsn = os.environ.get("SLEEPER_STATE_STORE_DSN") or ss.get("dsn") or None
         return cls(home, uri, s3, backend, dsn, _under(home, ss.get("embedded_dir", "pg")),
-                   str(spark["master"]), _under(home, airflow["home"]))
+                   str(spark["master"]), _under(home, airflow["home"]),
+                   _allowed_prefixes(home, _section(raw, "ingest").get("allowed_prefixes")))
+
+
+def _section(raw: dict[str, Any], name: str) -> dict[str, Any]:
+    value = raw.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"[{name}] must be a table of settings, got {value!r}")
+    return value
+
+
+def _allowed_prefixes(home: Path, value: Any) -> Optional[tuple[str, ...]]:
+    """``ingest.allowed_prefixes``: local ones made absolute (relative to ``home``)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(p, str) and p.strip() for p in value):
+        raise ConfigError(f"ingest.allowed_prefixes must be a list of local directories or s3:// URIs, got {value!r}")
+    out = []
+    for p in value:
+        if "://" in p and not p.startswith("s3://"):
+            raise ConfigError(f"ingest.allowed_prefixes: {p!r} is neither a local directory nor an s3:// URI")
+        out.append(p.rstrip("/") if p.startswith("s3://") else str(_under(home, p)))
+    return tuple(out)
 
 
 def _under(home: Path, p: str) -> Path:

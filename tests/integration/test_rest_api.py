@@ -4,6 +4,7 @@ FastAPI's TestClient: every route, its errors, and nothing half-applied."""
 from __future__ import annotations
 
 import base64
+import json
 import warnings
 from pathlib import Path
 from typing import Iterator
@@ -54,8 +55,16 @@ def sleeper(pg_dsn: str, tmp_path: Path) -> Iterator[Sleeper]:
 
 
 @pytest.fixture
-def client(sleeper: Sleeper) -> Iterator[TestClient]:
-    with TestClient(create_app(lambda: sleeper)) as c:
+def inbox(tmp_path: Path) -> Path:
+    """The directory the client fixture's app allows ingest requests from."""
+    d = tmp_path / "inbox"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def client(sleeper: Sleeper, inbox: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(lambda: sleeper, ingest_prefixes=[str(inbox)])) as c:
         yield c
 
 
@@ -97,7 +106,8 @@ def test_partitions_files_and_jobs_reports(client: TestClient, sleeper: Sleeper)
     assert sorted(p["records"] for p in parts if p["leaf"]) == [1, 1]
     files = client.get("/tables/events/files").json()
     assert len(files) == 2 and all(f["references"][0]["records"] == 1 for f in files)
-    assert client.get("/tables/events/jobs").json() == []
+    assert client.get("/tables/events/jobs", params={"kind": "compaction"}).json() == []
+    assert {j["kind"] for j in client.get("/tables/events/jobs").json()} <= {"ingest"}
     assert client.get("/tables/events/jobs?kind=nonsense").status_code == 400
 
 
@@ -167,9 +177,9 @@ def write_input(d: Path, name: str, keys: list[str]) -> str:
     return str(path)
 
 
-def test_ingest_requests_are_queued_and_then_batched(client: TestClient, sleeper: Sleeper, tmp_path: Path) -> None:
-    a = write_input(tmp_path, "a.parquet", ["a", "b"])
-    b = write_input(tmp_path, "b.parquet", ["x"])
+def test_ingest_requests_are_queued_and_then_batched(client: TestClient, sleeper: Sleeper, inbox: Path) -> None:
+    a = write_input(inbox, "a.parquet", ["a", "b"])
+    b = write_input(inbox, "b.parquet", ["x"])
     r = client.post("/tables/events/ingest-requests", json={"files": [a, b]})
     assert r.status_code == 202, r.text
     reqs = r.json()["requests"]
@@ -183,13 +193,108 @@ def test_ingest_requests_are_queued_and_then_batched(client: TestClient, sleeper
     assert client.get("/tables/events/records", params={"min": '"a"'}).json()["count"] == 3
 
 
-def test_ingest_request_naming_a_missing_file_queues_nothing(client: TestClient, tmp_path: Path) -> None:
-    a = write_input(tmp_path, "a.parquet", ["a"])
-    r = client.post("/tables/events/ingest-requests", json={"files": [a, str(tmp_path / "gone.parquet")]})
+def test_ingest_request_naming_a_missing_file_queues_nothing(client: TestClient, inbox: Path) -> None:
+    a = write_input(inbox, "a.parquet", ["a"])
+    r = client.post("/tables/events/ingest-requests", json={"files": [a, str(inbox / "gone.parquet")]})
     assert r.status_code == 422 and "gone.parquet" in r.json()["detail"]
     assert client.get("/tables/events/ingest-requests").json() == []
     assert client.post("/tables/events/ingest-requests", json={"files": []}).status_code == 422
     assert client.get("/tables/events/ingest-requests?status=nonsense").status_code == 422
+
+
+def queued(client: TestClient) -> list[str]:
+    return [x["filename"] for x in client.get("/tables/events/ingest-requests").json()]
+
+
+def test_ingest_requests_outside_the_allowed_prefixes_are_refused_naming_the_rule(
+        client: TestClient, inbox: Path, tmp_path: Path) -> None:
+    ok = write_input(inbox, "ok.parquet", ["a"])
+    outside = write_input(tmp_path, "outside.parquet", ["b"])
+    (inbox / "sub").mkdir()
+    (inbox / "escape.parquet").symlink_to(outside)
+    (inbox / "sub" / "inside.parquet").symlink_to(ok)
+    lookalike = tmp_path / "inbox-other"
+    lookalike.mkdir()
+    beside = write_input(lookalike, "x.parquet", ["c"])
+    for bad in [outside, f"{inbox}/../outside.parquet", f"{inbox}/sub/../../outside.parquet",
+                str(inbox / "escape.parquet"), beside, f"file://{ok}", "ok.parquet", "inbox/ok.parquet",
+                "s3://some-bucket/inbox/x.parquet", "http://example.com/x.parquet", f"{ok}\x00.csv", ""]:
+        r = client.post("/tables/events/ingest-requests", json={"files": [ok, bad]})
+        assert r.status_code == 422, (bad, r.text)
+        detail = r.json()["detail"]
+        assert "allowed ingest prefixes" in detail and "ingest.allowed_prefixes" in detail, detail
+        assert "nothing queued" in detail
+    assert queued(client) == [], "a refused request queues nothing, not even its allowed files"
+    r = client.post("/tables/events/ingest-requests", json={"files": [str(inbox / "sub" / "inside.parquet")]})
+    assert r.status_code == 202, r.text
+    assert queued(client) == [ok], "a link inside the prefix is queued as the file it leads to"
+
+
+def test_default_ingest_prefixes_are_the_object_store_and_sleeper_home_ingest(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "sleeper.toml").write_text('[state_store]\nbackend = "memory"\n[object_store]\nuri = "data"\n')
+    with Sleeper(home) as s, TestClient(create_app(lambda: s)) as c:
+        s.create_table("events", SCHEMA)
+        (home / "ingest").mkdir()
+        (home / "data" / "in").mkdir(parents=True)
+        files = [write_input(home / "ingest", "a.parquet", ["a"]),
+                 write_input(home / "data" / "in", "b.parquet", ["b"])]
+        assert c.post("/tables/events/ingest-requests", json={"files": files}).status_code == 202
+        elsewhere = write_input(tmp_path, "c.parquet", ["c"])
+        r = c.post("/tables/events/ingest-requests", json={"files": [elsewhere]})
+        assert r.status_code == 422 and str(home / "ingest") in r.json()["detail"]
+
+
+def test_configured_ingest_prefixes_replace_the_defaults(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "incoming").mkdir(parents=True)
+    (home / "ingest").mkdir()
+    (home / "sleeper.toml").write_text('[state_store]\nbackend = "memory"\n[object_store]\nuri = "data"\n'
+                                       '[ingest]\nallowed_prefixes = ["incoming", "s3://bucket/in"]\n')
+    with Sleeper(home) as s, TestClient(create_app(lambda: s)) as c:
+        s.create_table("events", SCHEMA)
+        ok = write_input(home / "incoming", "a.parquet", ["a"])
+        assert c.post("/tables/events/ingest-requests", json={"files": [ok]}).status_code == 202
+        for bad in [write_input(home / "ingest", "b.parquet", ["b"]), "s3://bucket/other/x.parquet",
+                    "s3://bucket/in/../x.parquet", "s3://bucketx/in/x.parquet", "s3://bucket/inx/y.parquet"]:
+            r = c.post("/tables/events/ingest-requests", json={"files": [bad]})
+            assert r.status_code == 422 and "allowed ingest prefixes" in r.json()["detail"], (bad, r.text)
+
+
+# ----- streamed reads ---------------------------------------------------------------------
+def test_record_reads_are_streamed_with_the_documented_shape(client: TestClient) -> None:
+    rows = [{"id": i, "v": f"v{i}"} for i in range(-500, 1500)]
+    assert client.post("/tables/numbers/records", json={"records": rows}).status_code == 201
+    with client.stream("GET", "/tables/numbers/records", params={"min": "-1000", "limit": 5000}) as r:
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+        assert "content-length" not in r.headers, "streamed, not built whole"
+        body = json.loads(b"".join(r.iter_bytes()))
+    assert body == {"records": rows, "count": 2000, "truncated": False}
+    for limit in (1, 1999, 2000):
+        got = client.get("/tables/numbers/records", params={"min": "-1000", "limit": limit}).json()
+        assert got == {"records": rows[:limit], "count": limit, "truncated": limit < 2000}
+    assert client.get("/tables/numbers/records", params={"key": "99999"}).json() == \
+        {"records": [], "count": 0, "truncated": False}
+
+
+def test_a_record_read_reads_only_up_to_its_limit(client: TestClient, sleeper: Sleeper,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from sleeper_ops.query.runner import QueryRunner
+
+    big = pa.table({"id": pa.array(range(200_000), pa.int64()), "v": pa.array(["x"] * 200_000)})
+    sleeper.table("numbers").ingest(big)
+    read: list[int] = []
+    original = QueryRunner._read_batches
+
+    def counting(self: QueryRunner, task: object, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        for b in original(self, task, batch_rows):  # type: ignore[arg-type]
+            read.append(b.num_rows)
+            yield b
+    monkeypatch.setattr(QueryRunner, "_read_batches", counting)
+    got = client.get("/tables/numbers/records", params={"min": "0", "limit": 10}).json()
+    assert got["count"] == 10 and got["truncated"]
+    assert sum(read) <= 2 * 32_768, f"read {sum(read)} of 200,000 records for 10"
 
 
 # ----- the app itself ---------------------------------------------------------------------

@@ -2,46 +2,72 @@
 
 :func:`create_app` builds the app over a provider of the :class:`~sleeper_ops.Sleeper`
 to serve; the Airflow plugin (:mod:`sleeper_ops.airflow.plugin`) mounts it in the
-Airflow API server at ``/sleeper/api/v1`` with Airflow's authentication as
-``auth_dependency``. Routes (``{t}`` is a table name):
+Airflow API server at ``/sleeper/api/v1`` with Airflow's authentication and per-table
+authorisation as ``auth_dependency``. Routes (``{t}`` is a table name):
 
 =======  =============================  ===============================================
 POST     /tables/{t}/ingest-requests    ``{"files": [...]}``: queue files for the batcher
 GET      /tables/{t}/ingest-requests    the table's requests (``?status=``, ``?limit=``)
 POST     /tables/{t}/records            ``{"records": [{...}, ...]}``: ingest them now
 GET      /tables/{t}/records            ``?key=`` (repeatable) and/or ``?min=&max=``
-GET      /tables                        every table
+GET      /tables                        every table (the requester may read)
 GET      /tables/{t}                    one table, every property with its default
 GET      /tables/{t}/partitions         the partition tree, with files and records
 GET      /tables/{t}/files              files and their references
 GET      /tables/{t}/jobs               job status records, newest first
 =======  =============================  ===============================================
 
+``GET`` routes read, ``POST`` routes write; the table is the path's ``{t}`` (see
+:mod:`sleeper_ops.web.rest_auth` for what an ``auth_dependency`` is told).
+
 Values in URLs are JSON, as in the CLI: ``key=42``, ``key="abc"``, several row key
 fields as a JSON array, bytes as base64 strings; ``max`` may be ``null`` or left out
 (unbounded). Records in and out are JSON objects with bytes as base64 strings and
 maps as objects (the CLI's ``jsonl``).
 
+``GET /tables/{t}/records`` is streamed (:mod:`sleeper_ops.web.rest_records`): at most
+``limit`` records (default 10,000), read from the table only until ``limit`` are out,
+with the server's memory bounded by a few batches whatever the table's size.
+
+Files to ingest (``POST /tables/{t}/ingest-requests``) must lie under the allowed
+ingest prefixes (:mod:`sleeper_ops.web.rest_paths`): by default the object store and
+``SLEEPER_HOME/ingest``.
+
 Errors are ``{"detail": message}``: 404 for an unknown table; 422 for a body that
-is not of the documented shape, or records or files that do not fit the table
-(nothing is queued or written); 400 for other bad input (a key that is not JSON);
-409 for a commit that kept conflicting (retry); 503 when the state or object store
-cannot be reached. A 500 is a bug.
+is not of the documented shape, or records or files that do not fit the table or
+lie outside the allowed ingest prefixes (nothing is queued or written); 400 for
+other bad input (a key that is not JSON); 409 for a commit that kept conflicting
+(retry); 503 when the state or object store cannot be reached. A 500 is a bug.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, Sequence
 
 from fastapi import Depends, FastAPI, Query, Request, status
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from sleeper_ops.errors import IngestError, QueryError, StorageError
-from sleeper_ops.io.codec import records_json
 from sleeper_ops.io.inputs import records_to_batch
+from sleeper_ops.web.rest_auth import TableFilter
+from sleeper_ops.web.rest_models import (
+    ErrorOut,
+    FileOut,
+    IngestOut,
+    IngestRequestOut,
+    IngestRequestsIn,
+    IngestRequestsOut,
+    JobOut,
+    PartitionOut,
+    RecordsIn,
+    RecordsOut,
+    TableOut,
+)
+from sleeper_ops.web.rest_paths import check_ingest_paths
+from sleeper_ops.web.rest_records import in_threads, records_body
 from statestore.errors import (
     CommitConflictError,
     PropertyError,
@@ -63,115 +89,13 @@ _DESCRIPTION = (
     "Sleeper tables: queue files for ingest, write and read records, and see partitions, files and jobs. "
     "Key values in URLs are JSON (`key=42`, `key=\"abc\"`, a JSON array for several row key fields, bytes as "
     "base64 strings); records are JSON objects with bytes as base64 strings and maps as objects. "
+    "Record reads are streamed, at most `limit` records. Files to ingest must lie under the allowed ingest "
+    "prefixes (by default the object store and SLEEPER_HOME/ingest). "
     "Errors are `{\"detail\": message}`: 404 unknown table, 422 input that does not fit (nothing is written), "
     "400 other bad input.")
-MAX_RECORDS_OUT = 1_000_000
-
-
-# ----- response and request bodies ----------------------------------------------------
-class ErrorOut(BaseModel):
-    detail: str
-
-
-class TableOut(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-    name: str
-    table_id: str
-    online: bool
-    schema_: dict[str, Any] = Field(alias="schema", description="Sleeper's schema JSON")
-    properties: dict[str, Optional[str]] = Field(description="every property: the set value, else the default")
-    properties_set: list[str] = Field(description="names of the properties set explicitly")
-
-
-class RangeOut(BaseModel):
-    field: str
-    min: Any = Field(description="inclusive; bytes as {\"b64\": ...}")
-    max: Any = Field(description="exclusive; null is unbounded")
-
-
-class PartitionOut(BaseModel):
-    id: str
-    parent: Optional[str]
-    depth: int
-    leaf: bool
-    children: list[str]
-    split_dimension: int
-    region: list[RangeOut]
-    files: int
-    records: int
-    records_approximate: bool
-
-
-class ReferenceOut(BaseModel):
-    partition: str
-    records: int
-    approximate: bool
-    whole_file: bool
-    job_id: Optional[str]
-
-
-class FileOut(BaseModel):
-    filename: str
-    update_time: int
-    references: list[ReferenceOut] = Field(description="none: awaiting garbage collection")
-
-
-class JobOut(BaseModel):
-    table_id: str
-    job_id: str
-    kind: str
-    status: str
-    partition_id: Optional[str] = None
-    input_files: int = 0
-    created_ms: int = 0
-    started_ms: Optional[int] = None
-    finished_ms: Optional[int] = None
-    committed_ms: Optional[int] = None
-    rows_read: int = 0
-    rows_written: int = 0
-    reason: Optional[str] = None
-    run_id: Optional[str] = None
-    attempts: int = 0
-    output: Optional[str] = None
-    duration_s: Optional[float] = None
-    rate: Optional[float] = Field(None, description="rows read per second")
-
-
-class IngestRequestOut(BaseModel):
-    request_id: str
-    table_id: str
-    filename: str
-    size_bytes: int
-    received_ms: int
-    status: str
-    job_id: Optional[str] = None
-    attempts: int = 0
-    last_error: Optional[str] = None
-
-
-class IngestRequestsIn(BaseModel):
-    files: list[str] = Field(min_length=1, description="local paths (on the server) or s3:// URIs")
-
-
-class IngestRequestsOut(BaseModel):
-    requests: list[IngestRequestOut]
-
-
-class RecordsIn(BaseModel):
-    records: list[dict[str, Any]] = Field(min_length=1, description="one object per record, every key field set")
-
-
-class IngestOut(BaseModel):
-    records: int
-    files: int = Field(description="data files written (one per leaf partition with records)")
-    seconds: float
-
-
-class RecordsOut(BaseModel):
-    records: list[dict[str, Any]]
-    count: int
-    truncated: bool = Field(description="more records matched than the limit")
+#: The largest ``limit`` of a record read (the body is streamed: memory does not grow with it).
+MAX_RECORDS_OUT = 1_000_000_000
+DEFAULT_RECORDS_OUT = 10_000
 
 
 # ----- errors -------------------------------------------------------------------------
@@ -240,14 +164,23 @@ def _table_out(info: TableInfo) -> TableOut:
                     properties=info.all_properties(), properties_set=sorted(info.properties))
 
 
-def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[Callable[..., Any]] = None) -> FastAPI:
+def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[Callable[..., Any]] = None,
+               table_filter: Optional[TableFilter] = None,
+               ingest_prefixes: Optional[Sequence[str]] = None) -> FastAPI:
     """The REST app over the Sleeper ``sleeper_provider()`` returns (called per request).
 
     Args:
         sleeper_provider: returns the Sleeper to serve; if it has a ``close()`` method
             (e.g. :class:`LazySleeper`), that is called when the app shuts down.
         auth_dependency: a FastAPI dependency run before every route (not the OpenAPI
-            schema or docs); it raises an HTTPException (401/403) to refuse a request.
+            schema or docs), after routing, so it can tell what the request needs with
+            :func:`sleeper_ops.web.rest_auth.access_of`; it raises an HTTPException
+            (401/403) to refuse a request.
+        table_filter: which tables ``GET /tables`` lists to a requester (default: all).
+        ingest_prefixes: where files to ingest may be (see
+            :mod:`sleeper_ops.web.rest_paths`); default: the served Sleeper's
+            configuration (:meth:`~sleeper_ops.config.SleeperConfig.ingest_prefixes`) or,
+            for a Sleeper opened without one, its object store and ``SLEEPER_HOME/ingest``.
     """
 
     @asynccontextmanager
@@ -271,10 +204,24 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
     def table(name: str) -> Table:
         return sleeper_provider().table(name)
 
+    def allowed_prefixes(sleeper: Sleeper) -> Sequence[str]:
+        if ingest_prefixes is not None:
+            return ingest_prefixes
+        if sleeper.config is not None:
+            return sleeper.config.ingest_prefixes()
+        from sleeper_ops.config import default_home
+
+        store = sleeper.objects
+        return (store.uri if not store.is_local else store.root, os.path.abspath(default_home() / "ingest"))
+
     @app.get("/tables", response_model=list[TableOut], tags=["tables"])
-    def list_tables() -> list[TableOut]:
-        """Every table, by name."""
-        return [_table_out(info) for info in sleeper_provider().tables()]
+    def list_tables(request: Request) -> list[TableOut]:
+        """Every table the requester may read, by name."""
+        infos = sleeper_provider().tables()
+        if table_filter is not None:
+            readable = set(table_filter(request, [i.name for i in infos]))
+            infos = [i for i in infos if i.name in readable]
+        return [_table_out(info) for info in infos]
 
     @app.get("/tables/{t}", response_model=TableOut, tags=["tables"])
     def describe_table(t: str) -> TableOut:
@@ -309,10 +256,14 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
               tags=["ingest"])
     def submit(t: str, body: IngestRequestsIn) -> IngestRequestsOut:
         """Queue files for the table's ingest batcher. Refused whole (422, nothing queued)
-        if any file is missing or of an unknown type."""
+        if any file is outside the allowed ingest prefixes, missing or of an unknown type.
+        Local paths are queued resolved (symbolic links and ``..`` followed)."""
         from sleeper_ops.ingest.batcher import submit_ingest_requests
 
-        reqs = submit_ingest_requests(sleeper_provider(), t, body.files)
+        sleeper = sleeper_provider()
+        sleeper.table(t)  # 404 before anything else
+        files = check_ingest_paths(body.files, allowed_prefixes(sleeper))
+        reqs = submit_ingest_requests(sleeper, t, files)
         return IngestRequestsOut(requests=[IngestRequestOut(**r.to_dict()) for r in reqs])
 
     @app.get("/tables/{t}/ingest-requests", response_model=list[IngestRequestOut], tags=["ingest"])
@@ -340,8 +291,11 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
                                                                               "first row key field, as JSON"),
                      hi: Optional[str] = Query(None, alias="max", description="range end (exclusive) as JSON; "
                                                                               "null or absent: unbounded"),
-                     limit: int = Query(10_000, ge=1, le=MAX_RECORDS_OUT)) -> RecordsOut:
-        """Records with any of the keys or in the range, in key order."""
+                     limit: int = Query(DEFAULT_RECORDS_OUT, ge=1, le=MAX_RECORDS_OUT,
+                                        description="the most records to return; reading stops there")
+                     ) -> StreamingResponse:
+        """Records with any of the keys or in the range, in key order, streamed: reading
+        stops after ``limit`` records, and the server holds a few batches, not the result."""
         from sleeper_ops.io.codec import parse_key
 
         tb = table(t)
@@ -349,11 +303,13 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
             raise QueryError("give at least one key=... or a range min=...&max=...")
         keys = [parse_key(tb.schema, k) for k in key]
         ranges = [] if lo is None and hi is None else [_parse_range(tb.schema, lo, hi)]
-        result = tb.query(keys=keys, ranges=ranges)
-        truncated = result.num_rows > limit
-        if truncated:
-            result = result.slice(0, limit)
-        return RecordsOut(records=records_json(result), count=result.num_rows, truncated=truncated)
+        batches = tb.query_batches(keys=keys, ranges=ranges, limit=limit + 1)  # one more: truncated or not
+        try:
+            first = next(batches, None)  # a failure to start reading still gets its error status
+        except BaseException:
+            batches.close()
+            raise
+        return StreamingResponse(in_threads(records_body(first, batches, limit)), media_type="application/json")
 
     return app
 

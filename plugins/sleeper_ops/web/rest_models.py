@@ -1,0 +1,116 @@
+"""The bodies of the REST API (:mod:`sleeper_ops.web.rest`): what its routes take and
+return, as pydantic models, so the OpenAPI schema documents them."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ErrorOut(BaseModel):
+    detail: str
+
+
+class TableOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    name: str
+    table_id: str
+    online: bool
+    schema_: dict[str, Any] = Field(alias="schema", description="Sleeper's schema JSON")
+    properties: dict[str, Optional[str]] = Field(description="every property: the set value, else the default")
+    properties_set: list[str] = Field(description="names of the properties set explicitly")
+
+
+class RangeOut(BaseModel):
+    field: str
+    min: Any = Field(description="inclusive; bytes as {\"b64\": ...}")
+    max: Any = Field(description="exclusive; null is unbounded")
+
+
+class PartitionOut(BaseModel):
+    id: str
+    parent: Optional[str]
+    depth: int
+    leaf: bool
+    children: list[str]
+    split_dimension: int
+    region: list[RangeOut]
+    files: int
+    records: int
+    records_approximate: bool
+
+
+class ReferenceOut(BaseModel):
+    partition: str
+    records: int
+    approximate: bool
+    whole_file: bool
+    job_id: Optional[str]
+
+
+class FileOut(BaseModel):
+    filename: str
+    update_time: int
+    references: list[ReferenceOut] = Field(description="none: awaiting garbage collection")
+
+
+class JobOut(BaseModel):
+    table_id: str
+    job_id: str
+    kind: str
+    status: str
+    partition_id: Optional[str] = None
+    input_files: int = 0
+    created_ms: int = 0
+    started_ms: Optional[int] = None
+    finished_ms: Optional[int] = None
+    committed_ms: Optional[int] = None
+    rows_read: int = 0
+    rows_written: int = 0
+    reason: Optional[str] = None
+    run_id: Optional[str] = None
+    attempts: int = 0
+    output: Optional[str] = None
+    duration_s: Optional[float] = None
+    rate: Optional[float] = Field(None, description="rows read per second")
+
+
+class IngestRequestOut(BaseModel):
+    request_id: str
+    table_id: str
+    filename: str
+    size_bytes: int
+    received_ms: int
+    status: str
+    job_id: Optional[str] = None
+    attempts: int = 0
+    last_error: Optional[str] = None
+
+
+class IngestRequestsIn(BaseModel):
+    files: list[str] = Field(min_length=1, description="absolute local paths (on the server) or s3:// URIs, each "
+                                                       "under one of the allowed ingest prefixes")
+
+
+class IngestRequestsOut(BaseModel):
+    requests: list[IngestRequestOut]
+
+
+class RecordsIn(BaseModel):
+    records: list[dict[str, Any]] = Field(min_length=1, description="one object per record, every key field set")
+
+
+class IngestOut(BaseModel):
+    records: int
+    files: int = Field(description="data files written (one per leaf partition with records)")
+    seconds: float
+
+
+class RecordsOut(BaseModel):
+    """Streamed in this order: the records as they are read, then ``count`` and ``truncated``."""
+
+    records: list[dict[str, Any]] = Field(description="in key order: row keys, then sort keys")
+    count: int = Field(description="records in ``records``")
+    truncated: bool = Field(description="more records matched than the limit")

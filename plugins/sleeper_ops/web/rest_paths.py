@@ -1,0 +1,92 @@
+"""Which files the REST API may be asked to ingest: only files under the allowed prefixes.
+
+A REST client names files on the server's side (local paths, ``s3://`` URIs) for the
+server to read. So that a client cannot make the server read whatever it can reach,
+every file must lie under one of the *allowed ingest prefixes*: the configuration's
+``ingest.allowed_prefixes`` (``sleeper.toml``), by default the object store and
+``SLEEPER_HOME/ingest`` (:meth:`sleeper_ops.config.SleeperConfig.ingest_prefixes`).
+
+The rules, checked before anything is read or queued:
+
+* a local path must be absolute; it is resolved (``..`` and every symbolic link,
+  :func:`os.path.realpath`) and must then lie inside a local prefix, itself resolved
+  the same way. The resolved path is what gets queued, so a symbolic link cannot lead
+  out of a prefix, and a link changed after the check is not followed again;
+* an ``s3://bucket/key`` URI must name a bucket and key of an ``s3://`` prefix, whole
+  path segments compared (``s3://b/in`` allows ``s3://b/in/x``, not ``s3://b/inx`` nor
+  ``s3://other/in/x``); a key with an empty, ``.`` or ``..`` segment is refused;
+* any other URI (``file://``, ``http://``, ``s3a://``, ...) is refused, as is a name
+  holding a control character.
+
+A refusal is an :class:`IngestPathError` (HTTP 422) naming each file refused, why, and
+the allowed prefixes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Sequence
+
+from sleeper_ops.errors import IngestError
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+RULE = ("the REST API ingests only files under the allowed ingest prefixes (ingest.allowed_prefixes in "
+        "sleeper.toml; by default the object store and SLEEPER_HOME/ingest)")
+
+
+class IngestPathError(IngestError):
+    """Files outside the allowed ingest prefixes (nothing is queued or read)."""
+
+
+def _s3_parts(uri: str) -> tuple[str, list[str]]:
+    bucket, _, key = uri[len("s3://"):].partition("/")
+    return bucket, key.split("/") if key else []
+
+
+def _check_one(path: str, local: Sequence[str], s3: Sequence[tuple[str, list[str]]]) -> str:
+    """The location to queue for ``path``; raises ValueError with the reason it is refused."""
+    if not path or _CONTROL.search(path):
+        raise ValueError("a file name must be non-empty and hold no control characters")
+    scheme = _SCHEME.match(path)
+    if path.startswith("s3://"):
+        bucket, segments = _s3_parts(path)
+        if not bucket or not segments or any(s in ("", ".", "..") for s in segments):
+            raise ValueError("an s3:// URI must be s3://bucket/key with no empty, '.' or '..' path segment")
+        for pb, ps in s3:
+            if bucket == pb and segments[:len(ps)] == ps and len(segments) > len(ps):
+                return path
+        raise ValueError("not under an allowed s3:// prefix")
+    if scheme is not None and len(scheme.group(1)) > 1:  # a one-letter "scheme" would be a drive letter
+        raise ValueError(f"{scheme.group(1)}: URIs are not accepted: give an absolute local path or an s3:// URI")
+    if not os.path.isabs(path):
+        raise ValueError("a local path must be absolute")
+    real = os.path.realpath(path)
+    for prefix in local:
+        if real != prefix and os.path.commonpath([real, prefix]) == prefix:
+            return real
+    if real != os.path.normpath(path):
+        raise ValueError(f"resolves to {real}, which is not under an allowed prefix")
+    raise ValueError("not under an allowed prefix")
+
+
+def check_ingest_paths(files: Sequence[str], prefixes: Sequence[str]) -> list[str]:
+    """The locations to queue for ``files`` (local paths resolved, URIs unchanged), in
+    order; raises :class:`IngestPathError` naming every file refused, if any is.
+
+    ``prefixes`` are local directories (absolute) and ``s3://bucket[/key]`` URIs; a
+    prefix that is neither allows nothing.
+    """
+    local = [os.path.realpath(p) for p in prefixes if os.path.isabs(p)]
+    s3 = [_s3_parts(p.rstrip("/")) for p in prefixes if p.startswith("s3://")]
+    out, problems = [], []
+    for f in files:
+        try:
+            out.append(_check_one(f, local, s3))
+        except ValueError as e:
+            problems.append(f"{f!r}: {e}")
+    if problems:
+        allowed = ", ".join(prefixes) if prefixes else "none"
+        raise IngestPathError(f"nothing queued: {RULE}; allowed here: {allowed}. Refused: {'; '.join(problems)}")
+    return out
