@@ -167,6 +167,34 @@ def test_bad_queries_are_4xx_with_a_message(client: TestClient, query: str) -> N
     assert r.json()["detail"]
 
 
+def test_request_validation_errors_are_one_message_naming_the_parameter(client: TestClient) -> None:
+    r = client.get("/tables/events/records", params={"key": '"a"', "limit": 0})
+    assert r.status_code == 422
+    assert r.json()["detail"] == "query parameter limit: Input should be greater than or equal to 1"
+    r = client.post("/tables/events/records", json={"records": [rec("a"), 7]})
+    assert r.status_code == 422 and r.json()["detail"].startswith("body.records[1]: "), r.text
+
+
+def test_inputs_that_once_gave_500_get_4xx_with_a_message(client: TestClient, sleeper: Sleeper, inbox: Path) -> None:
+    for method, path, body in [("GET", "/tables/a%00b", None), ("GET", "/tables/%00/records?key=%22a%22", None),
+                               ("GET", "/tables/%00/files", None), ("GET", "/tables/%00/ingest-requests", None),
+                               ("POST", "/tables/%00/records", {"records": [rec("a")]}),
+                               ("POST", "/tables/%00/ingest-requests", {"files": ["/x.parquet"]})]:
+        r = client.request(method, path, json=body)
+        assert r.status_code == 404 and "NUL" in r.json()["detail"], (method, path, r.text)
+    deep = "[" * 3000 + "]" * 3000
+    for params in ({"key": deep}, {"min": deep}, {"max": deep}):
+        r = client.get("/tables/events/records", params=params)
+        assert r.status_code == 400 and "nested too deeply" in r.json()["detail"], r.text
+    r = client.post("/tables/events/records", content=b'{"records": [{"key": "\\ud800", "ts": 1}]}',
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "not valid Unicode" in r.json()["detail"], r.text
+    assert records_in(sleeper, "events") == 0
+    r = client.post("/tables/events/ingest-requests", content=f'{{"files": ["{inbox}/\\ud800.csv"]}}'.encode(),
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "valid Unicode" in r.json()["detail"], r.text
+
+
 # ----- ingest requests --------------------------------------------------------------------
 def write_input(d: Path, name: str, keys: list[str]) -> str:
     path = d / name

@@ -33,8 +33,9 @@ Files to ingest (``POST /tables/{t}/ingest-requests``) must lie under the allowe
 ingest prefixes (:mod:`sleeper_ops.web.rest_paths`): by default the object store and
 ``SLEEPER_HOME/ingest``.
 
-Errors are ``{"detail": message}``: 404 for an unknown table; 422 for a body that
-is not of the documented shape, or records or files that do not fit the table or
+Errors are ``{"detail": message}``, the message a string: 404 for an unknown table;
+422 for a request that is not of the documented shape (the message names each
+parameter or body field at fault), or records or files that do not fit the table or
 lie outside the allowed ingest prefixes (nothing is queued or written); 400 for
 other bad input (a key that is not JSON); 409 for a commit that kept conflicting
 (retry); 503 when the state or object store cannot be reached. A 500 is a bug.
@@ -48,6 +49,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, Sequence
 
 from fastapi import Depends, FastAPI, Query, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from sleeper_ops.errors import IngestError, QueryError, StorageError
@@ -125,6 +127,31 @@ async def _sleeper_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=status_of(exc))
 
 
+_PLACES = {"query": "query parameter", "path": "path parameter", "header": "header", "cookie": "cookie"}
+
+
+def validation_message(errors: Sequence[Any]) -> str:
+    """FastAPI's validation errors as one message: ``where: what`` for each, e.g.
+    ``query parameter limit: Input should be greater than or equal to 1``."""
+    parts = []
+    for e in errors:
+        loc = [str(x) for x in e.get("loc", ())]
+        if loc and loc[0] in _PLACES:
+            where = f"{_PLACES[loc[0]]} {'.'.join(loc[1:])}".strip()
+        elif loc and loc[0] == "body":
+            where = "body" + "".join(f"[{x}]" if x.isdigit() else f".{x}" for x in loc[1:])
+        else:
+            where = ".".join(loc) or "request"
+        parts.append(f"{where}: {e.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return JSONResponse({"detail": validation_message(exc.errors())},
+                        status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
 # ----- the Sleeper to serve -----------------------------------------------------------
 class LazySleeper:
     """A provider opening one :class:`~sleeper_ops.Sleeper` on first use (thread-safe):
@@ -200,8 +227,11 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
                    503: {"model": ErrorOut}},
     )
     app.add_exception_handler(SleeperError, _sleeper_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
 
     def table(name: str) -> Table:
+        if "\x00" in name:  # no store holds such a name; PostgreSQL cannot even be asked
+            raise TableNotFoundError(f"table {name!r} not found: a table name holds no NUL character")
         return sleeper_provider().table(name)
 
     def allowed_prefixes(sleeper: Sleeper) -> Sequence[str]:
@@ -260,8 +290,7 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
         Local paths are queued resolved (symbolic links and ``..`` followed)."""
         from sleeper_ops.ingest.batcher import submit_ingest_requests
 
-        sleeper = sleeper_provider()
-        sleeper.table(t)  # 404 before anything else
+        sleeper = table(t).sleeper  # 404 before anything else
         files = check_ingest_paths(body.files, allowed_prefixes(sleeper))
         reqs = submit_ingest_requests(sleeper, t, files)
         return IngestRequestsOut(requests=[IngestRequestOut(**r.to_dict()) for r in reqs])
@@ -279,18 +308,23 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
     def write_records(t: str, body: RecordsIn) -> IngestOut:
         """Ingest the records now, in one commit: all of them or (422) none."""
         tb = table(t)
-        batch = records_to_batch(body.records, tb.schema)
+        try:
+            batch = records_to_batch(body.records, tb.schema)
+        except UnicodeEncodeError as e:  # JSON may escape lone surrogates ("\ud800"); Arrow strings cannot hold them
+            raise IngestError(f"records hold a string that is not valid Unicode (nothing written): {e}") from None
         result = tb.ingest([batch])
         return IngestOut(records=result.records, files=len(result.files), seconds=result.seconds)
 
     @app.get("/tables/{t}/records", response_model=RecordsOut, tags=["query"])
     def read_records(t: str,
                      key: list[str] = Query([], description="a key as JSON; repeatable; several row key fields "
-                                                            "as a JSON array"),
+                                                            "as a JSON array", examples=[['"abc"'], ["42"]]),
                      lo: Optional[str] = Query(None, alias="min", description="range start (inclusive) on the "
-                                                                              "first row key field, as JSON"),
+                                                                              "first row key field, as JSON",
+                                               examples=['"a"', "0"]),
                      hi: Optional[str] = Query(None, alias="max", description="range end (exclusive) as JSON; "
-                                                                              "null or absent: unbounded"),
+                                                                              "null or absent: unbounded",
+                                               examples=['"m"', "null"]),
                      limit: int = Query(DEFAULT_RECORDS_OUT, ge=1, le=MAX_RECORDS_OUT,
                                         description="the most records to return; reading stops there")
                      ) -> StreamingResponse:
@@ -301,8 +335,11 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
         tb = table(t)
         if not key and lo is None and hi is None:
             raise QueryError("give at least one key=... or a range min=...&max=...")
-        keys = [parse_key(tb.schema, k) for k in key]
-        ranges = [] if lo is None and hi is None else [_parse_range(tb.schema, lo, hi)]
+        try:
+            keys = [parse_key(tb.schema, k) for k in key]
+            ranges = [] if lo is None and hi is None else [_parse_range(tb.schema, lo, hi)]
+        except RecursionError:
+            raise QueryError("a key or range value is JSON nested too deeply") from None
         batches = tb.query_batches(keys=keys, ranges=ranges, limit=limit + 1)  # one more: truncated or not
         try:
             first = next(batches, None)  # a failure to start reading still gets its error status

@@ -90,6 +90,8 @@ class IngestRequestOut(BaseModel):
 
 
 class IngestRequestsIn(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"files": ["s3://bucket/ingest/part-0.parquet"]}]})
+
     files: list[str] = Field(min_length=1, description="absolute local paths (on the server) or s3:// URIs, each "
                                                        "under one of the allowed ingest prefixes")
 
@@ -99,6 +101,8 @@ class IngestRequestsOut(BaseModel):
 
 
 class RecordsIn(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"records": [{"key": "abc", "ts": 1}]}]})
+
     records: list[dict[str, Any]] = Field(min_length=1, description="one object per record, every key field set")
 
 

@@ -16,7 +16,7 @@ The rules, checked before anything is read or queued:
   path segments compared (``s3://b/in`` allows ``s3://b/in/x``, not ``s3://b/inx`` nor
   ``s3://other/in/x``); a key with an empty, ``.`` or ``..`` segment is refused;
 * any other URI (``file://``, ``http://``, ``s3a://``, ...) is refused, as is a name
-  holding a control character.
+  holding a control character or a lone surrogate.
 
 A refusal is an :class:`IngestPathError` (HTTP 422) naming each file refused, why, and
 the allowed prefixes.
@@ -49,6 +49,10 @@ def _check_one(path: str, local: Sequence[str], s3: Sequence[tuple[str, list[str
     """The location to queue for ``path``; raises ValueError with the reason it is refused."""
     if not path or _CONTROL.search(path):
         raise ValueError("a file name must be non-empty and hold no control characters")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a file name must be valid Unicode (no lone surrogates)") from None
     scheme = _SCHEME.match(path)
     if path.startswith("s3://"):
         bucket, segments = _s3_parts(path)
