@@ -86,9 +86,11 @@ class PostgresConnection:
         except PoolTimeout as e:
             raise StateStoreUnavailableError(f"no connection to the PostgreSQL state store: {e}") from e
 
-    def _retrying(self, what: str, attempt: Callable[[psycopg.Connection[Any]], T]) -> T:
+    def _retrying(self, what: str, attempt: Callable[[psycopg.Connection[Any]], T], *, idempotent: bool = False) -> T:
         """Call ``attempt(conn)`` until it does not fail with a serialization failure
-        or deadlock, pausing between attempts; give up with CommitConflictError."""
+        or deadlock, pausing between attempts; give up with CommitConflictError. An
+        ``idempotent`` attempt (a read) is also tried again on a fresh connection when
+        its connection was lost (e.g. the server restarted since it was pooled)."""
         n = 0
         while True:
             n += 1
@@ -109,7 +111,9 @@ class PostgresConnection:
                     raise CommitConflictError(f"{what}: still conflicting after {n} attempts ({e})") from e
                 self.backoff.pause(n)
             except psycopg.OperationalError as e:
-                raise StateStoreUnavailableError(f"{what}: {e}") from e
+                if not idempotent or n >= self.backoff.max_attempts:
+                    raise StateStoreUnavailableError(f"{what}: {e}") from e
+                self.backoff.pause(n)
 
     def _run(self, what: str, fn: Callable[[psycopg.Cursor[Any]], T], *,
              isolation: IsolationLevel = IsolationLevel.SERIALIZABLE, read_only: bool = False) -> T:
@@ -123,7 +127,7 @@ class PostgresConnection:
             with conn.transaction(), conn.cursor() as cur:
                 return fn(cur)
 
-        return self._retrying(what, attempt)
+        return self._retrying(what, attempt, idempotent=read_only)
 
     def close(self) -> None:
         with self._pool_lock:
