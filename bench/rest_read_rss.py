@@ -113,7 +113,7 @@ def measure(rows: int) -> dict[str, float]:
             r = get(port, f"/tables/{TABLE}/records", {"min": '""', "limit": str(limit)})
             if r.status == 422:  # the server caps limit below the table's size
                 detail = r.read()
-                m = re.search(rb'"le":\s*(\d+)', detail)
+                m = re.search(rb'(?:"le":\s*|less than or equal to )(\d+)', detail)
                 limit = int(m.group(1)) if m else 1_000_000
                 print(f"the server caps limit at {limit:,}: reading that many rows", flush=True)
                 t0 = time.perf_counter()

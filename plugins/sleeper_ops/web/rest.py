@@ -217,14 +217,14 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
         if callable(close):
             close()
 
+    error_codes = [400, 404, 409, 422, 503] + ([401, 403] if auth_dependency is not None else [])
     app = FastAPI(
         title="Sleeper REST API",
         version="1",
         description=_DESCRIPTION,
         dependencies=[Depends(auth_dependency)] if auth_dependency is not None else [],
         lifespan=lifespan,
-        responses={400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 422: {"model": ErrorOut},
-                   503: {"model": ErrorOut}},
+        responses={code: {"model": ErrorOut} for code in sorted(error_codes)},
     )
     app.add_exception_handler(SleeperError, _sleeper_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
