@@ -30,6 +30,7 @@ from statestore.files import FileReference, FileStatus
 from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
 from statestore.leases import Lease
+from statestore.overview import DEFAULT_FILE_SAMPLE, TableOverview, overview_of
 from statestore.partitions import Partition
 from statestore.schema import Schema
 from statestore.state import TableState
@@ -121,6 +122,12 @@ class StateStore(abc.ABC):
 
     def file_statuses(self, table_id: str) -> list[FileStatus]:
         return self.load_state(table_id).file_statuses()
+
+    def overview(self, table_id: str, *, file_limit: int = DEFAULT_FILE_SAMPLE) -> TableOverview:
+        """The table's partitions with reference and record counts, its totals and its
+        first ``file_limit`` files by name (:mod:`statestore.overview`). A backend
+        overrides this to compute it without loading the whole state."""
+        return overview_of(self.load_state(table_id), file_limit)
 
     @abc.abstractmethod
     def unreferenced_files(self, table_id: str, updated_before_ms: int, limit: int = 1000) -> list[str]:

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any, Optional, Sequence
 
 from statestore.jobs import JobRecord
+from statestore.overview import TableOverview, overview_of
 from statestore.region import Region, encode_value
 from statestore.state import TableState
 
@@ -22,24 +23,19 @@ def region_text(region: Region) -> str:
     return " ".join(f"{r.field}∈[{_fmt(r.min)}, {_fmt(r.max)})" for r in region.ranges)
 
 
-def partitions_report(state: TableState) -> list[dict[str, Any]]:
-    """One entry per partition, depth-first: its place in the tree, region, files, records."""
-    records: dict[str, int] = {}
-    files: dict[str, int] = {}
-    approx: dict[str, bool] = {}
-    for ref in state.references.values():
-        records[ref.partition_id] = records.get(ref.partition_id, 0) + ref.record_count
-        files[ref.partition_id] = files.get(ref.partition_id, 0) + 1
-        approx[ref.partition_id] = approx.get(ref.partition_id, False) or ref.count_approximate
+def partitions_report(source: TableState | TableOverview) -> list[dict[str, Any]]:
+    """One entry per partition, depth-first: its place in the tree, region, files, records
+    (from a whole state, or from an overview: the same entries)."""
+    overview = source if isinstance(source, TableOverview) else overview_of(source, 0)
     out = []
-    for depth, p in state.tree().depth_first():
+    for depth, p in overview.tree().depth_first():
+        c = overview.count(p.id)
         out.append({
             "id": p.id, "parent": p.parent_id, "depth": depth, "leaf": p.is_leaf,
             "children": list(p.child_ids), "split_dimension": p.dimension,
             "region": [{"field": r.field, "min": encode_value(r.min), "max": encode_value(r.max)}
                        for r in p.region.ranges],
-            "files": files.get(p.id, 0), "records": records.get(p.id, 0),
-            "records_approximate": approx.get(p.id, False),
+            "files": c.files, "records": c.records, "records_approximate": c.approximate,
         })
     return out
 

@@ -21,6 +21,7 @@ from statestore.postgres.commits import ALREADY_APPLIED, Bookkeeping, _commit_at
 from statestore.postgres.ingest_queue import IngestQueueMixin
 from statestore.postgres.jobs import JobsMixin
 from statestore.postgres.leases import LeasesMixin
+from statestore.postgres.overview import OverviewMixin
 from statestore.postgres.rows import (
     _PARTITION_COLUMNS,
     _REF_COLUMNS,
@@ -34,7 +35,7 @@ from statestore.store import StateStore
 from statestore.transactions import Transaction
 
 
-class PostgresStateStore(CatalogMixin, JobsMixin, LeasesMixin, IngestQueueMixin, StateStore):
+class PostgresStateStore(CatalogMixin, JobsMixin, LeasesMixin, IngestQueueMixin, OverviewMixin, StateStore):
     """The state store in PostgreSQL (see the module docstring).
 
     Args:

@@ -15,7 +15,10 @@ Authentication is whatever ``auth_dependency`` enforces (the plugin passes Airfl
 the UI's ``_token`` cookie or a bearer token); a refused request gets a small HTML page
 with the status code and a link to sign in.
 
-The renderers are pure functions of state and job records, in
+Memory is bounded by the number of partitions and jobs shown, not by the number of
+files: pages read each table's overview (``StateStore.overview``: counts by aggregate
+queries, and at most :data:`~sleeper_ops.web.status_render.MAX_FILE_ROWS` files), never
+its whole state. The renderers are pure functions of overviews and job records, in
 :mod:`sleeper_ops.web.status_render` (pages) and :mod:`sleeper_ops.web.status_charts` (SVG).
 """
 
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from sleeper_ops.web.status_render import TableSummary, render_index, render_refused, render_table
+from sleeper_ops.web.status_render import MAX_FILE_ROWS, TableSummary, render_index, render_refused, render_table
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -61,9 +64,9 @@ def create_status_app(sleeper_provider: Callable[[], Sleeper], *,
         sleeper = sleeper_provider()
         out = []
         for info in sleeper.tables():
-            state = sleeper.state_store.load_state(info.table_id)
+            overview = sleeper.state_store.overview(info.table_id, file_limit=0)
             jobs = sleeper.state_store.list_jobs(info.table_id, limit=job_limit)
-            out.append(TableSummary.of(info, state, jobs))
+            out.append(TableSummary.of(info, overview, jobs))
         return HTMLResponse(render_index(out))
 
     @app.get("/tables/{name}", response_class=HTMLResponse)
@@ -73,8 +76,8 @@ def create_status_app(sleeper_provider: Callable[[], Sleeper], *,
             info = sleeper.state_store.get_table(name)
         except TableNotFoundError as e:
             raise HTTPException(404, str(e)) from None
-        state = sleeper.state_store.load_state(info.table_id)
+        overview = sleeper.state_store.overview(info.table_id, file_limit=MAX_FILE_ROWS)
         records = sleeper.state_store.list_jobs(info.table_id, limit=jobs)
-        return HTMLResponse(render_table(info, state, records))
+        return HTMLResponse(render_table(info, overview, records))
 
     return app

@@ -20,7 +20,7 @@ from statestore.jobs import JobRecord
 
 if TYPE_CHECKING:
     from statestore.catalog import TableInfo
-    from statestore.state import TableState
+    from statestore.overview import TableOverview
 
 MAX_FILE_ROWS = 500
 
@@ -74,13 +74,12 @@ class TableSummary:
     last_job_ms: Optional[int]
 
     @classmethod
-    def of(cls, info: TableInfo, state: TableState, jobs: Sequence[JobRecord]) -> TableSummary:
+    def of(cls, info: TableInfo, overview: TableOverview, jobs: Sequence[JobRecord]) -> TableSummary:
         by_status: dict[str, int] = {}
         for j in jobs:
             by_status[j.status] = by_status.get(j.status, 0) + 1
-        return cls(info.name, info.table_id, info.online, len(state.partitions),
-                   sum(1 for p in state.partitions.values() if p.is_leaf), len(state.files), len(state.references),
-                   sum(r.record_count for r in state.references.values()), by_status,
+        return cls(info.name, info.table_id, info.online, len(overview.partitions), overview.leaves, overview.files,
+                   overview.references, overview.records, by_status,
                    max((j.last_update_ms for j in jobs), default=None))
 
 
@@ -106,10 +105,10 @@ def render_index(tables: Sequence[TableSummary]) -> str:
 
 
 # ----- the table page ----------------------------------------------------------------------------
-def _tree_html(state: TableState, rows: Sequence[dict[str, Any]], key_fields: Sequence[str]) -> str:
+def _tree_html(overview: TableOverview, rows: Sequence[dict[str, Any]], key_fields: Sequence[str]) -> str:
     by_id = {r["id"]: r for r in rows}
     top = max((r["records"] for r in rows), default=0) or 1
-    tree = state.tree()
+    tree = overview.tree()
 
     def node(pid: str) -> str:
         r = by_id[pid]
@@ -148,11 +147,9 @@ def _jobs_table(jobs: Sequence[JobRecord], limit: int = 50) -> str:
             "<th>run</th><th>reason</th></tr>" + "".join(rows) + "</table>")
 
 
-def _files_table(state: TableState) -> str:
-    statuses = state.file_statuses()
-    unreferenced = sum(1 for f in statuses if not f.references)
+def _files_table(overview: TableOverview) -> str:
     rows = []
-    for f in statuses[:MAX_FILE_ROWS]:
+    for f in overview.sample[:MAX_FILE_ROWS]:
         if not f.references:
             rows.append(f"<tr><td class='mono'>{_e(f.filename)}</td><td class='muted'>no references "
                         f"(awaiting GC)</td><td></td><td></td></tr>")
@@ -160,18 +157,20 @@ def _files_table(state: TableState) -> str:
             rows.append(f"<tr><td class='mono'>{_e(f.filename)}</td><td class='mono'>{_e(r.partition_id)}</td>"
                         f"<td class='num'>{r.record_count:,}{'~' if r.count_approximate else ''}</td>"
                         f"<td class='mono'>{_e(r.job_id or '')}</td></tr>")
-    more = (f"<p class='muted'>showing {MAX_FILE_ROWS} of {len(statuses)} files</p>"
-            if len(statuses) > MAX_FILE_ROWS else "")
-    return (f"<p class='muted'>{len(statuses)} files, {len(state.references)} references, {unreferenced} "
+    shown = min(len(overview.sample), MAX_FILE_ROWS)
+    more = (f"<p class='muted'>showing the first {shown} of {overview.files} files</p>"
+            if overview.files > shown else "")
+    return (f"<p class='muted'>{overview.files} files, {overview.references} references, {overview.unreferenced} "
             f"unreferenced</p>" + ("<table><tr><th>file</th><th>partition</th><th class='num'>records</th>"
                                    "<th>job</th></tr>" + "".join(rows) + "</table>" if rows else "") + more)
 
 
-def render_table(info: TableInfo, state: TableState, jobs: Sequence[JobRecord], *,
+def render_table(info: TableInfo, overview: TableOverview, jobs: Sequence[JobRecord], *,
                  now: Optional[int] = None) -> str:
-    """The page of one table (see the module docstring)."""
-    rows = partitions_report(state)
-    summary = TableSummary.of(info, state, jobs)
+    """The page of one table (see the module docstring), from its overview (at most
+    :data:`MAX_FILE_ROWS` files listed)."""
+    rows = partitions_report(overview)
+    summary = TableSummary.of(info, overview, jobs)
     badge = "<span class='badge online'>online</span>" if info.online else "<span class='badge offline'>offline</span>"
     failed = summary.jobs_by_status.get("failed", 0)
     props = ", ".join(f"{_e(k)}={_e(v)}" for k, v in sorted(info.properties.items())) or "defaults only"
@@ -189,9 +188,9 @@ def render_table(info: TableInfo, state: TableState, jobs: Sequence[JobRecord], 
         "<h2>Records per leaf partition</h2>",
         leaf_records_svg(rows, info.get_int("sleeper.table.partition.splitting.threshold")),
         "<h2>Jobs over time</h2>", jobs_chart_svg(jobs, now=now), rate_chart_svg(jobs),
-        "<h2>Partition tree</h2>", _tree_html(state, rows, [f.name for f in info.schema.row_key_fields]),
+        "<h2>Partition tree</h2>", _tree_html(overview, rows, [f.name for f in info.schema.row_key_fields]),
         "<h2>Latest jobs</h2>", _jobs_table(jobs) or "<p class='muted'>none</p>",
-        "<h2>Files</h2>", _files_table(state),
+        "<h2>Files</h2>", _files_table(overview),
     ]
     return _page(f"Sleeper table {info.name}", "".join(body))
 

@@ -455,3 +455,19 @@ def test_an_update_making_the_properties_unsafe_together_is_refused_and_changes_
         store.update_properties("t", {"sleeper.table.compaction.job.retry.minutes": "25"})
     assert store.get_table("t").properties == {"sleeper.table.compaction.job.retry.minutes": "5",
                                                "sleeper.table.gc.orphan.grace.minutes": "20"}
+
+
+def test_the_overview_matches_one_computed_from_the_whole_state(store):
+    """Model-based: a backend's overview (PostgreSQL: aggregate queries) against the pure
+    definition applied to the whole state."""
+    from statestore.overview import overview_of
+
+    tid = new_table(store)
+    store.commit(tid, AddFiles((ref("f1", "L", 10), ref("f2", "R", 7), ref("f3", "L", 5))))
+    store.commit(tid, AssignJobIds((JobAssignment("j", "L", ("f1", "f3")),)))
+    store.commit(tid, ReplaceFileReferences("j", "L", ("f1", "f3"), ref("f4", "L", 15)))
+    store.commit(tid, AddFiles((FileReference("big", ROOT.id, 100, count_approximate=True),)))
+    for limit in (0, 2, 500):
+        assert store.overview(tid, file_limit=limit) == overview_of(store.load_state(tid), limit)
+    o = store.overview(tid)
+    assert (o.files, o.references, o.unreferenced, o.records, o.leaves) == (5, 3, 2, 122, 2)

@@ -14,6 +14,7 @@ from sleeper_ops.web.status_charts import jobs_chart_svg, leaf_records_svg
 from sleeper_ops.web.status_page import create_status_app
 from sleeper_ops.web.status_render import TableSummary, render_index, render_table
 from statestore.jobs import JobRecord
+from statestore.overview import overview_of
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
           "valueFields": [{"name": "value", "type": "StringType"}]}
@@ -37,7 +38,7 @@ def table(sleeper):
 
 def test_table_page_shows_every_partition_and_the_jobs(table) -> None:
     state, jobs = table.state(), table.jobs()
-    page = render_table(table.info, state, jobs)
+    page = render_table(table.info, overview_of(state), jobs)
     for pid in state.partitions:
         assert pid in page
     assert {j.kind for j in jobs} == {"split", "compaction", "ingest"}
@@ -49,10 +50,10 @@ def test_table_page_shows_every_partition_and_the_jobs(table) -> None:
 def test_names_and_reasons_are_escaped(sleeper) -> None:
     t = sleeper.create_table("<script>alert(1)</script>", SCHEMA)
     failed = JobRecord.created(t.info.table_id, "j1", "compaction").started("r").failed("<b>boom</b>")
-    page = render_table(t.info, t.state(), [failed])
+    page = render_table(t.info, overview_of(t.state()), [failed])
     assert "<script>alert" not in page and "&lt;script&gt;" in page
     assert "<b>boom</b>" not in page and "&lt;b&gt;boom&lt;/b&gt;" in page
-    index = render_index([TableSummary.of(t.info, t.state(), [failed])])
+    index = render_index([TableSummary.of(t.info, overview_of(t.state()), [failed])])
     assert "<script>alert" not in index and "tables/%3Cscript%3Ealert%281%29%3C%2Fscript%3E" in index
 
 
@@ -93,3 +94,15 @@ def test_app_serves_pages_and_refuses_with_an_html_page(sleeper, table) -> None:
     assert ok.status_code == 200 and "href='tables/events'" in ok.text
     assert client.get("/tables/events", headers={"x-user": "admin"}).status_code == 200
     assert client.get("/tables/missing", headers={"x-user": "admin"}).status_code == 404
+
+
+def test_the_table_page_lists_at_most_the_sample_and_says_how_many_files_there_are(sleeper) -> None:
+    from sleeper_ops.web.status_render import MAX_FILE_ROWS
+
+    t = sleeper.create_table("many", SCHEMA)
+    for i in range(3):
+        t.ingest(pa.table({"key": [f"k{i}"], "value": ["v"]}))
+    page = render_table(t.info, sleeper.state_store.overview(t.info.table_id, file_limit=2), [])
+    assert "3 files, 3 references, 0 unreferenced" in page
+    assert "showing the first 2 of 3 files" in page
+    assert page.count("partition_root/") == 2 and MAX_FILE_ROWS >= 2

@@ -1,0 +1,50 @@
+"""A table's overview by aggregate queries: the partitions, references and records per
+partition, the totals and the first files by name, in one REPEATABLE READ snapshot --
+never every reference (see :mod:`statestore.overview`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import IsolationLevel
+
+from statestore.files import FileReference, FileStatus
+from statestore.overview import DEFAULT_FILE_SAMPLE, PartitionCounts, TableOverview
+from statestore.postgres.connections import PostgresConnection
+from statestore.postgres.rows import _PARTITION_COLUMNS, _REF_COLUMNS, _partition_from_row, _require_table_id
+
+
+class OverviewMixin(PostgresConnection):
+    """The overview part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+
+    def overview(self, table_id: str, *, file_limit: int = DEFAULT_FILE_SAMPLE) -> TableOverview:
+        def fn(cur: psycopg.Cursor[Any]) -> TableOverview:
+            _require_table_id(cur, table_id)
+            cur.execute(f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE table_id = %s ORDER BY partition_id",
+                        (table_id,))
+            partitions = tuple(_partition_from_row(r) for r in cur.fetchall())
+            cur.execute("SELECT partition_id, count(*), COALESCE(sum(record_count), 0), bool_or(count_approximate)"
+                        " FROM file_references WHERE table_id = %s GROUP BY partition_id", (table_id,))
+            counts = {pid: PartitionCounts(n, int(records), bool(approx)) for pid, n, records, approx in cur}
+            cur.execute("SELECT count(*), count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM file_references r"
+                        " WHERE r.table_id = f.table_id AND r.filename = f.filename)) FROM files f"
+                        " WHERE f.table_id = %s", (table_id,))
+            files, unreferenced = cur.fetchone() or (0, 0)
+            cur.execute("SELECT filename, update_time FROM files WHERE table_id = %s ORDER BY filename LIMIT %s",
+                        (table_id, max(0, file_limit)))
+            sample_files = cur.fetchall()
+            refs: dict[str, list[FileReference]] = {name: [] for name, _ in sample_files}
+            if sample_files:
+                cur.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s"
+                            " AND filename = ANY(%s) ORDER BY filename, partition_id",
+                            (table_id, [name for name, _ in sample_files]))
+                for row in cur:
+                    ref = FileReference(*row)
+                    refs[ref.filename].append(ref)
+            sample = tuple(FileStatus(name, when, tuple(refs[name])) for name, when in sample_files)
+            return TableOverview(partitions, counts, files, sum(c.files for c in counts.values()), unreferenced,
+                                 sample)
+
+        return self._run(f"overview of table {table_id}", fn, isolation=IsolationLevel.REPEATABLE_READ,
+                         read_only=True)
