@@ -169,3 +169,51 @@ def test_spark_runner_compacts_a_table_on_s3_with_no_sleeper_toml(tmp_path, pg_d
         assert all(f"tables/{r.filename}" in keys for r in state.references.values()), "outputs are on S3"
         assert ids(t) == before
         assert not (home / "sleeper.toml").exists(), "nothing read or wrote a sleeper.toml"
+
+
+def test_a_spark_batch_slower_than_the_grace_period_survives_gc_running_meanwhile(tmp_path, pg_dsn, monkeypatch):
+    """Issue 9 items 1 and 7: the Spark runner committed only after the whole batch, and
+    the orphan sweep deleted outputs older than the grace period that no file tracked:
+    a long batch lost its outputs. Here GC runs twice, judging ages three hours ahead,
+    while a Spark task is paused half way through writing; the output survives and is
+    committed, with every record once."""
+    import os
+    import threading
+    import time
+    from pathlib import Path
+
+    helpers = Path(__file__).parent / "compaction_helpers"
+    gate_dir = tmp_path / "gate"
+    gate_dir.mkdir()
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(helpers), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("SLEEPER_TEST_GATE_DIR", str(gate_dir))
+    monkeypatch.syspath_prepend(str(helpers))
+    with open_sleeper(tmp_path / "home", pg_dsn) as s:
+        t = s.create_table("events", SCHEMA, properties={
+            **BASIC, "sleeper.table.iterator.python": "gated_iterator:gate",
+            "sleeper.table.parquet.rowgroup.rows.max": "500"})
+        monkeypatch.delenv("SLEEPER_TEST_GATE_DIR")  # ingest and queries here pass through; Spark has it
+        for i in range(3):
+            t.ingest(rows(20_000, seed=i, first_id=i * 100_000))
+        before = ids(t)
+        monkeypatch.setenv("SLEEPER_TEST_GATE_DIR", str(gate_dir))
+        reports = []
+        worker = threading.Thread(target=lambda: reports.append(t.compact(runner="spark", run_id="slow")))
+        worker.start()
+        deadline = time.monotonic() + 120
+        while not (gate_dir / "paused").exists():
+            assert time.monotonic() < deadline and worker.is_alive(), "the Spark task never reached its gate"
+            time.sleep(0.2)
+        monkeypatch.delenv("SLEEPER_TEST_GATE_DIR")
+        tracked = set(t.state().files)
+        in_flight = [o.key for o in s.objects.list(t.info.table_id)
+                     if o.key.endswith(".parquet") and o.key not in tracked]
+        assert in_flight, "the task's output is on storage, half written"
+        later = int(time.time() * 1000) + 3 * 3600_000
+        swept = t.gc(now_ms=later).orphans_deleted + t.gc(now_ms=later).orphans_deleted
+        (gate_dir / "release").touch()
+        worker.join(180)
+        assert not [k for k in in_flight if k in swept], "GC swept a Spark task's output in flight"
+        assert reports and [r.status for r in reports[0].results] == ["committed"], reports
+        assert all(s.objects.head(f) is not None for f in t.state().files)
+        assert ids(t) == before and sum(before.values()) == 60_000
