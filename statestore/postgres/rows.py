@@ -41,6 +41,8 @@ def _job_from_row(row: Sequence[Any]) -> JobRecord:
     return JobRecord(*row)  # outputs (a list) becomes a tuple in JobRecord.__post_init__
 
 def _require_table(cur: psycopg.Cursor[Any], name: str) -> Sequence[Any]:
+    if "\x00" in name:  # PostgreSQL text cannot hold NUL, so no table has such a name
+        raise TableNotFoundError(f"table {name!r} does not exist")
     row = cur.execute("SELECT table_id, name, schema, properties FROM tables WHERE name = %s", (name,)).fetchone()
     if row is None:
         raise TableNotFoundError(f"table {name!r} does not exist")

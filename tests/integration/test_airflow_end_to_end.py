@@ -118,7 +118,8 @@ def _run_dag(c: Any, dag_id: str, conf: dict[str, Any] | None = None, timeout: f
 
 def test_ingest_request_batcher_compaction_and_read_back_over_rest(airflow: dict[str, Any]) -> None:
     home: Path = airflow["home"]
-    src = home / "input.parquet"
+    src = home / "ingest" / "input.parquet"  # under SLEEPER_HOME/ingest: an allowed ingest prefix by default
+    src.parent.mkdir(exist_ok=True)
     pq.write_table(pa.table({"key": pa.array(range(0, 3000, 3), pa.int64()),
                              "v": [f"file-{i}" for i in range(1000)]}), src)
     with _client(airflow) as c:
