@@ -45,5 +45,6 @@ def test_demo_ingests_splits_compacts_and_collects_on_the_embedded_default(tmp_p
     r = _run(home, "report", "jobs", "demo", "--json")
     assert r.returncode == 0, r.stderr
     jobs = json.loads(r.stdout)
-    assert sorted({(j["kind"], j["status"]) for j in jobs}) == [("compaction", "committed"), ("split", "committed")]
+    assert sorted({(j["kind"], j["status"]) for j in jobs}) == [("compaction", "committed"), ("ingest", "committed"),
+                                                            ("split", "committed")]
     assert sum(j["rows_written"] for j in jobs if j["kind"] == "compaction") == 300_000

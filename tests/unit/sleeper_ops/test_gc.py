@@ -287,4 +287,4 @@ def test_the_output_of_a_failed_or_abandoned_job_is_swept(sleeper):
     store.put_job(abandoned)
     assert _gc(sleeper, t, now_ms=NOW).orphans_deleted == [keys[0]]
     # a day and a bit later the dead job's record has shown no progress for longer than the abandon time
-    assert _gc(sleeper, t, now_ms=NOW + 1441 * MINUTE).orphans_deleted == [keys[1]]
+    assert _gc(sleeper, t, now_ms=abandoned.last_update_ms + 1441 * MINUTE).orphans_deleted == [keys[1]]
