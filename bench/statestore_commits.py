@@ -36,6 +36,7 @@ from statestore import (
     Schema,
     partitions_from_split_points,
 )
+from statestore.jobs import JobRecord
 from statestore.postgres import PostgresStateStore
 from statestore.retry import Backoff
 
@@ -97,7 +98,9 @@ def run_threads(n_threads: int, work: Callable[[int], int]) -> tuple[int, float]
     return sum(counts), elapsed
 
 
-def bench_small_commits(dsn: str, seconds: float = 6.0) -> None:
+def bench_small_commits(dsn: str, seconds: float = 6.0, *, with_jobs: bool = False) -> None:
+    """(a); ``with_jobs``: each commit also saves its job's record, as compaction does
+    (the records of the attempts are saved, untimed, before)."""
     backoff = CountingBackoff()
     store = PostgresStateStore(dsn, backoff=backoff, max_connections=THREADS)
     try:
@@ -116,6 +119,12 @@ def bench_small_commits(dsn: str, seconds: float = 6.0) -> None:
         for i in range(0, len(jobs), 5000):
             store.commit(table_id, AssignJobIds(tuple(jobs[i:i + 5000])))
         per_thread = [jobs[i::THREADS] for i in range(THREADS)]
+        records: dict[str, JobRecord] = {}
+        if with_jobs:
+            for job in jobs[:THREADS * 3000]:
+                rec = JobRecord.created(table_id, job.job_id, "compaction").started(outputs=[f"out/{job.job_id}"])
+                store.put_job(rec)
+                records[job.job_id] = rec.finished(3000, 3000, f"out/{job.job_id}").committed()
 
         def select_one(i: int) -> int:
             n = 0
@@ -133,15 +142,19 @@ def bench_small_commits(dsn: str, seconds: float = 6.0) -> None:
             for job in per_thread[i]:
                 if time.perf_counter() >= deadline:
                     break
-                out = FileReference(f"out/{uuid.uuid4().hex}.parquet", job.partition_id, 3000)
-                store.commit(table_id, ReplaceFileReferences(job.job_id, job.partition_id, job.filenames, out))
+                if with_jobs and job.job_id not in records:
+                    break
+                out = FileReference(f"out/{job.job_id}", job.partition_id, 3000)
+                store.commit(table_id, ReplaceFileReferences(job.job_id, job.partition_id, job.filenames, out),
+                             job=records.get(job.job_id))
                 n += 1
             return n
 
         base_n, base_s = run_threads(THREADS, select_one)
         n, s = run_threads(THREADS, compact)
         base_rate, rate = base_n / base_s, n / s
-        print(f"(a) compaction commits on one table, {THREADS} threads: {rate:,.0f} commits/s "
+        what = "with their job records" if with_jobs else "no job records"
+        print(f"(a) compaction commits on one table ({what}), {THREADS} threads: {rate:,.0f} commits/s "
               f"({n} commits in {s:.1f} s, {backoff.retries} serialization retries); "
               f"SELECT 1 baseline {base_rate:,.0f} round trips/s; ratio commits/round trips = {rate / base_rate:.3f}")
     finally:
@@ -207,6 +220,7 @@ def main() -> None:
 
 def run(dsn: str) -> None:
     bench_small_commits(dsn)
+    bench_small_commits(dsn, with_jobs=True)
     bench_large_commit(dsn)
     bench_commit_vs_size(dsn)
 

@@ -37,7 +37,7 @@ from statestore.state import TableState
 from statestore.transactions import Transaction
 
 #: How long a backend remembers an applied commit id (see :meth:`StateStore.prune_commit_ids`).
-COMMIT_ID_RETENTION_MS = 7 * 24 * 3600 * 1000
+COMMIT_ID_RETENTION_MS = 24 * 3600 * 1000
 
 
 class StateStore(abc.ABC):
@@ -82,7 +82,9 @@ class StateStore(abc.ABC):
             job: a job record saved in the same atomic step (normally ``committed``).
                 Refused with :class:`BookkeepingError` when the stored record of that
                 job names other outputs (a later attempt superseded this one) or is
-                already committed.
+                already committed. Its outputs identify the attempt: a retry of this
+                commit finding the record committed with the same outputs is a no-op
+                (False), whatever ``commit_id``.
             ingest_job_id: every ingest request assigned to this job becomes
                 ``ingested`` in the same atomic step; refused with
                 :class:`BookkeepingError` when none is assigned to it any more (the

@@ -64,11 +64,14 @@ def _pipelined(conn: psycopg.Connection[Any], body: Callable[[], T]) -> T:
 
 @dataclass(frozen=True)
 class Bookkeeping:
-    """What a commit records besides its data (see ``StateStore.commit``)."""
+    """What a commit records besides its data (see ``StateStore.commit``).
+    ``check_id``: look the id up first (a caller's id, or a retry after a lost reply;
+    a fresh id of a first try cannot have been applied)."""
 
     commit_id: str
     job: Optional[JobRecord] = None
     ingest_job_id: Optional[str] = None
+    check_id: bool = True
 
 
 #: returned by :func:`_commit_attempt` when the commit id was already applied
@@ -78,9 +81,13 @@ ALREADY_APPLIED = "already applied"
 def _check_bookkeeping(conn: psycopg.Connection[Any], table_id: str,
                        books: Bookkeeping) -> Callable[[], Optional[str]]:
     """Send the bookkeeping reads; the returned function checks them (after the
-    pipeline's reads), returning ALREADY_APPLIED or None, or raising BookkeepingError."""
-    seen = conn.execute("SELECT 1 FROM commit_ids WHERE table_id = %s AND commit_id = %s",
-                        (table_id, books.commit_id))
+    pipeline's reads), returning ALREADY_APPLIED or None, or raising BookkeepingError.
+
+    The commit id is looked up only when it may have been applied (``check_id``):
+    reading it takes a predicate lock on an index page that concurrent commits insert
+    into, which would turn unrelated commits into serialization failures."""
+    seen = None if not books.check_id else conn.execute(
+        "SELECT 1 FROM commit_ids WHERE table_id = %s AND commit_id = %s", (table_id, books.commit_id))
     job = None if books.job is None else conn.execute(
         f"SELECT {_JOB_COLUMNS} FROM jobs WHERE table_id = %s AND job_id = %s", (table_id, books.job.job_id))
     requests = None if books.ingest_job_id is None else conn.execute(
@@ -88,11 +95,15 @@ def _check_bookkeeping(conn: psycopg.Connection[Any], table_id: str,
         (table_id, books.ingest_job_id))
 
     def check() -> Optional[str]:
-        if seen.fetchone() is not None:
+        if seen is not None and seen.fetchone() is not None:
             return ALREADY_APPLIED
         if job is not None and books.job is not None:
             row = job.fetchone()
-            check_job_bookkeeping(None if row is None else _job_from_row(row), books.job)
+            stored = None if row is None else _job_from_row(row)
+            if (books.check_id and stored is not None and stored.status == "committed"
+                    and stored.outputs == books.job.outputs):
+                return ALREADY_APPLIED  # the job's record is this commit's ledger entry
+            check_job_bookkeeping(stored, books.job)
         if requests is not None:
             row = requests.fetchone()
             if row is None or not row[0]:
@@ -103,10 +114,14 @@ def _check_bookkeeping(conn: psycopg.Connection[Any], table_id: str,
 
 
 def _write_bookkeeping(cur: psycopg.Cursor[Any], table_id: str, books: Bookkeeping) -> None:
-    cur.execute("INSERT INTO commit_ids (table_id, commit_id, applied_ms) VALUES (%s, %s, %s)",
-                (table_id, books.commit_id, now_ms()))
+    """The commit's bookkeeping, in its transaction. A commit that saves its job's
+    record needs no row in ``commit_ids``: the committed record, naming this attempt's
+    outputs (fresh for every attempt), says the commit applied."""
     if books.job is not None:
         upsert_job(cur, books.job)
+    else:
+        cur.execute("INSERT INTO commit_ids (table_id, commit_id, applied_ms) VALUES (%s, %s, %s)",
+                    (table_id, books.commit_id, now_ms()))
     if books.ingest_job_id is not None:
         cur.execute("UPDATE ingest_requests SET status = 'ingested'"
                     " WHERE table_id = %s AND job_id = %s AND status = 'assigned'", (table_id, books.ingest_job_id))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -66,8 +67,10 @@ class PostgresStateStore(CatalogMixin, JobsMixin, LeasesMixin, IngestQueueMixin,
         tries = 0
         while True:
             try:
-                outcome = self._retrying(what, lambda conn: _commit_attempt(conn, table_id, transaction, touches,
-                                                                            books))
+                # a fresh id of a first try cannot have been applied: no need to look it up
+                this_try = replace(books, check_id=commit_id is not None or tries > 0)
+                outcome = self._retrying(what, lambda conn, books=this_try: _commit_attempt(  # type: ignore[misc]
+                    conn, table_id, transaction, touches, books))
                 break
             except (TransactionError, CommitOutcomeUnknownError):
                 raise

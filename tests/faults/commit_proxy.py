@@ -2,8 +2,8 @@
 
 Every connection through :class:`CommitDroppingProxy` is forwarded byte for byte,
 until the proxy is armed: then the next client message carrying ``COMMIT``, on a
-connection that has sent the arming's ``marker`` (by default ``commit_ids``, which
-only a state-store data commit writes) since its last COMMIT, is
+connection that has sent the arming's ``marker`` (by default ``INSERT INTO file``, which
+only a state-store data commit sends) since its last COMMIT, is
 forwarded to the server (``after=True``) or not (``after=False``), the server's reply
 is withheld, and both sides of that connection are closed (with ``dark=True``, every
 other connection too, and no new one is accepted: the server stays out of reach). With ``after=True`` the
@@ -33,7 +33,7 @@ class CommitDroppingProxy:
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._armed: Optional[bool] = None  # None: pass through; else the "after" of the next drop
-        self._marker = b"commit_ids"
+        self._marker = b"INSERT INTO file"
         self.drops = 0
         self._dark = False
         self._socks: list[socket.socket] = []
@@ -47,7 +47,7 @@ class CommitDroppingProxy:
         proxy = cls(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
         return proxy, make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port))
 
-    def arm(self, *, after: bool, dark: bool = False, marker: bytes = b"commit_ids") -> None:
+    def arm(self, *, after: bool, dark: bool = False, marker: bytes = b"INSERT INTO file") -> None:
         """Drop the connection at the next COMMIT following ``marker``, after forwarding
         it or before; with ``dark``, then cut every connection and accept no more."""
         with self._lock:

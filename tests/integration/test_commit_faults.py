@@ -107,3 +107,19 @@ def _direct_dsn(proxied_dsn: str, proxy: CommitDroppingProxy) -> str:
 
     host, port = proxy.target
     return make_conninfo(proxied_dsn, host=host, port=str(port))
+
+
+@pytest.mark.parametrize("after", [True, False], ids=["reply-lost-after-commit", "dropped-before-commit"])
+def test_a_split_through_a_dropped_commit_applies_exactly_once(proxied, after: bool) -> None:
+    """A commit with no job record (a partition split): its id, in ``commit_ids``, makes
+    the retry a no-op when the lost attempt applied."""
+    sleeper, proxy = proxied
+    t = sleeper.create_table("t", SCHEMA, properties={"sleeper.table.partition.splitting.threshold": "1000"})
+    t.ingest(_rows(5000))
+    proxy.arm(after=after, marker=b"INSERT INTO partitions")
+    report = t.split()
+    assert proxy.drops == 1
+    assert len(report.splits) == 1
+    state = t.state()
+    assert len(state.partitions) == 3 and sum(p.is_leaf for p in state.partitions.values()) == 2
+    assert _read_all(sleeper) == 5000

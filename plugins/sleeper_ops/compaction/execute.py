@@ -177,13 +177,11 @@ def commit_job(state_store: StateStore, objects: ObjectStore, out: JobOutput,
         if objects.head(out.output.key) is None:
             return f"output {out.output.key} vanished before the commit"
         new_ref = FileReference(out.output.key, job.partition_id, out.output.record_count)
-    # one id per output written (or per attempt, with no output): a retry of this very
-    # commit applies once, and no other attempt shares it
-    commit_id = out.output.key if out.output is not None else (
-        None if done is None else f"{done.job_id}/{done.attempts}")
+    # no caller commit id: every attempt writes a fresh output and commits once; a reply
+    # lost mid-commit is retried inside commit() under the id it made
     try:
         state_store.commit(job.table_id, ReplaceFileReferences(job.job_id, job.partition_id, job.inputs, new_ref),
-                           commit_id=commit_id, job=done)
+                           job=done)
     except (TransactionError, CommitConflictError) as e:
         if out.output is not None:
             objects.delete(out.output.key)

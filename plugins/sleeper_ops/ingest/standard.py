@@ -13,10 +13,10 @@ No record is lost or duplicated at the seams (DESIGN.md section 10):
 * The ingest is a job (a :class:`~statestore.jobs.JobRecord` of kind ``ingest``) that
   names its output files in its record *before* writing them, so the orphan sweep
   keeps them however long the ingest takes.
-* Before the commit every output is checked to exist (HEAD). The commit carries the
-  job's id as its commit id and saves the job's record as committed in the same
-  transaction (with ``ingest_job_id``, it also marks that job's ingest requests
-  ingested), so a retry after a lost reply applies once.
+* Before the commit every output is checked to exist (HEAD). The commit saves the
+  job's record as committed in the same transaction (with ``ingest_job_id``, it also
+  marks that job's ingest requests ingested), and a reply lost mid-commit is retried
+  by the state store under the commit's id, so it applies once.
 * Outputs are deleted only when nothing can have committed them: a failure before the
   commit, a definite refusal (:class:`~statestore.errors.TransactionError`), or a
   commit that gave up on conflicts (:class:`~statestore.errors.CommitConflictError`:
@@ -212,7 +212,7 @@ class IngestRunner:
         """One add-files commit with the job's bookkeeping; outputs deleted only on a refusal."""
         done = attempt.record.finished(records, records, refs[0].filename if len(refs) == 1 else None).committed()
         try:
-            self.state_store.commit(self.table.table_id, AddFiles(tuple(refs)), commit_id=done.job_id, job=done,
+            self.state_store.commit(self.table.table_id, AddFiles(tuple(refs)), job=done,
                                     ingest_job_id=self.ingest_job_id)
         except (TransactionError, CommitConflictError) as e:
             self._cleanup(written)
