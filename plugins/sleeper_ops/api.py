@@ -144,6 +144,25 @@ class Table:
             return runner.ingest_files(list(source), progress)
         return runner.ingest_batches(source, progress)
 
+    def bulk_import(self, sources: Sequence[str], *, import_key: Optional[str] = None, run_id: Optional[str] = None,
+                    runner: str = "spark", **options: Any) -> Any:
+        """Import every file ``sources`` name (files, directories or globs, local or
+        ``s3://``) with a Spark job, in one commit; imports of the same ``import_key``
+        add their records once. Returns a
+        :class:`~sleeper_ops.bulk_import.job.BulkImportResult`; see
+        :mod:`sleeper_ops.bulk_import.job` for the guarantees. Needs a Sleeper opened
+        from a configuration (its ``[spark] master``)."""
+        from sleeper_ops.bulk_import.runners import load_bulk_import_runner
+        from sleeper_ops.bulk_import.sources import expand_sources
+        from sleeper_ops.errors import ConfigError
+
+        if self.sleeper.config is None:
+            raise ConfigError("bulk import needs a Sleeper opened from a configuration (home or config)")
+        expand_sources(list(sources), self.sleeper.s3)  # a bad source fails here, before Spark starts
+        submit = load_bulk_import_runner(runner)
+        return submit(self.sleeper.config, self._fresh(), list(sources), import_key=import_key, run_id=run_id,
+                      **options)
+
     def query_runner(self, threads: int = 4, iterators: Sequence[Any] = ()) -> QueryRunner:
         """A reusable runner with the table's current properties (iterators included)."""
         return QueryRunner(self.sleeper.state_store, self.sleeper.objects, self._fresh(), threads=threads,

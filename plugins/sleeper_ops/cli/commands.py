@@ -162,6 +162,21 @@ def ingest(ctx: click.Context, table_name: str, files: tuple[str, ...]) -> None:
                f"({r.rows_per_second:,.0f} records/s)")
 
 
+@cli.command("bulk-import")
+@click.argument("table_name", metavar="TABLE")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--import-key", default=None,
+              help="Imports of the same key add their records once (default: a fresh key).")
+@click.pass_context
+def bulk_import(ctx: click.Context, table_name: str, sources: tuple[str, ...], import_key: Optional[str]) -> None:
+    """Bulk import SOURCES (files, directories or globs; local or s3://) on Spark, in one commit."""
+    t = _sleeper(ctx).table(table_name)
+    click.echo(f"bulk import into {table_name} on Spark ({t.sleeper.config.spark_master if t.sleeper.config else '?'}):"
+               " starting spark-submit", err=True)
+    r = t.bulk_import(list(sources), import_key=import_key)
+    click.echo(r.summary())
+
+
 @cli.command()
 @click.argument("table_name", metavar="TABLE")
 @click.option("--key", "keys", multiple=True, help="A key as JSON; several row key fields as a JSON array.")

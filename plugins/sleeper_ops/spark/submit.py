@@ -59,10 +59,11 @@ LOG_TAIL_LINES = 15
 LOG_TAIL_CHARS = 2000
 
 
-def spark_app_path() -> Path:
-    """``spark_apps/compaction.py``: in the checkout, or in the installed package
-    ``sleeper_ops.spark.apps`` (a real file either way, as spark-submit needs)."""
-    path = Path(str(importlib.resources.files("sleeper_ops.spark.apps"))) / APP_NAME
+def spark_app_path(name: str = APP_NAME) -> Path:
+    """``spark_apps/<name>`` (default the compaction app): in the checkout, or in the
+    installed package ``sleeper_ops.spark.apps`` (a real file either way, as
+    spark-submit needs)."""
+    path = Path(str(importlib.resources.files("sleeper_ops.spark.apps"))) / name
     if not path.is_file():
         raise ConfigError(f"the Spark application {path} is missing (a broken install: reinstall the package)")
     return path
@@ -142,7 +143,7 @@ def _stream(pipe: Any, level: int, tail: Optional[collections.deque[str]]) -> No
     pipe.close()
 
 
-def _run_spark_submit(cmd: list[str], env: Mapping[str, str], timeout: Optional[float]) -> tuple[int, str]:
+def run_spark_submit(cmd: list[str], env: Mapping[str, str], timeout: Optional[float]) -> tuple[int, str]:
     """Run ``cmd``, logging its output as it comes; returns (exit code, tail of stderr).
     Past ``timeout`` seconds its whole process group is killed."""
     tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
@@ -210,7 +211,7 @@ def submit_compaction_batch(config: SleeperConfig, state_store: StateStore, tabl
         except ConfigError as e:
             code, tail = -1, str(e)
         else:
-            code, tail = _run_spark_submit(cmd, spark_environment(config.spark_master), timeout)
+            code, tail = run_spark_submit(cmd, spark_environment(config.spark_master), timeout)
         results: dict[str, JobResult] = {}
         reason = f"spark-submit exited with code {code}: {tail}" if code else "spark-submit reported no result"
         if os.path.exists(results_file):

@@ -1,0 +1,195 @@
+"""A bulk import job: plan, record, run (on Spark, through a runner), commit once.
+
+:func:`bulk_import` imports every file the sources name into a table in one add-files
+commit, with the no-loss rules of DESIGN.md section 10:
+
+* **Idempotent by import key.** The job's id is derived from the table and the import
+  key (default: a fresh one). A key whose job is already committed imports nothing
+  (status ``already imported``), before any Spark work; an attempt racing it is
+  refused by the state store at its commit (the job's record is committed, or names
+  another attempt's outputs) and its files are deleted. So a retried or repeated
+  import of the same key adds every record exactly once.
+* **Outputs named first.** Every attempt names its outputs -- one key per leaf
+  partition, ``bulk-<job>-<attempt>`` -- in the job's record before the Spark job
+  starts, so the orphan sweep never takes them for orphans while the job runs; a Spark
+  task that is retried rewrites the same key. A new attempt deletes the outputs of the
+  attempt it superseded (which can no longer commit).
+* **One commit**, after every output is checked to exist, saving the job's record as
+  committed in the same state-store transaction. Outputs are deleted when nothing can
+  have committed them (the run failed, or the commit was refused); on an unknown
+  outcome they are kept for the orphan sweep.
+
+Tables with too few leaves are pre-split first (:mod:`sleeper_ops.bulk_import.presplit`).
+The run itself -- read, tag rows with their leaf, repartition by leaf, sort and write
+one file per leaf -- is the ``run`` callable's (:mod:`sleeper_ops.spark.bulk_driver`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+from sleeper_ops.bulk_import.presplit import presplit
+from sleeper_ops.bulk_import.sources import expand_sources
+from sleeper_ops.errors import IngestError
+from sleeper_ops.io.datafile import sketch_key
+from sleeper_ops.io.storage import ObjectStore, S3Options
+from statestore.catalog import TableInfo
+from statestore.errors import BookkeepingError, CommitConflictError, TransactionError
+from statestore.files import FileReference
+from statestore.jobs import JobRecord
+from statestore.partitions import Partition
+from statestore.store import StateStore
+from statestore.transactions import AddFiles
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    """What a runner needs: the table, the files, the partition tree and, per leaf, the
+    key its file must be written under (see :func:`output_key`)."""
+
+    table: TableInfo
+    job_id: str
+    attempt: int
+    files: tuple[str, ...]
+    partitions: tuple[Partition, ...]
+    output_keys: dict[str, str]
+
+
+@dataclass(frozen=True)
+class LeafOutput:
+    """One file a runner wrote: the leaf, its key and how many records it holds."""
+
+    leaf_id: str
+    key: str
+    records: int
+
+
+Runner = Callable[[ImportPlan], Sequence[LeafOutput]]
+
+
+@dataclass
+class BulkImportResult:
+    """The end of one bulk import: ``committed``, ``already imported`` (the key was
+    committed before; nothing added) or ``failed``."""
+
+    table: str
+    import_key: str
+    job_id: str
+    status: str
+    files_read: int = 0
+    records: int = 0
+    files_written: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    presplits: int = 0
+    reason: Optional[str] = None
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        if self.status == "already imported":
+            return f"{self.table}: import key {self.import_key!r} was already imported; nothing added"
+        if self.status != "committed":
+            return f"{self.table}: bulk import {self.import_key!r} failed: {self.reason}"
+        return (f"{self.table}: bulk import {self.import_key!r} committed {self.records:,} records from "
+                f"{self.files_read} files into {len(self.files_written)} files in {self.seconds:.1f} s "
+                f"({self.rows_per_second:,.0f} rows/s){f'; {self.presplits} pre-splits' if self.presplits else ''}")
+
+
+def import_job_id(table: TableInfo, import_key: str) -> str:
+    """The job id of ``import_key`` on ``table`` (the same key always gives the same id)."""
+    return "bulk-" + hashlib.sha256(f"{table.table_id}\0{import_key}".encode()).hexdigest()[:32]
+
+
+def output_key(table_id: str, leaf_id: str, job_id: str, attempt: int) -> str:
+    """The file of ``leaf_id`` written by ``attempt`` of a bulk import job."""
+    return f"{table_id}/data/partition_{leaf_id}/{job_id}-a{attempt}.parquet"
+
+
+def _delete(objects: ObjectStore, keys: Sequence[str]) -> None:
+    for k in keys:
+        objects.delete(k)
+        objects.delete(sketch_key(k))
+
+
+def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo, sources: Sequence[str], *,
+                run: Runner, import_key: Optional[str] = None, run_id: Optional[str] = None,
+                s3: Optional[S3Options] = None, min_leaves: Optional[int] = None) -> BulkImportResult:
+    """Import every file ``sources`` name (see the module docstring).
+
+    Raises:
+        IngestError: the sources name no readable input (nothing is done).
+        SleeperError: the run or the commit failed (the job is recorded failed; see the
+            module docstring for what is kept).
+    """
+    started = time.perf_counter()
+    key = import_key or uuid.uuid4().hex
+    job_id = import_job_id(table, key)
+    result = BulkImportResult(table.name, key, job_id, "failed")
+    stored = state_store.get_job(table.table_id, job_id)
+    if stored is not None and stored.status == "committed":
+        result.status = "already imported"
+        return result
+    files = [path for path, _ in expand_sources(sources, s3)]
+    result.files_read = len(files)
+    result.presplits = presplit(state_store, table, files, s3=s3, min_leaves=min_leaves, run_id=run_id)
+    partitions = tuple(state_store.partitions(table.table_id))
+    rec = (stored or JobRecord.created(table.table_id, job_id, "bulk_import", input_files=len(files)))
+    attempt = rec.attempts + 1
+    keys = {p.id: output_key(table.table_id, p.id, job_id, attempt) for p in partitions if p.is_leaf}
+    rec = rec.started(run_id, outputs=sorted(keys.values()))
+    state_store.put_job(rec)
+    now = state_store.get_job(table.table_id, job_id)
+    if now is None or now.status == "committed" or now.outputs != rec.outputs:
+        _delete(objects, list(keys.values()))  # nothing written yet; a racing attempt won
+        result.status = "already imported" if now is not None and now.status == "committed" else "failed"
+        result.reason = None if result.status != "failed" else "another attempt of this import key took over"
+        return result
+    if stored is not None and stored.outputs:
+        _delete(objects, list(stored.outputs))  # the superseded attempt's files: it can no longer commit
+    plan = ImportPlan(table, job_id, attempt, tuple(files), partitions, keys)
+    try:
+        outputs = list(run(plan))
+        missing = [o.key for o in outputs if objects.head(o.key) is None]
+        if missing:
+            raise IngestError(f"bulk import {key!r}: output files missing before the commit: {', '.join(missing[:5])}")
+    except BaseException as e:
+        _delete(objects, list(keys.values()))  # never committed
+        _fail(state_store, rec, f"{type(e).__name__}: {e}")
+        raise
+    records = sum(o.records for o in outputs)
+    refs = tuple(FileReference(o.key, o.leaf_id, o.records) for o in outputs if o.records)
+    done = rec.finished(records, records).committed()
+    try:
+        state_store.commit(table.table_id, AddFiles(refs), job=done)
+    except BookkeepingError as e:
+        _delete(objects, list(keys.values()))
+        after = state_store.get_job(table.table_id, job_id)
+        if after is not None and after.status == "committed":
+            result.status = "already imported"
+            return result
+        _fail(state_store, rec, f"commit refused: {e}")
+        raise
+    except (TransactionError, CommitConflictError) as e:
+        _delete(objects, list(keys.values()))
+        _fail(state_store, rec, f"commit refused: {e}")
+        raise
+    except BaseException as e:  # unknown outcome: keep the files for the orphan sweep
+        _fail(state_store, rec, f"commit failed: {type(e).__name__}: {e}")
+        raise
+    result.status, result.records = "committed", records
+    result.files_written = [r.filename for r in refs]
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _fail(state_store: StateStore, rec: JobRecord, reason: str) -> None:
+    try:
+        state_store.put_job(rec.failed(reason))
+    except Exception:  # the error being raised is the one to report
+        pass

@@ -1,0 +1,94 @@
+"""The input files of a bulk import: files, directories or globs, local or ``s3://``.
+
+:func:`expand_sources` turns what the user gave into a sorted list of files with their
+sizes, refusing the whole import (naming every problem) when a source matches nothing,
+is not a supported format or cannot be read.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+from typing import Optional, Sequence
+
+import pyarrow.fs as pafs
+
+from sleeper_ops.errors import IngestError
+from sleeper_ops.io.inputs import FORMATS, detect_format, resolve
+from sleeper_ops.io.storage import S3Options
+
+_GLOB_CHARS = set("*?[")
+
+
+def _is_input(path: str) -> bool:
+    return os.path.splitext(path)[1].lower() in FORMATS
+
+
+def _expand_local(source: str) -> list[tuple[str, int]]:
+    if _GLOB_CHARS & set(source):
+        paths = sorted(glob.glob(source, recursive=True))
+    elif os.path.isdir(source):
+        paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(source) for f in fs)
+        paths = [p for p in paths if _is_input(p)]
+    else:
+        paths = [source]
+    out = []
+    for p in paths:
+        if os.path.isfile(p):
+            out.append((os.path.abspath(p), os.path.getsize(p)))
+    return out
+
+
+def _expand_s3(source: str, s3: Optional[S3Options]) -> list[tuple[str, int]]:
+    fs, path = resolve(source, s3)
+    pattern = None
+    if _GLOB_CHARS & set(path):
+        cut = min(path.index(c) for c in _GLOB_CHARS if c in path)
+        base = path[:cut].rsplit("/", 1)[0]
+        pattern, path = source[len("s3://"):], base
+    info = fs.get_file_info(path.rstrip("/"))
+    if info.type == pafs.FileType.File and pattern is None:
+        return [(source, info.size or 0)]
+    if info.type != pafs.FileType.Directory:
+        return []
+    found = fs.get_file_info(pafs.FileSelector(path.rstrip("/"), recursive=True, allow_not_found=True))
+    out = []
+    for f in found:
+        if f.type != pafs.FileType.File or not _is_input(f.path):
+            continue
+        if pattern is not None and not fnmatch.fnmatchcase(f.path, pattern):
+            continue
+        out.append((f"s3://{f.path}", f.size or 0))
+    return sorted(out)
+
+
+def expand_sources(sources: Sequence[str], s3: Optional[S3Options] = None) -> list[tuple[str, int]]:
+    """Every input file the ``sources`` name, once each, sorted, with its size in bytes.
+
+    Raises:
+        IngestError: no sources, or a source that names no input file, or a file of an
+            unknown type (all problems named in one message).
+    """
+    if not sources:
+        raise IngestError("no sources given to import")
+    problems: list[str] = []
+    files: dict[str, int] = {}
+    for source in sources:
+        try:
+            found = _expand_s3(source, s3) if source.startswith("s3://") else _expand_local(source)
+        except OSError as e:
+            problems.append(f"{source}: cannot be listed: {e}")
+            continue
+        if not found:
+            problems.append(f"{source}: no input files (.parquet, .csv or .jsonl) found")
+        for path, size in found:
+            try:
+                detect_format(path)
+            except IngestError as e:
+                problems.append(str(e))
+                continue
+            files[path] = size
+    if problems:
+        raise IngestError("nothing imported: " + "; ".join(problems))
+    return sorted(files.items())

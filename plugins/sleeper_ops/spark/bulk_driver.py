@@ -1,0 +1,103 @@
+"""The Spark driver of a bulk import: ``spark_apps/bulk_import.py`` calls :func:`main`.
+
+:func:`spark_runner` is the ``run`` of :func:`sleeper_ops.bulk_import.job.bulk_import`
+on a SparkSession: a DataFrame of the input paths, ``mapInArrow`` reading and tagging
+each row with its leaf (:func:`~sleeper_ops.spark.bulk_executor.read_and_tag`),
+``repartition`` by leaf so each leaf's rows meet in one task, ``mapInArrow`` sorting
+and writing one file per leaf (:func:`~sleeper_ops.spark.bulk_executor.write_leaves`),
+and ``collect`` of what was written. The state store is touched only here, on the
+driver (the job record, the one commit); this is the only bulk-import module that
+imports pyspark, and only inside functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import time
+from dataclasses import asdict
+from typing import Any, Optional, Sequence
+
+from sleeper_ops.bulk_import.job import BulkImportResult, ImportPlan, LeafOutput, Runner, bulk_import
+from sleeper_ops.io.arrow_schema import arrow_schema
+from sleeper_ops.io.storage import ObjectStore
+from sleeper_ops.spark.bulk_executor import LEAF_COLUMN, read_and_tag, write_leaves
+from sleeper_ops.spark.executor import table_to_dict
+from statestore.errors import SleeperError
+
+logger = logging.getLogger(__name__)
+
+
+def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536) -> Runner:
+    """The bulk import ``run`` on ``spark`` (see the module docstring)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import IntegerType, StructField
+
+    def run(plan: ImportPlan) -> list[LeafOutput]:
+        leaves = sorted(plan.output_keys)
+        context = {"uri": objects.uri, "s3": asdict(objects.s3) if objects.s3 is not None else None,
+                   "table": table_to_dict(plan.table), "partitions": [p.to_dict() for p in plan.partitions],
+                   "leaves": leaves, "output_keys": plan.output_keys, "batch_rows": batch_rows}
+        rows_type = from_arrow_schema(arrow_schema(plan.table.schema))
+        tagged_type = rows_type.add(StructField(LEAF_COLUMN, IntegerType(), False))
+        sc = spark.sparkContext
+        sc.setJobDescription(f"sleeper bulk import into {plan.table.name}: {len(plan.files)} files")
+        paths = spark.createDataFrame([(f,) for f in plan.files], "path string")
+        paths = paths.repartition(max(1, min(len(plan.files), sc.defaultParallelism * 2)))
+        tagged = paths.mapInArrow(functools.partial(read_and_tag, context), tagged_type)
+        by_leaf = tagged.repartition(max(1, len(leaves)), LEAF_COLUMN)
+        written = by_leaf.mapInArrow(functools.partial(write_leaves, context),
+                                     "leaf string, key string, records long").collect()
+        return [LeafOutput(r["leaf"], r["key"], int(r["records"])) for r in written]
+
+    return run
+
+
+def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="spark_apps/bulk_import.py",
+                                description="Bulk import files into a Sleeper table on Spark, in one commit.")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--home", default=None, help="SLEEPER_HOME (default: $SLEEPER_HOME or ./.sleeper)")
+    where.add_argument("--config-file", default=None, help="the configuration, instead of HOME/sleeper.toml")
+    p.add_argument("--table", required=True)
+    p.add_argument("--source", action="append", required=True, help="a file, directory or glob (repeatable)")
+    p.add_argument("--import-key", default=None, help="imports of the same key add their records once")
+    p.add_argument("--run-id", default=None)
+    p.add_argument("--results-file", default=None, help="where to write the result (JSON)")
+    return p.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run one bulk import; exit 0 when it committed or was already imported, else 1."""
+    args = _parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from pyspark.sql import SparkSession
+
+    from sleeper_ops.api import Sleeper
+    from sleeper_ops.spark.batch_files import read_config_file
+
+    config = read_config_file(args.config_file) if args.config_file is not None else None
+    outcome: dict[str, Any]
+    with (Sleeper(config=config) if config is not None else Sleeper(home=args.home)) as sleeper:
+        spark = SparkSession.builder.appName(f"sleeper-bulk-import-{args.table}").getOrCreate()
+        started = time.perf_counter()
+        try:
+            table = sleeper.state_store.get_table(args.table)
+            result = bulk_import(sleeper.state_store, sleeper.objects, table, args.source,
+                                 run=spark_runner(spark, sleeper.objects), import_key=args.import_key,
+                                 run_id=args.run_id, s3=sleeper.s3)
+            outcome = {"result": asdict(result), "error": None}
+        except SleeperError as e:
+            logger.error("%s", e)
+            outcome = {"result": None, "error": f"{type(e).__name__}: {e}"}
+        finally:
+            spark.stop()
+        outcome["driver_seconds"] = time.perf_counter() - started
+    if args.results_file is not None:
+        with open(args.results_file, "w") as f:
+            json.dump(outcome, f)
+    if outcome["result"] is not None:
+        logger.info("%s", BulkImportResult(**outcome["result"]).summary())
+    return 0 if outcome["error"] is None else 1

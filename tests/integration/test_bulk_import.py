@@ -1,0 +1,62 @@
+"""Bulk import on Spark (``local[2]`` through spark-submit) against the embedded
+PostgreSQL: one commit, one sorted file per leaf, pre-splitting, idempotent by import
+key. Records carry a unique ``id``: "exactly once" compares multisets of ids."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sleeper_ops.bulk_import.job import import_job_id
+from tests.integration.test_spark_compaction import ARROW, SCHEMA, ids, open_sleeper, rows
+
+pytestmark = pytest.mark.integration
+
+
+def _inputs(d, n_files: int = 3, n: int = 4000) -> pa.Table:
+    d.mkdir(parents=True, exist_ok=True)
+    parts = [rows(n, seed=i, first_id=i * 1_000_000) for i in range(n_files)]
+    for i, t in enumerate(parts):
+        pq.write_table(t, d / f"part-{i}.parquet")
+    return pa.concat_tables(parts)
+
+
+def test_bulk_import_commits_once_sorted_per_leaf_and_a_repeat_of_the_key_adds_nothing(tmp_path, pg_dsn):
+    data = _inputs(tmp_path / "raw" / "2026-01-02")
+    with open_sleeper(tmp_path / "home", pg_dsn) as s:
+        t = s.create_table("events", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "4"})
+        result = t.bulk_import([str(tmp_path / "raw" / "2026-01-02")], import_key="day-2026-01-02", run_id="r1")
+        assert result.status == "committed", result
+        assert result.records == 12_000 and result.files_read == 3 and result.presplits == 3
+        state = t.state()
+        leaves = [p for p in state.partitions.values() if p.is_leaf]
+        assert len(leaves) == 4, "pre-split from the sample to the minimum leaf count"
+        assert {r.partition_id for r in state.references.values()} <= {p.id for p in leaves}
+        assert len(state.references) == len(result.files_written) <= 4
+        for r in state.references.values():  # one sorted file per leaf, with its sketches
+            f = pq.read_table(s.objects.path(r.filename))
+            keys = list(zip(f.column("key").to_pylist(), f.column("ts").to_pylist()))
+            assert keys == sorted(keys) and f.num_rows == r.record_count
+            assert s.objects.head(r.filename.replace(".parquet", ".sketches")) is not None
+        assert ids(t) == Counter(data.column("id").to_pylist())
+        (job,) = t.jobs(kind="bulk_import")
+        assert job.job_id == import_job_id(t.info, "day-2026-01-02")
+        assert (job.status, job.rows_written, job.run_id) == ("committed", 12_000, "r1")
+
+        again = t.bulk_import([str(tmp_path / "raw" / "2026-01-02")], import_key="day-2026-01-02")
+        assert again.status == "already imported" and again.records == 0
+        assert ids(t) == Counter(data.column("id").to_pylist())  # 12,000 records, each once
+        assert sum(ids(t).values()) == 12_000
+
+
+def test_bulk_import_of_a_missing_source_imports_nothing_and_names_it(tmp_path, pg_dsn):
+    from sleeper_ops.errors import IngestError
+
+    with open_sleeper(tmp_path / "home", pg_dsn) as s:
+        t = s.create_table("events", SCHEMA)
+        with pytest.raises(IngestError, match="no input files"):
+            t.bulk_import([str(tmp_path / "nothing-here")])
+        assert t.state().files == {} and ARROW is not None
