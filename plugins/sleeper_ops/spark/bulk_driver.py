@@ -23,15 +23,28 @@ from typing import Any, Optional, Sequence
 from sleeper_ops.bulk_import.job import BulkImportResult, ImportPlan, LeafOutput, Runner, bulk_import
 from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.io.storage import ObjectStore
-from sleeper_ops.spark.bulk_executor import LEAF_COLUMN, read_and_tag, write_leaves
+from sleeper_ops.spark.bulk_executor import LEAF_COLUMN, merge_runs, read_and_tag, sort_runs, write_leaves
 from sleeper_ops.spark.executor import table_to_dict
 from statestore.errors import SleeperError
 
 logger = logging.getLogger(__name__)
 
 
-def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536) -> Runner:
-    """The bulk import ``run`` on ``spark`` (see the module docstring)."""
+SHUFFLES = ("runs", "spark")
+
+
+def run_prefix(table_id: str, job_id: str, attempt: int) -> str:
+    """Where an attempt's sorted runs go (outside the data prefix the orphan sweep
+    scans; removed by the driver when the attempt ends, and by the next attempt)."""
+    return f"{table_id}/bulk-import-runs/{job_id}-a{attempt}"
+
+
+def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536, shuffle: str = "runs") -> Runner:
+    """The bulk import ``run`` on ``spark`` (see the module docstring); ``shuffle`` is
+    how each leaf's rows meet in one task: ``runs`` (sorted run files, only their names
+    shuffled) or ``spark`` (Spark shuffles the rows)."""
+    if shuffle not in SHUFFLES:
+        raise ValueError(f"shuffle must be one of {SHUFFLES}, got {shuffle!r}")
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import IntegerType, StructField
 
@@ -46,6 +59,17 @@ def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536) 
         sc.setJobDescription(f"sleeper bulk import into {plan.table.name}: {len(plan.files)} files")
         paths = spark.createDataFrame([(f,) for f in plan.files], "path string")
         paths = paths.repartition(max(1, min(len(plan.files), sc.defaultParallelism * 2)))
+        if shuffle == "runs":
+            prefix = run_prefix(plan.table.table_id, plan.job_id, plan.attempt)
+            context["run_prefix"] = prefix
+            try:
+                runs = paths.mapInArrow(functools.partial(sort_runs, context), "leaf string, run string, rows long")
+                merged = runs.repartition(max(1, len(leaves)), "leaf").mapInArrow(
+                    functools.partial(merge_runs, context), "leaf string, key string, records long").collect()
+            finally:
+                for o in list(objects.list(prefix)):
+                    objects.delete(o.key)
+            return [LeafOutput(r["leaf"], r["key"], int(r["records"])) for r in merged]
         tagged = paths.mapInArrow(functools.partial(read_and_tag, context), tagged_type)
         by_leaf = tagged.repartition(max(1, len(leaves)), LEAF_COLUMN)
         written = by_leaf.mapInArrow(functools.partial(write_leaves, context),
@@ -66,6 +90,8 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--import-key", default=None, help="imports of the same key add their records once")
     p.add_argument("--run-id", default=None)
     p.add_argument("--results-file", default=None, help="where to write the result (JSON)")
+    p.add_argument("--shuffle", choices=SHUFFLES, default="runs",
+                   help="how each leaf's rows meet in one task: sorted run files (default) or Spark's shuffle")
     return p.parse_args(argv)
 
 
@@ -85,9 +111,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         started = time.perf_counter()
         try:
             table = sleeper.state_store.get_table(args.table)
-            result = bulk_import(sleeper.state_store, sleeper.objects, table, args.source,
-                                 run=spark_runner(spark, sleeper.objects), import_key=args.import_key,
-                                 run_id=args.run_id, s3=sleeper.s3)
+            run = spark_runner(spark, sleeper.objects, shuffle=args.shuffle)
+            result = bulk_import(sleeper.state_store, sleeper.objects, table, args.source, run=run,
+                                 import_key=args.import_key, run_id=args.run_id, s3=sleeper.s3)
             outcome = {"result": asdict(result), "error": None}
         except SleeperError as e:
             logger.error("%s", e)

@@ -1,7 +1,16 @@
 """Code that runs on the Spark executors for a bulk import (no pyspark import: pickled by
 reference and imported on the executors' Python).
 
-Two ``mapInArrow`` stages (see :mod:`sleeper_ops.spark.bulk_driver`):
+Two ways to make each leaf's rows meet in one task (see :mod:`sleeper_ops.spark.bulk_driver`
+and docs/adr/0004-bulk-import-shuffle.md):
+
+``runs`` (the default): :func:`sort_runs` reads input files through pyarrow, splits the
+rows by leaf, sorts each leaf's rows in Arrow and writes them as a sorted run file under
+the job's run prefix in the object store, yielding ``(leaf, run, rows)``; Spark then
+repartitions those small rows by leaf, and :func:`merge_runs` merges each leaf's runs
+(DataFusion, streaming) into the leaf's file. Only file names cross the JVM.
+
+``spark``: two ``mapInArrow`` stages with Spark's own shuffle of the rows:
 
 * :func:`read_and_tag` reads input files through pyarrow (so S3 needs no Hadoop jars)
   and appends each row's leaf partition as the column ``__leaf`` (an index into the
@@ -14,13 +23,16 @@ Two ``mapInArrow`` stages (see :mod:`sleeper_ops.spark.bulk_driver`):
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from sleeper_ops.engine.leaves import leaf_indices
+from sleeper_ops.engine.merge import merge_sorted
 from sleeper_ops.io.arrow_schema import arrow_schema, sort_keys
 from sleeper_ops.io.datafile import ParquetSettings, write_data_file
 from sleeper_ops.io.inputs import read_batches
@@ -30,6 +42,9 @@ from statestore.partitions import Partition, PartitionTree
 
 LEAF_COLUMN = "__leaf"
 RESULT_SCHEMA = pa.schema([("leaf", pa.string()), ("key", pa.string()), ("records", pa.int64())])
+RUN_SCHEMA = pa.schema([("leaf", pa.string()), ("run", pa.string()), ("rows", pa.int64())])
+#: rows a task gathers before it writes its runs (one run per leaf per flush)
+RUN_ROWS = 2_000_000
 
 
 def _context(context: Mapping[str, Any]) -> tuple[Any, ObjectStore, PartitionTree, list[str], S3Options | None]:
@@ -76,4 +91,60 @@ def write_leaves(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) 
         key = context["output_keys"][leaves[leaf]]
         written = write_data_file(objects, key, table.schema, data, settings)
         yield pa.RecordBatch.from_pydict({"leaf": [leaves[leaf]], "key": [key], "records": [written.record_count]},
+                                         schema=RESULT_SCHEMA)
+
+
+def sort_runs(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Read this task's input files (column ``path``), gather up to :data:`RUN_ROWS`
+    rows, then write one sorted run per leaf under ``context["run_prefix"]``; yield
+    ``(leaf, run, rows)`` per run. A retried task writes the same run names again."""
+    table, objects, tree, _, s3 = _context(context)
+    schema = arrow_schema(table.schema)
+    pending: list[pa.RecordBatch] = []
+    rows = flushes = 0
+    task = None
+
+    def flush() -> Iterator[pa.RecordBatch]:
+        nonlocal pending, rows, flushes
+        data = pa.Table.from_batches(pending, schema=schema).combine_chunks()
+        out_leaf, out_run, out_rows = [], [], []
+        for leaf, idx in leaf_indices(data, tree):
+            part = data if idx is None else data.take(pa.array(idx))
+            part = part.take(pc.sort_indices(part, sort_keys=sort_keys(table.schema)))
+            run = f"{context['run_prefix']}/{task}-{flushes}-{leaf.id}.parquet"
+            with objects.open_output(run) as f:
+                pq.write_table(part, f, compression="none", use_dictionary=False, row_group_size=65_536)
+            out_leaf.append(leaf.id)
+            out_run.append(run)
+            out_rows.append(part.num_rows)
+        pending, rows, flushes = [], 0, flushes + 1
+        yield pa.RecordBatch.from_pydict({"leaf": out_leaf, "run": out_run, "rows": out_rows}, schema=RUN_SCHEMA)
+
+    for paths in batches:
+        for path in paths.column("path").to_pylist():
+            task = task or hashlib.sha256(path.encode()).hexdigest()[:16]  # stable across retries of the task
+            for b in read_batches(path, table.schema, s3, batch_rows=context.get("batch_rows", 65_536)):
+                pending.append(b)
+                rows += b.num_rows
+                if rows >= RUN_ROWS:
+                    yield from flush()
+    if rows:
+        yield from flush()
+
+
+def merge_runs(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Merge each leaf's sorted runs (rows ``(leaf, run, rows)`` of this task) into the
+    leaf's file under the key the plan names; yield ``(leaf, key, records)`` per file."""
+    table, objects, _, _, _ = _context(context)
+    runs: dict[str, list[str]] = {}
+    for b in batches:
+        for leaf, run in zip(b.column("leaf").to_pylist(), b.column("run").to_pylist()):
+            runs.setdefault(leaf, []).append(run)
+    settings = ParquetSettings.of(table)
+    for leaf, keys in sorted(runs.items()):
+        paths, store, url = objects.datafusion_paths(sorted(keys))
+        key = context["output_keys"][leaf]
+        written = write_data_file(objects, key, table.schema,
+                                  merge_sorted(paths, table.schema, object_store=store, store_url=url), settings)
+        yield pa.RecordBatch.from_pydict({"leaf": [leaf], "key": [key], "records": [written.record_count]},
                                          schema=RESULT_SCHEMA)

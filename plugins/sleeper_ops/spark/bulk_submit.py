@@ -36,7 +36,7 @@ class BulkImportError(IngestError):
 def submit_bulk_import(config: SleeperConfig, table: TableInfo, sources: Sequence[str], *,
                        import_key: Optional[str] = None, run_id: Optional[str] = None,
                        conf: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
-                       spark_submit: Optional[str] = None) -> BulkImportResult:
+                       spark_submit: Optional[str] = None, shuffle: str = "runs") -> BulkImportResult:
     """Run one bulk import of ``sources`` into ``table`` on Spark and return its result
     (``seconds`` is the time inside the job; ``submit_seconds`` in the log line
     includes spark-submit's start).
@@ -54,7 +54,7 @@ def submit_bulk_import(config: SleeperConfig, table: TableInfo, sources: Sequenc
         config_file, results_file = os.path.join(tmp, "sleeper.toml"), os.path.join(tmp, "result.json")
         write_config_file(config_file, config)
         app_args = ["--config-file", config_file, "--table", table.name, "--import-key", key,
-                    "--results-file", results_file]
+                    "--results-file", results_file, "--shuffle", shuffle]
         for source in sources:
             app_args += ["--source", source]
         if run_id is not None:
