@@ -60,3 +60,53 @@ def test_bulk_import_of_a_missing_source_imports_nothing_and_names_it(tmp_path, 
         with pytest.raises(IngestError, match="no input files"):
             t.bulk_import([str(tmp_path / "nothing-here")])
         assert t.state().files == {} and ARROW is not None
+
+
+def test_a_bulk_import_killed_mid_write_imports_once_on_retry_and_leaves_no_partial_files(tmp_path, pg_dsn):
+    """Issue 10: spark-submit SIGKILLed while its tasks write; the retry of the same import
+    key imports every record once, and removes what the killed attempt left."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    from sleeper_ops.maintenance.gc import sweep_orphans
+    from sleeper_ops.spark.bulk_submit import BulkImportError
+
+    src = tmp_path / "raw"
+    data = _inputs(src, n_files=8, n=150_000)
+    with open_sleeper(tmp_path / "home", pg_dsn) as s:
+        t = s.create_table("events", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "4"})
+        errors: list[BaseException] = []
+
+        def doomed() -> None:
+            try:
+                t.bulk_import([str(src)], import_key="k")
+            except BaseException as e:
+                errors.append(e)
+
+        worker = threading.Thread(target=doomed)
+        worker.start()
+        deadline = time.monotonic() + 120
+        while not any(True for _ in s.objects.list(f"{t.info.table_id}/bulk-import-runs")):
+            assert time.monotonic() < deadline and worker.is_alive(), "the import never started writing"
+            time.sleep(0.05)
+        for child in psutil.Process().children(recursive=True):  # spark-submit leads its own process group
+            if any("bulk_import.py" in part for part in child.cmdline()) and child.pid == os.getpgid(child.pid):
+                os.killpg(child.pid, signal.SIGKILL)
+        worker.join(120)
+        assert errors and isinstance(errors[0], BulkImportError), errors
+        assert t.state().files == {}, "nothing was committed"
+        (killed,) = t.jobs(kind="bulk_import")
+        assert killed.status in ("started", "failed") and killed.outputs
+
+        again = t.bulk_import([str(src)], import_key="k")
+        assert again.status == "committed" and again.records == 1_200_000
+        assert ids(t) == Counter(data.column("id").to_pylist())  # 1,200,000 records, each once
+        assert not list(s.objects.list(f"{t.info.table_id}/bulk-import-runs")), "the killed attempt's runs are gone"
+        tracked = set(t.state().files)
+        left = {o.key.replace(".sketches", ".parquet") for o in s.objects.list(f"{t.info.table_id}/data")}
+        assert left == tracked, f"partial files left: {sorted(left - tracked)}"
+        assert sweep_orphans(s.state_store, s.objects, t.info, grace_minutes=0) == []

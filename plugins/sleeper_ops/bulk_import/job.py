@@ -111,6 +111,19 @@ def output_key(table_id: str, leaf_id: str, job_id: str, attempt: int) -> str:
     return f"{table_id}/data/partition_{leaf_id}/{job_id}-a{attempt}.parquet"
 
 
+def scratch_prefix(table_id: str, job_id: str, attempt: int) -> str:
+    """Where an attempt may keep intermediate files (the Spark runner's sorted runs):
+    outside the data prefix the orphan sweep scans. The runner removes it when the
+    attempt ends; a later attempt of the job removes its predecessors'."""
+    return f"{table_id}/bulk-import-runs/{job_id}-a{attempt}"
+
+
+def _delete_scratch(objects: ObjectStore, table_id: str, job_id: str, attempts: int) -> None:
+    for a in range(1, attempts + 1):
+        for o in list(objects.list(scratch_prefix(table_id, job_id, a))):
+            objects.delete(o.key)
+
+
 def _delete(objects: ObjectStore, keys: Sequence[str]) -> None:
     for k in keys:
         objects.delete(k)
@@ -150,8 +163,9 @@ def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo,
         result.status = "already imported" if now is not None and now.status == "committed" else "failed"
         result.reason = None if result.status != "failed" else "another attempt of this import key took over"
         return result
-    if stored is not None and stored.outputs:
-        _delete(objects, list(stored.outputs))  # the superseded attempt's files: it can no longer commit
+    if stored is not None:  # the superseded attempts' files: they can no longer commit
+        _delete(objects, list(stored.outputs))
+        _delete_scratch(objects, table.table_id, job_id, attempt - 1)
     plan = ImportPlan(table, job_id, attempt, tuple(files), partitions, keys)
     try:
         outputs = list(run(plan))

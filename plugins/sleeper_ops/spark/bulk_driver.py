@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict
 from typing import Any, Optional, Sequence
 
-from sleeper_ops.bulk_import.job import BulkImportResult, ImportPlan, LeafOutput, Runner, bulk_import
+from sleeper_ops.bulk_import.job import BulkImportResult, ImportPlan, LeafOutput, Runner, bulk_import, scratch_prefix
 from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.spark.bulk_executor import LEAF_COLUMN, merge_runs, read_and_tag, sort_runs, write_leaves
@@ -31,12 +31,6 @@ logger = logging.getLogger(__name__)
 
 
 SHUFFLES = ("runs", "spark")
-
-
-def run_prefix(table_id: str, job_id: str, attempt: int) -> str:
-    """Where an attempt's sorted runs go (outside the data prefix the orphan sweep
-    scans; removed by the driver when the attempt ends, and by the next attempt)."""
-    return f"{table_id}/bulk-import-runs/{job_id}-a{attempt}"
 
 
 def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536, shuffle: str = "runs") -> Runner:
@@ -60,7 +54,7 @@ def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536, 
         paths = spark.createDataFrame([(f,) for f in plan.files], "path string")
         paths = paths.repartition(max(1, min(len(plan.files), sc.defaultParallelism * 2)))
         if shuffle == "runs":
-            prefix = run_prefix(plan.table.table_id, plan.job_id, plan.attempt)
+            prefix = scratch_prefix(plan.table.table_id, plan.job_id, plan.attempt)
             context["run_prefix"] = prefix
             try:
                 runs = paths.mapInArrow(functools.partial(sort_runs, context), "leaf string, run string, rows long")
