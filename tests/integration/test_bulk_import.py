@@ -11,7 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from sleeper_ops.bulk_import.job import import_job_id
-from tests.integration.test_spark_compaction import ARROW, SCHEMA, ids, open_sleeper, rows
+from tests.integration import test_spark_compaction as spark_tests
+from tests.integration.test_spark_compaction import ARROW, BUCKET, SCHEMA, ids, open_sleeper, rows
+
+moto_endpoint = spark_tests.moto_endpoint  # the fixture: a moto S3 server on 127.0.0.1 with the bucket
 
 pytestmark = pytest.mark.integration
 
@@ -110,3 +113,28 @@ def test_a_bulk_import_killed_mid_write_imports_once_on_retry_and_leaves_no_part
         left = {o.key.replace(".sketches", ".parquet") for o in s.objects.list(f"{t.info.table_id}/data")}
         assert left == tracked, f"partial files left: {sorted(left - tracked)}"
         assert sweep_orphans(s.state_store, s.objects, t.info, grace_minutes=0) == []
+
+
+def test_bulk_import_from_s3_parquet_into_a_table_on_s3(tmp_path, pg_dsn, moto_endpoint):
+    """Sources as an ``s3://`` prefix and a glob, read by the executors through pyarrow
+    with the configuration's endpoint and credentials (no Hadoop jars); the files land
+    on S3 too."""
+    import io
+
+    endpoint, client = moto_endpoint
+    parts = [rows(3000, seed=i, first_id=i * 1_000_000) for i in range(4)]
+    for i, part in enumerate(parts):
+        buf = io.BytesIO()
+        pq.write_table(part, buf)
+        client.put_object(Bucket=BUCKET, Key=f"raw/2026-01-0{1 + i // 2}/part-{i}.parquet", Body=buf.getvalue())
+    store = {"uri": f"s3://{BUCKET}/tables", "endpoint_override": endpoint, "scheme": "http",
+             "region": "us-east-1", "access_key": "test", "secret_key": "test"}
+    with open_sleeper(tmp_path / "home", pg_dsn, store, toml=False) as s:
+        t = s.create_table("events", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "2"})
+        r = t.bulk_import([f"s3://{BUCKET}/raw/2026-01-01/", f"s3://{BUCKET}/raw/2026-01-02/*.parquet"],
+                          import_key="two-days")
+        assert r.status == "committed" and r.files_read == 4 and r.records == 12_000, r
+        keys = {o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="tables/").get("Contents", [])}
+        assert all(f"tables/{f}" in keys for f in t.state().files), "outputs are on S3"
+        assert not [k for k in keys if "/bulk-import-runs/" in k], "no runs left behind"
+        assert ids(t) == Counter(pa.concat_tables(parts).column("id").to_pylist())
