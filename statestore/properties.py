@@ -16,7 +16,7 @@ from statestore.errors import PropertyError
 
 _SIZE_RE = re.compile(r"^([0-9]+)([KMGT]?)$", re.IGNORECASE)
 _SIZE_MULT = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush")
+OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush", "bulk_import")
 CRON_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "none")
 
 
@@ -56,6 +56,11 @@ def _at_least(floor: int, why: str) -> Callable[[str], None]:
         if int(v) < floor:
             raise ValueError(f"must be at least {floor}: {why}")
     return check
+
+
+def _non_empty(v: str) -> None:
+    if not v.strip():
+        raise ValueError("expected a non-empty value")
 
 
 def _choice(*options: str) -> Callable[[str], None]:
@@ -144,6 +149,9 @@ _DEFS = [
     PropertyDef("sleeper.table.iterator.aggregation", None, "Aggregation iterator: sum(f1),max(f2),...", _aggregation),
     PropertyDef("sleeper.table.iterator.python", None,
                 "User iterator: module.path:function taking and returning an Arrow record batch.", _callable_path),
+    PropertyDef("sleeper.table.bulk.import.source", None,
+                "Where the table's dated bulk import DAG reads: a template on the run's data interval, e.g. "
+                "s3://raw/events/{{ data_interval_start | ds }}/ (several separated by commas).", _non_empty),
     PropertyDef("sleeper.table.bulk.import.min.leaf.partitions", "64",
                 "A bulk import into a table with fewer leaf partitions splits it first, from a sample of the input.",
                 _positive_int),
@@ -155,7 +163,7 @@ _DEFS = [
                 "Send a job below the minimum size once its oldest request is this old.", _positive_int),
 ]
 _DEFAULT_SCHEDULES = {"split": "*/10 * * * *", "compaction": "*/5 * * * *", "gc": "*/15 * * * *",
-                      "ingest_batcher": "* * * * *", "flush": "* * * * *"}
+                      "ingest_batcher": "* * * * *", "flush": "* * * * *", "bulk_import": "@daily"}
 for _op in OPERATIONS:
     _DEFS.append(PropertyDef(f"sleeper.table.schedule.{_op}", _DEFAULT_SCHEDULES[_op],
                              f"Airflow schedule of the {_op} DAG (cron or preset, 'none' for manual only).", _schedule))

@@ -5,8 +5,8 @@ fixed at import, so every scenario gets a fresh interpreter with its own environ
         Parse the folder with a DagBag; print one JSON line: the DAGs (id, schedule,
         params, tags, tasks), import errors, parse seconds and how many catalog
         (list_tables) queries were made.
-    python dag_runner.py test DAGS_FOLDER '[{"dag_id": ..., "conf": {...}}, ...]'
-        Run each DAG with dag.test() in turn; print "=== RUN i ===" before each run's
+    python dag_runner.py test DAGS_FOLDER '[{"dag_id": ..., "conf": {...}, "logical_date": ISO}, ...]'
+        Run each DAG with dag.test() in turn (at ``logical_date`` when given); print "=== RUN i ===" before each run's
         log and one JSON line at the end: each run's state and task states.
     A line "RESULT <json>" carries the answer; everything else is Airflow's log.
 """
@@ -40,6 +40,8 @@ def _describe(dag) -> dict:  # type: ignore[no-untyped-def]
         "params": {k: dag.params[k] for k in dag.params},
         "tags": sorted(dag.tags),
         "max_active_runs": dag.max_active_runs,
+        "allowed_run_types": sorted(str(getattr(t, "value", t)) for t in dag.allowed_run_types)
+        if getattr(dag, "allowed_run_types", None) else None,
         "paused_on_creation": dag.is_paused_upon_creation,
         "tasks": {t.task_id: {"type": type(t).__name__, "downstream": sorted(t.downstream_task_ids),
                               "setup": t.is_setup, "teardown": t.is_teardown, "pool": t.pool}
@@ -70,7 +72,12 @@ def test(folder: str, runs: list[dict]) -> list[dict]:
     for i, run in enumerate(runs):
         print(f"=== RUN {i} ===", flush=True)
         dag = bag.dags[run["dag_id"]]
-        dr = dag.test(run_conf=run.get("conf"))
+        kwargs = {}
+        if run.get("logical_date"):
+            from datetime import datetime
+
+            kwargs["logical_date"] = datetime.fromisoformat(run["logical_date"])
+        dr = dag.test(run_conf=run.get("conf"), **kwargs)
         out.append({"dag_id": run["dag_id"], "state": str(dr.state),
                     "tasks": {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}})
         print(f"=== END {i} ===", flush=True)

@@ -32,6 +32,7 @@ DAGS = REPO / "dags"
 RUNNER = Path(__file__).with_name("dag_runner.py")
 BIN = Path(sys.executable).parent
 OPERATIONS = ("split", "compaction", "gc", "ingest_batcher")
+OPTIONAL_OPERATIONS = ("bulk_import",)  # a DAG only for tables with a bulk import source
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
           "sortKeyFields": [{"name": "ts", "type": "LongType"}],
@@ -229,7 +230,8 @@ def test_an_unreachable_catalog_breaks_only_the_sleeper_dag_files(sleeper_home: 
     result = parse_dags(sleeper_home, folder,
                         SLEEPER_STATE_STORE_DSN=f"postgresql://nobody@/sleeper?host={tmp_path / 'no-server'}")
     assert list(result["dags"]) == ["someone_elses_dag"]
-    assert sorted(Path(f).name for f in result["import_errors"]) == sorted(f"sleeper_{op}.py" for op in OPERATIONS)
+    assert sorted(Path(f).name for f in result["import_errors"]) == sorted(
+        f"sleeper_{op}.py" for op in (*OPERATIONS, *OPTIONAL_OPERATIONS))
     assert all("state store" in e for e in result["import_errors"].values())
 
 
@@ -410,3 +412,42 @@ def test_a_failed_compaction_run_fails_and_still_releases_its_lease(sleeper: Sle
     assert "1 failed" in runs.logs[0]
     assert sleeper.state_store.get_lease(lease_name(table.info.table_id, "compaction")) is None
     assert sorted(j.status for j in table.jobs(kind="compaction")) == ["committed", "failed"]
+
+
+# ----- bulk import: dated, backfillable -----------------------------------------------------------
+def test_bulk_import_dag_imports_the_runs_date_once_however_often_it_runs(sleeper: Sleeper, sleeper_home: Path,
+                                                                          airflow_home: Path, tmp_path: Path) -> None:
+    """Issue 10: a table with ``sleeper.table.bulk.import.source`` gets a dated bulk import
+    DAG; a run reads the source rendered on its data interval, keyed by the table id and
+    the interval's start, so running the same date again adds nothing. The maintenance
+    DAGs refuse backfills."""
+    raw = tmp_path / "raw"
+    days = {}
+    for i, day in enumerate(["2026-01-01", "2026-01-02"]):
+        (raw / day).mkdir(parents=True)
+        days[day] = _rows(3000, seed=i)
+        pq.write_table(days[day], raw / day / "events.parquet")
+    table = sleeper.create_table("events", SCHEMA, properties={
+        "sleeper.table.bulk.import.source": f"{raw}/{{{{ data_interval_start | ds }}}}/",
+        "sleeper.table.bulk.import.min.leaf.partitions": "2"})
+    sleeper.create_table("plain", SCHEMA)
+    parsed = parse_dags(sleeper_home)
+    assert "sleeper_events_bulk_import" in parsed["dags"] and "sleeper_plain_bulk_import" not in parsed["dags"]
+    assert parsed["dags"]["sleeper_events_bulk_import"]["schedule"] == "CronDataIntervalTimetable"
+    assert parsed["dags"]["sleeper_events_bulk_import"]["max_active_runs"] == 1
+    assert parsed["dags"]["sleeper_events_bulk_import"]["allowed_run_types"] is None  # backfills welcome
+    for op in ("split", "compaction", "gc", "ingest_batcher"):
+        assert "backfill" not in parsed["dags"][f"sleeper_events_{op}"]["allowed_run_types"], op
+
+    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_bulk_import",
+                                                 "logical_date": "2026-01-02T00:00:00+00:00"},
+                    {"dag_id": "sleeper_events_bulk_import", "logical_date": "2026-01-02T00:00:00+00:00"})
+    assert [r["state"] for r in runs.results] == ["success", "success"], runs.logs
+    imported = [day for day in days if f"/raw/{day}/" in runs.logs[0] or f"raw/{day}" in runs.logs[0]]
+    assert len(imported) == 1, f"one date's source was read: {imported}"
+    assert "already imported" in runs.logs[1]
+    got = table.query(ranges=[("", None)])
+    assert got.num_rows == 3000  # that day's records, once
+    assert sorted(got.column("value").to_pylist()) == sorted(days[imported[0]].column("value").to_pylist())
+    (job,) = table.jobs(kind="bulk_import")
+    assert job.status == "committed" and job.run_id.startswith("sleeper_events_bulk_import/")

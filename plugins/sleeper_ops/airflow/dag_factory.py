@@ -8,7 +8,18 @@ For every table in the catalog that gives a DAG ``sleeper_<table>_<operation>``:
 ``compaction``         ``create_jobs`` -> ``run_local`` | ``run_spark`` -> ``report``
 ``gc``                 ``gc`` (one task); param ``dry_run``
 ``ingest_batcher``     ``ingest_batcher`` (one task)
+``bulk_import``        ``bulk_import`` (one task), only for tables whose property
+                       ``sleeper.table.bulk.import.source`` is set
 =====================  =============================================================
+
+The ``bulk_import`` DAG is dated: its timetable is a data-interval cron
+(``CronDataIntervalTimetable``, from ``sleeper.table.schedule.bulk_import``, default
+``@daily``), its source is the property rendered on the run's data interval (e.g.
+``s3://raw/events/{{ data_interval_start | ds }}/``) and its import key is the table id
+plus the interval's start, so a retried, repeated or reprocessed date imports once.
+Runs queue behind each other (one active run and task instance at a time) and never
+skip; Airflow's own backfill (``airflow backfill create``, ``POST /api/v2/backfills``)
+fills past dates. The maintenance DAGs refuse backfill runs (``allowed_run_types``).
 
 Schedules come from the table property ``sleeper.table.schedule.<operation>`` (a cron
 expression or preset; ``none``: manual runs only). The compaction DAG's ``create_jobs``
@@ -50,6 +61,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OPERATIONS = ("split", "compaction", "gc", "ingest_batcher")
+#: Operations with a DAG only for some tables (see :func:`has_dag`).
+OPTIONAL_OPERATIONS = ("bulk_import",)
+BULK_IMPORT_SOURCE = "sleeper.table.bulk.import.source"
 DAG_ID_PREFIX = "sleeper_"
 #: Tags every Sleeper DAG carries (plus the operation and ``table:<name>``).
 TAG = "sleeper"
@@ -75,6 +89,11 @@ def table_name_of(dag_id: str, operation: str) -> Optional[str]:
     if dag_id.startswith(DAG_ID_PREFIX) and dag_id.endswith(suffix) and len(dag_id) > len(DAG_ID_PREFIX + suffix):
         return dag_id[len(DAG_ID_PREFIX):-len(suffix)]
     return None
+
+
+def has_dag(table: TableInfo, operation: str) -> bool:
+    """Whether ``table`` has a DAG of ``operation`` (bulk import: when its source is set)."""
+    return operation != "bulk_import" or bool(table.get(BULK_IMPORT_SOURCE))
 
 
 def schedule_of(table: TableInfo, operation: str) -> Optional[str]:
@@ -119,8 +138,9 @@ def build_dags(operation: str, *, home: Optional[Path] = None) -> dict[str, DAG]
 
     When Airflow's parsing context names a DAG (a task is running), builds only that one
     (or none if it is not one of this operation's)."""
-    if operation not in OPERATIONS:
-        raise ValueError(f"unknown operation {operation!r}: expected one of {', '.join(OPERATIONS)}")
+    if operation not in OPERATIONS + OPTIONAL_OPERATIONS:
+        raise ValueError(f"unknown operation {operation!r}: expected one of "
+                         f"{', '.join(OPERATIONS + OPTIONAL_OPERATIONS)}")
     from airflow.sdk import get_parsing_context
 
     wanted = get_parsing_context().dag_id
@@ -137,7 +157,7 @@ def build_dags(operation: str, *, home: Optional[Path] = None) -> dict[str, DAG]
             return {}
     dags = {}
     for table in read_catalog(home):
-        if only_table is not None and table.name != only_table:
+        if (only_table is not None and table.name != only_table) or not has_dag(table, operation):
             continue
         dag_id = dag_id_for(table.name, operation)
         if not _valid_dag_id(dag_id):
@@ -151,6 +171,8 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
     """The DAG of one operation of one table (see the module docstring)."""
     from airflow.sdk import DAG, Param
 
+    if operation == "bulk_import":
+        return _bulk_import_dag(table)
     params: dict[str, Any] = {}
     if operation == "gc":
         params["dry_run"] = Param(False, type="boolean", description="Only list the files GC would delete.")
@@ -165,6 +187,7 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
         catchup=False,
         max_active_runs=1,
         is_paused_upon_creation=False,
+        allowed_run_types=MAINTENANCE_RUN_TYPES,  # type: ignore[arg-type]  # the converter takes the values
         params=params,
         tags=[TAG, operation, f"table:{table.name}"],
         doc_md=f"Sleeper **{operation}** of table `{table.name}` (id `{table.table_id}`). "
@@ -176,6 +199,39 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
         _compaction_tasks(dag, table)
     else:
         _one_task(dag, table, operation)
+    return dag
+
+
+#: maintenance runs now, on state as it is: a backfill of past dates means nothing to them
+MAINTENANCE_RUN_TYPES = ("scheduled", "manual", "asset_triggered", "operator_triggered")
+
+
+def _bulk_import_dag(table: TableInfo) -> DAG:
+    from airflow.sdk import DAG
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    from sleeper_ops.airflow import operators as ops
+
+    cron = schedule_of(table, "bulk_import") or "@daily"
+    dag = DAG(
+        dag_id_for(table.name, "bulk_import"),
+        schedule=CronDataIntervalTimetable(cron, timezone="UTC"),
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        is_paused_upon_creation=False,
+        tags=[TAG, "bulk_import", f"table:{table.name}"],
+        doc_md=f"Sleeper **bulk import** of table `{table.name}` (id `{table.table_id}`), one run per data "
+               f"interval of `{cron}` (property `sleeper.table.schedule.bulk_import`), from "
+               f"`{table.get(BULK_IMPORT_SOURCE)}` (property `{BULK_IMPORT_SOURCE}`) rendered on the interval. "
+               "The import key is the table id and the interval's start: a date imports once however often it "
+               "runs. Backfill past dates with Airflow's backfill.",
+        default_args={"owner": "sleeper", "retries": 2},
+    )
+    ops.SleeperBulkImportOperator(
+        task_id="bulk_import", dag=dag, table=table.name, source=str(table.get(BULK_IMPORT_SOURCE)),
+        import_key=f"{table.table_id}/{{{{ data_interval_start.isoformat() }}}}", max_active_tis_per_dag=1,
+        pool=SPARK_POOL)
     return dag
 
 

@@ -97,6 +97,42 @@ class SleeperIngestOperator(SleeperOperator):
         return {"records": result.records, "files": [f.filename for f in result.files], "seconds": result.seconds}
 
 
+class SleeperBulkImportOperator(SleeperOperator):
+    """Bulk import ``source`` into the table on Spark, in one commit
+    (:meth:`sleeper_ops.api.Table.bulk_import`): files, directories or globs, local or
+    ``s3://``. Imports of the same ``import_key`` add their records once, so a retried
+    task or a reprocessed date adds nothing twice; an import key already committed
+    succeeds with nothing added. Spark runs on the configuration's ``[spark] master``
+    (the ``sleeper`` connection's extra ``spark_master`` when set).
+
+    Args:
+        source: a source or a list of them (templated; one string may hold several
+            separated by commas).
+        import_key: the import's key (templated); default a fresh one per run of the task.
+    """
+
+    template_fields: Sequence[str] = ("table", "source", "import_key")
+    ui_color = "#fde68a"
+
+    def __init__(self, *, source: Union[str, Sequence[str]], import_key: Optional[str] = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source = source
+        self.import_key = import_key
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        sources = [s.strip() for s in self.source.split(",")] if isinstance(self.source, str) else list(self.source)
+        sources = [s for s in sources if s]
+        if not sources:
+            raise ConfigError(f"nothing to bulk import into {self.table}: no source given")
+        run_id = tasks.run_label(context)
+        with self.hook.get_conn() as sleeper:
+            result = sleeper.table(self.table).bulk_import(sources, import_key=self.import_key or None, run_id=run_id)
+        log.info("%s", result.summary())
+        return {"status": result.status, "import_key": result.import_key, "records": result.records,
+                "files": result.files_written, "seconds": result.seconds}
+
+
 class SleeperSplitOperator(SleeperOperator):
     """Split the table's leaf partitions that are over the splitting threshold."""
 
