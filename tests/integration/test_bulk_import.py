@@ -9,6 +9,7 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import tomli_w
 
 from sleeper_ops.bulk_import.job import import_job_id
 from tests.integration import test_spark_compaction as spark_tests
@@ -138,3 +139,29 @@ def test_bulk_import_from_s3_parquet_into_a_table_on_s3(tmp_path, pg_dsn, moto_e
         assert all(f"tables/{f}" in keys for f in t.state().files), "outputs are on S3"
         assert not [k for k in keys if "/bulk-import-runs/" in k], "no runs left behind"
         assert ids(t) == Counter(pa.concat_tables(parts).column("id").to_pylist())
+
+
+@pytest.fixture
+def spark_cluster(tmp_path):
+    from tests.spark_cluster import standalone_cluster
+
+    yield from standalone_cluster(tmp_path / "spark")
+
+
+def test_bulk_import_on_a_spark_standalone_cluster(tmp_path, pg_dsn, spark_cluster):
+    """A real distributed engine: a standalone master and worker on 127.0.0.1, the job
+    submitted to ``spark://127.0.0.1:PORT``; every record once."""
+    data = _inputs(tmp_path / "raw", n_files=4, n=5000)
+    from sleeper_ops import Sleeper
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "sleeper.toml").write_text(tomli_w.dumps({
+        "object_store": {"uri": "data"}, "state_store": {"backend": "postgres", "dsn": pg_dsn},
+        "spark": {"master": spark_cluster}}))
+    with Sleeper(home=home) as s:
+        assert s.config is not None and s.config.spark_master == spark_cluster
+        t = s.create_table("events", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "4"})
+        r = t.bulk_import([str(tmp_path / "raw")], import_key="cluster")
+        assert r.status == "committed" and r.records == 20_000, r
+        assert ids(t) == Counter(data.column("id").to_pylist())
