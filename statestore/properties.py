@@ -157,6 +157,8 @@ _DEFS = [
                 _positive_int),
     PropertyDef("sleeper.table.ingest.batcher.job.min.size", "1G", "Smallest ingest batcher job (bytes).", _size),
     PropertyDef("sleeper.table.ingest.batcher.job.max.size", "5G", "Largest ingest batcher job (bytes).", _size),
+    PropertyDef("sleeper.table.ingest.batcher.bulk.import.min.size", "2G",
+                "Batcher jobs at least this big (bytes) run as a bulk import on Spark, not standard ingest.", _size),
     PropertyDef("sleeper.table.ingest.batcher.job.max.files", "100", "Most files in one ingest batcher job.",
                 _positive_int),
     PropertyDef("sleeper.table.ingest.batcher.job.max.age.seconds", "300",

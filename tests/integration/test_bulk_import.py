@@ -165,3 +165,22 @@ def test_bulk_import_on_a_spark_standalone_cluster(tmp_path, pg_dsn, spark_clust
         r = t.bulk_import([str(tmp_path / "raw")], import_key="cluster")
         assert r.status == "committed" and r.records == 20_000, r
         assert ids(t) == Counter(data.column("id").to_pylist())
+
+
+def test_the_ingest_batcher_sends_big_jobs_to_bulk_import_and_marks_their_requests_in_its_commit(tmp_path, pg_dsn):
+    from sleeper_ops.ingest.batcher import run_ingest_batcher, submit_ingest_requests
+
+    data = _inputs(tmp_path / "raw", n_files=3, n=2000)
+    with open_sleeper(tmp_path / "home", pg_dsn) as s:
+        t = s.create_table("events", SCHEMA, properties={
+            "sleeper.table.bulk.import.min.leaf.partitions": "2",
+            "sleeper.table.ingest.batcher.job.min.size": "1",
+            "sleeper.table.ingest.batcher.bulk.import.min.size": "1"})  # every job is "big"
+        submit_ingest_requests(s, "events", [str(p) for p in sorted((tmp_path / "raw").iterdir())])
+        report = run_ingest_batcher(s, "events")
+        assert [j.status for j in report.jobs] == ["committed"] and report.records == 6000, report.summary()
+        assert {r.status for r in s.state_store.list_ingest_requests(t.info.table_id)} == {"ingested"}
+        (bulk,) = t.jobs(kind="bulk_import")
+        assert bulk.status == "committed" and bulk.job_id == import_job_id(t.info, report.jobs[0].job_id)
+        assert ids(t) == Counter(data.column("id").to_pylist())  # 6,000 records, once
+        assert run_ingest_batcher(s, "events").jobs == []  # nothing left to ingest again

@@ -132,8 +132,11 @@ def _delete(objects: ObjectStore, keys: Sequence[str]) -> None:
 
 def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo, sources: Sequence[str], *,
                 run: Runner, import_key: Optional[str] = None, run_id: Optional[str] = None,
-                s3: Optional[S3Options] = None, min_leaves: Optional[int] = None) -> BulkImportResult:
-    """Import every file ``sources`` name (see the module docstring).
+                s3: Optional[S3Options] = None, min_leaves: Optional[int] = None,
+                ingest_job_id: Optional[str] = None) -> BulkImportResult:
+    """Import every file ``sources`` name (see the module docstring). With
+    ``ingest_job_id`` (the ingest batcher's job), the commit also marks the ingest
+    requests assigned to that job ``ingested``, or is refused if none is any more.
 
     Raises:
         IngestError: the sources name no readable input (nothing is done).
@@ -180,7 +183,7 @@ def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo,
     refs = tuple(FileReference(o.key, o.leaf_id, o.records) for o in outputs if o.records)
     done = rec.finished(records, records).committed()
     try:
-        state_store.commit(table.table_id, AddFiles(refs), job=done)
+        state_store.commit(table.table_id, AddFiles(refs), job=done, ingest_job_id=ingest_job_id)
     except BookkeepingError as e:
         _delete(objects, list(keys.values()))
         after = state_store.get_job(table.table_id, job_id)

@@ -8,7 +8,10 @@ absolute location and size.
 :func:`run_ingest_batcher` takes the table's pending requests, oldest first, and
 groups them (:func:`plan_ingest_jobs`) by the table's
 ``sleeper.table.ingest.batcher.job.min.size`` / ``.max.size`` / ``.max.files`` /
-``.max.age.seconds``. Each group is assigned to a fresh job atomically (a group
+``.max.age.seconds``. A job of at least ``sleeper.table.ingest.batcher.bulk.import.min.size``
+bytes runs as a bulk import on Spark (:meth:`sleeper_ops.api.Table.bulk_import`),
+keyed by the job's id, whose one commit marks the requests ingested; smaller ones run
+as below. Each group is assigned to a fresh job atomically (a group
 another batcher took first is skipped) and ingested with standard ingest: one
 add-files commit that also marks the job's requests ``ingested`` and its record
 committed, in the same state-store transaction. A job that fails commits nothing
@@ -48,6 +51,7 @@ MIN_SIZE = "sleeper.table.ingest.batcher.job.min.size"
 MAX_SIZE = "sleeper.table.ingest.batcher.job.max.size"
 MAX_FILES = "sleeper.table.ingest.batcher.job.max.files"
 MAX_AGE = "sleeper.table.ingest.batcher.job.max.age.seconds"
+BULK_MIN_SIZE = "sleeper.table.ingest.batcher.bulk.import.min.size"
 
 
 # ----- requests ------------------------------------------------------------------------
@@ -243,6 +247,8 @@ def _run_job(sleeper: Sleeper, table: Table, group: list[IngestRequest], *, run_
         return BatchedJob(job_id, ids, files, size, "taken")
     record = record.started(run_id)
     store.put_job(record)
+    if size >= table.info.get_size(BULK_MIN_SIZE) and sleeper.config is not None:
+        return _run_bulk_job(sleeper, table, record, ids, files, size, run_id=run_id, max_attempts=max_attempts)
     try:
         # the data commit marks the requests ingested and the record committed, atomically
         result = table.ingest(list(files), job=record, ingest_job_id=job_id)
@@ -252,4 +258,21 @@ def _run_job(sleeper: Sleeper, table: Table, group: list[IngestRequest], *, run_
         # only requests still assigned (the commit did not apply) go back to pending
         store.finish_ingest_job(table_id, job_id, ok=False, error=reason, max_attempts=max_attempts)
         return BatchedJob(job_id, ids, files, size, "failed", error=reason)
+    return BatchedJob(job_id, ids, files, size, "committed", records=result.records)
+
+
+def _run_bulk_job(sleeper: Sleeper, table: Table, record: JobRecord, ids: tuple[str, ...], files: tuple[str, ...],
+                  size: int, *, run_id: Optional[str], max_attempts: Optional[int]) -> BatchedJob:
+    """A job of at least ``sleeper.table.ingest.batcher.bulk.import.min.size`` bytes: a
+    bulk import on Spark keyed by the job id, whose commit marks the job's requests
+    ingested (so they are ingested once, whatever fails where)."""
+    store, table_id, job_id = sleeper.state_store, table.info.table_id, record.job_id
+    try:
+        result = table.bulk_import(list(files), import_key=job_id, run_id=run_id, ingest_job_id=job_id)
+    except Exception as e:
+        reason = f"bulk import: {type(e).__name__}: {e}"
+        store.put_job(record.failed(reason))
+        store.finish_ingest_job(table_id, job_id, ok=False, error=reason, max_attempts=max_attempts)
+        return BatchedJob(job_id, ids, files, size, "failed", error=reason)
+    store.put_job(record.finished(result.records, result.records).committed())
     return BatchedJob(job_id, ids, files, size, "committed", records=result.records)

@@ -83,6 +83,7 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--source", action="append", required=True, help="a file, directory or glob (repeatable)")
     p.add_argument("--import-key", default=None, help="imports of the same key add their records once")
     p.add_argument("--run-id", default=None)
+    p.add_argument("--ingest-job-id", default=None, help="mark this batcher job's ingest requests in the commit")
     p.add_argument("--results-file", default=None, help="where to write the result (JSON)")
     p.add_argument("--shuffle", choices=SHUFFLES, default="runs",
                    help="how each leaf's rows meet in one task: sorted run files (default) or Spark's shuffle")
@@ -107,7 +108,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             table = sleeper.state_store.get_table(args.table)
             run = spark_runner(spark, sleeper.objects, shuffle=args.shuffle)
             result = bulk_import(sleeper.state_store, sleeper.objects, table, args.source, run=run,
-                                 import_key=args.import_key, run_id=args.run_id, s3=sleeper.s3)
+                                 import_key=args.import_key, run_id=args.run_id, s3=sleeper.s3,
+                                 ingest_job_id=args.ingest_job_id)
             outcome = {"result": asdict(result), "error": None}
         except SleeperError as e:
             logger.error("%s", e)

@@ -36,7 +36,8 @@ class BulkImportError(IngestError):
 def submit_bulk_import(config: SleeperConfig, table: TableInfo, sources: Sequence[str], *,
                        import_key: Optional[str] = None, run_id: Optional[str] = None,
                        conf: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
-                       spark_submit: Optional[str] = None, shuffle: str = "runs") -> BulkImportResult:
+                       spark_submit: Optional[str] = None, shuffle: str = "runs",
+                       ingest_job_id: Optional[str] = None) -> BulkImportResult:
     """Run one bulk import of ``sources`` into ``table`` on Spark and return its result
     (``seconds`` is the time inside the job; ``submit_seconds`` in the log line
     includes spark-submit's start).
@@ -59,6 +60,8 @@ def submit_bulk_import(config: SleeperConfig, table: TableInfo, sources: Sequenc
             app_args += ["--source", source]
         if run_id is not None:
             app_args += ["--run-id", run_id]
+        if ingest_job_id is not None:
+            app_args += ["--ingest-job-id", ingest_job_id]
         try:
             cmd = [spark_submit or find_spark_submit(), "--master", config.spark_master,
                    "--name", f"sleeper-bulk-import-{table.name}"]
