@@ -33,10 +33,19 @@ def _count_catalog_queries() -> list[int]:
     return calls
 
 
+def _schedule(timetable) -> str:  # type: ignore[no-untyped-def]
+    if type(timetable).__name__ == "AssetOrTimeSchedule":  # "<cron> or <asset uris>"
+        uris = sorted(asset.uri for _, asset in timetable.asset_condition.iter_assets())
+        return f"{_schedule(timetable.timetable)} or {' '.join(uris)}"
+    return (getattr(timetable, "expression", None) or getattr(timetable, "_expression", None)
+            or type(timetable).__name__)
+
+
 def _describe(dag) -> dict:  # type: ignore[no-untyped-def]
     timetable = dag.timetable
     return {
-        "schedule": getattr(timetable, "expression", None) or type(timetable).__name__,
+        "schedule": _schedule(timetable),
+        "timetable": type(timetable).__name__,
         "params": {k: dag.params[k] for k in dag.params},
         "tags": sorted(dag.tags),
         "max_active_runs": dag.max_active_runs,
@@ -62,6 +71,17 @@ def parse(folder: str) -> dict:
             "seconds": seconds, "catalog_queries": calls[0]}
 
 
+def _asset_events(dag_id: str, run_id: str) -> list[dict]:
+    """The asset events a run emitted: uri and extra."""
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = session.query(AssetEvent).filter(AssetEvent.source_dag_id == dag_id,
+                                                  AssetEvent.source_run_id == run_id).all()
+        return [{"uri": e.asset.uri, "extra": dict(e.extra or {})} for e in events]
+
+
 def test(folder: str, runs: list[dict]) -> list[dict]:
     from airflow.dag_processing.dagbag import DagBag
 
@@ -78,8 +98,12 @@ def test(folder: str, runs: list[dict]) -> list[dict]:
 
             kwargs["logical_date"] = datetime.fromisoformat(run["logical_date"])
         dr = dag.test(run_conf=run.get("conf"), **kwargs)
-        out.append({"dag_id": run["dag_id"], "state": str(dr.state),
-                    "tasks": {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}})
+        result = {"dag_id": run["dag_id"], "state": str(dr.state),
+                  "tasks": {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}}
+        events = _asset_events(run["dag_id"], dr.run_id)
+        if events:  # only runs that announced commits carry the key
+            result["asset_events"] = events
+        out.append(result)
         print(f"=== END {i} ===", flush=True)
     return out
 

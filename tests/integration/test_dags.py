@@ -179,7 +179,8 @@ def test_one_dag_per_table_per_operation_with_schedules_and_params_from_properti
     assert result["import_errors"] == {}
     dags = result["dags"]
     assert sorted(dags) == sorted(f"sleeper_{t}_{op}" for t in ("events", "logs") for op in OPERATIONS)
-    assert dags["sleeper_events_compaction"]["schedule"] == "*/5 * * * *"
+    # on its cron, or when files are committed to the table (the asset sleeper://events)
+    assert dags["sleeper_events_compaction"]["schedule"] == "*/5 * * * * or sleeper://events/"
     assert dags["sleeper_logs_compaction"]["schedule"] == "NullTimetable"  # 'none': manual runs only
     assert dags["sleeper_logs_gc"]["schedule"] == "0 * * * *"
     assert dags["sleeper_events_compaction"]["params"] == {"runner": "local"}
@@ -315,10 +316,17 @@ def test_ingest_batcher_dag_ingests_requested_files(sleeper: Sleeper, sleeper_ho
         pq.write_table(_rows(500, seed=i), path)
         files.append(str(path))
     submit_ingest_requests(sleeper, "events", files)
-    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_ingest_batcher"})
-    assert runs.results[0]["state"] == "success"
+    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_ingest_batcher"},
+                    {"dag_id": "sleeper_events_ingest_batcher"})
+    assert [r["state"] for r in runs.results] == ["success", "success"]
     assert table.query(ranges=[("", None)]).num_rows == 1500
     assert {r.status for r in sleeper.state_store.list_ingest_requests(table.info.table_id)} == {"ingested"}
+    # the run that committed files announced them on the table's asset (the compaction DAG listens);
+    # the second, with nothing to do, announced nothing
+    files_written = len(table.state().files)
+    assert runs.results[0]["asset_events"] == [{"uri": "sleeper://events/",
+                                                "extra": {"files": files_written, "rows": 1500}}]
+    assert "asset_events" not in runs.results[1]
 
 
 def test_offline_tables_are_skipped_by_maintenance(sleeper: Sleeper, sleeper_home: Path,
@@ -433,7 +441,8 @@ def test_bulk_import_dag_imports_the_runs_date_once_however_often_it_runs(sleepe
     sleeper.create_table("plain", SCHEMA)
     parsed = parse_dags(sleeper_home)
     assert "sleeper_events_bulk_import" in parsed["dags"] and "sleeper_plain_bulk_import" not in parsed["dags"]
-    assert parsed["dags"]["sleeper_events_bulk_import"]["schedule"] == "CronDataIntervalTimetable"
+    assert parsed["dags"]["sleeper_events_bulk_import"]["schedule"] == "0 0 * * *"  # @daily
+    assert parsed["dags"]["sleeper_events_bulk_import"]["timetable"] == "CronDataIntervalTimetable"
     assert parsed["dags"]["sleeper_events_bulk_import"]["max_active_runs"] == 1
     assert parsed["dags"]["sleeper_events_bulk_import"]["allowed_run_types"] is None  # backfills welcome
     for op in ("split", "compaction", "gc", "ingest_batcher"):
@@ -446,6 +455,8 @@ def test_bulk_import_dag_imports_the_runs_date_once_however_often_it_runs(sleepe
     imported = [day for day in days if f"/raw/{day}/" in runs.logs[0] or f"raw/{day}" in runs.logs[0]]
     assert len(imported) == 1, f"one date's source was read: {imported}"
     assert "already imported" in runs.logs[1]
+    assert [e["extra"]["rows"] for e in runs.results[0]["asset_events"]] == [3000]
+    assert "asset_events" not in runs.results[1]  # nothing committed: no event
     got = table.query(ranges=[("", None)])
     assert got.num_rows == 3000  # that day's records, once
     assert sorted(got.column("value").to_pylist()) == sorted(days[imported[0]].column("value").to_pylist())

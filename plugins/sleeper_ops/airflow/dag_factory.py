@@ -22,7 +22,9 @@ skip; Airflow's own backfill (``airflow backfill create``, ``POST /api/v2/backfi
 fills past dates. The maintenance DAGs refuse backfill runs (``allowed_run_types``).
 
 Schedules come from the table property ``sleeper.table.schedule.<operation>`` (a cron
-expression or preset; ``none``: manual runs only). The compaction DAG's ``create_jobs``
+expression or preset; ``none``: manual runs only); the compaction DAG also runs when
+files are committed to the table (the asset ``sleeper://<table>``, which ingest, the
+batcher and bulk import update with ``files`` and ``rows`` as extras). The compaction DAG's ``create_jobs``
 branches to ``run_local`` (in the worker) or ``run_spark`` (spark-submit of
 ``spark_apps/compaction.py`` in the ``spark`` pool) by the ``runner`` param, which
 defaults to the table's ``sleeper.table.compaction.runner``; it takes the run's lease
@@ -182,7 +184,7 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
                                              "sleeper.table.compaction.runner).")
     dag = DAG(
         dag_id_for(table.name, operation),
-        schedule=schedule_of(table, operation),
+        schedule=_compaction_schedule(table) if operation == "compaction" else schedule_of(table, operation),
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
@@ -200,6 +202,20 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
     else:
         _one_task(dag, table, operation)
     return dag
+
+
+def _compaction_schedule(table: TableInfo) -> Any:
+    """The compaction DAG runs on its cron *or* when files are committed to the table
+    (the asset ``sleeper://<table>``); manual only when the cron is ``none``."""
+    from airflow.timetables.assets import AssetOrTimeSchedule
+    from airflow.timetables.trigger import CronTriggerTimetable
+
+    from sleeper_ops.airflow.operators import table_asset
+
+    cron = schedule_of(table, "compaction")
+    if cron is None:
+        return None
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=[table_asset(table.name)])
 
 
 #: maintenance runs now, on state as it is: a backfill of past dates means nothing to them

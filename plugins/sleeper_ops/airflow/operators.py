@@ -55,6 +55,40 @@ class _SleeperMixin:
         return SleeperHook(self.sleeper_conn_id)
 
 
+def table_asset(table: str) -> Any:
+    """The Airflow asset ``sleeper://<table>``: updated whenever files are committed to
+    the table by ingest, the batcher or bulk import (the compaction DAG listens)."""
+    from airflow.sdk import Asset
+
+    return Asset(uri=f"sleeper://{table}", name=f"sleeper://{table}")
+
+
+def commits_alias(table: str) -> Any:
+    """The asset alias a committing operator declares; an event for :func:`table_asset`
+    is added through it only when the task committed files (a task that committed
+    nothing emits no event)."""
+    from airflow.sdk import AssetAlias
+
+    return AssetAlias(name=f"sleeper_commits_{table}")
+
+
+def _with_commit_outlets(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the table's commit alias as an outlet (a literal table name only)."""
+    table = kwargs.get("table")
+    if isinstance(table, str) and "{{" not in table and "outlets" not in kwargs:
+        kwargs["outlets"] = [commits_alias(table)]
+    return kwargs
+
+
+def emit_commit_event(operator: BaseOperator, context: Any, table: str, *, files: int, rows: int) -> None:
+    """Add an asset event for ``sleeper://<table>`` with ``files`` and ``rows`` as extras,
+    if files were committed and ``operator`` declares the table's commit alias."""
+    alias = commits_alias(table)
+    if not files or alias not in (operator.outlets or []):
+        return
+    context["outlet_events"][alias].add(table_asset(table), extra={"files": files, "rows": rows})
+
+
 class SleeperOperator(_SleeperMixin, BaseOperator):
     """Base of the one-task Sleeper operators.
 
@@ -83,7 +117,7 @@ class SleeperIngestOperator(SleeperOperator):
     template_fields: Sequence[str] = ("table", "files")
 
     def __init__(self, *, files: Union[str, Sequence[str]], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**_with_commit_outlets(kwargs))
         self.files = files
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -94,6 +128,7 @@ class SleeperIngestOperator(SleeperOperator):
             result = sleeper.table(self.table).ingest(files)
         log.info("%s: ingested %d records from %d files into %d files in %.1f s", self.table, result.records,
                  len(files), len(result.files), result.seconds)
+        emit_commit_event(self, context, self.table, files=len(result.files), rows=result.records)
         return {"records": result.records, "files": [f.filename for f in result.files], "seconds": result.seconds}
 
 
@@ -116,7 +151,7 @@ class SleeperBulkImportOperator(SleeperOperator):
 
     def __init__(self, *, source: Union[str, Sequence[str]], import_key: Optional[str] = None,
                  **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**_with_commit_outlets(kwargs))
         self.source = source
         self.import_key = import_key
 
@@ -129,6 +164,7 @@ class SleeperBulkImportOperator(SleeperOperator):
         with self.hook.get_conn() as sleeper:
             result = sleeper.table(self.table).bulk_import(sources, import_key=self.import_key or None, run_id=run_id)
         log.info("%s", result.summary())
+        emit_commit_event(self, context, self.table, files=len(result.files_written), rows=result.records)
         return {"status": result.status, "import_key": result.import_key, "records": result.records,
                 "files": result.files_written, "seconds": result.seconds}
 
@@ -165,12 +201,25 @@ class SleeperIngestBatcherOperator(SleeperOperator):
     """Group the table's pending ingest requests into jobs and run them; fails if a job
     failed (its requests go back to pending for a later run)."""
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**_with_commit_outlets(kwargs))
+
     def execute(self, context: Any) -> str:
         from sleeper_ops.ingest.batcher import run_ingest_batcher
 
-        return tasks.run_exclusive("ingest_batcher", self.table, context,
-                                   lambda t, run: run_ingest_batcher(t.sleeper, t.name, run_id=run),
-                                   failures=lambda report: len(report.failed), opener=self.hook.get_conn)
+        reports: list[Any] = []
+
+        def run(t: Any, run_id: str) -> Any:
+            reports.append(run_ingest_batcher(t.sleeper, t.name, run_id=run_id))
+            return reports[-1]
+
+        try:
+            return tasks.run_exclusive("ingest_batcher", self.table, context, run,
+                                       failures=lambda report: len(report.failed), opener=self.hook.get_conn)
+        finally:  # committed jobs' files are announced even when another job failed
+            if reports:
+                emit_commit_event(self, context, self.table, files=sum(j.written for j in reports[0].committed),
+                                  rows=reports[0].records)
 
 
 class SleeperCompactionOperator(SleeperOperator):

@@ -149,6 +149,7 @@ class BatchedJob:
     status: str  # "committed", "failed" or "taken" (another batcher assigned the requests first)
     records: int = 0
     error: Optional[str] = None
+    written: int = 0  # data files committed
 
 
 @dataclass
@@ -258,7 +259,7 @@ def _run_job(sleeper: Sleeper, table: Table, group: list[IngestRequest], *, run_
         # only requests still assigned (the commit did not apply) go back to pending
         store.finish_ingest_job(table_id, job_id, ok=False, error=reason, max_attempts=max_attempts)
         return BatchedJob(job_id, ids, files, size, "failed", error=reason)
-    return BatchedJob(job_id, ids, files, size, "committed", records=result.records)
+    return BatchedJob(job_id, ids, files, size, "committed", records=result.records, written=len(result.files))
 
 
 def _run_bulk_job(sleeper: Sleeper, table: Table, record: JobRecord, ids: tuple[str, ...], files: tuple[str, ...],
@@ -275,4 +276,4 @@ def _run_bulk_job(sleeper: Sleeper, table: Table, record: JobRecord, ids: tuple[
         store.finish_ingest_job(table_id, job_id, ok=False, error=reason, max_attempts=max_attempts)
         return BatchedJob(job_id, ids, files, size, "failed", error=reason)
     store.put_job(record.finished(result.records, result.records).committed())
-    return BatchedJob(job_id, ids, files, size, "committed", records=result.records)
+    return BatchedJob(job_id, ids, files, size, "committed", records=result.records, written=len(result.files_written))
