@@ -159,3 +159,70 @@ def test_the_same_calls_without_a_token_get_401(airflow: dict[str, Any]) -> None
         assert c.get("/sleeper/api/v1/tables").status_code == 401
         assert c.post("/api/v2/dags/sleeper_events_compaction/dagRuns",
                       json={"logical_date": None}).status_code == 401
+
+
+# ----- bulk import: backfilled by date through Airflow's own backfill -------------------------------
+DAYS = ("2026-01-01", "2026-01-02", "2026-01-03")
+DAILY_SCHEMA = ('{"rowKeyFields": [{"name": "key", "type": "LongType"}], '
+                '"valueFields": [{"name": "day", "type": "StringType"}]}')
+
+
+def _day_rows(day: str, n: int = 2000) -> pa.Table:
+    base = int(day.replace("-", "")) * 10_000  # each day's keys are its own
+    return pa.table({"key": pa.array(range(base, base + n), pa.int64()), "day": [day] * n})
+
+
+def _wait(c: Any, path: str, done: Any, timeout: float = 300, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        r = c.get(path)
+        if r.status_code == 200 and done(r.json()):
+            return r.json()
+        assert time.monotonic() < deadline, f"{what or path}: {r.status_code} {r.text[:500]}"
+        time.sleep(2)
+
+
+def _backfill(c: Any, dag_id: str, reprocess: str) -> list[dict[str, Any]]:
+    r = c.post("/api/v2/backfills", json={"dag_id": dag_id, "from_date": f"{DAYS[0]}T00:00:00Z",
+                                          "to_date": f"{DAYS[-1]}T00:00:00Z", "reprocess_behavior": reprocess,
+                                          "max_active_runs": 1})
+    assert r.status_code in (200, 201), r.text
+    backfill_id = r.json()["id"]
+    _wait(c, f"/api/v2/backfills/{backfill_id}", lambda b: b.get("completed_at") is not None, what="backfill")
+    runs = c.get(f"/api/v2/dags/{dag_id}/dagRuns", params={"run_type": "backfill", "limit": 100}).json()["dag_runs"]
+    return [run for run in runs if run.get("backfill_id", backfill_id) == backfill_id]
+
+
+def test_bulk_import_dates_backfilled_through_the_airflow_api_come_back_exactly_once(
+        airflow: dict[str, Any]) -> None:
+    """Issue 10: three dates backfilled with ``POST /api/v2/backfills``, then reprocessed
+    with ``reprocess_behavior=completed``: every record of the three days comes back
+    exactly once (the import key is the table id plus the date)."""
+    home: Path = airflow["home"]
+    raw = home / "ingest" / "raw"
+    recent = [time.strftime("%Y-%m-%d", time.gmtime(time.time() - d * 86400)) for d in range(3)]
+    for day in (*DAYS, *recent):  # the scheduler's own latest run finds its date too
+        (raw / day).mkdir(parents=True, exist_ok=True)
+        pq.write_table(_day_rows(day), raw / day / "events.parquet")
+    (home / "daily.json").write_text(DAILY_SCHEMA)
+    none = [f"--property=sleeper.table.schedule.{op}=none" for op in ("split", "compaction", "gc", "ingest_batcher")]
+    _sleeper(home, "table", "create", "daily", "--schema", str(home / "daily.json"),
+             "--property", f"sleeper.table.bulk.import.source={raw}/{{{{ data_interval_start | ds }}}}/",
+             "--property", "sleeper.table.bulk.import.min.leaf.partitions=2", *none)
+    dag_id = "sleeper_daily_bulk_import"
+    with _client(airflow) as c:
+        _wait(c, f"/api/v2/dags/{dag_id}", lambda d: d.get("dag_id") == dag_id, what="the DAG to be parsed")
+        for reprocess in ("none", "completed"):
+            runs = _backfill(c, dag_id, reprocess)
+            assert sorted(r["state"] for r in runs) == ["success"] * len(runs) and runs, (reprocess, runs)
+            for day in DAYS:
+                base = int(day.replace("-", "")) * 10_000
+                r = c.get("/sleeper/api/v1/tables/daily/records",
+                          params={"min": str(base), "max": str(base + 10_000), "limit": 100_000})
+                assert r.status_code == 200, r.text
+                got = r.json()["records"]
+                assert len(got) == 2000 and {x["day"] for x in got} == {day}, (reprocess, day, len(got))
+                assert len({x["key"] for x in got}) == 2000  # each once
+        jobs = c.get("/sleeper/api/v1/tables/daily/jobs", params={"kind": "bulk_import"}).json()
+        jobs = jobs["jobs"] if isinstance(jobs, dict) else jobs
+        assert len([j for j in jobs if j["status"] == "committed"]) >= 3
