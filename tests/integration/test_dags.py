@@ -462,3 +462,28 @@ def test_bulk_import_dag_imports_the_runs_date_once_however_often_it_runs(sleepe
     assert sorted(got.column("value").to_pylist()) == sorted(days[imported[0]].column("value").to_pylist())
     (job,) = table.jobs(kind="bulk_import")
     assert job.status == "committed" and job.run_id.startswith("sleeper_events_bulk_import/")
+
+
+def test_airflow_dags_test_of_a_bulk_import_date_with_only_the_two_homes_set(sleeper: Sleeper, sleeper_home: Path,
+                                                                            tmp_path: Path) -> None:
+    """Issue 10 item 5: ``airflow db migrate`` then ``airflow dags test
+    sleeper_<t>_bulk_import 2026-01-02`` with nothing but SLEEPER_HOME and AIRFLOW_HOME
+    set (the DAG files in AIRFLOW_HOME/dags, Airflow's default folder); no Airflow
+    connection: Spark runs on the configuration's [spark] master."""
+    for i, day in enumerate(("2026-01-01", "2026-01-02")):  # whichever interval Airflow gives the date
+        (tmp_path / "raw" / day).mkdir(parents=True)
+        pq.write_table(_rows(2500, seed=9 + i), tmp_path / "raw" / day / "events.parquet")
+    table = sleeper.create_table("events", SCHEMA, properties={
+        "sleeper.table.bulk.import.source": f"{tmp_path / 'raw'}/{{{{ data_interval_start | ds }}}}/",
+        "sleeper.table.bulk.import.min.leaf.partitions": "2"})
+    airflow_home = tmp_path / "airflow-plain"
+    shutil.copytree(DAGS, airflow_home / "dags")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "_AIRFLOW", "SLEEPER_"))}
+    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", AIRFLOW_HOME=str(airflow_home),
+               SLEEPER_HOME=str(sleeper_home))
+    for cmd in (["db", "migrate"], ["dags", "test", "sleeper_events_bulk_import", "2026-01-02"]):
+        r = subprocess.run([str(BIN / "airflow"), *cmd], env=env, capture_output=True, text=True, timeout=240)
+        assert r.returncode == 0, f"airflow {' '.join(cmd)}: {r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    assert table.query(ranges=[("", None)]).num_rows == 2500
+    (job,) = table.jobs(kind="bulk_import")
+    assert job.status == "committed" and job.rows_written == 2500

@@ -48,7 +48,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -242,7 +242,7 @@ def _bulk_import_dag(table: TableInfo) -> DAG:
                f"`{table.get(BULK_IMPORT_SOURCE)}` (property `{BULK_IMPORT_SOURCE}`) rendered on the interval. "
                "The import key is the table id and the interval's start: a date imports once however often it "
                "runs. Backfill past dates with Airflow's backfill.",
-        default_args={"owner": "sleeper", "retries": 2},
+        default_args={"owner": "sleeper", "retries": 2, "retry_delay": timedelta(minutes=2)},
     )
     ops.SleeperBulkImportOperator(
         task_id="bulk_import", dag=dag, table=table.name, source=str(table.get(BULK_IMPORT_SOURCE)),
