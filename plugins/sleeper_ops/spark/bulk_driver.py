@@ -51,8 +51,9 @@ def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536, 
         tagged_type = rows_type.add(StructField(LEAF_COLUMN, IntegerType(), False))
         sc = spark.sparkContext
         sc.setJobDescription(f"sleeper bulk import into {plan.table.name}: {len(plan.files)} files")
-        paths = spark.createDataFrame([(f,) for f in plan.files], "path string")
-        paths = paths.repartition(max(1, min(len(plan.files), sc.defaultParallelism * 2)))
+        # the paths spread over the read tasks as they are sliced: no shuffle stage for them
+        slices = max(1, min(len(plan.files), sc.defaultParallelism * 2))
+        paths = spark.createDataFrame(sc.parallelize([(f,) for f in plan.files], slices), "path string")
         if shuffle == "runs":
             prefix = scratch_prefix(plan.table.table_id, plan.job_id, plan.attempt)
             context["run_prefix"] = prefix
