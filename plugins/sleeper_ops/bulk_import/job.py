@@ -10,10 +10,13 @@ commit, with the no-loss rules of DESIGN.md section 10:
   another attempt's outputs) and its files are deleted. So a retried or repeated
   import of the same key adds every record exactly once.
 * **Outputs named first.** Every attempt names its outputs -- one key per leaf
-  partition, ``bulk-<job>-<attempt>`` -- in the job's record before the Spark job
+  partition, ``bulk-<job>-a<attempt>-<nonce>``, so no two attempts share a key, even
+  two racing with the same attempt number -- in the job's record before the Spark job
   starts, so the orphan sweep never takes them for orphans while the job runs; a Spark
-  task that is retried rewrites the same key. A new attempt deletes the outputs of the
-  attempt it superseded (which can no longer commit).
+  task that is retried rewrites the same key. The outputs of an attempt that was
+  superseded are left to the orphan sweep (its commit may be landing as it is
+  superseded; if it landed they are tracked and kept, else swept); its scratch runs,
+  which nothing references, are deleted by the new attempt.
 * **One commit**, after every output is checked to exist, saving the job's record as
   committed in the same state-store transaction. Outputs are deleted when nothing can
   have committed them (the run failed, or the commit was refused); on an unknown
@@ -53,7 +56,7 @@ class ImportPlan:
 
     table: TableInfo
     job_id: str
-    attempt: int
+    attempt: str
     files: tuple[str, ...]
     partitions: tuple[Partition, ...]
     output_keys: dict[str, str]
@@ -106,21 +109,27 @@ def import_job_id(table: TableInfo, import_key: str) -> str:
     return "bulk-" + hashlib.sha256(f"{table.table_id}\0{import_key}".encode()).hexdigest()[:32]
 
 
-def output_key(table_id: str, leaf_id: str, job_id: str, attempt: int) -> str:
-    """The file of ``leaf_id`` written by ``attempt`` of a bulk import job."""
-    return f"{table_id}/data/partition_{leaf_id}/{job_id}-a{attempt}.parquet"
+def output_key(table_id: str, leaf_id: str, job_id: str, attempt: str) -> str:
+    """The file of ``leaf_id`` written by ``attempt`` (``a<n>-<nonce>``) of a bulk import job."""
+    return f"{table_id}/data/partition_{leaf_id}/{job_id}-{attempt}.parquet"
 
 
-def scratch_prefix(table_id: str, job_id: str, attempt: int) -> str:
+SCRATCH = "bulk-import-runs"
+
+
+def scratch_prefix(table_id: str, job_id: str, attempt: str) -> str:
     """Where an attempt may keep intermediate files (the Spark runner's sorted runs):
     outside the data prefix the orphan sweep scans. The runner removes it when the
     attempt ends; a later attempt of the job removes its predecessors'."""
-    return f"{table_id}/bulk-import-runs/{job_id}-a{attempt}"
+    return f"{table_id}/{SCRATCH}/{job_id}-{attempt}"
 
 
-def _delete_scratch(objects: ObjectStore, table_id: str, job_id: str, attempts: int) -> None:
-    for a in range(1, attempts + 1):
-        for o in list(objects.list(scratch_prefix(table_id, job_id, a))):
+def _delete_other_scratch(objects: ObjectStore, table_id: str, job_id: str, attempt: str) -> None:
+    """Delete the scratch files of the job's other attempts (superseded: they cannot commit)."""
+    mine = scratch_prefix(table_id, job_id, attempt) + "/"
+    theirs = f"{table_id}/{SCRATCH}/{job_id}-"
+    for o in list(objects.list(f"{table_id}/{SCRATCH}")):
+        if o.key.startswith(theirs) and not o.key.startswith(mine):
             objects.delete(o.key)
 
 
@@ -156,7 +165,7 @@ def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo,
     result.presplits = presplit(state_store, table, files, s3=s3, min_leaves=min_leaves, run_id=run_id)
     partitions = tuple(state_store.partitions(table.table_id))
     rec = (stored or JobRecord.created(table.table_id, job_id, "bulk_import", input_files=len(files)))
-    attempt = rec.attempts + 1
+    attempt = f"a{rec.attempts + 1}-{uuid.uuid4().hex[:8]}"
     keys = {p.id: output_key(table.table_id, p.id, job_id, attempt) for p in partitions if p.is_leaf}
     rec = rec.started(run_id, outputs=sorted(keys.values()))
     state_store.put_job(rec)
@@ -166,9 +175,8 @@ def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo,
         result.status = "already imported" if now is not None and now.status == "committed" else "failed"
         result.reason = None if result.status != "failed" else "another attempt of this import key took over"
         return result
-    if stored is not None:  # the superseded attempts' files: they can no longer commit
-        _delete(objects, list(stored.outputs))
-        _delete_scratch(objects, table.table_id, job_id, attempt - 1)
+    if stored is not None:  # superseded attempts: their runs go now, their outputs to the sweep
+        _delete_other_scratch(objects, table.table_id, job_id, attempt)
     plan = ImportPlan(table, job_id, attempt, tuple(files), partitions, keys)
     try:
         outputs = list(run(plan))
