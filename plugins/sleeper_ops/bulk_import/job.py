@@ -40,6 +40,7 @@ from sleeper_ops.bulk_import.sources import expand_sources
 from sleeper_ops.errors import IngestError
 from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.io.storage import ObjectStore, S3Options
+from sleeper_ops.maintenance.gc import scratch_root
 from statestore.catalog import TableInfo
 from statestore.errors import BookkeepingError, CommitConflictError, TransactionError
 from statestore.files import FileReference
@@ -114,21 +115,19 @@ def output_key(table_id: str, leaf_id: str, job_id: str, attempt: str) -> str:
     return f"{table_id}/data/partition_{leaf_id}/{job_id}-{attempt}.parquet"
 
 
-SCRATCH = "bulk-import-runs"
-
-
 def scratch_prefix(table_id: str, job_id: str, attempt: str) -> str:
-    """Where an attempt may keep intermediate files (the Spark runner's sorted runs):
-    outside the data prefix the orphan sweep scans. The runner removes it when the
-    attempt ends; a later attempt of the job removes its predecessors'."""
-    return f"{table_id}/{SCRATCH}/{job_id}-{attempt}"
+    """Where an attempt may keep intermediate files (the Spark runner's sorted runs),
+    under :func:`~sleeper_ops.maintenance.gc.scratch_root`, named like its outputs. The
+    runner removes it when the attempt ends; a later attempt of the job removes its
+    predecessors'; the orphan sweep removes what a killed attempt left."""
+    return f"{scratch_root(table_id)}/{job_id}-{attempt}"
 
 
 def _delete_other_scratch(objects: ObjectStore, table_id: str, job_id: str, attempt: str) -> None:
     """Delete the scratch files of the job's other attempts (superseded: they cannot commit)."""
     mine = scratch_prefix(table_id, job_id, attempt) + "/"
-    theirs = f"{table_id}/{SCRATCH}/{job_id}-"
-    for o in list(objects.list(f"{table_id}/{SCRATCH}")):
+    theirs = f"{scratch_root(table_id)}/{job_id}-"
+    for o in list(objects.list(scratch_root(table_id))):
         if o.key.startswith(theirs) and not o.key.startswith(mine):
             objects.delete(o.key)
 

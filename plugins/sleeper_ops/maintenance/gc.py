@@ -19,7 +19,9 @@ commit never happened after the file was forgotten), once older than
 committed or failed names in its record (every job names its outputs before writing
 them), unless that job has shown no progress for ``sleeper.table.gc.job.abandon.minutes``.
 So a slow job's output is never swept before its commit, however long the job runs
-within that limit; and a commit checks its outputs exist before committing.
+within that limit; and a commit checks its outputs exist before committing. Scratch
+files of an attempt (:func:`scratch_root`: bulk import's sorted runs, left behind by a
+killed driver) are swept by the same rules, once no job in flight names that attempt.
 
 A run that deletes also forgets commit ids older than
 :data:`~statestore.store.COMMIT_ID_RETENTION_MS`.
@@ -169,6 +171,12 @@ def data_prefix(table_id: str) -> str:
     return f"{table_id}/data/"
 
 
+def scratch_root(table_id: str) -> str:
+    """Where jobs keep intermediate files per attempt (bulk import's sorted runs):
+    ``<root>/<attempt tag>/...``, the attempt's outputs being ``.../<attempt tag>.parquet``."""
+    return f"{table_id}/bulk-import-runs"
+
+
 def _data_key_of(key: str) -> str:
     """The data file an object belongs to: itself, or the ``.parquet`` of a sidecar."""
     if key.endswith(".sketches"):
@@ -201,12 +209,18 @@ def sweep_orphans(state_store: StateStore, objects: ObjectStore, table: TableInf
         raise SleeperError(f"orphan grace period must not be negative, got {grace} minutes")
     cutoff = now - grace * 60_000
     listed = [o for o in objects.list(data_prefix(table.table_id)) if 0 < o.mtime_ms < cutoff]
-    if not listed:
+    scratch = [o for o in objects.list(scratch_root(table.table_id)) if 0 < o.mtime_ms < cutoff]
+    if not listed and not scratch:
         return []
     in_flight = state_store.in_flight_outputs(table.table_id, now - table.get_int(ABANDON_PROPERTY) * 60_000)
     tracked = state_store.load_state(table.table_id).files
     orphans = sorted(o.key for o in listed
                      if _data_key_of(o.key) not in tracked and _data_key_of(o.key) not in in_flight)
+    # scratch of an attempt (``<root>/<attempt tag>/...``) is an orphan once no job in flight
+    # names an output of that attempt (``.../<attempt tag>.parquet``)
+    live_tags = {k.rsplit("/", 1)[-1].removesuffix(".parquet") for k in in_flight}
+    root = scratch_root(table.table_id) + "/"
+    orphans += sorted(o.key for o in scratch if o.key[len(root):].split("/", 1)[0] not in live_tags)
     if orphans and not dry_run:
         _delete_objects(objects, orphans, threads)
         if progress is not None:

@@ -288,3 +288,25 @@ def test_the_output_of_a_failed_or_abandoned_job_is_swept(sleeper):
     assert _gc(sleeper, t, now_ms=NOW).orphans_deleted == [keys[0]]
     # a day and a bit later the dead job's record has shown no progress for longer than the abandon time
     assert _gc(sleeper, t, now_ms=abandoned.last_update_ms + 1441 * MINUTE).orphans_deleted == [keys[1]]
+
+
+def test_scratch_of_an_attempt_is_kept_while_its_job_is_in_flight_and_swept_after(sleeper):
+    """A bulk import driver killed mid-job leaves sorted runs under the scratch root; they
+    stay while the attempt is in flight (its record names an output of the same tag)
+    and are swept once it is not (failed, superseded or abandoned)."""
+    from sleeper_ops.maintenance.gc import scratch_root
+    from statestore.jobs import JobRecord
+
+    t = _table(sleeper)
+    store, tid = sleeper.state_store, t.info.table_id
+    live = f"{scratch_root(tid)}/bulk-abc-a1-1234/run-0.parquet"
+    dead = f"{scratch_root(tid)}/bulk-abc-a0-9999/run-0.parquet"
+    for key in (live, dead):
+        _put_orphan(sleeper, key, NOW - 120 * MINUTE)
+    rec = JobRecord.created(tid, "bulk-abc", "bulk_import").started(
+        outputs=[f"{tid}/data/partition_{ROOT_ID}/bulk-abc-a1-1234.parquet"])
+    store.put_job(rec)
+    assert _gc(sleeper, t, now_ms=NOW).orphans_deleted == [dead]
+    assert _exists(sleeper, live) and not _exists(sleeper, dead)
+    store.put_job(rec.failed("driver killed"))
+    assert _gc(sleeper, t, now_ms=NOW).orphans_deleted == [live]
