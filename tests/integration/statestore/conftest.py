@@ -1,19 +1,66 @@
-"""The ``store`` fixture: every backend behind the one StateStore interface."""
+"""The ``store`` fixture: every backend behind the one StateStore interface.
+
+DynamoDB runs against one moto server per test session (on 127.0.0.1, started only
+when a test asks for it); each test gets tables of its own under a fresh prefix and
+a fresh local directory for snapshots and large transactions.
+"""
 
 from __future__ import annotations
 
-from typing import Iterator
+import os
+import socket
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
 from statestore import InMemoryStateStore, StateStore
 
-BACKENDS = ["memory", pytest.param("postgres", marks=pytest.mark.integration)]
+BACKENDS = ["memory", pytest.param("postgres", marks=pytest.mark.integration),
+            pytest.param("dynamodb", marks=pytest.mark.integration)]
+
+#: credentials moto accepts (any will do)
+MOTO_CREDENTIALS = {"access_key": "test", "secret_key": "test", "region": "us-east-1"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint_url() -> Iterator[str]:
+    """``http://127.0.0.1:PORT`` of a moto server (DynamoDB and S3) for the session."""
+    moto_server = pytest.importorskip("moto.server")
+    pytest.importorskip("boto3")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        port = _free_port()
+        server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.stop()
+
+
+def dynamodb_options(endpoint_url: str, blob_dir: Path | str) -> dict[str, Any]:
+    """Keyword arguments of ``open_state_store("dynamodb", ...)`` for tables of their own."""
+    return {"endpoint_url": endpoint_url, "table_prefix": f"t{uuid.uuid4().hex[:12]}-",
+            "object_store": os.fspath(blob_dir), **MOTO_CREDENTIALS}
 
 
 def open_backend(request: pytest.FixtureRequest, kind: str) -> StateStore:
     if kind == "memory":
         return InMemoryStateStore()
+    if kind == "dynamodb":
+        from statestore.dynamodb import open_dynamodb
+
+        blobs = request.getfixturevalue("tmp_path") / "statestore-blobs"
+        return open_dynamodb(**dynamodb_options(request.getfixturevalue("moto_endpoint_url"), blobs))
     from statestore.postgres import PostgresStateStore
 
     return PostgresStateStore(request.getfixturevalue("pg_dsn"))

@@ -1,0 +1,42 @@
+"""DynamoDB state store: a transaction log per table, snapshots in an object store,
+and the catalog, job records, leases and the ingest queue in DynamoDB too -- so the
+product runs on S3 + DynamoDB with no PostgreSQL.
+
+Each table's state is the fold of its transaction log (the ``statestore.transactions``
+objects, serialised with ``to_dict``) over its newest snapshot:
+
+* **Commit** (:mod:`~statestore.dynamodb.commits`): validate against the state after
+  transaction ``n`` and write log item ``n + 1`` conditionally, with the commit id and
+  the bookkeeping (job record, ended ingest job) in the same TransactWriteItems. A
+  lost race (the number was taken) reads the new transactions, validates again and
+  retries with full-jitter backoff; :class:`CommitConflictError` when attempts run out.
+  Transaction bodies over ~350 KB compressed go to the object store behind a pointer.
+* **Read** (:mod:`~statestore.dynamodb.cache`): a store object keeps each table's state
+  and the number it is at; it catches up by reading only the transactions after that
+  number. The first read loads the newest snapshot (:mod:`~statestore.dynamodb.snapshots`)
+  plus the tail.
+* **Snapshots**: written by the committer that crosses ``snapshot_every`` transactions
+  or ``snapshot_seconds`` since the last; :meth:`DynamoDBStateStore.expire` (also run by
+  ``prune_commit_ids``, i.e. by garbage collection) deletes transactions older than the
+  newest snapshot minus a margin, and superseded snapshots, once older than
+  ``retention_seconds``.
+
+Commits of one table are serialised through the log, so their rate is bounded by
+DynamoDB's round trip, and a commit costs O(size of the change) in writes; a
+process's first read of a table costs a snapshot load. Modules, one per role:
+:mod:`~statestore.dynamodb.connection` (client, tables, errors),
+:mod:`~statestore.dynamodb.blobs` (object store), :mod:`~statestore.dynamodb.log`,
+:mod:`~statestore.dynamodb.snapshots`, :mod:`~statestore.dynamodb.cache`,
+:mod:`~statestore.dynamodb.commits`, :mod:`~statestore.dynamodb.catalog`,
+:mod:`~statestore.dynamodb.jobs`, :mod:`~statestore.dynamodb.leases`,
+:mod:`~statestore.dynamodb.ingest_queue` and :mod:`~statestore.dynamodb.store`
+(:class:`DynamoDBStateStore`, :func:`open_dynamodb`). boto3 is imported only in this
+package.
+"""
+
+from statestore.dynamodb.blobs import LocalBlobStore, S3BlobStore, open_blob_store
+from statestore.dynamodb.connection import DynamoOptions
+from statestore.dynamodb.store import DynamoDBStateStore, open_dynamodb
+
+__all__ = ["DynamoDBStateStore", "DynamoOptions", "LocalBlobStore", "S3BlobStore", "open_blob_store",
+           "open_dynamodb"]

@@ -1,0 +1,193 @@
+"""The table catalog in DynamoDB: two items per table in the ``catalog`` table,
+``name#<name>`` (the name, taken conditionally, pointing to the id) and
+``id#<table id>`` (name, schema, properties and a revision).
+
+* create writes both items and the first log item (InitialisePartitions) in one
+  TransactWriteItems, conditional on the name being free;
+* rename moves the name item and updates the id item in one TransactWriteItems,
+  conditional on the new name being free and the old one still pointing to the table;
+* update_properties is a conditional update on the revision it read (retried);
+* delete removes both catalog items atomically -- from then on the table is gone for
+  every reader and committer -- and then its log, snapshots, jobs, requests and
+  commit ids (not atomically; a crash leaves unreachable items behind).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, Mapping, Optional, Sequence
+
+from statestore.catalog import TableInfo
+from statestore.dynamodb import snapshots
+from statestore.dynamodb.base import DynamoBase
+from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, n, s
+from statestore.dynamodb.log import EncodedTransaction
+from statestore.errors import TableExistsError, TableNotFoundError
+from statestore.partitions import Partition
+from statestore.properties import check_combination, validate_properties, validate_values
+from statestore.schema import Schema
+from statestore.state import TableState
+from statestore.transactions import InitialisePartitions
+
+
+def _info(item: dict[str, Any]) -> TableInfo:
+    pk = get_s(item, "pk") or ""
+    return TableInfo(pk[len("id#"):], get_s(item, "name") or "", Schema.from_json(get_s(item, "schema") or ""),
+                     json.loads(get_s(item, "properties") or "{}"))
+
+
+class CatalogMixin(DynamoBase):
+    """The table catalog part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+
+    def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
+                     properties: Optional[Mapping[str, str]] = None) -> TableInfo:
+        props = validate_properties(properties or {})
+        init = InitialisePartitions(tuple(partitions))
+        init.validate(TableState())
+        table_id = uuid.uuid4().hex
+        encoded = EncodedTransaction.of(table_id, init, self._blobs)
+        d = self._dynamo
+        catalog = d.table("catalog")
+        items = [
+            {"Put": {"TableName": catalog, "Item": {"pk": s(f"name#{name}"), "table_id": s(table_id)},
+                     "ConditionExpression": "attribute_not_exists(pk)"}},
+            {"Put": {"TableName": catalog, "Item": {
+                "pk": s(f"id#{table_id}"), "name": s(name), "schema": s(schema.to_json()),
+                "properties": s(json.dumps(props)), "rev": n(0)}}},
+            {"Put": {"TableName": d.table("log"), "Item": encoded.item(table_id, 1, uuid.uuid4().hex,
+                                                                       int(time.time() * 1000))}},
+        ]
+        try:
+            d.call(f"create table {name!r}", d.client.transact_write_items, TransactItems=items)
+        except Exception as e:
+            if encoded.blob_key:
+                self._blobs.delete([encoded.blob_key])
+            if cancellation_codes(e)[:1] == ["ConditionalCheckFailed"]:
+                raise TableExistsError(f"table {name!r} already exists") from None
+            raise
+        return TableInfo(table_id, name, schema, props)
+
+    def list_tables(self) -> list[TableInfo]:
+        d = self._dynamo
+        kwargs: dict[str, Any] = {"TableName": d.table("catalog"), "ConsistentRead": True,
+                                  "FilterExpression": "begins_with(pk, :p)", "ExpressionAttributeValues": {
+                                      ":p": s("id#")}}
+        out: list[TableInfo] = []
+        while True:
+            page = d.call("list tables", d.client.scan, **kwargs)
+            out.extend(_info(it) for it in page.get("Items", []))
+            if not page.get("LastEvaluatedKey"):
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return sorted(out, key=lambda t: t.name)
+
+    def _get_item(self, name: str) -> dict[str, Any]:
+        """The id item of the table called ``name``; raises TableNotFoundError."""
+        for _ in range(5):
+            named = self._dynamo.get(f"look up table {name!r}", "catalog", {"pk": s(f"name#{name}")})
+            if named is None:
+                break
+            item = self._dynamo.get(f"look up table {name!r}", "catalog",
+                                    {"pk": s(f"id#{get_s(named, 'table_id')}")})
+            if item is not None and get_s(item, "name") == name:
+                return item
+            # renamed or deleted between the two reads: look again
+        raise TableNotFoundError(f"table {name!r} does not exist")
+
+    def get_table(self, name: str) -> TableInfo:
+        return _info(self._get_item(name))
+
+    def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
+        props = validate_values(properties)
+        d = self._dynamo
+        for attempt in range(self._backoff.max_attempts):
+            item = self._get_item(name)
+            info = _info(item)
+            merged = {**info.properties, **props}
+            check_combination(merged)
+            try:
+                d.call(f"update the properties of table {name!r}", d.client.update_item,
+                    TableName=d.table("catalog"), Key={"pk": item["pk"]},
+                    UpdateExpression="SET properties = :p, rev = :next",
+                    ConditionExpression="rev = :rev AND #name = :name",
+                    ExpressionAttributeNames={"#name": "name"},
+                    ExpressionAttributeValues={":p": s(json.dumps(merged)), ":rev": item["rev"],
+                                               ":next": n((get_n(item, "rev") or 0) + 1), ":name": s(name)})
+            except Exception as e:
+                if not is_condition_failed(e):
+                    raise
+                self._backoff.pause(attempt)  # changed meanwhile: read it again
+                continue
+            return TableInfo(info.table_id, info.name, info.schema, merged)
+        raise TableNotFoundError(f"table {name!r} kept changing; properties not updated")
+
+    def rename_table(self, old: str, new: str) -> TableInfo:
+        d = self._dynamo
+        catalog = d.table("catalog")
+        for attempt in range(self._backoff.max_attempts):
+            item = self._get_item(old)
+            info = _info(item)
+            if new == old:
+                raise TableExistsError(f"table {new!r} already exists")
+            items = [
+                {"Delete": {"TableName": catalog, "Key": {"pk": s(f"name#{old}")},
+                            "ConditionExpression": "table_id = :t", "ExpressionAttributeValues": {
+                                ":t": s(info.table_id)}}},
+                {"Put": {"TableName": catalog, "Item": {"pk": s(f"name#{new}"), "table_id": s(info.table_id)},
+                         "ConditionExpression": "attribute_not_exists(pk)"}},
+                {"Update": {"TableName": catalog, "Key": {"pk": item["pk"]}, "UpdateExpression": "SET #name = :new",
+                            "ConditionExpression": "#name = :old", "ExpressionAttributeNames": {"#name": "name"},
+                            "ExpressionAttributeValues": {":new": s(new), ":old": s(old)}}},
+            ]
+            try:
+                d.call(f"rename table {old!r} to {new!r}", d.client.transact_write_items,
+                       TransactItems=items)
+            except Exception as e:
+                codes = cancellation_codes(e)
+                if not codes:
+                    raise
+                if codes[1] == "ConditionalCheckFailed":
+                    raise TableExistsError(f"table {new!r} already exists") from None
+                self._backoff.pause(attempt)  # the old name changed meanwhile
+                continue
+            return TableInfo(info.table_id, new, info.schema, info.properties)
+        raise TableNotFoundError(f"table {old!r} kept changing; not renamed")
+
+    def delete_table(self, name: str) -> TableInfo:
+        d = self._dynamo
+        catalog = d.table("catalog")
+        for attempt in range(self._backoff.max_attempts):
+            item = self._get_item(name)
+            info = _info(item)
+            items = [
+                {"Delete": {"TableName": catalog, "Key": {"pk": s(f"name#{name}")},
+                            "ConditionExpression": "table_id = :t", "ExpressionAttributeValues": {
+                                ":t": s(info.table_id)}}},
+                {"Delete": {"TableName": catalog, "Key": {"pk": item["pk"]},
+                            "ConditionExpression": "attribute_exists(pk)"}},
+            ]
+            try:
+                d.call(f"delete table {name!r}", d.client.transact_write_items,
+                       TransactItems=items)
+            except Exception as e:
+                if not cancellation_codes(e):
+                    raise
+                self._backoff.pause(attempt)
+                continue
+            self._cache.forget(info.table_id)
+            self._remove_state(info.table_id)
+            return info
+        raise TableNotFoundError(f"table {name!r} kept changing; not deleted")
+
+    def _remove_state(self, table_id: str) -> None:
+        """Everything of a table no longer in the catalog: its log, snapshots, items and blobs."""
+        d = self._dynamo
+        what = f"remove the state of deleted table {table_id}"
+        keys = [get_s(it, "body_key") for it in d.query(what, "log", "table_id = :t", {":t": s(table_id)},
+                                                        projection="body_key")]
+        keys += [p.key for p in snapshots.all_pointers(d, table_id)]
+        for role in ("log", "snapshots", "items"):
+            d.delete_partition(what, role, table_id)
+        self._blobs.delete([k for k in keys if k])

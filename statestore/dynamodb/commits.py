@@ -1,0 +1,90 @@
+"""One commit to a table's transaction log, with its bookkeeping.
+
+A commit validates its transaction against the cached state after transaction ``n``
+and writes, in one TransactWriteItems:
+
+0. the log item ``n + 1``, conditional on it not existing (another committer may have
+   taken the number: then the committer catches up, validates again and retries);
+1. a condition check that the table is still in the catalog;
+2. the commit id item ``c#<id>``, conditional on it not existing (if it does, the
+   commit was applied before: nothing is written and the commit returns False);
+3. with ``job=``: the job's record, conditional on the revision read when the
+   bookkeeping was checked (:func:`statestore.jobs.check_job_bookkeeping`);
+4. with ``ingest_job_id=``: the job's ``e#`` item saying its requests were ingested,
+   conditional on the job not having ended (see :mod:`statestore.dynamodb.ingest_queue`).
+
+So the data and the bookkeeping apply together or not at all, in at most 5 items.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from statestore.dynamodb.connection import n, s
+from statestore.dynamodb.ingest_queue import IngestQueueMixin, ended_item
+from statestore.dynamodb.jobs import JobsMixin, job_put
+from statestore.dynamodb.log import EncodedTransaction
+from statestore.errors import BookkeepingError
+from statestore.jobs import JobRecord, check_job_bookkeeping
+
+#: positions of the first items of a commit's TransactWriteItems (then the job, the ingest job)
+LOG, TABLE, COMMIT_ID = range(3)
+
+
+@dataclass(frozen=True)
+class Bookkeeping:
+    """What a commit records besides its data (see ``StateStore.commit``).
+    ``check_id``: look the id up first (a caller's id, or a retry after a lost reply;
+    a fresh id of a first try cannot have been applied)."""
+
+    commit_id: str
+    job: Optional[JobRecord] = None
+    ingest_job_id: Optional[str] = None
+    check_id: bool = True
+
+
+def commit_id_key(table_id: str, commit_id: str) -> dict[str, Any]:
+    return {"table_id": s(table_id), "sk": s(f"c#{commit_id}")}
+
+
+class CommitsMixin(JobsMixin, IngestQueueMixin):
+    """The bookkeeping reads and the writes of a commit."""
+
+    def _check_bookkeeping(self, table_id: str, books: Bookkeeping) -> tuple[bool, Optional[int]]:
+        """Whether the commit was applied already, and the revision of its job's record
+        (None: none stored). Raises BookkeepingError when the bookkeeping does not hold."""
+        if books.check_id and self._dynamo.get(f"look up commit {books.commit_id}", "items",
+                                               commit_id_key(table_id, books.commit_id)) is not None:
+            return True, None
+        rev = None
+        if books.job is not None:
+            stored, rev = self._read_job(table_id, books.job.job_id)
+            if (books.check_id and stored is not None and stored.status == "committed"
+                    and stored.outputs == books.job.outputs):
+                return True, None  # the job's record is this commit's ledger entry
+            check_job_bookkeeping(stored, books.job)
+        if books.ingest_job_id is not None and not self._assigned_to(table_id, books.ingest_job_id):
+            raise BookkeepingError(f"no ingest request of table {table_id} is assigned to job "
+                                   f"{books.ingest_job_id} any more")
+        return False, rev
+
+    def _commit_items(self, table_id: str, number: int, encoded: EncodedTransaction, books: Bookkeeping,
+                      job_rev: Optional[int], now_ms: int) -> list[dict[str, Any]]:
+        d = self._dynamo
+        items: list[dict[str, Any]] = [
+            {"Put": {"TableName": d.table("log"), "Item": encoded.item(table_id, number, books.commit_id, now_ms),
+                     "ConditionExpression": "attribute_not_exists(n)"}},
+            {"ConditionCheck": {"TableName": d.table("catalog"), "Key": {"pk": s(f"id#{table_id}")},
+                                "ConditionExpression": "attribute_exists(pk)"}},
+            {"Put": {"TableName": d.table("items"), "Item": {
+                **commit_id_key(table_id, books.commit_id), "applied_ms": n(now_ms), "n": n(number)},
+                "ConditionExpression": "attribute_not_exists(sk)"}},
+        ]
+        if books.job is not None:
+            items.append({"Put": job_put(d.table("items"), books.job, job_rev)})
+        if books.ingest_job_id is not None:
+            items.append({"Put": {"TableName": d.table("items"),
+                                  "Item": ended_item(table_id, books.ingest_job_id, True),
+                                  "ConditionExpression": "attribute_not_exists(sk)"}})
+        return items

@@ -1,0 +1,87 @@
+"""Job status records in DynamoDB: one item ``j#<job id>`` per job in the table's
+partition of the ``items`` table, holding the record (JSON) and a revision.
+
+A save reads the stored record, applies :func:`statestore.jobs.saves_over` (a
+committed record is final; a superseded attempt cannot overwrite its successor) and
+writes conditionally on the revision it read, retrying when another save came first:
+the rule holds however saves race. A commit saving its job's record writes the item
+in the same TransactWriteItems as the log item (:mod:`statestore.dynamodb.commits`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from statestore.dynamodb.base import DynamoBase
+from statestore.dynamodb.connection import get_n, get_s, is_condition_failed, n, s
+from statestore.errors import CommitConflictError
+from statestore.jobs import JobRecord, saves_over
+
+
+def job_key(table_id: str, job_id: str) -> dict[str, Any]:
+    return {"table_id": s(table_id), "sk": s(f"j#{job_id}")}
+
+
+def job_from_item(item: dict[str, Any]) -> JobRecord:
+    return JobRecord.from_dict(json.loads(get_s(item, "record") or "{}"))
+
+
+def job_put(table: str, record: JobRecord, read_rev: Optional[int]) -> dict[str, Any]:
+    """A Put of ``record`` conditional on the stored revision still being ``read_rev``
+    (None: no record stored)."""
+    put: dict[str, Any] = {"TableName": table, "Item": {
+        **job_key(record.table_id, record.job_id), "record": s(json.dumps(record.to_dict())),
+        "rev": n((read_rev or 0) + 1)}}
+    if read_rev is None:
+        put["ConditionExpression"] = "attribute_not_exists(sk)"
+    else:
+        put["ConditionExpression"] = "rev = :rev"
+        put["ExpressionAttributeValues"] = {":rev": n(read_rev)}
+    return put
+
+
+class JobsMixin(DynamoBase):
+    """The job records part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+
+    def _read_job(self, table_id: str, job_id: str) -> tuple[Optional[JobRecord], Optional[int]]:
+        """The stored record of a job and its revision (None, None: none stored)."""
+        item = self._dynamo.get(f"read job {job_id} of table {table_id}", "items", job_key(table_id, job_id))
+        if item is None:
+            return None, None
+        return job_from_item(item), get_n(item, "rev")
+
+    def put_job(self, record: JobRecord) -> None:
+        self._require_table_id(record.table_id)
+        d = self._dynamo
+        for attempt in range(self._backoff.max_attempts):
+            stored, rev = self._read_job(record.table_id, record.job_id)
+            if stored is not None and not saves_over(stored, record):
+                return
+            put = job_put(d.table("items"), record, rev)
+            try:
+                d.call(f"save job {record.job_id}", d.client.put_item, **put)
+                return
+            except Exception as e:
+                if not is_condition_failed(e):
+                    raise
+                self._backoff.pause(attempt)
+        raise CommitConflictError(f"job {record.job_id} of table {record.table_id}: saves kept racing")
+
+    def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
+        return self._read_job(table_id, job_id)[0]
+
+    def _jobs(self, table_id: str) -> list[JobRecord]:
+        return [job_from_item(it) for it in self._dynamo.query(
+            f"list the jobs of table {table_id}", "items", "table_id = :t AND begins_with(sk, :j)",
+            {":t": s(table_id), ":j": s("j#")})]
+
+    def list_jobs(self, table_id: str, *, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
+        jobs = [j for j in self._jobs(table_id) if kind is None or j.kind == kind]
+        jobs.sort(key=lambda j: (j.created_ms, j.job_id), reverse=True)
+        return jobs[:limit]
+
+    def in_flight_outputs(self, table_id: str, active_since_ms: int) -> set[str]:
+        self._require_table_id(table_id)
+        return {o for j in self._jobs(table_id) if not j.final and j.last_update_ms >= active_since_ms
+                for o in j.outputs}

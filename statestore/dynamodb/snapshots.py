@@ -1,0 +1,95 @@
+"""Snapshots of a table's state in the blob store, each behind a pointer item
+``(table_id, n)`` in the ``snapshots`` table: the state after transaction n.
+
+A snapshot is zlib-compressed JSON holding the partitions (``to_dict``), the files as
+``[name, update_time]`` rows and the references as
+``[file, partition, records, approximate, whole, job, update_time]`` rows: about 2 MB
+and a fraction of a second each way for 100k references. The blob is written before
+its pointer, under a fresh key, so a pointer always names a complete snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from statestore.dynamodb.blobs import BlobStore
+from statestore.dynamodb.connection import Dynamo, get_n, get_s, is_condition_failed, n, s
+from statestore.files import FileRecord, FileReference
+from statestore.partitions import Partition
+from statestore.state import TableState
+
+
+@dataclass(frozen=True)
+class SnapshotPointer:
+    table_id: str
+    n: int
+    key: str
+    time_ms: int
+
+    @classmethod
+    def of(cls, item: dict[str, Any]) -> SnapshotPointer:
+        return cls(get_s(item, "table_id") or "", get_n(item, "n") or 0, get_s(item, "key") or "",
+                   get_n(item, "time_ms") or 0)
+
+
+def encode_state(state: TableState) -> bytes:
+    doc = {
+        "partitions": [p.to_dict() for p in state.partitions.values()],
+        "files": [[f.filename, f.update_time] for f in state.files.values()],
+        "references": [[r.filename, r.partition_id, r.record_count, r.count_approximate, r.whole_file, r.job_id,
+                        r.update_time] for r in state.references.values()],
+    }
+    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
+
+
+def decode_state(data: bytes) -> TableState:
+    doc = json.loads(zlib.decompress(data))
+    state = TableState()
+    state.partitions = {p["id"]: Partition.from_dict(p) for p in doc["partitions"]}
+    state.files = {f[0]: FileRecord(f[0], f[1]) for f in doc["files"]}
+    refs, by_file = state.references, state.refs_by_file
+    for r in doc["references"]:
+        ref = FileReference(*r)
+        refs[(ref.filename, ref.partition_id)] = ref
+        parts = by_file.get(ref.filename)
+        if parts is None:
+            by_file[ref.filename] = {ref.partition_id}
+        else:
+            parts.add(ref.partition_id)
+    return state
+
+
+def write(dynamo: Dynamo, blobs: BlobStore, table_id: str, number: int, state: TableState, time_ms: int) -> None:
+    """Save ``state`` (the state after transaction ``number``) and point to it. A
+    pointer for ``number`` written meanwhile by another process is kept (the same state)."""
+    key = f"snapshots/{table_id}/{number:020d}-{uuid.uuid4().hex[:8]}.json.z"
+    blobs.put(key, encode_state(state))
+    item = {"table_id": s(table_id), "n": n(number), "key": s(key), "time_ms": n(time_ms)}
+    try:
+        dynamo.call(f"point to snapshot {number} of table {table_id}", dynamo.client.put_item,
+            TableName=dynamo.table("snapshots"), Item=item, ConditionExpression="attribute_not_exists(n)")
+    except Exception as e:
+        blobs.delete([key])
+        if not is_condition_failed(e):
+            raise
+
+
+def latest(dynamo: Dynamo, table_id: str) -> Optional[SnapshotPointer]:
+    for it in dynamo.query(f"find the latest snapshot of table {table_id}", "snapshots", "table_id = :t",
+                           {":t": s(table_id)}, forward=False, limit=1):
+        return SnapshotPointer.of(it)
+    return None
+
+
+def all_pointers(dynamo: Dynamo, table_id: str) -> list[SnapshotPointer]:
+    """Every snapshot of the table, oldest first."""
+    return [SnapshotPointer.of(it) for it in dynamo.query(
+        f"list the snapshots of table {table_id}", "snapshots", "table_id = :t", {":t": s(table_id)})]
+
+
+def load(blobs: BlobStore, pointer: SnapshotPointer) -> TableState:
+    return decode_state(blobs.get(pointer.key))

@@ -1,0 +1,272 @@
+"""The DynamoDB state store: the StateStore interface over the role modules of this
+package (see the package docstring for the design), and the factory the backend
+registry calls."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from dataclasses import replace
+from typing import Any, Callable, Optional, TypeVar
+
+import botocore.exceptions
+
+from statestore.dynamodb import snapshots
+from statestore.dynamodb.blobs import BlobStore, open_blob_store
+from statestore.dynamodb.cache import CachedTable, StateCache
+from statestore.dynamodb.catalog import CatalogMixin
+from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping, CommitsMixin
+from statestore.dynamodb.connection import CONNECTION_ERRORS, Dynamo, DynamoOptions, cancellation_codes, n, s
+from statestore.dynamodb.leases import LeasesMixin
+from statestore.dynamodb.log import EncodedTransaction
+from statestore.errors import (
+    CommitConflictError,
+    CommitOutcomeUnknownError,
+    StateStoreUnavailableError,
+    TableNotFoundError,
+)
+from statestore.files import FileReference
+from statestore.jobs import JobRecord
+from statestore.overview import DEFAULT_FILE_SAMPLE, TableOverview, overview_of
+from statestore.partitions import Partition
+from statestore.retry import Backoff
+from statestore.state import TableState
+from statestore.transactions import Transaction
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
+    """The state store in DynamoDB and an object store (see the package docstring).
+
+    Args:
+        options: where the DynamoDB tables are and their name prefix.
+        blobs: where transaction bodies over the item limit and snapshots go.
+        backoff: retry policy when another committer took the next log number.
+        snapshot_every: write a snapshot after this many transactions since the last...
+        snapshot_seconds: ...or after this long, whichever comes first (the committer
+            that crosses the line writes it, after its commit).
+        retention_margin: :meth:`expire` keeps this many transactions before the
+            newest snapshot...
+        retention_seconds: ...and everything younger than this, so readers that
+            started from an older snapshot can finish.
+    """
+
+    #: how long a commit whose request was lost keeps trying to learn its outcome
+    outcome_timeout_seconds: float = 60.0
+
+    def __init__(self, options: DynamoOptions, blobs: BlobStore, *, backoff: Optional[Backoff] = None,
+                 snapshot_every: int = 1000, snapshot_seconds: float = 600.0, retention_margin: int = 100,
+                 retention_seconds: float = 3600.0) -> None:
+        self._dynamo = Dynamo(options)
+        self._blobs = blobs
+        self._cache = StateCache(self._dynamo, blobs)
+        self._backoff = backoff or Backoff()
+        self.snapshot_every = snapshot_every
+        self.snapshot_seconds = snapshot_seconds
+        self.retention_margin = retention_margin
+        self.retention_seconds = retention_seconds
+
+    # ----- table state ----------------------------------------------------------------
+    def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
+               job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None) -> bool:
+        """See :meth:`StateStore.commit` and :mod:`statestore.dynamodb.commits`. Commits
+        of one table from threads of this store take turns; other committers (other
+        processes) are raced through the conditional log write, retried with full-jitter
+        backoff. When a write's reply is lost, the commit is tried again with the same id
+        until DynamoDB answers or :attr:`outcome_timeout_seconds` pass (then
+        CommitOutcomeUnknownError): a retry finding its id in the log or among the
+        recorded ids returns False."""
+        books = Bookkeeping(commit_id or uuid.uuid4().hex, job, ingest_job_id, check_id=commit_id is not None)
+        entry = self._cache.entry(table_id)
+        encoded: Optional[EncodedTransaction] = None
+        deadline: Optional[float] = None  # set once a write may have applied without our hearing
+        conflicts = 0
+        with entry.lock:
+            try:
+                while True:
+                    try:
+                        outcome = self._commit_attempt(table_id, entry, transaction, books, encoded)
+                    except StateStoreUnavailableError as e:
+                        if deadline is None:
+                            if not isinstance(e.__cause__, CONNECTION_ERRORS):
+                                raise
+                            deadline = time.monotonic() + self.outcome_timeout_seconds
+                        if time.monotonic() >= deadline:
+                            raise CommitOutcomeUnknownError(
+                                f"commit {transaction.TYPE} to table {table_id}: DynamoDB was lost during the "
+                                f"commit and did not come back within {self.outcome_timeout_seconds:g}s, so whether "
+                                f"it applied is unknown (commit id {books.commit_id}): {e}") from e
+                        books = replace(books, check_id=True)
+                        time.sleep(min(2.0, 0.05 * 2 ** min(conflicts, 6)))
+                        conflicts += 1
+                        continue
+                    if isinstance(outcome, EncodedTransaction):  # another committer took the number
+                        encoded = outcome
+                        conflicts += 1
+                        if conflicts >= self._backoff.max_attempts:
+                            raise CommitConflictError(f"commit {transaction.TYPE} to table {table_id}: the log kept "
+                                                      f"moving on ({conflicts} attempts)")
+                        self._backoff.pause(conflicts)
+                        continue
+                    if outcome:
+                        self._maybe_snapshot(table_id, entry)
+                    return outcome
+            except BaseException:
+                if encoded is not None and encoded.blob_key and deadline is None:
+                    self._blobs.delete([encoded.blob_key])  # never logged
+                raise
+
+    def _commit_attempt(self, table_id: str, entry: CachedTable, txn: Transaction, books: Bookkeeping,
+                        encoded: Optional[EncodedTransaction]) -> bool | EncodedTransaction:
+        """One try: True (applied), False (applied before), or the encoded transaction
+        when the log number was taken (try again)."""
+        tail = self._cache.refresh(table_id, entry)
+        if any(t.commit_id == books.commit_id for t in tail):
+            return False  # a try of this commit whose reply was lost
+        done, job_rev = self._check_bookkeeping(table_id, books)
+        if done:
+            return False
+        txn.validate(entry.state)
+        if encoded is None:
+            encoded = EncodedTransaction.of(table_id, txn, self._blobs)
+        number = entry.n + 1
+        items = self._commit_items(table_id, number, encoded, books, job_rev, _now_ms())
+        d = self._dynamo
+        try:
+            d.call(f"commit {txn.TYPE} to table {table_id}", d.client.transact_write_items, TransactItems=items)
+        except botocore.exceptions.ClientError as e:
+            codes = cancellation_codes(e)
+            if not codes:
+                raise
+            failed = [i for i, c in enumerate(codes) if c not in ("None", "")]
+            if TABLE in failed:
+                self._cache.forget(table_id)
+                raise TableNotFoundError(f"no table with id {table_id}") from None
+            if COMMIT_ID in failed and LOG not in failed:
+                return False
+            return encoded  # the log moved on, the job record changed, or the ingest job ended: look again
+        txn.apply(entry.state)
+        entry.n = number
+        return True
+
+    def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:
+        """Write a snapshot of ``entry`` (lock held) when one is due; best effort."""
+        now = _now_ms()
+
+        def due() -> bool:
+            behind = entry.n - entry.snapshot_n
+            return behind >= self.snapshot_every or (
+                behind > 0 and now - entry.snapshot_ms >= self.snapshot_seconds * 1000)
+
+        if not due():
+            return
+        try:
+            newest = snapshots.latest(self._dynamo, table_id)
+            if newest is not None and newest.n > entry.snapshot_n:
+                entry.snapshot_n, entry.snapshot_ms = newest.n, newest.time_ms
+                if not due():
+                    return
+            snapshots.write(self._dynamo, self._blobs, table_id, entry.n, entry.state, now)
+            entry.snapshot_n, entry.snapshot_ms = entry.n, now
+        except StateStoreUnavailableError as e:
+            log.warning("snapshot %d of table %s not written: %s", entry.n, table_id, e)
+
+    def _with_state(self, table_id: str, fn: Callable[[TableState], T]) -> T:
+        """``fn`` of the table's current state (read-only, under the table's lock)."""
+        self._require_table_id(table_id)
+        entry = self._cache.entry(table_id)
+        with entry.lock:
+            self._cache.refresh(table_id, entry)
+            return fn(entry.state)
+
+    def load_state(self, table_id: str) -> TableState:
+        return self._with_state(table_id, TableState.copy)
+
+    def partitions(self, table_id: str) -> list[Partition]:
+        return self._with_state(table_id, lambda st: list(st.partitions.values()))
+
+    def file_references(self, table_id: str) -> list[FileReference]:
+        return self._with_state(table_id, lambda st: list(st.references.values()))
+
+    def overview(self, table_id: str, *, file_limit: int = DEFAULT_FILE_SAMPLE) -> TableOverview:
+        return self._with_state(table_id, lambda st: overview_of(st, file_limit))
+
+    def unreferenced_files(self, table_id: str, updated_before_ms: int, limit: int = 1000) -> list[str]:
+        def fn(st: TableState) -> list[str]:
+            return sorted(f.filename for f in st.files.values()
+                          if f.filename not in st.refs_by_file and f.update_time < updated_before_ms)[:max(0, limit)]
+        return self._with_state(table_id, fn)
+
+    def snapshot(self, table_id: str) -> int:
+        """Write a snapshot of the table's current state now; returns its transaction number."""
+        self._require_table_id(table_id)
+        entry = self._cache.entry(table_id)
+        with entry.lock:
+            self._cache.refresh(table_id, entry)
+            now = _now_ms()
+            snapshots.write(self._dynamo, self._blobs, table_id, entry.n, entry.state, now)
+            entry.snapshot_n, entry.snapshot_ms = entry.n, now
+            return entry.n
+
+    # ----- retention ------------------------------------------------------------------
+    def prune_commit_ids(self, table_id: str, before_ms: int) -> int:
+        """See :meth:`StateStore.prune_commit_ids`; also applies :meth:`expire`."""
+        self._require_table_id(table_id)
+        d = self._dynamo
+        old = [it for it in d.query(f"list the commit ids of table {table_id}", "items",
+                                    "table_id = :t AND begins_with(sk, :c)", {":t": s(table_id), ":c": s("c#")})
+               if int(it["applied_ms"]["N"]) < before_ms]
+        d.batch_delete(f"prune commit ids of table {table_id}", "items",
+                       [{"table_id": it["table_id"], "sk": it["sk"]} for it in old])
+        self.expire(table_id)
+        return len(old)
+
+    def expire(self, table_id: str, *, now_ms: Optional[int] = None) -> tuple[int, int]:
+        """Delete the table's transactions numbered at or below the newest snapshot's
+        minus :attr:`retention_margin`, and its snapshots but the newest, that are older
+        than :attr:`retention_seconds`. Returns (transactions, snapshots) deleted.
+        Readers holding an older state reload from the newest snapshot when they find
+        the gap."""
+        now = _now_ms() if now_ms is None else now_ms
+        cutoff_ms = now - int(self.retention_seconds * 1000)
+        d = self._dynamo
+        pointers = snapshots.all_pointers(d, table_id)
+        if not pointers:
+            return 0, 0
+        newest = pointers[-1]
+        what = f"expire the transactions of table {table_id}"
+        old_log = [it for it in d.query(what, "log", "table_id = :t AND n <= :n",
+                                        {":t": s(table_id), ":n": n(newest.n - self.retention_margin)},
+                                        projection="table_id, n, time_ms, body_key")
+                   if int(it["time_ms"]["N"]) < cutoff_ms]
+        d.batch_delete(what, "log", [{"table_id": it["table_id"], "n": it["n"]} for it in old_log])
+        self._blobs.delete([it["body_key"]["S"] for it in old_log if "body_key" in it])
+        old_snaps = [p for p in pointers[:-1] if p.time_ms < cutoff_ms]
+        d.batch_delete(what, "snapshots", [{"table_id": s(table_id), "n": n(p.n)} for p in old_snaps])
+        self._blobs.delete([p.key for p in old_snaps])
+        return len(old_log), len(old_snaps)
+
+
+def open_dynamodb(*, region: str = "us-east-1", endpoint_url: Optional[str] = None, table_prefix: str = "sleeper-",
+                  access_key: Optional[str] = None, secret_key: Optional[str] = None,
+                  object_store: Optional[str | os.PathLike[str]] = None,
+                  object_store_options: Optional[dict[str, Any]] = None, **store_kwargs: Any) -> DynamoDBStateStore:
+    """The DynamoDB state store (the registry's factory). ``object_store``: where large
+    transaction bodies and snapshots go, ``s3://bucket/prefix`` or a local directory;
+    ``object_store_options``: the S3 client's ``endpoint_url``, ``region``,
+    ``access_key``, ``secret_key``. Other keyword arguments go to
+    :class:`DynamoDBStateStore`."""
+    if object_store is None or not str(object_store):
+        raise StateStoreUnavailableError("the DynamoDB state store needs an object store (s3://bucket/prefix or a "
+                                         "local directory) for snapshots and large transactions")
+    options = DynamoOptions(region=region, endpoint_url=endpoint_url or None, access_key=access_key or None,
+                            secret_key=secret_key or None, table_prefix=table_prefix)
+    return DynamoDBStateStore(options, open_blob_store(object_store, **(object_store_options or {})), **store_kwargs)
