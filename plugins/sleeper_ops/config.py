@@ -3,8 +3,9 @@
 The first command that needs it writes a default file naming: the object store
 (default ``SLEEPER_HOME/data``; or ``s3://bucket/prefix`` with an optional endpoint),
 the state store (default the embedded PostgreSQL under ``SLEEPER_HOME/pg``; a DSN
-replaces it), the Spark master (``local[*]``) and the Airflow home. Relative paths
-are relative to ``SLEEPER_HOME``. Scaling out is a change here, not in code.
+replaces it; or ``backend = "dynamodb"``, see :class:`DynamoDBSettings`), the Spark
+master (``local[*]``) and the Airflow home. Relative paths are relative to ``SLEEPER_HOME``.
+Scaling out is a change here, not in code.
 
 An optional ``[ingest]`` section sets ``allowed_prefixes``: the only places the REST
 API may be asked to ingest files from (a list of local directories, absolute or
@@ -36,6 +37,39 @@ DEFAULT_CONFIG: dict[str, Any] = {
 }
 
 
+#: the ``[state_store]`` keys of the DynamoDB backend (besides ``backend``)
+DYNAMODB_KEYS = ("region", "endpoint_url", "table_prefix", "access_key", "secret_key", "object_store")
+
+
+@dataclass(frozen=True)
+class DynamoDBSettings:
+    """``[state_store]`` with ``backend = "dynamodb"``: the DynamoDB region, endpoint
+    (e.g. a local emulator; empty: AWS), table name prefix and credentials (empty:
+    boto3's usual chain), and ``object_store``: where snapshots and large transactions
+    go (``s3://bucket/prefix`` or a local directory, relative to ``SLEEPER_HOME``; by
+    default ``_statestore`` under the object store). S3 is reached with the
+    ``[object_store]`` endpoint and keys."""
+
+    region: str = "us-east-1"
+    endpoint_url: Optional[str] = None
+    table_prefix: str = "sleeper-"
+    access_key: Optional[str] = None
+    secret_key: Optional[str] = None
+    object_store: Optional[str] = None
+
+    @classmethod
+    def from_section(cls, home: Path, ss: dict[str, Any]) -> DynamoDBSettings:
+        bad = [k for k in DYNAMODB_KEYS if k in ss and not isinstance(ss[k], str)]
+        if bad:
+            raise ConfigError(f"state_store.{bad[0]} must be a string, got {ss[bad[0]]!r}")
+        store = ss.get("object_store") or None
+        if store is not None and not store.startswith("s3://"):
+            store = str(_under(home, store))
+        return cls(region=ss.get("region") or "us-east-1", endpoint_url=ss.get("endpoint_url") or None,
+                   table_prefix=ss.get("table_prefix", "sleeper-"), access_key=ss.get("access_key") or None,
+                   secret_key=ss.get("secret_key") or None, object_store=store)
+
+
 def default_home() -> Path:
     return Path(os.environ.get("SLEEPER_HOME", DEFAULT_HOME))
 
@@ -53,6 +87,8 @@ class SleeperConfig:
     #: ``ingest.allowed_prefixes`` as configured (local ones absolute); None: the default,
     #: see :meth:`ingest_prefixes`
     ingest_allowed_prefixes: Optional[tuple[str, ...]] = None
+    #: the DynamoDB backend's settings (used when ``state_store_backend == "dynamodb"``)
+    dynamodb: DynamoDBSettings = DynamoDBSettings()
 
     def ingest_prefixes(self) -> tuple[str, ...]:
         """Where the REST API may be asked to ingest files from: ``ingest.allowed_prefixes``,
@@ -63,9 +99,20 @@ class SleeperConfig:
 
     def state_store_options(self) -> dict[str, Any]:
         """Keyword arguments of :func:`statestore.backends.open_state_store` for this
-        configuration's backend (PostgreSQL: the DSN, or where the embedded server lives)."""
+        configuration's backend (PostgreSQL: the DSN, or where the embedded server lives;
+        DynamoDB: :class:`DynamoDBSettings`, the object store for its snapshots defaulting
+        to ``_statestore`` under this configuration's object store)."""
         if self.state_store_backend == "postgres":
             return {"dsn": self.state_store_dsn, "embedded_dir": self.embedded_pg_dir}
+        if self.state_store_backend == "dynamodb":
+            d = self.dynamodb
+            where = d.object_store or f"{self.object_store_uri.rstrip('/')}/_statestore"
+            out: dict[str, Any] = {"region": d.region, "endpoint_url": d.endpoint_url, "table_prefix": d.table_prefix,
+                                   "access_key": d.access_key, "secret_key": d.secret_key, "object_store": where}
+            if where.startswith("s3://") and self.s3 is not None:
+                out["object_store_options"] = {"endpoint_url": self.s3.endpoint_url, "region": self.s3.region,
+                                               "access_key": self.s3.access_key, "secret_key": self.s3.secret_key}
+            return out
         return {}
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,6 +148,13 @@ class SleeperConfig:
             "spark": {"master": self.spark_master},
             "airflow": {"home": under_home(self.airflow_home)},
         }
+        if self.state_store_backend == "dynamodb":
+            d = self.dynamodb
+            out["state_store"].update({k: v for k, v in (
+                ("region", d.region), ("endpoint_url", d.endpoint_url), ("table_prefix", d.table_prefix),
+                ("access_key", d.access_key), ("secret_key", d.secret_key),
+                ("object_store", d.object_store if d.object_store is None or d.object_store.startswith("s3://")
+                 else under_home(d.object_store))) if v is not None})
         if self.ingest_allowed_prefixes is not None:
             out["ingest"] = {"allowed_prefixes": [p if p.startswith("s3://") else under_home(p)
                                                   for p in self.ingest_allowed_prefixes]}
@@ -164,7 +218,8 @@ class SleeperConfig:
         dsn = os.environ.get("SLEEPER_STATE_STORE_DSN") or ss.get("dsn") or None
         return cls(home, uri, s3, backend, dsn, _under(home, ss.get("embedded_dir", "pg")),
                    str(spark["master"]), _under(home, airflow["home"]),
-                   _allowed_prefixes(home, _section(raw, "ingest").get("allowed_prefixes")))
+                   _allowed_prefixes(home, _section(raw, "ingest").get("allowed_prefixes")),
+                   DynamoDBSettings.from_section(home, ss))
 
 
 def _section(raw: dict[str, Any], name: str) -> dict[str, Any]:
