@@ -236,12 +236,17 @@ MOTO_KEYS = {"access_key": "test", "secret_key": "test", "region": "us-east-1"}
 
 
 def _moto_server() -> tuple[subprocess.Popen[bytes], str]:
-    """A moto server in a process of its own (so it does not share the GIL with the committers)."""
+    """A moto server in a process of its own (so it does not share the GIL with the
+    committers), answering one request at a time."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # One request at a time: moto's TransactWriteItems restores whole tables when a
+    # transaction is cancelled, wiping concurrent writes, so a threaded server loses commits.
+    serve = ("from werkzeug.serving import run_simple; "
+             "from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app; "
+             f"run_simple('127.0.0.1', {port}, DomainDispatcherApplication(create_backend_app), threaded=False)")
+    proc = subprocess.Popen([sys.executable, "-c", serve], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

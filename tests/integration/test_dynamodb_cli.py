@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from tests.integration.statestore.conftest import serial_moto_server
 
 pytestmark = pytest.mark.integration
 
@@ -24,27 +25,15 @@ SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
           "valueFields": [{"name": "n", "type": "LongType"}]}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``127.0.0.1:PORT`` of a moto server with the data bucket."""
-    moto_server = pytest.importorskip("moto.server")
+def moto() -> Iterator[str]:
+    """``127.0.0.1:PORT`` of a moto server with the data bucket (one request at a time:
+    see :func:`~tests.integration.statestore.conftest.serial_moto_server`)."""
     boto3 = pytest.importorskip("boto3")
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id="test",
-                      aws_secret_access_key="test", region_name="us-east-1").create_bucket(Bucket=BUCKET)
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.stop()
+    with serial_moto_server() as url:
+        boto3.client("s3", endpoint_url=url, aws_access_key_id="test", aws_secret_access_key="test",
+                     region_name="us-east-1").create_bucket(Bucket=BUCKET)
+        yield url[len("http://"):]
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +115,8 @@ def test_the_cli_runs_on_s3_and_dynamodb_without_postgres(sleeper, moto):
 
     dynamo = boto3.client("dynamodb", endpoint_url=f"http://{moto}", aws_access_key_id="test",
                           aws_secret_access_key="test", region_name="us-east-1")
-    tables = set(dynamo.list_tables()["TableNames"])
-    assert {"cli-catalog", "cli-log", "cli-items"} <= tables
+    for name in ("cli-catalog", "cli-log", "cli-items"):
+        assert dynamo.describe_table(TableName=name)["Table"]["TableStatus"] == "ACTIVE"
     logged = dynamo.query(TableName="cli-log", KeyConditionExpression="table_id = :t",
                           ExpressionAttributeValues={":t": {"S": table_id}})["Items"]
     assert len(logged) >= 6

@@ -3,10 +3,17 @@
 DynamoDB runs against one moto server per test session (on 127.0.0.1, started only
 when a test asks for it); each test gets tables of its own under a fresh prefix and
 a fresh local directory for snapshots and large transactions.
+
+The moto server answers one request at a time (:func:`serial_moto_server`): moto's
+TransactWriteItems is not safe under concurrent requests -- it backs up every table a
+transaction names and restores the backup when the transaction is cancelled, wiping
+the writes other requests made meanwhile -- so a threaded server loses commits that
+DynamoDB would keep when committers race.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
@@ -31,20 +38,37 @@ def _free_port() -> int:
         return port
 
 
+@contextlib.contextmanager
+def serial_moto_server() -> Iterator[str]:
+    """A moto server (DynamoDB and S3) on 127.0.0.1 in a thread of this process, serving
+    one request at a time (see the module docstring); yields ``http://127.0.0.1:PORT``."""
+    pytest.importorskip("boto3")
+    moto_server = pytest.importorskip("moto.server")
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    class SerialMotoServer(moto_server.ThreadedMotoServer):  # type: ignore[misc,name-defined]
+        def _server_entry(self) -> None:
+            app = DomainDispatcherApplication(create_backend_app)
+            self._server = make_server(self._ip_address, self._port, app, False, request_handler=MotoRequestHandler)
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    port = _free_port()
+    server = SerialMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint_url() -> Iterator[str]:
     """``http://127.0.0.1:PORT`` of a moto server (DynamoDB and S3) for the session."""
-    moto_server = pytest.importorskip("moto.server")
-    pytest.importorskip("boto3")
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, serial_moto_server() as url:
         mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        port = _free_port()
-        server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            server.stop()
+        yield url
 
 
 def dynamodb_options(endpoint_url: str, blob_dir: Path | str) -> dict[str, Any]:
