@@ -56,7 +56,12 @@ def test_the_wheel_carries_migrations_spark_apps_dag_files_and_entry_points(whee
     names = set(zipfile.ZipFile(wheel).namelist())
     sql = {n for n in names if n.startswith("statestore/postgres/ddl/") and n.endswith(".sql")}
     assert {Path(n).name for n in sql} == {p.name for p in (REPO / "include" / "sql").glob("*.sql")}
-    assert "sleeper_ops/spark/apps/compaction.py" in names
+    assert {"sleeper_ops/spark/apps/compaction.py", "sleeper_ops/spark/apps/bulk_import.py"} <= names
+    # every package of the checkout is in the wheel (a sub-package left out breaks only the installed copy)
+    for root, top in (("plugins/sleeper_ops", "sleeper_ops"), ("statestore", "statestore")):
+        for init in (REPO / root).rglob("__init__.py"):
+            rel = init.relative_to(REPO / root).as_posix()
+            assert f"{top}/{rel}" in names, f"{top}/{rel} is missing from the wheel"
     assert {Path(n).name for n in names if n.startswith("sleeper_ops/airflow/dag_files/")} >= {
         p.name for p in (REPO / "dags").glob("sleeper_*.py")}
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
