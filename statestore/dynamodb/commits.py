@@ -18,30 +18,20 @@ So the data and the bookkeeping apply together or not at all, in at most 5 items
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
+from statestore.bookkeeping import Bookkeeping
 from statestore.dynamodb.connection import n, s
 from statestore.dynamodb.ingest_queue import IngestQueueMixin, ended_item
 from statestore.dynamodb.jobs import JobsMixin, job_put
 from statestore.dynamodb.log import EncodedTransaction
 from statestore.errors import BookkeepingError
-from statestore.jobs import JobRecord, check_job_bookkeeping
+from statestore.jobs import check_job_bookkeeping
 
 #: positions of the first items of a commit's TransactWriteItems (then the job, the ingest job)
 LOG, TABLE, COMMIT_ID = range(3)
 
 
-@dataclass(frozen=True)
-class Bookkeeping:
-    """What a commit records besides its data (see ``StateStore.commit``).
-    ``check_id``: look the id up first (a caller's id, or a retry after a lost reply;
-    a fresh id of a first try cannot have been applied)."""
-
-    commit_id: str
-    job: Optional[JobRecord] = None
-    ingest_job_id: Optional[str] = None
-    check_id: bool = True
 
 
 def commit_id_key(table_id: str, commit_id: str) -> dict[str, Any]:

@@ -6,14 +6,14 @@ serializable view. A commit whose id is already recorded applies nothing."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Optional, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from statestore.bookkeeping import Bookkeeping
 from statestore.errors import BookkeepingError, TableNotFoundError, TransactionError
-from statestore.jobs import JobRecord, check_job_bookkeeping, now_ms
+from statestore.jobs import check_job_bookkeeping, now_ms
 from statestore.postgres.diff import _Diff
 from statestore.postgres.jobs import upsert_job
 from statestore.postgres.rows import (
@@ -62,16 +62,6 @@ def _pipelined(conn: psycopg.Connection[Any], body: Callable[[], T]) -> T:
         raise failure
     return result  # type: ignore[return-value]
 
-@dataclass(frozen=True)
-class Bookkeeping:
-    """What a commit records besides its data (see ``StateStore.commit``).
-    ``check_id``: look the id up first (a caller's id, or a retry after a lost reply;
-    a fresh id of a first try cannot have been applied)."""
-
-    commit_id: str
-    job: Optional[JobRecord] = None
-    ingest_job_id: Optional[str] = None
-    check_id: bool = True
 
 
 #: returned by :func:`_commit_attempt` when the commit id was already applied
