@@ -2,6 +2,7 @@
 the table catalog and the StateStore backends. Imports nothing else of ours."""
 
 from statestore.catalog import TableInfo
+from statestore.changes import TableChanges
 from statestore.errors import (
     CommitConflictError,
     FileReferenceError,
@@ -46,6 +47,7 @@ __all__ = [
     "PartitionTree",
     "PropertyError", "Range", "Region", "ReplaceFileReferences", "Schema", "SchemaError", "SleeperError",
     "SplitFileReference", "SplitFileReferences", "SplitPartition", "StateStore", "StateStoreUnavailableError",
-    "TableExistsError", "TableInfo", "TableNotFoundError", "TableState", "Transaction", "TransactionError",
+    "TableChanges", "TableExistsError", "TableInfo", "TableNotFoundError", "TableState", "Transaction",
+    "TransactionError",
     "partitions_from_split_points", "transaction_from_dict",
 ]

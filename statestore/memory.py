@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import Mapping, Optional, Sequence
+from collections import deque
+from typing import Any, Mapping, Optional, Sequence
 
 from statestore.catalog import TableInfo
+from statestore.changes import TableChanges, is_token_of
 from statestore.errors import BookkeepingError, TableExistsError, TableNotFoundError
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
 from statestore.jobs import JobRecord, check_job_bookkeeping, saves_over
@@ -17,7 +19,10 @@ from statestore.properties import check_combination, validate_properties, valida
 from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.store import StateStore
-from statestore.transactions import InitialisePartitions, Transaction
+from statestore.transactions import InitialisePartitions, Touches, Transaction
+
+#: how many commits per table :meth:`InMemoryStateStore.changes_since` can answer incrementally
+CHANGE_HISTORY = 10_000
 
 
 class InMemoryStateStore(StateStore):
@@ -31,6 +36,9 @@ class InMemoryStateStore(StateStore):
         self._leases: dict[str, Lease] = {}
         self._ingest_requests: dict[str, dict[str, IngestRequest]] = {}  # table id -> id -> request
         self._commit_ids: dict[str, dict[str, int]] = {}  # table id -> commit id -> applied at (ms)
+        self._epoch = uuid.uuid4().hex  # tells this store's change tokens from another's
+        self._versions: dict[str, int] = {}  # table id -> commits applied
+        self._changes: dict[str, deque[tuple[int, Touches]]] = {}  # table id -> (version, what it touched)
 
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
                      properties: Optional[Mapping[str, str]] = None) -> TableInfo:
@@ -45,6 +53,8 @@ class InMemoryStateStore(StateStore):
             txn.apply(state)
             self._tables[name] = info
             self._states[info.table_id] = state
+            self._versions[info.table_id] = 0
+            self._changes[info.table_id] = deque(maxlen=CHANGE_HISTORY)
             return info
 
     def list_tables(self) -> list[TableInfo]:
@@ -86,6 +96,8 @@ class InMemoryStateStore(StateStore):
                 del self._jobs[k]
             self._ingest_requests.pop(info.table_id, None)
             self._commit_ids.pop(info.table_id, None)
+            self._versions.pop(info.table_id, None)
+            self._changes.pop(info.table_id, None)
             return info
 
     def _state(self, table_id: str) -> TableState:
@@ -112,6 +124,8 @@ class InMemoryStateStore(StateStore):
                                            f"{ingest_job_id} any more")
             transaction.validate(state)
             transaction.apply(state)
+            version = self._versions[table_id] = self._versions[table_id] + 1
+            self._changes[table_id].append((version, transaction.touches()))
             applied[commit_id or uuid.uuid4().hex] = int(time.time() * 1000)
             if job is not None:
                 self._jobs[(table_id, job.job_id)] = job
@@ -138,6 +152,33 @@ class InMemoryStateStore(StateStore):
     def load_state(self, table_id: str) -> TableState:
         with self._lock:
             return self._state(table_id).copy()
+
+    def changes_since(self, table_id: str, since: Any = None) -> TableChanges:
+        """See :meth:`StateStore.changes_since`: rows the commits since ``since`` touched
+        (the last :data:`CHANGE_HISTORY` commits are remembered), else the whole state."""
+        with self._lock:
+            state = self._state(table_id)
+            info = next(t for t in self._tables.values() if t.table_id == table_id)
+            version = self._versions[table_id]
+            token = ("memory", self._epoch, version)
+            held = is_token_of(since, "memory")
+            log = self._changes[table_id]
+            if held is None or held[0] != self._epoch or not 0 <= held[1] <= version:
+                return TableChanges.whole(info, token, state)
+            if held[1] == version:
+                return TableChanges(info, token, False)
+            if not log or log[0][0] > held[1] + 1:
+                return TableChanges.whole(info, token, state)
+            pids: set[str] = set()
+            names: set[str] = set()
+            for v, touched in reversed(log):
+                if v <= held[1]:
+                    break
+                if touched.whole_table:
+                    return TableChanges.whole(info, token, state)
+                pids |= touched.partition_ids
+                names |= touched.filenames
+            return TableChanges.of_rows(info, token, state, pids, names)
 
     def unreferenced_files(self, table_id: str, updated_before_ms: int, limit: int = 1000) -> list[str]:
         with self._lock:

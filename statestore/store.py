@@ -23,9 +23,10 @@ Guarantees every backend gives:
 from __future__ import annotations
 
 import abc
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from statestore.catalog import TableInfo
+from statestore.changes import TableChanges
 from statestore.files import FileReference, FileStatus
 from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
@@ -115,6 +116,15 @@ class StateStore(abc.ABC):
     @abc.abstractmethod
     def load_state(self, table_id: str) -> TableState:
         """A consistent snapshot of the whole state of one table."""
+
+    @abc.abstractmethod
+    def changes_since(self, table_id: str, since: Any = None) -> TableChanges:
+        """The table's catalog entry, and what changed in its partitions and references
+        since ``since`` (a token an earlier call returned; None: the whole state), with
+        the current values of only what changed. Complete, read-your-writes (covers
+        every commit that returned before this call) and consistent: see
+        :mod:`statestore.changes`. An unchanged table costs one small read.
+        Raises TableNotFoundError."""
 
     def partitions(self, table_id: str) -> list[Partition]:
         return list(self.load_state(table_id).partitions.values())

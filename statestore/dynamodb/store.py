@@ -13,10 +13,12 @@ from typing import Any, Callable, Optional, TypeVar
 
 import botocore.exceptions
 
+from statestore.changes import TableChanges, is_token_of
 from statestore.dynamodb import snapshots
 from statestore.dynamodb.blobs import BlobStore, open_blob_store
 from statestore.dynamodb.cache import CachedTable, StateCache
 from statestore.dynamodb.catalog import CatalogMixin
+from statestore.dynamodb.catalog import _info as catalog_info
 from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping, CommitsMixin
 from statestore.dynamodb.connection import CONNECTION_ERRORS, Dynamo, DynamoOptions, cancellation_codes, n, s
 from statestore.dynamodb.leases import LeasesMixin
@@ -153,8 +155,7 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
             if COMMIT_ID in failed and LOG not in failed:
                 return False
             return encoded  # the log moved on, the job record changed, or the ingest job ended: look again
-        txn.apply(entry.state)
-        entry.n = number
+        entry.apply(number, txn)
         return True
 
     def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:
@@ -189,6 +190,22 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
 
     def load_state(self, table_id: str) -> TableState:
         return self._with_state(table_id, TableState.copy)
+
+    def changes_since(self, table_id: str, since: Any = None) -> TableChanges:
+        """See :meth:`StateStore.changes_since`. The token is a log number: the catalog
+        item and the log after this store's cached number are read (two small
+        requests), and the rows the transactions after ``since`` touched are taken
+        from the cache (the whole state when the cache does not remember them all)."""
+        info = catalog_info(self._table_item(table_id))
+        entry = self._cache.entry(table_id)
+        with entry.lock:
+            self._cache.refresh(table_id, entry)
+            token = ("dynamodb", entry.n)
+            held = is_token_of(since, "dynamodb")
+            touched = entry.touched_since(held[0]) if held else None
+            if touched is None or touched.whole_table:
+                return TableChanges.whole(info, token, entry.state)
+            return TableChanges.of_rows(info, token, entry.state, touched.partition_ids, touched.filenames)
 
     def partitions(self, table_id: str) -> list[Partition]:
         return self._with_state(table_id, lambda st: list(st.partitions.values()))

@@ -14,7 +14,7 @@ from psycopg.pq import TransactionStatus
 from statestore.bookkeeping import Bookkeeping
 from statestore.errors import BookkeepingError, TableNotFoundError, TransactionError
 from statestore.jobs import check_job_bookkeeping, now_ms
-from statestore.postgres.diff import _Diff
+from statestore.postgres.diff import _Diff, log_change
 from statestore.postgres.jobs import upsert_job
 from statestore.postgres.rows import (
     _JOB_COLUMNS,
@@ -161,11 +161,13 @@ def _commit_attempt(conn: psycopg.Connection[Any], table_id: str, txn: Transacti
         with conn.cursor() as cur:
             if diff.needs_copy():
                 diff.write(cur, table_id)
+                log_change(cur, table_id, diff)
                 _write_bookkeeping(cur, table_id, books)
                 cur.execute("COMMIT")
             else:
                 def write() -> None:
                     diff.write(cur, table_id)
+                    log_change(cur, table_id, diff)
                     _write_bookkeeping(cur, table_id, books)
                     cur.execute("COMMIT")
                 _pipelined(conn, write)

@@ -11,6 +11,7 @@ import psycopg
 from psycopg.types.json import Json
 
 from statestore.files import FileRecord, FileReference
+from statestore.jobs import now_ms
 from statestore.partitions import Partition
 from statestore.postgres.rows import _PARTITION_COLUMNS, _REF_COLUMNS
 from statestore.state import TableState
@@ -19,6 +20,9 @@ T = TypeVar("T")
 
 #: inserts of more rows than this go through COPY
 COPY_THRESHOLD = 2000
+
+#: a commit changing more partitions and files than this logs ``all_rows`` instead of their names
+MAX_LISTED = 10_000
 
 def _changed(before: Mapping[Any, T], after: Mapping[Any, T]) -> tuple[list[Any], list[T], list[T]]:
     """(deleted keys, inserted values, updated values) from ``before`` to ``after``."""
@@ -122,3 +126,19 @@ def _insert_partitions(cur: psycopg.Cursor[Any], table_id: str, parts: Sequence[
     cur.executemany(f"INSERT INTO partitions (table_id, {_PARTITION_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                     [(table_id, p.id, p.parent_id, list(p.child_ids), p.is_leaf, p.dimension, Json(p.region.to_dict()))
                      for p in parts])
+
+
+def log_change(cur: psycopg.Cursor[Any], table_id: str, diff: _Diff) -> None:
+    """Record in ``state_changes`` (:mod:`statestore.postgres.changes`), in the commit's
+    transaction, which partitions and files ``diff`` changed (nothing when it changed no
+    partition and no reference)."""
+    pids = {*diff.p_del, *(p.id for p in diff.p_ins), *(p.id for p in diff.p_upd)}
+    names = {*(k[0] for k in diff.r_del), *(r.filename for r in diff.r_ins), *(r.filename for r in diff.r_upd)}
+    if not pids and not names:
+        return
+    if len(pids) + len(names) > MAX_LISTED:
+        cur.execute("INSERT INTO state_changes (table_id, xid, applied_ms, all_rows)"
+                    " VALUES (%s, pg_current_xact_id(), %s, true)", (table_id, now_ms()))
+    else:
+        cur.execute("INSERT INTO state_changes (table_id, xid, applied_ms, partition_ids, filenames)"
+                    " VALUES (%s, pg_current_xact_id(), %s, %s, %s)", (table_id, now_ms(), list(pids), list(names)))

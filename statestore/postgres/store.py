@@ -15,9 +15,10 @@ from psycopg import IsolationLevel
 
 from statestore.errors import CommitOutcomeUnknownError, SleeperError, StateStoreUnavailableError, TransactionError
 from statestore.files import FileReference
-from statestore.jobs import JobRecord
+from statestore.jobs import JobRecord, now_ms
 from statestore.partitions import Partition
 from statestore.postgres.catalog import CatalogMixin
+from statestore.postgres.changes import CHANGE_RETENTION_MS, ChangesMixin, prune_changes
 from statestore.postgres.commits import ALREADY_APPLIED, Bookkeeping, _commit_attempt
 from statestore.postgres.ingest_queue import IngestQueueMixin
 from statestore.postgres.jobs import JobsMixin
@@ -36,7 +37,8 @@ from statestore.store import StateStore
 from statestore.transactions import Transaction
 
 
-class PostgresStateStore(CatalogMixin, JobsMixin, LeasesMixin, IngestQueueMixin, OverviewMixin, StateStore):
+class PostgresStateStore(CatalogMixin, ChangesMixin, JobsMixin, LeasesMixin, IngestQueueMixin, OverviewMixin,
+                         StateStore):
     """The state store in PostgreSQL (see the module docstring).
 
     Args:
@@ -125,6 +127,15 @@ class PostgresStateStore(CatalogMixin, JobsMixin, LeasesMixin, IngestQueueMixin,
 
         return self._run(f"load file references of table {table_id}", fn,
                          isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
+
+    def prune_commit_ids(self, table_id: str, before_ms: int) -> int:
+        """See :meth:`StateStore.prune_commit_ids`; also forgets the table's change log
+        rows older than :data:`~statestore.postgres.changes.CHANGE_RETENTION_MS`."""
+        count = super().prune_commit_ids(table_id, before_ms)
+        self._run(f"prune the change log of table {table_id}",
+                  lambda cur: prune_changes(cur, table_id, now_ms() - CHANGE_RETENTION_MS),
+                  isolation=IsolationLevel.READ_COMMITTED)
+        return count
 
     def unreferenced_files(self, table_id: str, updated_before_ms: int, limit: int = 1000) -> list[str]:
         def fn(cur: psycopg.Cursor[Any]) -> list[str]:

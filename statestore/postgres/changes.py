@@ -1,0 +1,139 @@
+"""Incremental reads (:mod:`statestore.changes`) in PostgreSQL: the ``state_changes`` log
+(``include/sql/005_state_changes.sql``).
+
+* A commit that changes partitions or references inserts one log row in its own
+  database transaction (:func:`statestore.postgres.diff.log_change`): its transaction id and the partition ids
+  and filenames whose rows it changed.
+* A reader's token is the PostgreSQL snapshot its copy is exact at. A read
+  (:meth:`ChangesMixin.changes_since`) sends, in one pipeline and one REPEATABLE READ
+  transaction, the catalog row with the current snapshot, the log rows of transactions
+  that snapshot sees and the held one did not (an index range scan from the held
+  snapshot's xmin), and the prune horizon; when nothing changed, that one round trip
+  is all. Otherwise a second transaction does the same and then reads, by primary key,
+  the current rows of the partitions and files named (or the whole state, when a log
+  row says ``all_rows`` or rows the reader needed were pruned).
+
+Log rows are pruned after :data:`CHANGE_RETENTION_MS` (by ``prune_commit_ids``, which
+garbage collection runs); a reader that has not read for longer reloads the whole state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import psycopg
+
+from statestore.changes import TableChanges, is_token_of
+from statestore.errors import TableNotFoundError
+from statestore.files import FileReference
+from statestore.postgres.commits import _pipelined, _rollback_quietly
+from statestore.postgres.connections import PostgresConnection
+from statestore.postgres.rows import _PARTITION_COLUMNS, _REF_COLUMNS, _gc_paused, _partition_from_row, _table_info
+from statestore.state import TableState
+
+#: log rows older than this are pruned; a reader idle for longer reloads the whole state
+CHANGE_RETENTION_MS = 30 * 60 * 1000
+
+_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+
+def prune_changes(cur: psycopg.Cursor[Any], table_id: str, before_ms: int) -> int:
+    """Delete the table's log rows applied before ``before_ms``, raising its prune
+    horizon to the largest transaction id deleted; returns how many were deleted."""
+    row = cur.execute(
+        "WITH gone AS (DELETE FROM state_changes WHERE table_id = %s AND applied_ms < %s RETURNING xid)"
+        " SELECT count(*), max(xid) FROM gone", (table_id, before_ms)).fetchone()
+    count, newest = row if row is not None else (0, None)
+    if newest is not None:
+        cur.execute("INSERT INTO state_change_horizon (table_id, pruned_xid) VALUES (%s, %s)"
+                    " ON CONFLICT (table_id) DO UPDATE SET pruned_xid ="
+                    " GREATEST(state_change_horizon.pruned_xid, EXCLUDED.pruned_xid)", (table_id, newest))
+    return int(count)
+
+
+class ChangesMixin(PostgresConnection):
+    """The incremental read part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+
+    def changes_since(self, table_id: str, since: Any = None) -> TableChanges:
+        """See :meth:`StateStore.changes_since` and the module docstring."""
+        held = is_token_of(since, "postgres")
+        snapshot: Optional[str] = held[0] if held else None
+        what = f"read the changes of table {table_id}"
+        if snapshot is not None:
+            quick = self._retrying(what, lambda conn: _attempt(conn, table_id, snapshot, rows=False),
+                                   idempotent=True)
+            if quick is not None:
+                return quick
+        out = self._retrying(what, lambda conn: _attempt(conn, table_id, snapshot, rows=True), idempotent=True)
+        assert out is not None
+        return out
+
+
+def _attempt(conn: psycopg.Connection[Any], table_id: str, snapshot: Optional[str], *,
+             rows: bool) -> Optional[TableChanges]:
+    """One read in one transaction. Without ``rows``, the answer only when nothing
+    changed since ``snapshot`` (else None)."""
+    def first() -> tuple[Optional[Any], list[Any], Optional[Any]]:
+        conn.execute(_BEGIN)
+        table = conn.execute("SELECT table_id, name, schema, properties, pg_current_snapshot()::text"
+                             " FROM tables WHERE table_id = %s", (table_id,))
+        log = horizon = None
+        if snapshot is not None:
+            log = conn.execute(
+                "SELECT all_rows, partition_ids, filenames FROM state_changes WHERE table_id = %s"
+                " AND xid >= pg_snapshot_xmin(%s::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, %s::pg_snapshot)",
+                (table_id, snapshot, snapshot))
+            horizon = conn.execute("SELECT pruned_xid >= pg_snapshot_xmin(%s::pg_snapshot) FROM state_change_horizon"
+                                   " WHERE table_id = %s", (snapshot, table_id))
+        if not rows:
+            conn.execute("COMMIT")
+        return (table.fetchone(), log.fetchall() if log is not None else [],
+                horizon.fetchone() if horizon is not None else None)
+
+    try:
+        row, log, horizon = _pipelined(conn, first)
+        if row is None:
+            raise TableNotFoundError(f"no table with id {table_id}")
+        info, token = _table_info(row[:4]), ("postgres", row[4])
+        full = snapshot is None or bool(horizon and horizon[0]) or any(r[0] for r in log)
+        if not rows:
+            return None if full or log else TableChanges(info, token, False)
+        if full:
+            out = _read_whole(conn, table_id, info, token)
+        else:
+            pids = {p for r in log for p in r[1]}
+            names = {f for r in log for f in r[2]}
+            out = _read_rows(conn, table_id, info, token, pids, names)
+        conn.execute("COMMIT")
+        return out
+    except BaseException:
+        _rollback_quietly(conn)
+        raise
+
+
+def _read_whole(conn: psycopg.Connection[Any], table_id: str, info: Any, token: Any) -> TableChanges:
+    parts = conn.execute(f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE table_id = %s", (table_id,)).fetchall()
+    with _gc_paused():
+        refs = conn.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s",
+                            (table_id,)).fetchall()
+        state = TableState()
+        for p in parts:
+            part = _partition_from_row(p)
+            state.partitions[part.id] = part
+        for r in refs:
+            state.put_reference(FileReference(*r))
+        return TableChanges.whole(info, token, state)
+
+
+def _read_rows(conn: psycopg.Connection[Any], table_id: str, info: Any, token: Any, pids: set[str],
+               names: set[str]) -> TableChanges:
+    parts: list[Any] = []
+    refs: list[Any] = []
+    if pids:
+        parts = conn.execute(f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE table_id = %s"
+                             " AND partition_id = ANY(%s)", (table_id, list(pids))).fetchall()
+    if names:
+        refs = conn.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s AND filename = ANY(%s)",
+                            (table_id, list(names))).fetchall()
+    return TableChanges(info, token, False, frozenset(pids), tuple(_partition_from_row(p) for p in parts),
+                        frozenset(names), tuple(FileReference(*r) for r in refs))
