@@ -113,6 +113,20 @@ class Sleeper:
             self.objects.delete(obj.key)
         return info
 
+    def sql(self, text: str) -> pa.Table:
+        """The result of one read-only SQL statement over this instance's tables (each
+        named by its table name), through DataFusion. Every table reads as its queries
+        do (its iterators applied); predicates on a table's first row key field prune
+        the partitions and files read; ``EXPLAIN`` shows what each table's scan reads.
+        Bad SQL and unknown tables raise :class:`~sleeper_ops.errors.SqlError`. See
+        :mod:`sleeper_ops.query.sql`."""
+        import contextlib
+
+        from sleeper_ops.query.sql import SqlEngine
+
+        return SqlEngine(self.state_store, lambda info: contextlib.closing(self.table(info.name).query_runner())) \
+            .execute(text)
+
 
 @dataclass
 class Table:

@@ -27,3 +27,8 @@ class IteratorError(SleeperError):
 
 class CompactionError(SleeperError):
     """A compaction job could not produce its output (e.g. an input file is missing)."""
+
+
+class SqlError(QueryError):
+    """A SQL statement cannot run: it does not parse, names an unknown table or column,
+    or is not a read (DDL, DML and SET are refused)."""

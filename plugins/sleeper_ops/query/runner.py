@@ -225,6 +225,14 @@ class QueryRunner:
             merged = self.iterators.apply(merged)
         return limited(merged, limit)
 
+    def planned_references(self, regions: Sequence[Region]) -> list[FileReference]:
+        """The file references a query of ``regions`` would read (each once), from the
+        partitions and references that query would use now; reads no file."""
+        chosen: dict[tuple[str, str], FileReference] = {}
+        for t in self._tasks(regions):
+            chosen.setdefault((t.ref.filename, t.ref.partition_id), t.ref)
+        return list(chosen.values())
+
     def _row_groups(self, task: _Task) -> tuple[pq.FileMetaData, list[int]]:
         """The file's footer and the row groups whose statistics may hold rows of the task."""
         md = self.cache.metadata(self.objects, task.ref.filename)
