@@ -20,8 +20,10 @@ from sleeper_ops.errors import QueryError
 from sleeper_ops.ingest.standard import IngestResult, IngestRunner, Progress
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.runner import DEFAULT_BATCH_ROWS, QueryRunner, exact_key_region, range_region
+from sleeper_ops.query.shared import SharedRunners
 from statestore.backends import open_state_store
 from statestore.catalog import TableInfo
+from statestore.errors import TableNotFoundError
 from statestore.jobs import JobRecord
 from statestore.partitions import partitions_from_split_points
 from statestore.properties import validate_properties
@@ -42,6 +44,10 @@ class Sleeper:
     embedding). Otherwise both come from the configuration: the state store through
     the backend registry (:mod:`statestore.backends`), which starts the embedded
     PostgreSQL when no DSN is configured. Use as a context manager, or call :meth:`close`.
+
+    Queries share one runner per table (:attr:`queries`, see
+    :mod:`sleeper_ops.query.shared`): its copy of the table's metadata is brought up to
+    date incrementally before each query, so repeated queries cost what they read.
     """
 
     def __init__(self, home: Optional[os.PathLike[str] | str] = None, *, config: Optional[SleeperConfig] = None,
@@ -57,6 +63,7 @@ class Sleeper:
             state_store = open_state_store(config.state_store_backend, **config.state_store_options())
         self.state_store = state_store
         self.objects = objects
+        self.queries = SharedRunners(state_store, objects)
 
     @property
     def s3(self):  # type: ignore[no-untyped-def]
@@ -72,7 +79,8 @@ class Sleeper:
         return load_batch_runner("spark")(self.config, self.state_store, run_id)
 
     def close(self) -> None:
-        """Close the state store (and stop an embedded server it started)."""
+        """Close the query runners and the state store (and stop an embedded server it started)."""
+        self.queries.close()
         self.state_store.close()
 
     def __enter__(self) -> Sleeper:
@@ -109,6 +117,7 @@ class Sleeper:
     def delete_table(self, name: str) -> TableInfo:
         """Remove the table from the catalog, then delete its objects."""
         info = self.state_store.delete_table(name)
+        self.queries.forget(info.table_id)
         for obj in list(self.objects.list(info.table_id)):
             self.objects.delete(obj.key)
         return info
@@ -178,9 +187,14 @@ class Table:
                       **options)
 
     def query_runner(self, threads: int = 4, iterators: Sequence[Any] = ()) -> QueryRunner:
-        """A reusable runner with the table's current properties (iterators included)."""
-        return QueryRunner(self.sleeper.state_store, self.sleeper.objects, self._fresh(), threads=threads,
-                           iterators=iterators)
+        """A reusable runner with the table's current properties (iterators included),
+        with a thread pool of its own (close it) and the table's shared metadata copy."""
+        info = self._fresh()
+        return QueryRunner(self.sleeper.state_store, self.sleeper.objects, info, threads=threads,
+                           iterators=iterators, metadata=self.sleeper.queries.metadata(info))
+
+    def _shared_runner(self, iterators: Sequence[Any]) -> QueryRunner:
+        return self.sleeper.queries.runner(self.info, iterators)
 
     def _regions(self, keys: Sequence[Any], ranges: Sequence[tuple[Any, Optional[Any]]],
                  regions: Sequence[Region]) -> list[Region]:
@@ -199,11 +213,11 @@ class Table:
         ``[min, max)`` of ``ranges`` on the first row key (``max=None``: unbounded), after
         the table's iterators and then ``iterators`` (callables on Arrow record batches)."""
         rs = self._regions(keys, ranges, regions)
-        runner = self.query_runner(iterators=iterators)
         try:
-            return runner.query(rs)
-        finally:
-            runner.close()
+            return self._shared_runner(iterators).query(rs)
+        except TableNotFoundError:
+            self.sleeper.queries.forget(self.info.table_id)
+            raise
 
     def query_batches(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
                       regions: Sequence[Region] = (), iterators: Sequence[Any] = (), limit: Optional[int] = None,
@@ -213,23 +227,14 @@ class Table:
         a few batches, not the result; reading stops once ``limit`` records are out.
 
         Bad keys or ranges and state store errors are raised by this call, before any
-        record is read; errors reading files are raised while iterating. The runner is
-        closed when the iterator is exhausted or closed."""
+        record is read; errors reading files are raised while iterating. Closing the
+        iterator early stops reading."""
         rs = self._regions(keys, ranges, regions)
-        runner = self.query_runner(iterators=iterators)
         try:
-            batches = runner.stream(rs, limit=limit, batch_rows=batch_rows)
-        except BaseException:
-            runner.close()
+            return self._shared_runner(iterators).stream(rs, limit=limit, batch_rows=batch_rows)
+        except TableNotFoundError:
+            self.sleeper.queries.forget(self.info.table_id)
             raise
-
-        def run() -> Generator[pa.RecordBatch, None, None]:
-            try:
-                yield from batches
-            finally:
-                batches.close()
-                runner.close()
-        return run()
 
     # ----- maintenance ----------------------------------------------------------------
     def _fresh(self) -> TableInfo:

@@ -19,8 +19,7 @@ once ``limit`` rows are out.
 
 from __future__ import annotations
 
-import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generator, Iterator, Optional, Sequence
 
@@ -33,11 +32,11 @@ from sleeper_ops.errors import QueryError
 from sleeper_ops.io.arrow_schema import arrow_schema, sort_keys
 from sleeper_ops.io.datafile import FILE_CACHE, ParquetFileCache
 from sleeper_ops.io.storage import ObjectStore
+from sleeper_ops.query.metadata import TableMetadata
 from sleeper_ops.query.stream import PendingSource, limited, merge_sources
 from statestore.catalog import TableInfo
 from statestore.errors import SchemaError
 from statestore.files import FileReference
-from statestore.partitions import PartitionTree
 from statestore.region import Range, Region
 from statestore.schema import Schema, check_key_value, min_value
 from statestore.store import StateStore
@@ -124,62 +123,70 @@ class _Task:
 class QueryRunner:
     """Runs queries against one table; safe to reuse across queries and threads.
 
+    Every query plans on the table's metadata brought up to date when it starts
+    (:class:`~sleeper_ops.query.metadata.TableMetadata`: incremental, read-your-writes).
     The table's iterator properties, then ``iterators`` (extra user iterators, run
-    after the table's own), apply to every result; they are read and checked once,
-    here (a bad property raises :class:`~sleeper_ops.errors.ConfigError`). Age-off
-    measures age from the time each query runs.
+    after the table's own), apply to every result; they are checked here and again
+    whenever the table's properties change (a bad property raises
+    :class:`~sleeper_ops.errors.ConfigError`). Age-off measures age from the time each
+    query runs.
     """
 
     def __init__(self, state_store: StateStore, objects: ObjectStore, table: TableInfo, *,
-                 threads: int = 4, cache: Optional[ParquetFileCache] = None, state_ttl_seconds: float = 0.0,
-                 iterators: Sequence[BatchFn] = ()):
+                 threads: int = 4, cache: Optional[ParquetFileCache] = None,
+                 iterators: Sequence[BatchFn] = (), metadata: Optional[TableMetadata] = None,
+                 pool: Optional[Executor] = None):
+        """``metadata``: the table's metadata copy to plan with, shared with other
+        runners of the table (default: one of this runner's own). ``pool``: threads to
+        read in, shared with other runners and not shut down by :meth:`close` (default:
+        ``threads`` threads of this runner's own)."""
+        self._extra_iterators = tuple(iterators)
         self.iterators = IteratorChain.for_table(table, iterators)
         self.state_store, self.objects, self.table = state_store, objects, table
         self.schema = table.schema
         self.target = arrow_schema(self.schema)
         self.threads = threads
         self.cache = cache or FILE_CACHE or ParquetFileCache()
-        self._pool = ThreadPoolExecutor(threads)
-        self.state_ttl_seconds = state_ttl_seconds
-        self._plan: Optional[tuple[float, PartitionTree, dict[str, list[FileReference]]]] = None
+        self._owns_pool = pool is None
+        self._pool: Executor = pool if pool is not None else ThreadPoolExecutor(threads)
+        self.metadata = metadata if metadata is not None else TableMetadata(state_store, table.table_id)
 
-    def _current_plan(self) -> tuple[PartitionTree, dict[str, list[FileReference]]]:
-        """Partitions and references, re-read once older than ``state_ttl_seconds``.
-
-        Reusing a state this young is safe: garbage collection deletes a file only
-        once it has been unreferenced for the table's GC delay (minutes).
-        """
-        now = time.monotonic()
-        if self._plan is None or now - self._plan[0] > self.state_ttl_seconds:
-            state = self.state_store.load_state(self.table.table_id)
-            refs: dict[str, list[FileReference]] = {}
-            for ref in state.references.values():
-                refs.setdefault(ref.partition_id, []).append(ref)
-            self._plan = (now, PartitionTree(state.partitions.values()), refs)
-        return self._plan[1], self._plan[2]
+    def _current_plan(self, meta: TableMetadata) -> None:
+        """Take the catalog entry ``meta`` was refreshed with: a change of the table's
+        properties (e.g. its iterators) applies from this query on."""
+        table = meta.table
+        if table is not None and table is not self.table:
+            if table.properties != self.table.properties:
+                self.iterators = IteratorChain.for_table(table, self._extra_iterators)
+            self.table = table
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False)
+        """Shut down this runner's own thread pool (not a shared one)."""
+        if self._owns_pool:
+            self._pool.shutdown(wait=False)
 
     def _tasks(self, regions: Sequence[Region]) -> list[_Task]:
-        """One task per file reference and (disjoint) query region it may hold rows of."""
-        tree, refs_by_partition = self._current_plan()
-        tasks: list[_Task] = []
+        """One task per file reference and (disjoint) query region it may hold rows of,
+        planned on the table's metadata brought up to date now (read-your-writes)."""
         disjoint = _disjoint(regions)
-        for i, region in enumerate(disjoint):
-            exclude = tuple(r for r in disjoint[:i] if r.overlaps(region))
-            wanted: dict[str, Any] = {}
-            for leaf in tree.leaves_overlapping(region):
-                wanted[leaf.id] = leaf
-                for a in tree.ancestors(leaf.id):
-                    wanted[a.id] = a
-            for pid, part in wanted.items():
-                inter = _intersect(region, part.region)
-                if inter is None:
-                    continue
-                for ref in refs_by_partition.get(pid, ()):
-                    tasks.append(_Task(ref, inter, exclude))
-        return tasks
+
+        def plan(meta: TableMetadata) -> list[_Task]:
+            self._current_plan(meta)
+            tasks: list[_Task] = []
+            for i, region in enumerate(disjoint):
+                exclude = tuple(r for r in disjoint[:i] if r.overlaps(region))
+                for part in meta.overlapping(region):
+                    refs = meta.references_in(part.id)
+                    if not refs:
+                        continue
+                    inter = _intersect(region, part.region)
+                    if inter is None:
+                        continue
+                    for ref in refs:
+                        tasks.append(_Task(ref, inter, exclude))
+            return tasks
+
+        return self.metadata.plan(plan)
 
     def query(self, regions: Sequence[Region]) -> pa.Table:
         """Every record in any of ``regions``, once, in key order."""
