@@ -205,6 +205,28 @@ def query(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tu
 
 
 @cli.command()
+@click.argument("statement")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "parquet"]), default=None,
+              help="Output format [default: jsonl; EXPLAIN prints its plans as text].")
+@click.option("--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+@click.pass_context
+def sql(ctx: click.Context, statement: str, fmt: Optional[str], output: Optional[str]) -> None:
+    """Run a read-only SQL STATEMENT over the tables (DataFusion); EXPLAIN shows what each table's scan reads."""
+    from sleeper_ops.io.output import write_results
+    from sleeper_ops.query.sql_explain import is_explain, render_explain
+
+    if fmt == "parquet" and not output:
+        raise click.UsageError("--format parquet needs --output FILE")
+    result = _sleeper(ctx).sql(statement)
+    if fmt is None and output is None and is_explain(result):
+        click.echo(render_explain(result))
+        return
+    write_results(result, fmt or "jsonl", output)
+    if output:
+        click.echo(f"wrote {result.num_rows:,} rows to {output}", err=True)
+
+
+@cli.command()
 @click.argument("kind", type=click.Choice(["partitions", "files", "jobs"]))
 @click.argument("table_name", metavar="TABLE")
 @click.option("--json", "as_json", is_flag=True)

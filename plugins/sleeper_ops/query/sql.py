@@ -40,6 +40,7 @@ import threading
 from typing import Any, Callable, ContextManager, Iterator, Optional, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from datafusion import SessionConfig, SessionContext, SQLOptions
 from datafusion.catalog import SchemaProvider, Table
@@ -64,15 +65,21 @@ class _Scan:
 
     def __init__(self, schema: pa.Schema, batches: Callable[[], Iterator[pa.RecordBatch]],
                  columns: Optional[Sequence[str]], filter: Any):
-        self._batches, self._columns, self._filter = batches, columns, filter
+        if filter is not None and not isinstance(filter, pc.Expression):  # a literal, e.g. false
+            filter = pc.scalar(filter.as_py() if isinstance(filter, pa.Scalar) else filter)
+        self._schema, self._batches, self._filter = schema, batches, filter
+        self._columns = None if columns is None else list(columns)
         self.projected_schema = schema if columns is None else pa.schema([schema.field(c) for c in columns])
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        for b in self._batches():
-            if self._filter is not None:
-                b = b.filter(self._filter)
-            if self._columns is not None:
-                b = b.select(list(self._columns))
+        if self._filter is None and self._columns is None:
+            yield from self._batches()
+            return
+        # pyarrow evaluates the filter (any expression, literals included); one thread and
+        # one batch of read-ahead keep the stream's memory bounded.
+        scan = ds.Scanner.from_batches(self._batches(), schema=self._schema, columns=self._columns,
+                                       filter=self._filter, use_threads=False, batch_readahead=1)
+        for b in scan.to_batches():
             if b.num_rows:
                 yield b
 
@@ -132,7 +139,7 @@ class SleeperDataset(ds.Dataset):
             regions = self.regions()
             if regions:
                 yield from runner.stream(regions)
-        except BaseException as e:
+        except Exception as e:
             self.engine.failed(e)
             raise
 
@@ -153,7 +160,7 @@ class _Tables(SchemaProvider):
     def table_names(self) -> list[str]:  # type: ignore[override]
         try:
             return [t.name for t in self.engine.state_store.list_tables()]
-        except BaseException as e:
+        except Exception as e:
             self.engine.failed(e)
             raise
 
@@ -163,7 +170,7 @@ class _Tables(SchemaProvider):
         except TableNotFoundError:
             self.engine.missing.append(name)
             return None
-        except BaseException as e:
+        except Exception as e:
             self.engine.failed(e)
             raise
 

@@ -74,6 +74,15 @@ class _Keys:
             return self.everything if nxt is None else [(lo_min, nxt)]
         return None
 
+    @staticmethod
+    def _is_false(literal: Any) -> bool:
+        """True for the literal ``false`` (DataFusion's rewrite of a contradiction)."""
+        try:
+            v = literal.python_value()
+            return (v.as_py() if hasattr(v, "as_py") else v) is False
+        except Exception:  # a literal pyarrow cannot convert
+            return False
+
     def is_key(self, expr: Any) -> bool:
         return bool(expr.variant_name() == "Column" and expr.to_variant().name() == self.field)
 
@@ -84,6 +93,8 @@ class _Keys:
             v = expr.to_variant()
         except Exception:  # an expression the bindings cannot describe: restricts nothing
             return self.everything
+        if kind == "Literal" and self._is_false(expr):
+            return []
         if kind == "Alias":
             return self.intervals(v.expr())
         if kind == "BinaryExpr":
