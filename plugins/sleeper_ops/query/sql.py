@@ -72,14 +72,13 @@ class _Scan:
         self.projected_schema = schema if columns is None else pa.schema([schema.field(c) for c in columns])
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        if self._filter is None and self._columns is None:
-            yield from self._batches()
-            return
-        # pyarrow evaluates the filter (any expression, literals included); one thread and
-        # one batch of read-ahead keep the stream's memory bounded.
-        scan = ds.Scanner.from_batches(self._batches(), schema=self._schema, columns=self._columns,
-                                       filter=self._filter, use_threads=False, batch_readahead=1)
-        for b in scan.to_batches():
+        # Batch by batch, pulled only as DataFusion asks (a pyarrow Scanner over the stream
+        # would read the whole stream ahead).
+        for b in self._batches():
+            if self._filter is not None:
+                b = b.filter(self._filter)
+            if self._columns is not None:
+                b = b.select(self._columns)
             if b.num_rows:
                 yield b
 

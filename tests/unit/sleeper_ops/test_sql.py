@@ -205,6 +205,16 @@ def test_a_key_predicate_reads_only_the_files_of_the_leaf_and_its_ancestors(slee
     assert opened == set(), "a predicate no key satisfies reads nothing"
 
 
+def test_rows_are_streamed_so_a_limit_stops_reading_files(sleeper, monkeypatch):
+    t = sleeper.create_table("wide", {"rowKeyFields": [{"name": "k", "type": "LongType"}],
+                                      "valueFields": [{"name": "v", "type": "LongType"}]},
+                             split_points=list(range(1000, 20_000, 1000)))
+    t.ingest(pa.table({"k": pa.array(range(20_000), pa.int64()), "v": pa.array(range(20_000), pa.int64())}))
+    opened = _files_read(sleeper, monkeypatch)
+    assert sleeper.sql("SELECT * FROM wide WHERE v >= 0 LIMIT 5").num_rows == 5
+    assert 0 < len(opened) <= 4, f"a LIMIT 5 opened {len(opened)} of 20 files"
+
+
 def _scan_lines(result: pa.Table) -> list[str]:
     assert is_explain(result)
     rows = [r["plan"] for r in result.to_pylist() if r["plan_type"] == "sleeper_scan"]
