@@ -243,7 +243,7 @@ class SqlEngine:
     def _set_intervals(self, plan: Any) -> None:
         """Each scanned table's key intervals: the union over its scans in ``plan``."""
         for name, filters in _table_scans(plan):
-            d = self.datasets.get(name)
+            d = self.datasets.get(name) or self.datasets.get(name.removeprefix("datafusion.").removeprefix("public."))
             if d is None:  # a name the walk cannot match to a table: that table is read whole
                 continue
             d.scans_seen += 1

@@ -243,6 +243,16 @@ def test_explain_shows_the_key_regions_leaves_and_files_chosen(sleeper, events):
     assert "leaves read: 2 of" in text
 
 
+def test_quoted_and_qualified_table_names_prune_too(sleeper):
+    t = sleeper.create_table("My-Table", {"rowKeyFields": [{"name": "Key", "type": "LongType"}]}, split_points=[5])
+    t.ingest(pa.table({"Key": pa.array(range(10), pa.int64())}))
+    for name in ('"My-Table"', 'public."My-Table"', 'datafusion.public."My-Table"'):
+        result = sleeper.sql(f'EXPLAIN SELECT * FROM {name} WHERE "Key" >= 7')
+        assert _scan_lines(result)[:2] == ["My-Table: Key in [7, unbounded)",
+                                           "leaves read: 1 of 2 (partitions with references read: 1)"], name
+        assert sleeper.sql(f'SELECT "Key" FROM {name} WHERE "Key" >= 7').column("Key").to_pylist() == [7, 8, 9]
+
+
 def test_every_table_can_be_named_and_show_tables_lists_them(sleeper, events):
     sleeper.create_table("other", {"rowKeyFields": [{"name": "k", "type": "StringType"}]})
     names = set(sleeper.sql("SHOW TABLES").column("table_name").to_pylist())
