@@ -36,12 +36,12 @@ def moto() -> Iterator[str]:
         yield url[len("http://"):]
 
 
-@pytest.fixture(scope="module")
-def sleeper(moto: str, tmp_path_factory: pytest.TempPathFactory):
-    home = tmp_path_factory.mktemp("sleeper-dynamodb-home")
-    (home / "sleeper.toml").write_text(f"""
+def sleeper_toml(moto: str, data_prefix: str, table_prefix: str) -> str:
+    """A ``sleeper.toml`` keeping data under ``s3://BUCKET/<data_prefix>`` and the state in
+    DynamoDB tables named ``<table_prefix>...``, both on the moto server at ``moto``."""
+    return f"""
 [object_store]
-uri = "s3://{BUCKET}/cli"
+uri = "s3://{BUCKET}/{data_prefix}"
 endpoint_override = "{moto}"
 scheme = "http"
 region = "us-east-1"
@@ -52,10 +52,16 @@ secret_key = "test"
 backend = "dynamodb"
 endpoint_url = "http://{moto}"
 region = "us-east-1"
-table_prefix = "cli-"
+table_prefix = "{table_prefix}"
 access_key = "test"
 secret_key = "test"
-""")
+"""
+
+
+@pytest.fixture(scope="module")
+def sleeper(moto: str, tmp_path_factory: pytest.TempPathFactory):
+    home = tmp_path_factory.mktemp("sleeper-dynamodb-home")
+    (home / "sleeper.toml").write_text(sleeper_toml(moto, "cli", "cli-"))
     env = {k: v for k, v in os.environ.items() if k != "SLEEPER_STATE_STORE_DSN"}
     env.update(SLEEPER_HOME=str(home), AWS_EC2_METADATA_DISABLED="true")
 
