@@ -127,14 +127,14 @@ class Sleeper:
         named by its table name), through DataFusion. Every table reads as its queries
         do (its iterators applied); predicates on a table's first row key field prune
         the partitions and files read; ``EXPLAIN`` shows what each table's scan reads.
-        Bad SQL and unknown tables raise :class:`~sleeper_ops.errors.SqlError`. See
+        Bad SQL and unknown tables raise :class:`~sleeper_ops.errors.SqlError`. Tables
+        are read through their shared runners (:attr:`queries`). See
         :mod:`sleeper_ops.query.sql`."""
         import contextlib
 
         from sleeper_ops.query.sql import SqlEngine
 
-        return SqlEngine(self.state_store, lambda info: contextlib.closing(self.table(info.name).query_runner())) \
-            .execute(text)
+        return SqlEngine(self.state_store, lambda info: contextlib.nullcontext(self.queries.runner(info))).execute(text)
 
 
 @dataclass
