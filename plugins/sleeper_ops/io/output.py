@@ -1,7 +1,9 @@
 """Writing query results as JSON Lines, CSV or Parquet.
 
 JSON Lines and CSV write bytes as base64 and maps as objects (CSV cells hold the
-JSON of maps and lists); Parquet keeps every schema type exactly.
+JSON of maps and lists); Parquet keeps every schema type exactly. Values JSON has no
+type for (timestamps and dates, e.g. from SQL, and decimals) are written to JSON
+Lines as strings, times in ISO 8601.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def write_results(table: pa.Table, fmt: str, output: Optional[str] = None) -> No
     try:
         if fmt == "jsonl":
             for d in row_dicts(table, map_fields):
-                stream.write(json.dumps(d, ensure_ascii=False).encode() + b"\n")
+                stream.write(json.dumps(d, ensure_ascii=False, default=_as_text).encode() + b"\n")
         else:
             cols = {}
             for f in table.schema:
@@ -63,3 +65,9 @@ def write_results(table: pa.Table, fmt: str, output: Optional[str] = None) -> No
             stream.close()
         else:
             stream.flush()
+
+
+def _as_text(v: object) -> str:
+    """A value JSON has no type for, as text: ISO 8601 for dates and times."""
+    iso = getattr(v, "isoformat", None)
+    return str(iso()) if callable(iso) else str(v)

@@ -63,6 +63,13 @@ def test_sql_writes_jsonl_with_bytes_as_base64(run):
         [{"key": r["key"], "ts": r["ts"], "blob": "AP8="} for r in ROWS if "h" <= r["key"] < "q"]
 
 
+def test_sql_values_json_has_no_type_for_are_written_as_text(run):
+    code, out, err = run("sql", "SELECT DATE '2026-01-02' AS day, CAST(1.5 AS DECIMAL(10, 2)) AS d, "
+                                "CAST('2026-01-02T03:04:05' AS TIMESTAMP) AS at, COUNT(*) AS c FROM t")
+    assert code == 0, err
+    assert json.loads(out) == {"day": "2026-01-02", "d": "1.50", "at": "2026-01-02T03:04:05", "c": len(ROWS)}
+
+
 def test_sql_group_by_as_csv(run):
     code, out, err = run("sql", "SELECT key, COUNT(*) AS c, SUM(n) AS s FROM t WHERE key < 'c' GROUP BY key "
                                 "ORDER BY key", "--format", "csv")
