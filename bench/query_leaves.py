@@ -9,13 +9,15 @@ to exist. Timed, in one run on the same state store:
 
 * ``Table.query`` -- the API path (CLI and REST take it too);
 * ``QueryRunner.query`` on a runner kept across queries;
+* planning alone (``QueryRunner._tasks``: the metadata refresh and the choice of
+  references, no file read), the part that must not grow with the table;
 * ``load_state`` -- the whole-state read every query paid before the incremental
   metadata copy (the baseline, measured in this run).
 
 The figure of merit is the ratio of the largest N's exact-key p50 to the smallest's
 (goal <= 1.3: a lookup's metadata cost does not grow with the table).
 
-    .venv/bin/python bench/query_leaves.py [--leaves 100 10000] [--queries 300] [--rows 200000]
+    .venv/bin/python bench/query_leaves.py [--leaves 100 10000] [--queries 300] [--rows 20000]
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ def run(s: Any, leaves: int, queries: int, rows: int) -> dict[str, dict[str, flo
     def reused() -> None:
         assert runner.query([exact_key_region(t.schema, [rng.choice(keys)])]).num_rows >= 1
 
+    def plan() -> None:
+        assert runner._tasks([exact_key_region(t.schema, [rng.choice(keys)])])
+
     def load() -> None:
         s.state_store.load_state(t.info.table_id)
 
@@ -82,7 +87,7 @@ def run(s: Any, leaves: int, queries: int, rows: int) -> dict[str, dict[str, flo
         api()
         reused()
     out = {"Table.query": timed(api, queries), "runner.query": timed(reused, queries),
-           "load_state": timed(load, max(5, queries // 10))}
+           "plan": timed(plan, queries), "load_state": timed(load, max(5, queries // 10))}
     runner.close()
     return out
 
@@ -91,7 +96,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--leaves", type=int, nargs="+", default=[100, 10_000])
     ap.add_argument("--queries", type=int, default=300)
-    ap.add_argument("--rows", type=int, default=200_000, help="rows of each of the 3 data files")
+    ap.add_argument("--rows", type=int, default=20_000, help="rows of each of the 3 data files")
     ap.add_argument("--state-store", default="postgres", choices=["postgres", "memory"])
     args = ap.parse_args()
     results = {}
