@@ -61,6 +61,8 @@ class ImportPlan:
     files: tuple[str, ...]
     partitions: tuple[Partition, ...]
     output_keys: dict[str, str]
+    #: each file's size in bytes, in the order of ``files`` (empty: unknown)
+    file_bytes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,8 @@ def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo,
     if stored is not None and stored.status == "committed":
         result.status = "already imported"
         return result
-    files = [path for path, _ in expand_sources(sources, s3)]
+    expanded = expand_sources(sources, s3)
+    files = [path for path, _ in expanded]
     result.files_read = len(files)
     result.presplits = presplit(state_store, table, files, s3=s3, min_leaves=min_leaves, run_id=run_id)
     partitions = tuple(state_store.partitions(table.table_id))
@@ -176,7 +179,7 @@ def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo,
         return result
     if stored is not None:  # superseded attempts: their runs go now, their outputs to the sweep
         _delete_other_scratch(objects, table.table_id, job_id, attempt)
-    plan = ImportPlan(table, job_id, attempt, tuple(files), partitions, keys)
+    plan = ImportPlan(table, job_id, attempt, tuple(files), partitions, keys, tuple(size for _, size in expanded))
     try:
         outputs = list(run(plan))
         missing = [o.key for o in outputs if objects.head(o.key) is None]

@@ -92,3 +92,20 @@ def expand_sources(sources: Sequence[str], s3: Optional[S3Options] = None) -> li
     if problems:
         raise IngestError("nothing imported: " + "; ".join(problems))
     return sorted(files.items())
+
+
+def pack_files(files: Sequence[str], sizes: Sequence[int], packs: int) -> list[list[str]]:
+    """``files`` packed into at most ``packs`` lists of about equal total size (largest
+    file first into the lightest pack), the heaviest pack first; no pack is empty.
+    ``sizes`` gives each file's bytes (empty: all equal)."""
+    if not files:
+        return []
+    weights = list(sizes) if sizes else [1] * len(files)
+    if len(weights) != len(files):
+        raise ValueError(f"{len(files)} files but {len(weights)} sizes")
+    loads = [[0, i, []] for i in range(max(1, min(packs, len(files))))]
+    for f, w in sorted(zip(files, weights), key=lambda fw: (-fw[1], fw[0])):
+        lightest = min(loads, key=lambda x: (x[0], x[1]))
+        lightest[0] += max(1, w)
+        lightest[2].append(f)
+    return [p[2] for p in sorted(loads, key=lambda x: (-x[0], x[1]))]

@@ -56,7 +56,8 @@ def region_filter(region: Region) -> Any:
 def merge_sorted(paths: Sequence[str], schema: Schema, *, region: Optional[Region] = None,
                  object_store: Any = None, store_url: Optional[str] = None,
                  batch_size: int = 16384, read_ahead: int = 4) -> Generator[pa.RecordBatch, None, None]:
-    """Yield the rows of the sorted Parquet files at ``paths`` in key order.
+    """Yield the rows of the sorted Parquet (or Arrow IPC, ``.arrow``) files at ``paths``
+    in key order.
 
     ``paths`` are local paths, or URLs under ``store_url`` when a DataFusion
     ``object_store`` is given (e.g. ``AmazonS3``). Batches hold at most
@@ -146,7 +147,12 @@ def _merged_frame(ctx: Any, paths: Sequence[str], schema: Schema, region: Option
         return [col(n).sort(ascending=True, nulls_first=False) for n in schema.key_names]
     df = None
     for i, p in enumerate(paths):
-        ctx.register_parquet(f"input_{i}", p, file_sort_order=[key_order()], schema=arrow_schema(schema))
+        if p.endswith(".arrow"):  # Arrow IPC: the order is declared through SQL, the only way for this format
+            order = ", ".join(f'"{n}" ASC NULLS LAST' for n in schema.key_names)
+            location = p.replace("'", "''")
+            ctx.sql(f"CREATE EXTERNAL TABLE input_{i} STORED AS ARROW LOCATION '{location}' WITH ORDER ({order})")
+        else:
+            ctx.register_parquet(f"input_{i}", p, file_sort_order=[key_order()], schema=arrow_schema(schema))
         t = ctx.table(f"input_{i}")
         df = t if df is None else df.union(t)
     assert df is not None

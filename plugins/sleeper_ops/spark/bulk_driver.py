@@ -1,11 +1,16 @@
 """The Spark driver of a bulk import: ``spark_apps/bulk_import.py`` calls :func:`main`.
 
 :func:`spark_runner` is the ``run`` of :func:`sleeper_ops.bulk_import.job.bulk_import`
-on a SparkSession: a DataFrame of the input paths, ``mapInArrow`` reading and tagging
-each row with its leaf (:func:`~sleeper_ops.spark.bulk_executor.read_and_tag`),
-``repartition`` by leaf so each leaf's rows meet in one task, ``mapInArrow`` sorting
-and writing one file per leaf (:func:`~sleeper_ops.spark.bulk_executor.write_leaves`),
-and ``collect`` of what was written. The state store is touched only here, on the
+on a SparkSession. The input files are packed into tasks of about equal bytes (a few
+per core, the biggest first, so the cores finish together). With the default ``runs``
+shuffle, one ``mapInArrow`` stage writes sorted runs per leaf
+(:func:`~sleeper_ops.spark.bulk_executor.sort_runs`), the driver collects their names,
+and a second job merges each leaf's runs in one task, the biggest leaves first
+(:func:`~sleeper_ops.spark.bulk_executor.merge_runs`). With ``spark``, ``mapInArrow``
+tags each row with its leaf (:func:`~sleeper_ops.spark.bulk_executor.read_and_tag`),
+``repartition`` by leaf makes each leaf's rows meet in one task, and ``mapInArrow``
+sorts and writes one file per leaf (:func:`~sleeper_ops.spark.bulk_executor.write_leaves`);
+the driver collects what was written. The state store is touched only here, on the
 driver (the job record, the one commit); this is the only bulk-import module that
 imports pyspark, and only inside functions.
 """
@@ -21,6 +26,7 @@ from dataclasses import asdict
 from typing import Any, Optional, Sequence
 
 from sleeper_ops.bulk_import.job import BulkImportResult, ImportPlan, LeafOutput, Runner, bulk_import, scratch_prefix
+from sleeper_ops.bulk_import.sources import pack_files
 from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.spark.bulk_executor import LEAF_COLUMN, merge_runs, read_and_tag, sort_runs, write_leaves
@@ -31,6 +37,27 @@ logger = logging.getLogger(__name__)
 
 
 SHUFFLES = ("runs", "spark")
+#: read tasks per core: enough that tasks of unequal length even out over the cores,
+#: few enough that each leaf merges few runs
+READ_TASKS_PER_CORE = 4
+
+
+def _path_rows(pack: list[str]) -> list[tuple[str]]:
+    return [(p,) for p in pack]
+
+
+def _run_rows(leaf_runs: tuple[str, list[str]]) -> list[tuple[str, str]]:
+    return [(leaf_runs[0], run) for run in leaf_runs[1]]
+
+
+def _runs_by_leaf(rows: Sequence[Any]) -> list[tuple[str, list[str]]]:
+    """The runs of each leaf, leaves with the most rows first."""
+    runs: dict[str, list[str]] = {}
+    size: dict[str, int] = {}
+    for r in rows:
+        runs.setdefault(r["leaf"], []).append(r["run"])
+        size[r["leaf"]] = size.get(r["leaf"], 0) + int(r["rows"])
+    return [(leaf, sorted(runs[leaf])) for leaf in sorted(runs, key=lambda x: (-size[x], x))]
 
 
 def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536, shuffle: str = "runs") -> Runner:
@@ -51,16 +78,26 @@ def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536, 
         tagged_type = rows_type.add(StructField(LEAF_COLUMN, IntegerType(), False))
         sc = spark.sparkContext
         sc.setJobDescription(f"sleeper bulk import into {plan.table.name}: {len(plan.files)} files")
-        # the paths spread over the read tasks as they are sliced: no shuffle stage for them
-        slices = max(1, min(len(plan.files), sc.defaultParallelism * 2))
-        paths = spark.createDataFrame(sc.parallelize([(f,) for f in plan.files], slices), "path string")
+        # files packed into tasks of about equal bytes, largest first, one pack per task
+        packs = pack_files(plan.files, plan.file_bytes, READ_TASKS_PER_CORE * sc.defaultParallelism)
+        paths = spark.createDataFrame(sc.parallelize(packs, len(packs)).flatMap(_path_rows), "path string")
         if shuffle == "runs":
             prefix = scratch_prefix(plan.table.table_id, plan.job_id, plan.attempt)
             context["run_prefix"] = prefix
             try:
-                runs = paths.mapInArrow(functools.partial(sort_runs, context), "leaf string, run string, rows long")
-                merged = runs.repartition(max(1, len(leaves)), "leaf").mapInArrow(
-                    functools.partial(merge_runs, context), "leaf string, key string, records long").collect()
+                t0 = time.perf_counter()
+                runs = paths.mapInArrow(functools.partial(sort_runs, context),
+                                        "leaf string, run string, rows long").collect()
+                t1 = time.perf_counter()
+                # each leaf's runs merged by one task, the biggest leaves first: no shuffle stage
+                by_leaf = _runs_by_leaf(runs)
+                merge_input = spark.createDataFrame(
+                    sc.parallelize(by_leaf, max(1, len(by_leaf))).flatMap(_run_rows), "leaf string, run string")
+                merged = merge_input.mapInArrow(functools.partial(merge_runs, context),
+                                                "leaf string, key string, records long").collect()
+                logger.info("%s: read and sorted %d files into %d runs in %d tasks in %.1f s; merged them into "
+                            "%d leaf files in %.1f s", plan.table.name, len(plan.files), len(runs), len(packs),
+                            t1 - t0, len(merged), time.perf_counter() - t1)
             finally:
                 for o in list(objects.list(prefix)):
                     objects.delete(o.key)

@@ -1,0 +1,110 @@
+"""The Spark bulk import's executor stages run in-process, without Spark: read tasks
+write sorted Arrow IPC runs per leaf, and merge tasks turn each leaf's runs into its
+file; plus how input files are packed into read tasks."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sleeper_ops.bulk_import.sources import pack_files
+from sleeper_ops.engine import merge
+from sleeper_ops.io.storage import ObjectStore
+from sleeper_ops.spark import bulk_executor
+from sleeper_ops.spark.bulk_driver import _runs_by_leaf
+from sleeper_ops.spark.executor import table_to_dict
+from statestore.catalog import TableInfo
+from statestore.partitions import partitions_from_split_points
+from statestore.schema import Schema
+
+SCHEMA = Schema.from_dict({"rowKeyFields": [{"name": "key", "type": "StringType"}],
+                           "sortKeyFields": [{"name": "ts", "type": "LongType"}],
+                           "valueFields": [{"name": "v", "type": "StringType"}]})
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_packs_hold_every_file_once_and_balance_their_bytes(seed):
+    rng = random.Random(seed)
+    files = [f"f{i}" for i in range(rng.randint(1, 40))]
+    sizes = [rng.randint(1, 1000) for _ in files]
+    want = rng.randint(1, 12)
+    packs = pack_files(files, sizes, want)
+    assert sorted(f for p in packs for f in p) == sorted(files)
+    assert len(packs) == min(want, len(files)) and all(packs)
+    size = dict(zip(files, sizes))
+    loads = [sum(size[f] for f in p) for p in packs]
+    assert loads == sorted(loads, reverse=True)  # the heaviest task is scheduled first
+    # largest-first into the lightest: no pack exceeds the lightest by more than one file
+    assert loads[0] - loads[-1] <= max(sizes)
+
+
+def test_packing_with_unknown_sizes_spreads_files_evenly_and_bad_sizes_are_refused():
+    assert [len(p) for p in pack_files([f"f{i}" for i in range(10)], [], 4)] == [3, 3, 2, 2]
+    assert pack_files([], [], 4) == []
+    with pytest.raises(ValueError):
+        pack_files(["a", "b"], [1], 2)
+
+
+def _rows(n: int, seed: int) -> pa.Table:
+    rng = random.Random(seed)
+    keys = [f"k{rng.randint(0, 999):03d}" for _ in range(n)]
+    return pa.table({"key": keys, "ts": pa.array([rng.randint(0, 50) for _ in range(n)], pa.int64()),
+                     "v": [f"s{seed}-{i}" for i in range(n)]})
+
+
+def test_runs_then_merge_give_each_leaf_its_rows_sorted_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(bulk_executor, "RUN_ROWS", 700)  # several runs per read task
+    inputs = []
+    for i in range(5):
+        pq.write_table(_rows(1000, i), tmp_path / f"in{i}.parquet")
+        inputs.append(str(tmp_path / f"in{i}.parquet"))
+    parts = partitions_from_split_points(SCHEMA, ["k250", "k500", "k750"])
+    leaves = sorted(p.id for p in parts if p.is_leaf)
+    objects = ObjectStore(str(tmp_path / "store"))
+    context = {"uri": objects.uri, "s3": None, "table": table_to_dict(TableInfo("t1", "t", SCHEMA)),
+               "partitions": [p.to_dict() for p in parts], "leaves": leaves,
+               "output_keys": {leaf: f"data/{leaf}.parquet" for leaf in leaves}, "run_prefix": "runs/a1"}
+
+    runs = []
+    for pack in pack_files(inputs, [], 2):
+        for b in bulk_executor.sort_runs(context, [pa.record_batch({"path": pack})]):
+            runs += b.to_pylist()
+    assert runs and all(r["run"].endswith(".arrow") for r in runs)
+    assert len({r["run"] for r in runs}) == len(runs)  # no two runs share a name
+    assert sum(r["rows"] for r in runs) == 5000
+
+    written = []
+    for leaf, names in _runs_by_leaf(runs):
+        batch = pa.record_batch({"leaf": [leaf] * len(names), "run": names})
+        for b in bulk_executor.merge_runs(context, [batch]):
+            written += b.to_pylist()
+    assert sorted(w["leaf"] for w in written) == leaves
+    model = sorted((r["key"], r["ts"], r["v"]) for i in range(5) for r in _rows(1000, i).to_pylist())
+    bounds = {p.id: (p.region.ranges[0].min, p.region.ranges[0].max) for p in parts if p.is_leaf}
+    got_all = []
+    for w in written:
+        got = pq.read_table(objects.path(w["key"])).to_pylist()
+        assert w["records"] == len(got)
+        lo, hi = bounds[w["leaf"]]
+        assert all(lo <= r["key"] and (hi is None or r["key"] < hi) for r in got)
+        assert [(r["key"], r["ts"]) for r in got] == sorted((r["key"], r["ts"]) for r in got)
+        got_all += got
+    assert sorted((r["key"], r["ts"], r["v"]) for r in got_all) == model
+
+
+def test_merging_arrow_runs_is_a_streaming_merge_with_no_sort(tmp_path):
+    paths = []
+    for i in range(3):
+        t = _rows(200, i).sort_by([("key", "ascending"), ("ts", "ascending")])
+        p = str(tmp_path / f"r{i}.arrow")
+        with pa.OSFile(p, "wb") as f, pa.ipc.new_file(f, t.schema) as w:
+            w.write_table(t)
+        paths.append(p)
+    plan = merge.explain_merge(paths, SCHEMA)
+    assert "SortPreservingMergeExec" in plan and "SortExec" not in plan.replace("SortPreservingMergeExec", "")
+    out = pa.Table.from_batches(list(merge.merge_sorted(paths, SCHEMA)))
+    model = sorted((r["key"], r["ts"]) for i in range(3) for r in _rows(200, i).to_pylist())
+    assert list(zip(out.column("key").to_pylist(), out.column("ts").to_pylist())) == model
