@@ -19,3 +19,5 @@ class Bookkeeping:
     job: Optional[JobRecord] = None
     ingest_job_id: Optional[str] = None
     check_id: bool = True
+    #: write-buffer entries the commit removes (a flush's), all still buffered or refused
+    buffer_seqs: tuple[int, ...] = ()

@@ -64,3 +64,13 @@ class CommitOutcomeUnknownError(StateStoreUnavailableError):
     time to say whether the commit applied. The writer must keep its output (the orphan
     sweep removes it if the commit did not apply); retrying with the same commit id
     applies it at most once."""
+
+
+class BufferFullError(SleeperError):
+    """A write was refused because the table's write buffer holds as many records as
+    ``sleeper.table.write.buffer.max.records`` allows: nothing of it was stored. A flush
+    (``sleeper flush TABLE``) makes room; the write may then be sent again."""
+
+
+class NotSupportedError(SleeperError):
+    """The state store backend does not implement this operation."""

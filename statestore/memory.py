@@ -6,13 +6,14 @@ import threading
 import time
 import uuid
 from collections import deque
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Collection, Mapping, Optional, Sequence
 
+from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_message
 from statestore.catalog import TableInfo
 from statestore.changes import TableChanges, is_token_of
-from statestore.errors import BookkeepingError, TableExistsError, TableNotFoundError
+from statestore.errors import BookkeepingError, BufferFullError, TableExistsError, TableNotFoundError
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
-from statestore.jobs import JobRecord, check_job_bookkeeping, saves_over
+from statestore.jobs import JobRecord, check_job_bookkeeping, now_ms, saves_over
 from statestore.leases import Lease
 from statestore.partitions import Partition
 from statestore.properties import check_combination, validate_properties, validate_values
@@ -39,6 +40,9 @@ class InMemoryStateStore(StateStore):
         self._epoch = uuid.uuid4().hex  # tells this store's change tokens from another's
         self._versions: dict[str, int] = {}  # table id -> commits applied
         self._changes: dict[str, deque[tuple[int, Touches]]] = {}  # table id -> (version, what it touched)
+        self._buffers: dict[str, dict[int, BufferEntry]] = {}  # table id -> seq -> entry
+        self._next_seq = 0  # one sequence for every table, as in PostgreSQL
+        self._flushes: dict[str, int] = {}  # table id -> flushes committed
 
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
                      properties: Optional[Mapping[str, str]] = None) -> TableInfo:
@@ -98,6 +102,8 @@ class InMemoryStateStore(StateStore):
             self._commit_ids.pop(info.table_id, None)
             self._versions.pop(info.table_id, None)
             self._changes.pop(info.table_id, None)
+            self._buffers.pop(info.table_id, None)
+            self._flushes.pop(info.table_id, None)
             return info
 
     def _state(self, table_id: str) -> TableState:
@@ -107,7 +113,8 @@ class InMemoryStateStore(StateStore):
             raise TableNotFoundError(f"no table with id {table_id}") from None
 
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
-               job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None) -> bool:
+               job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,
+               buffer_seqs: Sequence[int] = ()) -> bool:
         with self._lock:
             state = self._state(table_id)
             applied = self._commit_ids.setdefault(table_id, {})
@@ -122,6 +129,11 @@ class InMemoryStateStore(StateStore):
                 if not claimed:
                     raise BookkeepingError(f"no ingest request of table {table_id} is assigned to job "
                                            f"{ingest_job_id} any more")
+            buffered = self._buffers.get(table_id, {})
+            gone = [q for q in buffer_seqs if q not in buffered]
+            if gone:
+                raise BookkeepingError(f"write buffer entries {gone[:5]} of table {table_id} are no longer "
+                                       "buffered (flushed by another flush)")
             transaction.validate(state)
             transaction.apply(state)
             version = self._versions[table_id] = self._versions[table_id] + 1
@@ -132,6 +144,10 @@ class InMemoryStateStore(StateStore):
             queue = self._ingest_requests.get(table_id, {})
             for r in claimed:
                 queue[r.request_id] = r.finished(True)
+            if buffer_seqs:
+                for q in set(buffer_seqs):
+                    del buffered[q]
+                self._flushes[table_id] = self._flushes.get(table_id, 0) + 1
             return True
 
     def in_flight_outputs(self, table_id: str, active_since_ms: int) -> set[str]:
@@ -273,3 +289,38 @@ class InMemoryStateStore(StateStore):
             out = [r for r in self._requests(table_id).values() if status is None or r.status == status]
         out.sort(key=lambda r: (r.received_ms, r.request_id))
         return out if limit is None else out[:max(0, limit)]
+
+    # ----- write buffer -----------------------------------------------------------------
+    def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None) -> int:
+        with self._lock:
+            self._state(table_id)
+            buffered = self._buffers.setdefault(table_id, {})
+            held = sum(e.rows for e in buffered.values())
+            if max_rows is not None and held + rows > max_rows:
+                raise BufferFullError(full_message(table_id, held, rows, max_rows))
+            self._next_seq += 1
+            buffered[self._next_seq] = BufferEntry(self._next_seq, rows, now_ms(), bytes(data))
+            return self._next_seq
+
+    def read_buffer(self, table_id: str, *, up_to_seq: Optional[int] = None, max_rows: Optional[int] = None,
+                    skip_data: Collection[int] = ()) -> BufferSnapshot:
+        with self._lock:
+            self._state(table_id)
+            out: list[BufferEntry] = []
+            taken = 0
+            for seq in sorted(self._buffers.get(table_id, {})):
+                if up_to_seq is not None and seq > up_to_seq:
+                    break
+                if max_rows is not None and out and taken >= max_rows:
+                    break
+                e = self._buffers[table_id][seq]
+                out.append(BufferEntry(e.seq, e.rows, e.written_ms, None) if seq in skip_data else e)
+                taken += e.rows
+            return BufferSnapshot(tuple(out), self._flushes.get(table_id, 0))
+
+    def buffer_stats(self, table_id: str) -> BufferStats:
+        with self._lock:
+            self._state(table_id)
+            entries = self._buffers.get(table_id, {}).values()
+            return BufferStats(len(entries), sum(e.rows for e in entries),
+                               min((e.written_ms for e in entries), default=None), self._flushes.get(table_id, 0))

@@ -163,6 +163,14 @@ _DEFS = [
                 _positive_int),
     PropertyDef("sleeper.table.ingest.batcher.job.max.age.seconds", "300",
                 "Send a job below the minimum size once its oldest request is this old.", _positive_int),
+    PropertyDef("sleeper.table.write.buffer.max.records", "10000000",
+                "Writes are refused (buffer full, flush pending) while the write buffer holds this many records.",
+                _positive_int),
+    PropertyDef("sleeper.table.write.buffer.flush.records", "1000000",
+                "Flush the write buffer once it holds this many records; also the most records one flush "
+                "round reads into memory.", _positive_int),
+    PropertyDef("sleeper.table.write.buffer.flush.age.seconds", "60",
+                "Flush the write buffer once its oldest record has waited this long.", _positive_int),
 ]
 _DEFAULT_SCHEDULES = {"split": "*/10 * * * *", "compaction": "*/5 * * * *", "gc": "*/15 * * * *",
                       "ingest_batcher": "* * * * *", "flush": "* * * * *", "bulk_import": "@daily"}

@@ -18,15 +18,21 @@ Guarantees every backend gives:
   unknown outcome (a connection lost during COMMIT) applies at most once. A commit's
   bookkeeping (its job's record, its ingest requests) is applied in the same atomic
   step as its data, so no crash can separate the two.
+* The write buffer (:mod:`statestore.buffer`): :meth:`append_buffer` returns only
+  once the entry is durable; a commit with ``buffer_seqs`` removes those entries in
+  the same atomic step as its data, so a flushed record is in a file or in the buffer,
+  never both and never neither.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Collection, Mapping, Optional, Sequence
 
+from statestore.buffer import BufferSnapshot, BufferStats
 from statestore.catalog import TableInfo
 from statestore.changes import TableChanges
+from statestore.errors import NotSupportedError
 from statestore.files import FileReference, FileStatus
 from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
@@ -73,7 +79,8 @@ class StateStore(abc.ABC):
     # ----- table state ----------------------------------------------------------------
     @abc.abstractmethod
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
-               job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None) -> bool:
+               job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,
+               buffer_seqs: Sequence[int] = ()) -> bool:
         """Validate and apply ``transaction`` atomically (see the module docstring),
         together with its bookkeeping.
 
@@ -90,6 +97,9 @@ class StateStore(abc.ABC):
                 ``ingested`` in the same atomic step; refused with
                 :class:`BookkeepingError` when none is assigned to it any more (the
                 requests were requeued for another job).
+            buffer_seqs: write-buffer entries (a flush's) removed in the same atomic
+                step; refused with :class:`BookkeepingError` when any of them is no
+                longer in the buffer (another flush took it).
 
         Returns:
             True if applied by this call; False if ``commit_id`` had been applied before
@@ -209,6 +219,32 @@ class StateStore(abc.ABC):
         """The table's requests (of one status, if given), oldest received first (at
         most ``limit``; None: all). Raises TableNotFoundError, or IngestRequestError
         for an unknown status."""
+
+    # ----- write buffer (statestore.buffer) ----------------------------------------------
+    def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None) -> int:
+        """Store one write (``rows`` records as Arrow IPC stream bytes) in the table's
+        buffer; returns its sequence number once it is durable. Atomic: the entry is
+        stored whole or not at all. Refused with
+        :class:`~statestore.errors.BufferFullError` (nothing stored) when the buffer
+        would then hold more than ``max_rows`` records; concurrent writes may together
+        pass the limit by at most their own sizes. Raises TableNotFoundError."""
+        raise NotSupportedError(f"the {type(self).__name__} backend has no write buffer (table {table_id}): "
+                                "use ingest, or the PostgreSQL or in-memory state store")
+
+    def read_buffer(self, table_id: str, *, up_to_seq: Optional[int] = None, max_rows: Optional[int] = None,
+                    skip_data: Collection[int] = ()) -> BufferSnapshot:
+        """The table's buffered entries at one instant, in sequence order, with the
+        count of flushes committed by then: those numbered at most ``up_to_seq`` (None:
+        all), or of those the first holding at least ``max_rows`` records (at least one
+        entry). Entries whose numbers are in
+        ``skip_data`` come without their bytes (a reader that has them already).
+        Raises TableNotFoundError."""
+        raise NotSupportedError(f"the {type(self).__name__} backend has no write buffer (table {table_id})")
+
+    def buffer_stats(self, table_id: str) -> BufferStats:
+        """Entries, records and the oldest write time of the table's buffer, and its
+        flush count, in one cheap read. Raises TableNotFoundError."""
+        raise NotSupportedError(f"the {type(self).__name__} backend has no write buffer (table {table_id})")
 
     def close(self) -> None:  # noqa: B027 - a store holding no connections has nothing to release
         """Release connections. The store is unusable afterwards."""

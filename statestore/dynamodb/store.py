@@ -9,7 +9,7 @@ import os
 import time
 import uuid
 from dataclasses import replace
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import botocore.exceptions
 
@@ -26,6 +26,7 @@ from statestore.dynamodb.log import EncodedTransaction
 from statestore.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
+    NotSupportedError,
     StateStoreUnavailableError,
     TableNotFoundError,
 )
@@ -78,14 +79,19 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
 
     # ----- table state ----------------------------------------------------------------
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
-               job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None) -> bool:
-        """See :meth:`StateStore.commit` and :mod:`statestore.dynamodb.commits`. Commits
+               job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,
+               buffer_seqs: Sequence[int] = ()) -> bool:
+        """See :meth:`StateStore.commit` and :mod:`statestore.dynamodb.commits`. This
+        backend has no write buffer yet: ``buffer_seqs`` is refused with
+        NotSupportedError. Commits
         of one table from threads of this store take turns; other committers (other
         processes) are raced through the conditional log write, retried with full-jitter
         backoff. When a write's reply is lost, the commit is tried again with the same id
         until DynamoDB answers or :attr:`outcome_timeout_seconds` pass (then
         CommitOutcomeUnknownError): a retry finding its id in the log or among the
         recorded ids returns False."""
+        if buffer_seqs:
+            raise NotSupportedError(f"the DynamoDB state store has no write buffer (table {table_id})")
         books = Bookkeeping(commit_id or uuid.uuid4().hex, job, ingest_job_id, check_id=commit_id is not None)
         entry = self._cache.entry(table_id)
         encoded: Optional[EncodedTransaction] = None

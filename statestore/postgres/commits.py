@@ -83,6 +83,9 @@ def _check_bookkeeping(conn: psycopg.Connection[Any], table_id: str,
     requests = None if books.ingest_job_id is None else conn.execute(
         "SELECT count(*) FROM ingest_requests WHERE table_id = %s AND job_id = %s AND status = 'assigned'",
         (table_id, books.ingest_job_id))
+    wanted = sorted(set(books.buffer_seqs))
+    buffered = None if not wanted else conn.execute(
+        "SELECT count(*) FROM write_buffer WHERE table_id = %s AND seq = ANY(%s::bigint[])", (table_id, wanted))
 
     def check() -> Optional[str]:
         if seen is not None and seen.fetchone() is not None:
@@ -99,6 +102,11 @@ def _check_bookkeeping(conn: psycopg.Connection[Any], table_id: str,
             if row is None or not row[0]:
                 raise BookkeepingError(f"no ingest request of table {table_id} is assigned to job "
                                        f"{books.ingest_job_id} any more")
+        if buffered is not None:
+            row = buffered.fetchone()
+            if row is None or row[0] != len(wanted):
+                raise BookkeepingError(f"write buffer entries of table {table_id} named by this flush are no longer "
+                                       "buffered (flushed by another flush)")
         return None
     return check
 
@@ -115,6 +123,11 @@ def _write_bookkeeping(cur: psycopg.Cursor[Any], table_id: str, books: Bookkeepi
     if books.ingest_job_id is not None:
         cur.execute("UPDATE ingest_requests SET status = 'ingested'"
                     " WHERE table_id = %s AND job_id = %s AND status = 'assigned'", (table_id, books.ingest_job_id))
+    if books.buffer_seqs:
+        cur.execute("DELETE FROM write_buffer WHERE table_id = %s AND seq = ANY(%s::bigint[])",
+                    (table_id, sorted(set(books.buffer_seqs))))
+        cur.execute("INSERT INTO write_buffer_flushes (table_id, flushes) VALUES (%s, 1) ON CONFLICT (table_id)"
+                    " DO UPDATE SET flushes = write_buffer_flushes.flushes + 1", (table_id,))
 
 
 def _commit_attempt(conn: psycopg.Connection[Any], table_id: str, txn: Transaction,

@@ -8,7 +8,7 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import psycopg
 from psycopg import IsolationLevel
@@ -17,6 +17,7 @@ from statestore.errors import CommitOutcomeUnknownError, SleeperError, StateStor
 from statestore.files import FileReference
 from statestore.jobs import JobRecord, now_ms
 from statestore.partitions import Partition
+from statestore.postgres.buffer import WriteBufferMixin
 from statestore.postgres.catalog import CatalogMixin
 from statestore.postgres.changes import CHANGE_RETENTION_MS, ChangesMixin, prune_changes
 from statestore.postgres.commits import ALREADY_APPLIED, Bookkeeping, _commit_attempt
@@ -38,7 +39,7 @@ from statestore.transactions import Transaction
 
 
 class PostgresStateStore(CatalogMixin, ChangesMixin, JobsMixin, LeasesMixin, IngestQueueMixin, OverviewMixin,
-                         StateStore):
+                         WriteBufferMixin, StateStore):
     """The state store in PostgreSQL (see the module docstring).
 
     Args:
@@ -56,14 +57,15 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, JobsMixin, LeasesMixin, Ing
 
     # ----- table state ----------------------------------------------------------------
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
-               job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None) -> bool:
+               job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,
+               buffer_seqs: Sequence[int] = ()) -> bool:
         """See :meth:`StateStore.commit`. When the connection breaks during an attempt
         (the server may or may not have committed), the commit is tried again with the
         same id, pausing between tries, until the server answers or
         :attr:`outcome_timeout_seconds` pass (then CommitOutcomeUnknownError): the
         recorded id makes the retry a no-op if the lost attempt applied."""
         touches = transaction.touches()
-        books = Bookkeeping(commit_id or uuid.uuid4().hex, job, ingest_job_id)
+        books = Bookkeeping(commit_id or uuid.uuid4().hex, job, ingest_job_id, buffer_seqs=tuple(buffer_seqs))
         what = f"commit {transaction.TYPE} to table {table_id}"
         deadline: Optional[float] = None
         tries = 0

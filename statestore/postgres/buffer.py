@@ -1,0 +1,97 @@
+"""The write buffer in PostgreSQL (migration 006; :mod:`statestore.buffer`).
+
+A write is one INSERT, sent alone on an autocommit connection (one round trip): the
+row is durable when the call returns. The backpressure check is in the same statement
+(the sum of the table's buffered rows, read under READ COMMITTED), so concurrent
+writers may together pass the limit by at most their own sizes. Reads take a
+REPEATABLE READ snapshot of the entries and the table's flush count together. A
+flush's removal of entries is part of its commit (:mod:`statestore.postgres.commits`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Collection, Optional
+
+import psycopg
+from psycopg import IsolationLevel
+from psycopg import errors as pg_errors
+
+from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_message
+from statestore.errors import BufferFullError, TableNotFoundError
+from statestore.jobs import now_ms
+from statestore.postgres.connections import PostgresConnection
+from statestore.postgres.rows import _require_table_id
+
+#: "no limit" for the backpressure check
+_UNLIMITED = 1 << 62
+
+_APPEND = (
+    "WITH held AS (SELECT coalesce(sum(rows), 0) AS n FROM write_buffer WHERE table_id = %(t)s)"
+    " INSERT INTO write_buffer (table_id, seq, rows, written_ms, data)"
+    " SELECT %(t)s, nextval('write_buffer_seq'), %(rows)s, %(ms)s, %(data)b FROM held"
+    " WHERE held.n + %(rows)s <= %(most)s"
+    " RETURNING seq")
+
+_FLUSHES = "SELECT coalesce((SELECT flushes FROM write_buffer_flushes WHERE table_id = %s), 0)"
+
+
+class WriteBufferMixin(PostgresConnection):
+    """The write buffer part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+
+    def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None) -> int:
+        most = _UNLIMITED if max_rows is None else max_rows
+        params: dict[str, Any] = {"t": table_id, "rows": rows, "ms": now_ms(), "data": data, "most": most}
+
+        def attempt(conn: psycopg.Connection[Any]) -> Optional[int]:
+            try:
+                row = conn.execute(_APPEND, params, prepare=True).fetchone()
+            except pg_errors.ForeignKeyViolation:
+                raise TableNotFoundError(f"no table with id {table_id}") from None
+            return None if row is None else int(row[0])
+
+        seq = self._retrying(f"write {rows} records to the buffer of table {table_id}", attempt)
+        if seq is not None:
+            return seq
+        stats = self.buffer_stats(table_id)  # raises TableNotFoundError for a missing table
+        raise BufferFullError(full_message(table_id, stats.rows, rows, most))
+
+    def read_buffer(self, table_id: str, *, up_to_seq: Optional[int] = None, max_rows: Optional[int] = None,
+                    skip_data: Collection[int] = ()) -> BufferSnapshot:
+        def fn(cur: psycopg.Cursor[Any]) -> BufferSnapshot:
+            listed = cur.execute("SELECT seq, rows, written_ms FROM write_buffer WHERE table_id = %s AND seq <= %s"
+                                 " ORDER BY seq", (table_id, _UNLIMITED if up_to_seq is None else up_to_seq),
+                                 prepare=True).fetchall()
+            flushes = int(cur.execute(_FLUSHES, (table_id,), prepare=True).fetchone()[0])  # type: ignore[index]
+            if not listed:
+                _require_table_id(cur, table_id)
+            chosen: list[int] = []
+            taken = 0
+            for seq, rows, _ in listed:
+                if max_rows is not None and chosen and taken >= max_rows:
+                    break
+                chosen.append(seq)
+                taken += rows
+            wanted = [q for q in chosen if q not in skip_data]
+            data: dict[int, bytes] = {}
+            if wanted:
+                cur.execute("SELECT seq, data FROM write_buffer WHERE table_id = %s AND seq = ANY(%s)",
+                            (table_id, wanted), binary=True)
+                data = {int(q): bytes(d) for q, d in cur.fetchall()}
+            entries = tuple(BufferEntry(int(q), int(r), int(ms), data.get(q)) for q, r, ms in listed[:len(chosen)])
+            return BufferSnapshot(entries, flushes)
+
+        return self._run(f"read the write buffer of table {table_id}", fn,
+                         isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
+
+    def buffer_stats(self, table_id: str) -> BufferStats:
+        def fn(cur: psycopg.Cursor[Any]) -> BufferStats:
+            n, rows, oldest = cur.execute(  # type: ignore[misc]
+                "SELECT count(*), coalesce(sum(rows), 0), min(written_ms) FROM write_buffer WHERE table_id = %s",
+                (table_id,), prepare=True).fetchone()
+            flushes = int(cur.execute(_FLUSHES, (table_id,), prepare=True).fetchone()[0])  # type: ignore[index]
+            if not n:
+                _require_table_id(cur, table_id)
+            return BufferStats(int(n), int(rows), None if oldest is None else int(oldest), flushes)
+
+        return self._run(f"read the write buffer stats of table {table_id}", fn,
+                         isolation=IsolationLevel.REPEATABLE_READ, read_only=True)

@@ -1,0 +1,146 @@
+"""The write buffer on every backend (statestore.buffer): a write is stored whole with a
+sequence number that grows per table; reads see a consistent snapshot with the flush
+count; a flush's commit removes exactly its entries together with its data, and a
+second flush of the same entries is refused with nothing changed; backpressure refuses
+a write that would pass the limit. DynamoDB has no buffer yet: a clear error."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from statestore import AddFiles, FileReference, StateStore, TableNotFoundError
+from statestore.errors import BookkeepingError, BufferFullError, NotSupportedError
+from statestore.jobs import JobRecord
+from tests.integration.statestore.test_behaviour import new_table
+
+
+def _skip_without_buffer(store: StateStore) -> None:
+    if type(store).__name__.startswith("DynamoDB"):
+        with pytest.raises(NotSupportedError, match="no write buffer"):
+            store.append_buffer(new_table(store, "nb"), b"x", 1)
+        pytest.skip("the DynamoDB backend has no write buffer yet")
+
+
+def _refs(*names: str) -> AddFiles:
+    return AddFiles(tuple(FileReference(n, "L", 10) for n in names))
+
+
+def test_writes_get_growing_sequence_numbers_and_read_back_in_order(store: StateStore) -> None:
+    _skip_without_buffer(store)
+    tid = new_table(store)
+    seqs = [store.append_buffer(tid, bytes([i]) * 10, i + 1) for i in range(5)]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 5
+    snap = store.read_buffer(tid)
+    assert snap.seqs == tuple(seqs)
+    assert [e.data for e in snap.entries] == [bytes([i]) * 10 for i in range(5)]
+    assert snap.rows == 15 and snap.flushes == 0
+    stats = store.buffer_stats(tid)
+    assert (stats.entries, stats.rows, stats.flushes) == (5, 15, 0) and stats.oldest_ms is not None
+
+
+def test_reads_bound_by_sequence_number_and_rows_and_skip_bytes(store: StateStore) -> None:
+    _skip_without_buffer(store)
+    tid = new_table(store)
+    seqs = [store.append_buffer(tid, b"abc", 10) for _ in range(4)]
+    assert store.read_buffer(tid, up_to_seq=seqs[1]).seqs == tuple(seqs[:2])
+    assert store.read_buffer(tid, max_rows=15).seqs == tuple(seqs[:2])  # the first entries holding >= 15 rows
+    assert store.read_buffer(tid, max_rows=1).seqs == tuple(seqs[:1])
+    snap = store.read_buffer(tid, skip_data={seqs[0], seqs[2]})
+    assert [e.data is None for e in snap.entries] == [True, False, True, False]
+
+
+def test_a_flush_commit_removes_exactly_its_entries_with_its_data(store: StateStore) -> None:
+    _skip_without_buffer(store)
+    tid = new_table(store)
+    seqs = [store.append_buffer(tid, b"r", 1) for _ in range(3)]
+    job = JobRecord.created(tid, "flush-1", "flush").started(outputs=["f1"])
+    store.put_job(job)
+    assert store.commit(tid, _refs("f1"), job=job.committed(), buffer_seqs=seqs[:2]) is True
+    snap = store.read_buffer(tid)
+    assert snap.seqs == (seqs[2],) and snap.flushes == 1
+    assert "f1" in store.load_state(tid).files
+    # a second flush of the same entries is refused, changing nothing
+    with pytest.raises(BookkeepingError, match="no longer buffered"):
+        store.commit(tid, _refs("f2"), buffer_seqs=seqs[1:])
+    assert store.read_buffer(tid).seqs == (seqs[2],)
+    assert "f2" not in store.load_state(tid).files
+    assert store.buffer_stats(tid).flushes == 1
+
+
+def test_a_refused_transaction_keeps_the_entries(store: StateStore) -> None:
+    _skip_without_buffer(store)
+    tid = new_table(store)
+    store.commit(tid, _refs("a"))
+    seq = store.append_buffer(tid, b"r", 1)
+    with pytest.raises(Exception, match="a"):
+        store.commit(tid, _refs("a"), buffer_seqs=[seq])  # file "a" already exists
+    assert store.read_buffer(tid).seqs == (seq,)
+
+
+def test_a_full_buffer_refuses_writes_whole(store: StateStore) -> None:
+    _skip_without_buffer(store)
+    tid = new_table(store)
+    store.append_buffer(tid, b"r", 60, max_rows=100)
+    with pytest.raises(BufferFullError, match="buffer full, flush pending"):
+        store.append_buffer(tid, b"r", 41, max_rows=100)
+    store.append_buffer(tid, b"r", 40, max_rows=100)  # exactly at the limit
+    with pytest.raises(BufferFullError):
+        store.append_buffer(tid, b"r", 1, max_rows=100)
+    with pytest.raises(BufferFullError, match="more than the buffer's maximum"):
+        store.append_buffer(new_table(store, "other"), b"r", 101, max_rows=100)
+    assert store.buffer_stats(tid).rows == 100
+
+
+def test_the_buffer_belongs_to_its_table(store: StateStore) -> None:
+    _skip_without_buffer(store)
+    t1, t2 = new_table(store, "t1"), new_table(store, "t2")
+    store.append_buffer(t1, b"1", 1)
+    assert store.read_buffer(t2).entries == ()
+    store.delete_table("t1")
+    with pytest.raises(TableNotFoundError):
+        store.append_buffer(t1, b"1", 1)
+    with pytest.raises(TableNotFoundError):
+        store.read_buffer(t1)
+    with pytest.raises(TableNotFoundError):
+        store.buffer_stats(t1)
+
+
+def test_concurrent_writers_lose_nothing_and_racing_flushes_take_each_entry_once(store: StateStore) -> None:
+    _skip_without_buffer(store)
+    tid = new_table(store)
+    written: list[int] = []
+    lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        for i in range(25):
+            s = store.append_buffer(tid, f"{w}-{i}".encode(), 1)
+            with lock:
+                written.append(s)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(written)) == 100
+    snap = store.read_buffer(tid)
+    assert sorted(snap.seqs) == sorted(written)
+    outcomes: list[str] = []
+
+    def flusher(n: int) -> None:
+        try:
+            store.commit(tid, _refs(f"flush-{n}"), buffer_seqs=snap.seqs)
+            outcomes.append("applied")
+        except BookkeepingError:
+            outcomes.append("refused")
+
+    racers = [threading.Thread(target=flusher, args=(n,)) for n in range(3)]
+    for t in racers:
+        t.start()
+    for t in racers:
+        t.join()
+    assert sorted(outcomes) == ["applied", "refused", "refused"]
+    assert store.read_buffer(tid).entries == () and store.buffer_stats(tid).flushes == 1
+    assert len([f for f in store.load_state(tid).files if f.startswith("flush-")]) == 1
