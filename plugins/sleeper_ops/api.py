@@ -283,3 +283,36 @@ class Table:
     def jobs(self, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
         """The table's job status records, newest first."""
         return self.sleeper.state_store.list_jobs(self.info.table_id, kind=kind, limit=limit)
+
+    # ----- write buffer ---------------------------------------------------------------
+    def write(self, records: Any) -> Any:
+        """Store ``records`` (a list of dicts, an Arrow table or record batch) in the
+        table's write buffer; returns a :class:`~sleeper_ops.ingest.buffer.WriteResult`
+        whose ``seq`` is the write's sequence number, once the records are durable.
+        Records that do not fit the schema raise IngestError and nothing is stored; a
+        full buffer raises :class:`~statestore.errors.BufferFullError`. See
+        :mod:`sleeper_ops.ingest.buffer`."""
+        from sleeper_ops.ingest.buffer import write_records
+
+        return write_records(self.sleeper.state_store, self._fresh(), records)
+
+    def write_files(self, paths: Sequence[str]) -> Any:
+        """Store every record of the files (JSON Lines, CSV, Parquet) as one write, all
+        or nothing; see :meth:`write`."""
+        from sleeper_ops.ingest.buffer import read_files, write_records
+
+        return write_records(self.sleeper.state_store, self._fresh(), read_files(paths, self.schema, self.sleeper.s3))
+
+    def flush(self, *, run_id: Optional[str] = None) -> Any:
+        """Write the buffered records as sorted files, one per leaf, removing them from
+        the buffer in the same commit, exactly once; returns a
+        :class:`~sleeper_ops.ingest.flush.FlushResult`. See :mod:`sleeper_ops.ingest.flush`."""
+        from sleeper_ops.ingest.flush import flush_buffer
+
+        return flush_buffer(self.sleeper.state_store, self.sleeper.objects, self._fresh(), run_id=run_id,
+                            s3=self.sleeper.s3)
+
+    def buffer_stats(self) -> Any:
+        """Entries, records and oldest write time of the write buffer
+        (:class:`~statestore.buffer.BufferStats`)."""
+        return self.sleeper.state_store.buffer_stats(self.info.table_id)

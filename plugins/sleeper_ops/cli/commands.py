@@ -1,6 +1,7 @@
 """The ``sleeper`` command: argument parsing and printing only; logic lives in the API.
 
-Errors from bad input exit 1 with a one-line ``error: ...`` message on stderr.
+Errors from bad input exit 1 with a one-line ``error: ...`` message on stderr; a write
+refused because the table's buffer is full exits 75.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from typing import Any, Optional
 
 import click
 
-from statestore.errors import SleeperError
+from statestore.errors import BufferFullError, SleeperError
+
+#: the exit code of a write refused because the buffer is full (EX_TEMPFAIL: try again later)
+EXIT_BUFFER_FULL = 75
 
 
 def _sleeper(ctx: click.Context):  # type: ignore[no-untyped-def]
@@ -160,6 +164,29 @@ def ingest(ctx: click.Context, table_name: str, files: tuple[str, ...]) -> None:
         r = t.ingest(list(files), progress=progress)
     click.echo(f"ingested {r.records:,} records into {len(r.files)} files in {r.seconds:.2f}s "
                f"({r.rows_per_second:,.0f} records/s)")
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.argument("files", nargs=-1, required=True)
+@click.pass_context
+def write(ctx: click.Context, table_name: str, files: tuple[str, ...]) -> None:
+    """Write the records of Parquet, CSV or JSON Lines FILES into TABLE's write buffer,
+    as one write: durable when this returns, all or nothing. A full buffer exits 75."""
+    r = _sleeper(ctx).table(table_name).write_files(list(files))
+    click.echo(f"wrote {r.records:,} records to the buffer of {table_name} (sequence number {r.seq}) "
+               f"in {r.seconds * 1000:.1f} ms")
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.pass_context
+def flush(ctx: click.Context, table_name: str) -> None:
+    """Write TABLE's buffered records as sorted files, exactly once (takes the flush lease)."""
+    t, run_id = _sleeper(ctx).table(table_name), _run_id("flush")
+    with t.exclusive("flush", run_id):
+        r = t.flush(run_id=run_id)
+    click.echo(f"flushed {r.records:,} records ({r.entries} writes) into {r.files} files in {r.seconds:.2f}s")
 
 
 @cli.command("bulk-import")
@@ -366,6 +393,8 @@ def main(argv: Optional[list[str]] = None) -> Any:
         if isinstance(e, click.UsageError) and e.ctx is not None:
             hint = f" (see '{e.ctx.command_path} --help')"
         _fail(e.format_message() + hint, e.exit_code)
+    except BufferFullError as e:
+        _fail(str(e), EXIT_BUFFER_FULL)
     except SleeperError as e:
         _fail(str(e))
     except (OSError, ValueError) as e:

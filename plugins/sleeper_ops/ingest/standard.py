@@ -122,19 +122,22 @@ class IngestRunner:
         ingest_job_id: mark the ingest requests assigned to this job ``ingested`` in
             the data commit (refused if none is assigned to it any more).
         run_id: recorded on a fresh job record.
+        buffer_seqs: write-buffer entries (a flush's input) removed by the data
+            commit, which is refused if any of them is gone (:mod:`sleeper_ops.ingest.flush`).
     """
 
     def __init__(self, state_store: StateStore, objects: ObjectStore, table: TableInfo, *,
                  max_chunk_rows: int = 4_000_000, max_chunk_bytes: int = 512 << 20,
                  spill_dir: Optional[str] = None, s3: Optional[S3Options] = None, threads: int = 2,
                  job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,
-                 run_id: Optional[str] = None):
+                 run_id: Optional[str] = None, buffer_seqs: Sequence[int] = ()):
         self.state_store, self.objects, self.table = state_store, objects, table
         self.schema = table.schema
         self.max_chunk_rows, self.max_chunk_bytes = max_chunk_rows, max_chunk_bytes
         self.spill_dir, self.s3, self.threads = spill_dir, s3, threads
         self.settings = ParquetSettings.of(table)
         self.job, self.ingest_job_id, self.run_id = job, ingest_job_id, run_id
+        self.buffer_seqs = tuple(buffer_seqs)
 
     # ----- entry points ---------------------------------------------------------------
     def ingest_files(self, paths: Sequence[str], progress: Optional[Progress] = None) -> IngestResult:
@@ -213,7 +216,7 @@ class IngestRunner:
         done = attempt.record.finished(records, records, refs[0].filename if len(refs) == 1 else None).committed()
         try:
             self.state_store.commit(self.table.table_id, AddFiles(tuple(refs)), job=done,
-                                    ingest_job_id=self.ingest_job_id)
+                                    ingest_job_id=self.ingest_job_id, buffer_seqs=self.buffer_seqs)
         except (TransactionError, CommitConflictError) as e:
             self._cleanup(written)
             attempt.fail(f"commit refused: {e}")

@@ -1,0 +1,151 @@
+"""Writes through the buffer and flushes (sleeper_ops.ingest.buffer and .flush) on the
+in-memory store: every written record ends in exactly one file, bad input is refused
+whole, a full buffer refuses writes with a clear error, concurrent and failed flushes
+leave nothing lost or doubled; and the CLI's write and flush commands."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sleeper_ops.errors import IngestError
+from sleeper_ops.ingest.flush import flush_buffer
+from statestore.errors import BufferFullError
+from tests.unit.sleeper_ops.test_cli import assert_one_line_error, ok
+from tests.unit.sleeper_ops.test_cli import home as home
+from tests.unit.sleeper_ops.test_cli import run as run
+
+SCHEMA = {"rowKeyFields": [{"name": "key", "type": "LongType"}], "sortKeyFields": [],
+          "valueFields": [{"name": "v", "type": "StringType"}, {"name": "b", "type": "ByteArrayType"}]}
+
+
+@pytest.fixture
+def t(sleeper):  # type: ignore[no-untyped-def]
+    return sleeper.create_table("t", SCHEMA, split_points=[100, 200])
+
+
+def _rows(lo: int, hi: int) -> list[dict]:
+    return [{"key": i, "v": f"v{i}", "b": bytes([i % 256])} for i in range(lo, hi)]
+
+
+def test_a_write_returns_growing_sequence_numbers_and_is_buffered_not_filed(t) -> None:  # type: ignore[no-untyped-def]
+    first = t.write(_rows(0, 10))
+    second = t.write(pa.table({"key": pa.array([5], pa.int64()), "v": ["x"], "b": [b"\x01"]}))
+    third = t.write(pa.record_batch({"key": pa.array([7], pa.int64()), "v": ["y"], "b": [None]}))
+    assert first.seq < second.seq < third.seq and (first.records, second.records, third.records) == (10, 1, 1)
+    assert t.buffer_stats().rows == 12 and t.state().references == {}
+
+
+def test_bad_input_is_refused_whole_and_nothing_is_stored(t) -> None:  # type: ignore[no-untyped-def]
+    t.write(_rows(0, 3))
+    for bad, match in [([*_rows(0, 5), {"key": "seven", "v": "x"}], "record 5"),
+                       ([{"key": 1, "nope": 2}], "not in the table schema"),
+                       ([{"v": "no key"}], "key field 'key' is missing"),
+                       (pa.table({"key": ["a"], "v": ["x"], "b": [b""]}), "cannot be read as"),
+                       ("not records", "list of dicts")]:
+        with pytest.raises(IngestError, match=match):
+            t.write(bad)
+    assert t.buffer_stats().rows == 3
+
+
+def test_flush_files_every_buffered_record_exactly_once_one_file_per_leaf(t) -> None:  # type: ignore[no-untyped-def]
+    for lo in range(0, 300, 30):
+        t.write(_rows(lo, lo + 30))
+    r = t.flush()
+    assert (r.records, r.entries, r.files, r.rounds) == (300, 10, 3, 1)
+    assert t.buffer_stats().rows == 0 and t.buffer_stats().flushes == 1
+    got = t.query(ranges=[(0, None)])
+    assert got["key"].to_pylist() == list(range(300))
+    assert t.flush().records == 0, "a second flush finds nothing"
+    assert len(t.state().references) == 3
+    assert [j.status for j in t.jobs(kind="flush")] == ["committed"]
+
+
+def test_flush_in_rounds_of_the_flush_records_property(sleeper) -> None:  # type: ignore[no-untyped-def]
+    t = sleeper.create_table("r", SCHEMA, properties={"sleeper.table.write.buffer.flush.records": "25"})
+    for lo in range(0, 100, 10):
+        t.write(_rows(lo, lo + 10))
+    r = t.flush()
+    assert (r.records, r.rounds) == (100, 4)
+    assert sorted(t.query(ranges=[(0, None)])["key"].to_pylist()) == list(range(100))
+
+
+def test_a_full_buffer_refuses_writes_with_a_clear_error_until_flushed(sleeper) -> None:  # type: ignore[no-untyped-def]
+    t = sleeper.create_table("small", SCHEMA, properties={"sleeper.table.write.buffer.max.records": "20"})
+    t.write(_rows(0, 15))
+    with pytest.raises(BufferFullError, match="buffer full, flush pending"):
+        t.write(_rows(15, 21))
+    t.write(_rows(15, 20))
+    with pytest.raises(BufferFullError):
+        t.write(_rows(20, 21))
+    t.flush()
+    t.write(_rows(20, 21))
+    assert t.flush().records == 1
+    assert t.query(ranges=[(0, None)])["key"].to_pylist() == list(range(21))
+
+
+def test_racing_flushes_file_each_record_once(t) -> None:  # type: ignore[no-untyped-def]
+    for lo in range(0, 300, 10):
+        t.write(_rows(lo, lo + 10))
+    errors: list[BaseException] = []
+
+    def flush() -> None:
+        try:
+            flush_buffer(t.sleeper.state_store, t.sleeper.objects, t.info)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=flush) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    assert t.query(ranges=[(0, None)])["key"].to_pylist() == list(range(300))
+    assert t.buffer_stats().rows == 0
+
+
+def test_a_flush_that_fails_before_its_commit_leaves_the_records_buffered(t, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    t.write(_rows(0, 50))
+    store = t.sleeper.state_store
+    real = store.commit
+
+    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError("disk gone")
+    monkeypatch.setattr(store, "commit", broken)
+    with pytest.raises(OSError):
+        t.flush()
+    assert t.buffer_stats().rows == 50 and t.state().references == {}
+    monkeypatch.setattr(store, "commit", real)
+    assert t.flush().records == 50
+    assert t.query(ranges=[(0, None)])["key"].to_pylist() == list(range(50))
+    statuses = Counter(j.status for j in t.jobs(kind="flush"))
+    assert statuses == {"committed": 1, "failed": 1}
+
+
+# ----- CLI ------------------------------------------------------------------------------------
+def test_cli_write_then_flush_then_query(home, run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
+    ok(run("table", "create", "w", "--schema", str(tmp_path / "schema.json"),
+           "--property", "sleeper.table.write.buffer.max.records=5"))
+    lines = [json.dumps({"key": i, "v": f"v{i}", "b": None}) for i in range(3)]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "b.csv").write_text("key,v,b\n10,x,\n11,y,\n")
+    out = ok(run("write", "w", str(tmp_path / "a.jsonl")))
+    assert "wrote 3 records" in out.out and "sequence number" in out.out
+    full = run("write", "w", str(tmp_path / "b.csv"), str(tmp_path / "a.jsonl"))
+    assert full.code == 75
+    assert_one_line_error(full, "buffer full, flush pending")
+    bad = run("write", "w", str(tmp_path / "schema.json"))
+    assert_one_line_error(bad)
+    assert "flushed 3 records" in ok(run("flush", "w")).out
+    pq.write_table(pa.table({"key": pa.array([20], pa.int64()), "v": ["p"], "b": [b"\x00"]}), tmp_path / "c.parquet")
+    ok(run("write", "w", str(tmp_path / "b.csv"), str(tmp_path / "c.parquet")))
+    ok(run("flush", "w"))
+    got = [json.loads(x)["key"] for x in ok(run("query", "w", "--range", "0", "null")).out.splitlines()]
+    assert got == [0, 1, 2, 10, 11, 20]
