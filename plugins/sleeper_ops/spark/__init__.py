@@ -1,4 +1,5 @@
-"""The Spark adapter: compaction runner ``spark``, a batch of jobs in one spark-submit.
+"""The Spark adapter: compaction runner ``spark`` (a batch of jobs in one spark-submit),
+bulk import, and the ``sleeper`` data source.
 
 * :mod:`~sleeper_ops.spark.batch_files`: the jobs, results and configuration files a
   batch crosses the spark-submit boundary with;
@@ -6,5 +7,9 @@
 * :mod:`~sleeper_ops.spark.driver`: the Spark driver (``spark_apps/compaction.py``);
 * :mod:`~sleeper_ops.spark.executor`: what runs on the executors, one job a task.
 
-Only the driver imports pyspark, inside its ``main``.
+And the reader: :mod:`~sleeper_ops.spark.datasource`, the Spark 4 Python data source
+``spark.read.format("sleeper")`` (``register(spark)`` first).
+
+The drivers import pyspark inside their ``main``; ``datasource`` imports it at module
+level, so import it only where pyspark is installed. Nothing else here imports it.
 """
