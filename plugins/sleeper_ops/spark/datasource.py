@@ -12,7 +12,8 @@ holding ``sleeper.toml``) or ``config_file`` (a file as written for spark-submit
 :func:`sleeper_ops.spark.batch_files.write_config_file`); neither: ``$SLEEPER_HOME`` of
 the process planning the read. The configuration is read once, when the scan is planned,
 and travels with the scan to the executors, so they need neither the file nor the
-variable.
+variable; it travels in clear, state store DSN and S3 keys included, like the
+configuration file of a spark-submit batch.
 
 Guarantees:
 
