@@ -208,20 +208,23 @@ class Table:
         return rs
 
     def query(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
-              regions: Sequence[Region] = (), iterators: Sequence[Any] = ()) -> pa.Table:
+              regions: Sequence[Region] = (), iterators: Sequence[Any] = (), buffer: bool = True) -> pa.Table:
         """Records with any of ``keys`` (a value, or a tuple of row key values) or in any
         ``[min, max)`` of ``ranges`` on the first row key (``max=None``: unbounded), after
-        the table's iterators and then ``iterators`` (callables on Arrow record batches)."""
+        the table's iterators and then ``iterators`` (callables on Arrow record batches).
+        With ``buffer`` (the default) records still in the write buffer are included:
+        a query sees every write that returned before it."""
         rs = self._regions(keys, ranges, regions)
         try:
-            return self._shared_runner(iterators).query(rs)
+            return self._shared_runner(iterators).query(rs, buffer=buffer)
         except TableNotFoundError:
             self.sleeper.queries.forget(self.info.table_id)
             raise
 
     def query_batches(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
                       regions: Sequence[Region] = (), iterators: Sequence[Any] = (), limit: Optional[int] = None,
-                      batch_rows: int = DEFAULT_BATCH_ROWS) -> Generator[pa.RecordBatch, None, None]:
+                      batch_rows: int = DEFAULT_BATCH_ROWS,
+                      buffer: bool = True) -> Generator[pa.RecordBatch, None, None]:
         """The records of :meth:`query`, in the same order, streamed as record batches,
         at most ``limit`` of them (None: all); see :meth:`QueryRunner.stream`. Memory holds
         a few batches, not the result; reading stops once ``limit`` records are out.
@@ -231,7 +234,7 @@ class Table:
         iterator early stops reading."""
         rs = self._regions(keys, ranges, regions)
         try:
-            return self._shared_runner(iterators).stream(rs, limit=limit, batch_rows=batch_rows)
+            return self._shared_runner(iterators).stream(rs, limit=limit, batch_rows=batch_rows, buffer=buffer)
         except TableNotFoundError:
             self.sleeper.queries.forget(self.info.table_id)
             raise

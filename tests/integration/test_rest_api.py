@@ -102,19 +102,20 @@ def test_partitions_files_and_jobs_reports(client: TestClient, sleeper: Sleeper)
     assert parts[1]["region"][0]["field"] == "key"
     assert client.get("/tables/events/files").json() == []
     client.post("/tables/events/records", json={"records": [rec("a"), rec("z")]})
+    sleeper.table("events").flush()
     parts = client.get("/tables/events/partitions").json()
     assert sorted(p["records"] for p in parts if p["leaf"]) == [1, 1]
     files = client.get("/tables/events/files").json()
     assert len(files) == 2 and all(f["references"][0]["records"] == 1 for f in files)
     assert client.get("/tables/events/jobs", params={"kind": "compaction"}).json() == []
-    assert {j["kind"] for j in client.get("/tables/events/jobs").json()} <= {"ingest"}
+    assert {j["kind"] for j in client.get("/tables/events/jobs").json()} <= {"ingest", "flush"}
     assert client.get("/tables/events/jobs?kind=nonsense").status_code == 400
 
 
 # ----- records ----------------------------------------------------------------------------
 def test_records_written_are_read_back_by_key_and_range(client: TestClient) -> None:
     r = client.post("/tables/events/records", json={"records": [rec("b", 2), rec("a"), rec("b", 1), rec("q")]})
-    assert r.status_code == 201 and r.json()["records"] == 4 and r.json()["files"] == 2
+    assert r.status_code == 201 and r.json()["records"] == 4 and r.json()["seq"] > 0
     got = client.get("/tables/events/records", params={"key": '"b"'}).json()
     assert got["count"] == 2 and not got["truncated"]
     assert got["records"] == [rec("b", 1), rec("b", 2)], "bytes as base64, maps as objects, sorted by sort key"
@@ -151,7 +152,7 @@ def test_records_that_do_not_fit_are_422_and_nothing_is_written(client: TestClie
     assert r.status_code == 422, r.text
     for w in words:
         assert w in r.json()["detail"]
-    assert records_in(sleeper, "events") == 0
+    assert records_in(sleeper, "events") == 0 and sleeper.table("events").buffer_stats().rows == 0
 
 
 @pytest.mark.parametrize("body", [{}, {"records": []}, {"records": "x"}, {"records": [1]}, [rec("a")]])
@@ -366,3 +367,30 @@ def test_lazy_sleeper_opens_once_and_is_closed_at_shutdown(sleeper: Sleeper) -> 
         assert c.get("/tables").status_code == 200
         assert c.get("/tables").status_code == 200
     assert opened == [1, -1]
+
+
+# ----- the write buffer -------------------------------------------------------------------
+def test_written_records_are_read_from_the_buffer_then_from_files_exactly_once(client: TestClient,
+                                                                               sleeper: Sleeper) -> None:
+    assert client.post("/tables/events/records", json={"records": [rec("m", 1), rec("c")]}).status_code == 201
+    assert client.post("/tables/events/records", json={"records": [rec("m", 2)]}).status_code == 201
+    assert records_in(sleeper, "events") == 0, "a write goes to the buffer, not to files"
+    every = {"min": '"a"', "max": "null"}
+    before = client.get("/tables/events/records", params=every).json()["records"]
+    assert before == [rec("c"), rec("m", 1), rec("m", 2)]
+    assert client.get("/tables/events/records", params={**every, "buffer": "false"}).json()["count"] == 0
+    sleeper.table("events").flush()
+    assert client.get("/tables/events/records", params=every).json()["records"] == before
+    assert client.get("/tables/events/records", params={**every, "buffer": "false"}).json()["records"] == before
+    assert records_in(sleeper, "events") == 3
+
+
+def test_a_full_buffer_is_429_and_stores_nothing_until_flushed(client: TestClient, sleeper: Sleeper) -> None:
+    sleeper.set_properties("events", {"sleeper.table.write.buffer.max.records": "2"})
+    assert client.post("/tables/events/records", json={"records": [rec("a"), rec("b")]}).status_code == 201
+    r = client.post("/tables/events/records", json={"records": [rec("c")]})
+    assert r.status_code == 429 and "buffer full, flush pending" in r.json()["detail"]
+    sleeper.table("events").flush()
+    assert client.post("/tables/events/records", json={"records": [rec("c")]}).status_code == 201
+    got = client.get("/tables/events/records", params={"min": '"a"', "max": "null"}).json()
+    assert [x["key"] for x in got["records"]] == ["a", "b", "c"]

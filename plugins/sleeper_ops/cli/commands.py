@@ -211,9 +211,10 @@ def bulk_import(ctx: click.Context, table_name: str, sources: tuple[str, ...], i
               help="[MIN, MAX) on the first row key field, as JSON; MAX null is unbounded.")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "parquet"]), default="jsonl", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+@click.option("--no-buffer", is_flag=True, help="Skip records still in the write buffer (read files only).")
 @click.pass_context
 def query(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tuple[tuple[str, str], ...],
-          fmt: str, output: Optional[str]) -> None:
+          fmt: str, output: Optional[str], no_buffer: bool) -> None:
     """Read records by exact key or key range."""
     from sleeper_ops.io.codec import parse_key, parse_range
     from sleeper_ops.io.output import write_results
@@ -223,7 +224,7 @@ def query(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tu
     t = _sleeper(ctx).table(table_name)
     ks = [parse_key(t.schema, k) for k in keys]
     rs = [parse_range(t.schema, lo, hi) for lo, hi in ranges]
-    result = t.query(keys=ks, ranges=rs)
+    result = t.query(keys=ks, ranges=rs, buffer=not no_buffer)
     if fmt == "parquet" and not output:
         raise click.UsageError("--format parquet needs --output FILE")
     write_results(result, fmt, output)

@@ -32,6 +32,7 @@ from sleeper_ops.errors import QueryError
 from sleeper_ops.io.arrow_schema import arrow_schema, sort_keys
 from sleeper_ops.io.datafile import FILE_CACHE, ParquetFileCache
 from sleeper_ops.io.storage import ObjectStore
+from sleeper_ops.query.buffered import BufferedRows
 from sleeper_ops.query.metadata import TableMetadata
 from sleeper_ops.query.stream import PendingSource, limited, merge_sources
 from statestore.catalog import TableInfo
@@ -150,6 +151,7 @@ class QueryRunner:
         self._owns_pool = pool is None
         self._pool: Executor = pool if pool is not None else ThreadPoolExecutor(threads)
         self.metadata = metadata if metadata is not None else TableMetadata(state_store, table.table_id)
+        self.buffered = BufferedRows(state_store, table.table_id, self.schema)
 
     def _current_plan(self, meta: TableMetadata) -> None:
         """Take the catalog entry ``meta`` was refreshed with: a change of the table's
@@ -188,15 +190,30 @@ class QueryRunner:
 
         return self.metadata.plan(plan)
 
-    def query(self, regions: Sequence[Region]) -> pa.Table:
-        """Every record in any of ``regions``, once, in key order."""
-        tasks = self._tasks(regions)
-        if not tasks:
-            return self.target.empty_table()
+    def _plan(self, regions: Sequence[Region], buffer: bool) -> tuple[list[_Task], Optional[pa.Table]]:
+        """The tasks of ``regions`` and, with ``buffer``, the write buffer's records in
+        them, consistent with each other: no flush committed between the two reads
+        (see :mod:`sleeper_ops.query.buffered`)."""
+        if not buffer:
+            return self._tasks(regions), None
+        while True:
+            before = self.buffered.flushes
+            tasks = self._tasks(regions)
+            rows, flushes = self.buffered.read()
+            if before == flushes:
+                rows = self.buffered.in_regions(rows, regions)
+                return tasks, rows.cast(self.target) if rows.schema != self.target else rows
+
+    def query(self, regions: Sequence[Region], *, buffer: bool = True) -> pa.Table:
+        """Every record in any of ``regions``, once, in key order; with ``buffer``
+        (the default), the records still in the write buffer too."""
+        tasks, buffered = self._plan(regions, buffer)
         if len(tasks) == 1:
             parts = [self._read(tasks[0])]
         else:
             parts = list(self._pool.map(self._read, tasks))
+        if buffered is not None:
+            parts.append(buffered)
         parts = [p for p in parts if p.num_rows]
         if not parts:
             return self.target.empty_table()
@@ -208,7 +225,7 @@ class QueryRunner:
         return result
 
     def stream(self, regions: Sequence[Region], *, limit: Optional[int] = None,
-               batch_rows: int = DEFAULT_BATCH_ROWS) -> Generator[pa.RecordBatch, None, None]:
+               batch_rows: int = DEFAULT_BATCH_ROWS, buffer: bool = True) -> Generator[pa.RecordBatch, None, None]:
         """The records of :meth:`query`, in the same order (records with equal keys in
         any order), as non-empty record batches of at most ``batch_rows`` rows (user
         iterators may return bigger ones), after the table's iterators; at most ``limit``
@@ -223,9 +240,13 @@ class QueryRunner:
         """
         if batch_rows < 1:
             raise ValueError(f"batch_rows must be at least 1, got {batch_rows}")
-        tasks = self._tasks(regions)
+        tasks, buffered = self._plan(regions, buffer)
         pending = [PendingSource(t.region.ranges[0].min, i, _opener(self, t, batch_rows))
                    for i, t in enumerate(tasks)]
+        if buffered is not None and buffered.num_rows:
+            batches = buffered.to_batches(max_chunksize=batch_rows)
+            pending.append(PendingSource(min(r.ranges[0].min for r in regions), len(pending),
+                                         lambda: iter(batches)))
         merged = merge_sources(pending, self.schema.key_names, sort_keys(self.schema), self._pool,
                                max_rows=batch_rows, start_ahead=max(1, self.threads // 2))
         if not self.iterators.is_empty:

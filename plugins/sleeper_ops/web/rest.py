@@ -8,7 +8,7 @@ authorisation as ``auth_dependency``. Routes (``{t}`` is a table name):
 =======  =============================  ===============================================
 POST     /tables/{t}/ingest-requests    ``{"files": [...]}``: queue files for the batcher
 GET      /tables/{t}/ingest-requests    the table's requests (``?status=``, ``?limit=``)
-POST     /tables/{t}/records            ``{"records": [{...}, ...]}``: ingest them now
+POST     /tables/{t}/records            ``{"records": [...]}``: into the write buffer (201 once durable, 429 full)
 GET      /tables/{t}/records            ``?key=`` (repeatable) and/or ``?min=&max=``
 GET      /tables                        every table (the requester may read)
 GET      /tables/{t}                    one table, every property with its default
@@ -53,12 +53,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from sleeper_ops.errors import IngestError, QueryError, StorageError
-from sleeper_ops.io.inputs import records_to_batch
 from sleeper_ops.web.rest_auth import TableFilter
 from sleeper_ops.web.rest_models import (
     ErrorOut,
     FileOut,
-    IngestOut,
     IngestRequestOut,
     IngestRequestsIn,
     IngestRequestsOut,
@@ -67,10 +65,12 @@ from sleeper_ops.web.rest_models import (
     RecordsIn,
     RecordsOut,
     TableOut,
+    WriteOut,
 )
 from sleeper_ops.web.rest_paths import check_ingest_paths
 from sleeper_ops.web.rest_records import in_threads, records_body
 from statestore.errors import (
+    BufferFullError,
     CommitConflictError,
     PropertyError,
     SchemaError,
@@ -103,6 +103,7 @@ DEFAULT_RECORDS_OUT = 10_000
 # ----- errors -------------------------------------------------------------------------
 _STATUS: list[tuple[type[SleeperError], int]] = [
     (TableNotFoundError, status.HTTP_404_NOT_FOUND),
+    (BufferFullError, status.HTTP_429_TOO_MANY_REQUESTS),
     (IngestError, status.HTTP_422_UNPROCESSABLE_CONTENT),
     (IngestRequestError, status.HTTP_422_UNPROCESSABLE_CONTENT),
     (SchemaError, status.HTTP_422_UNPROCESSABLE_CONTENT),
@@ -304,16 +305,13 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
         reqs = tb.sleeper.state_store.list_ingest_requests(tb.info.table_id, status=status_, limit=limit)
         return [IngestRequestOut(**r.to_dict()) for r in reqs]
 
-    @app.post("/tables/{t}/records", response_model=IngestOut, status_code=status.HTTP_201_CREATED, tags=["ingest"])
-    def write_records(t: str, body: RecordsIn) -> IngestOut:
-        """Ingest the records now, in one commit: all of them or (422) none."""
-        tb = table(t)
-        try:
-            batch = records_to_batch(body.records, tb.schema)
-        except UnicodeEncodeError as e:  # JSON may escape lone surrogates ("\ud800"); Arrow strings cannot hold them
-            raise IngestError(f"records hold a string that is not valid Unicode (nothing written): {e}") from None
-        result = tb.ingest([batch])
-        return IngestOut(records=result.records, files=len(result.files), seconds=result.seconds)
+    @app.post("/tables/{t}/records", response_model=WriteOut, status_code=status.HTTP_201_CREATED, tags=["ingest"])
+    def write_records(t: str, body: RecordsIn) -> WriteOut:
+        """Store the records in the table's write buffer: 201 only once they are durable
+        (queries see them at once; a flush files them), all of them or (422) none; 429
+        when the buffer is full (nothing stored: send them again after a flush)."""
+        result = table(t).write(body.records)
+        return WriteOut(records=result.records, seq=result.seq, seconds=result.seconds)
 
     @app.get("/tables/{t}/records", response_model=RecordsOut, tags=["query"])
     def read_records(t: str,
@@ -326,7 +324,8 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
                                                                               "null or absent: unbounded",
                                                examples=['"m"', "null"]),
                      limit: int = Query(DEFAULT_RECORDS_OUT, ge=1, le=MAX_RECORDS_OUT,
-                                        description="the most records to return; reading stops there")
+                                        description="the most records to return; reading stops there"),
+                     buffer: bool = Query(True, description="include records still in the write buffer")
                      ) -> StreamingResponse:
         """Records with any of the keys or in the range, in key order, streamed: reading
         stops after ``limit`` records, and the server holds a few batches, not the result."""
@@ -340,7 +339,8 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
             ranges = [] if lo is None and hi is None else [_parse_range(tb.schema, lo, hi)]
         except RecursionError:
             raise QueryError("a key or range value is JSON nested too deeply") from None
-        batches = tb.query_batches(keys=keys, ranges=ranges, limit=limit + 1)  # one more: truncated or not
+        # one more than the limit: truncated or not
+        batches = tb.query_batches(keys=keys, ranges=ranges, limit=limit + 1, buffer=buffer)
         try:
             first = next(batches, None)  # a failure to start reading still gets its error status
         except BaseException:

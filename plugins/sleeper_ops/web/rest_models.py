@@ -106,9 +106,9 @@ class RecordsIn(BaseModel):
     records: list[dict[str, Any]] = Field(min_length=1, description="one object per record, every key field set")
 
 
-class IngestOut(BaseModel):
+class WriteOut(BaseModel):
     records: int
-    files: int = Field(description="data files written (one per leaf partition with records)")
+    seq: int = Field(description="the write's sequence number in the table's write buffer")
     seconds: float
 
 

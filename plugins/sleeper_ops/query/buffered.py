@@ -1,0 +1,96 @@
+"""The write buffer as a source of query rows (read-your-writes, DESIGN.md section 3).
+
+:class:`BufferedRows` keeps, per table, the decoded records of the buffer entries it has
+seen, sorted in key order; each query asks the state store for the current list of
+entries and the bytes of only the entries it has not seen
+(``read_buffer(skip_data=...)``), so a query with a large but unchanged buffer reads a
+list of numbers, not the records again.
+
+Consistency with the files: a query plans on the table's metadata, then reads the
+buffer. A flush that committed in between would have moved records from the buffer into
+a file the plan does not hold. Every buffer read returns the table's flush count; the
+count seen by the previous read, taken before this query's metadata refresh, bounds the
+count at the refresh. If the count read now differs, the query plans again (rare: only
+when a flush commits during a query). So every query sees each record once: in a file
+or in the buffer.
+
+A backend without a write buffer (DynamoDB, for now) has an empty buffer here.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sleeper_ops.io.arrow_schema import arrow_schema, sort_keys
+from statestore.errors import NotSupportedError
+from statestore.region import Region
+from statestore.schema import Schema
+from statestore.store import StateStore
+
+
+def _in_region(table: pa.Table, region: Region) -> pa.ChunkedArray:
+    m = None
+    for r in region.ranges:
+        c = table.column(r.field)
+        part = pc.greater_equal(c, pa.scalar(r.min, c.type))
+        if r.max is not None:
+            part = pc.and_(part, pc.less(c, pa.scalar(r.max, c.type)))
+        m = part if m is None else pc.and_(m, part)
+    return m
+
+
+class BufferedRows:
+    """The decoded, key-sorted records of one table's write buffer (see the module
+    docstring). Thread-safe."""
+
+    def __init__(self, state_store: StateStore, table_id: str, schema: Schema) -> None:
+        self.state_store, self.table_id, self.schema = state_store, table_id, schema
+        self.target = arrow_schema(schema)
+        self._lock = threading.Lock()
+        self._entries: dict[int, pa.Table] = {}
+        self._sorted: Optional[pa.Table] = None
+        self._sorted_seqs: tuple[int, ...] = ()
+        #: the flush count the last read saw (None: none yet)
+        self.flushes: Optional[int] = None
+        self._supported = True
+
+    def read(self) -> tuple[pa.Table, int]:
+        """The buffer's records now, in key order, and the table's flush count then."""
+        if not self._supported:
+            return self.target.empty_table(), 0
+        with self._lock:
+            known = set(self._entries)
+        try:
+            snap = self.state_store.read_buffer(self.table_id, skip_data=known)
+        except NotSupportedError:
+            self._supported = False
+            return self.target.empty_table(), 0
+        with self._lock:
+            for e in snap.entries:
+                if e.data is not None and e.seq not in self._entries:
+                    self._entries[e.seq] = pa.ipc.open_stream(pa.py_buffer(e.data)).read_all()
+            seqs = snap.seqs
+            for gone in set(self._entries) - set(seqs):
+                del self._entries[gone]
+            if self._sorted is None or seqs != self._sorted_seqs:
+                parts = [self._entries[q] for q in seqs if q in self._entries]
+                table = pa.concat_tables(parts) if parts else self.target.empty_table()
+                if table.num_rows > 1:
+                    table = table.take(pc.sort_indices(table, sort_keys=sort_keys(self.schema)))
+                self._sorted, self._sorted_seqs = table.combine_chunks(), seqs
+            self.flushes = snap.flushes
+            return self._sorted, snap.flushes
+
+    def in_regions(self, table: pa.Table, regions: Sequence[Region]) -> pa.Table:
+        """The rows of ``table`` in any of ``regions`` (each once), in key order."""
+        if not table.num_rows or not regions:
+            return table.slice(0, 0)
+        mask = None
+        for r in regions:
+            m = _in_region(table, r)
+            mask = m if mask is None else pc.or_(mask, m)
+        return table.filter(mask)
