@@ -103,9 +103,11 @@ def pack_files(files: Sequence[str], sizes: Sequence[int], packs: int) -> list[l
     weights = list(sizes) if sizes else [1] * len(files)
     if len(weights) != len(files):
         raise ValueError(f"{len(files)} files but {len(weights)} sizes")
-    loads = [[0, i, []] for i in range(max(1, min(packs, len(files))))]
+    n = max(1, min(packs, len(files)))
+    loads = [0] * n
+    members: list[list[str]] = [[] for _ in range(n)]
     for f, w in sorted(zip(files, weights), key=lambda fw: (-fw[1], fw[0])):
-        lightest = min(loads, key=lambda x: (x[0], x[1]))
-        lightest[0] += max(1, w)
-        lightest[2].append(f)
-    return [p[2] for p in sorted(loads, key=lambda x: (-x[0], x[1]))]
+        lightest = min(range(n), key=lambda i: (loads[i], i))
+        loads[lightest] += max(1, w)
+        members[lightest].append(f)
+    return [members[i] for i in sorted(range(n), key=lambda i: (-loads[i], i))]
