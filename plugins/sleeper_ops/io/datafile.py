@@ -11,10 +11,11 @@ Every file is written under a fresh unique key and never changed afterwards.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,7 +29,7 @@ from statestore.schema import Schema
 
 @dataclass(frozen=True)
 class ParquetSettings:
-    row_group_rows: int = 100_000
+    row_group_rows: int = 4096
     page_size: int = 131_072
     compression: str = "zstd"
 
@@ -144,13 +145,51 @@ def read_sketches(store: ObjectStore, schema: Schema, data_key: str) -> RowKeySk
     return RowKeySketches.from_bytes(schema, store.get(sketch_key(data_key)))
 
 
+@dataclass(frozen=True)
+class RowGroupIndex:
+    """One column's min and max per row group of a file sorted on that column (both
+    lists non-decreasing), for a binary search of the row groups a key range touches."""
+
+    mins: tuple[Any, ...]
+    maxs: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, md: pq.FileMetaData, column: str) -> Optional[RowGroupIndex]:
+        """The index of ``column`` in the footer ``md``; None if a row group has no
+        min/max for it or the file is not sorted on it (then every group must be read)."""
+        idx = md.schema.to_arrow_schema().get_field_index(column)
+        if idx < 0:
+            return None
+        mins, maxs = [], []
+        for i in range(md.num_row_groups):
+            st = md.row_group(i).column(idx).statistics
+            if st is None or not st.has_min_max:
+                return None
+            mins.append(st.min)
+            maxs.append(st.max)
+        if any(a > b for a, b in zip(mins, mins[1:])) or any(a > b for a, b in zip(maxs, maxs[1:])):
+            return None
+        return cls(tuple(mins), tuple(maxs))
+
+    def groups(self, lo: Any, hi: Optional[Any]) -> range:
+        """The row groups that may hold values in ``[lo, hi)`` (``hi`` None: unbounded)."""
+        start = bisect.bisect_left(self.maxs, lo)
+        end = len(self.mins) if hi is None else bisect.bisect_left(self.mins, hi)
+        return range(start, max(start, end))
+
+
+_NO_INDEX = object()
+
+
 class ParquetFileCache:
-    """Opened Parquet footers by key. Safe because data files never change."""
+    """Opened Parquet footers by key, and the row group index of their first row key
+    field, built once per file. Safe because data files never change."""
 
     def __init__(self, capacity: int = 4096):
         self.capacity = capacity
         self._lock = threading.Lock()
         self._items: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+        self._indexes: dict[tuple[str, str], Any] = {}
 
     def metadata(self, store: ObjectStore, key: str) -> pq.FileMetaData:
         with self._lock:
@@ -163,8 +202,21 @@ class ParquetFileCache:
         with self._lock:
             self._items[key] = md
             while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+                gone, _ = self._items.popitem(last=False)
+                self._indexes = {k: v for k, v in self._indexes.items() if k[0] != gone}
         return md
+
+    def row_group_index(self, store: ObjectStore, key: str, column: str) -> tuple[pq.FileMetaData,
+                                                                                  Optional[RowGroupIndex]]:
+        """The file's footer and its :class:`RowGroupIndex` on ``column`` (None: none usable)."""
+        md = self.metadata(store, key)
+        index = self._indexes.get((key, column), _NO_INDEX)
+        if index is _NO_INDEX:
+            index = RowGroupIndex.of(md, column)
+            with self._lock:
+                if key in self._items:
+                    self._indexes[(key, column)] = index
+        return md, index
 
 
 FILE_CACHE: Optional[ParquetFileCache] = ParquetFileCache()

@@ -262,9 +262,14 @@ class QueryRunner:
         return list(chosen.values())
 
     def _row_groups(self, task: _Task) -> tuple[pq.FileMetaData, list[int]]:
-        """The file's footer and the row groups whose statistics may hold rows of the task."""
-        md = self.cache.metadata(self.objects, task.ref.filename)
+        """The file's footer and the row groups whose statistics may hold rows of the
+        task: a binary search of the file's cached row group index on the first row key
+        field, so the cost does not grow with the file (a scan of every group's
+        statistics when the file has no usable index)."""
         first = task.region.ranges[0]
+        md, index = self.cache.row_group_index(self.objects, task.ref.filename, first.field)
+        if index is not None:
+            return md, list(index.groups(first.min, first.max))
         col_idx = md.schema.to_arrow_schema().get_field_index(first.field)
         groups = []
         for i in range(md.num_row_groups):
