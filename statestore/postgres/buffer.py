@@ -32,6 +32,12 @@ _APPEND = (
     " WHERE held.n + %(rows)s <= %(most)s"
     " RETURNING seq")
 
+#: the table's existence and flush count, and its entries (none: one row of NULLs), in one snapshot
+_LIST = ("SELECT h.present, h.flushes, b.seq, b.rows, b.written_ms FROM"
+         " (SELECT EXISTS (SELECT 1 FROM tables WHERE table_id = %(t)s) AS present,"
+         "  coalesce((SELECT flushes FROM write_buffer_flushes WHERE table_id = %(t)s), 0) AS flushes) h"
+         " LEFT JOIN write_buffer b ON b.table_id = %(t)s AND b.seq <= %(upto)s ORDER BY b.seq")
+
 _FLUSHES = "SELECT coalesce((SELECT flushes FROM write_buffer_flushes WHERE table_id = %s), 0)"
 
 
@@ -57,31 +63,39 @@ class WriteBufferMixin(PostgresConnection):
 
     def read_buffer(self, table_id: str, *, up_to_seq: Optional[int] = None, max_rows: Optional[int] = None,
                     skip_data: Collection[int] = ()) -> BufferSnapshot:
-        def fn(cur: psycopg.Cursor[Any]) -> BufferSnapshot:
-            listed = cur.execute("SELECT seq, rows, written_ms FROM write_buffer WHERE table_id = %s AND seq <= %s"
-                                 " ORDER BY seq", (table_id, _UNLIMITED if up_to_seq is None else up_to_seq),
-                                 prepare=True).fetchall()
-            flushes = int(cur.execute(_FLUSHES, (table_id,), prepare=True).fetchone()[0])  # type: ignore[index]
-            if not listed:
-                _require_table_id(cur, table_id)
-            chosen: list[int] = []
+        """See :meth:`StateStore.read_buffer`. The list of entries and the flush count
+        come from one statement (one snapshot, one round trip); the bytes wanted, from a
+        second. Entries never change once written, so the second is consistent with
+        the first unless a flush removed one of them in between: then both are read
+        again."""
+        def attempt(conn: psycopg.Connection[Any]) -> Optional[BufferSnapshot]:
+            listed = conn.execute(_LIST, {"t": table_id, "upto": _UNLIMITED if up_to_seq is None else up_to_seq},
+                                  prepare=True).fetchall()
+            exists, flushes = listed[0][0], int(listed[0][1])
+            if not exists:
+                raise TableNotFoundError(f"no table with id {table_id}")
+            chosen: list[tuple[int, int, int]] = []
             taken = 0
-            for seq, rows, _ in listed:
-                if max_rows is not None and chosen and taken >= max_rows:
+            for _, _, seq, rows, ms in listed:
+                if seq is None or (max_rows is not None and chosen and taken >= max_rows):
                     break
-                chosen.append(seq)
+                chosen.append((int(seq), int(rows), int(ms)))
                 taken += rows
-            wanted = [q for q in chosen if q not in skip_data]
+            wanted = [q for q, _, _ in chosen if q not in skip_data]
             data: dict[int, bytes] = {}
             if wanted:
+                cur = conn.cursor(binary=True)
                 cur.execute("SELECT seq, data FROM write_buffer WHERE table_id = %s AND seq = ANY(%s)",
-                            (table_id, wanted), binary=True)
+                            (table_id, wanted))
                 data = {int(q): bytes(d) for q, d in cur.fetchall()}
-            entries = tuple(BufferEntry(int(q), int(r), int(ms), data.get(q)) for q, r, ms in listed[:len(chosen)])
-            return BufferSnapshot(entries, flushes)
+                if len(data) != len(wanted):
+                    return None  # a flush took some in between: read again
+            return BufferSnapshot(tuple(BufferEntry(q, r, ms, data.get(q)) for q, r, ms in chosen), flushes)
 
-        return self._run(f"read the write buffer of table {table_id}", fn,
-                         isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
+        while True:
+            snap = self._retrying(f"read the write buffer of table {table_id}", attempt, idempotent=True)
+            if snap is not None:
+                return snap
 
     def buffer_stats(self, table_id: str) -> BufferStats:
         def fn(cur: psycopg.Cursor[Any]) -> BufferStats:

@@ -20,8 +20,10 @@ A backend without a write buffer (DynamoDB, for now) has an empty buffer here.
 from __future__ import annotations
 
 import threading
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -43,6 +45,19 @@ def _in_region(table: pa.Table, region: Region) -> pa.ChunkedArray:
     return m
 
 
+@dataclass(frozen=True)
+class SortedRows:
+    """Buffered records in key order, with their first row key field as a NumPy array
+    for binary search (Python values: strings and bytes compare as the table orders them)."""
+
+    table: pa.Table
+    first: Any
+
+    @classmethod
+    def of(cls, table: pa.Table, field: str) -> SortedRows:
+        return cls(table, table.column(field).to_numpy(zero_copy_only=False))
+
+
 class BufferedRows:
     """The decoded, key-sorted records of one table's write buffer (see the module
     docstring). Thread-safe."""
@@ -52,23 +67,26 @@ class BufferedRows:
         self.target = arrow_schema(schema)
         self._lock = threading.Lock()
         self._entries: dict[int, pa.Table] = {}
-        self._sorted: Optional[pa.Table] = None
+        self._sorted: Optional[SortedRows] = None
         self._sorted_seqs: tuple[int, ...] = ()
         #: the flush count the last read saw (None: none yet)
         self.flushes: Optional[int] = None
         self._supported = True
 
-    def read(self) -> tuple[pa.Table, int]:
+    def _empty(self) -> SortedRows:
+        return SortedRows.of(self.target.empty_table(), self.schema.key_names[0])
+
+    def read(self) -> tuple[SortedRows, int]:
         """The buffer's records now, in key order, and the table's flush count then."""
         if not self._supported:
-            return self.target.empty_table(), 0
+            return self._empty(), 0
         with self._lock:
             known = set(self._entries)
         try:
             snap = self.state_store.read_buffer(self.table_id, skip_data=known)
         except NotSupportedError:
             self._supported = False
-            return self.target.empty_table(), 0
+            return self._empty(), 0
         with self._lock:
             for e in snap.entries:
                 if e.data is not None and e.seq not in self._entries:
@@ -81,14 +99,35 @@ class BufferedRows:
                 table = pa.concat_tables(parts) if parts else self.target.empty_table()
                 if table.num_rows > 1:
                     table = table.take(pc.sort_indices(table, sort_keys=sort_keys(self.schema)))
-                self._sorted, self._sorted_seqs = table.combine_chunks(), seqs
+                self._sorted = SortedRows.of(table.combine_chunks(), self.schema.key_names[0])
+                self._sorted_seqs = seqs
             self.flushes = snap.flushes
             return self._sorted, snap.flushes
 
-    def in_regions(self, table: pa.Table, regions: Sequence[Region]) -> pa.Table:
-        """The rows of ``table`` in any of ``regions`` (each once), in key order."""
+    def in_regions(self, rows: SortedRows, regions: Sequence[Region]) -> pa.Table:
+        """The rows in any of ``regions`` (each once), in key order: the spans of the
+        first row key field the regions cover are found by binary search, and only
+        those rows are filtered."""
+        table = rows.table
         if not table.num_rows or not regions:
             return table.slice(0, 0)
+        spans = []
+        for r in regions:
+            first = r.ranges[0]
+            lo = int(np.searchsorted(rows.first, first.min, "left"))
+            hi = len(rows.first) if first.max is None else int(np.searchsorted(rows.first, first.max, "left"))
+            if lo < hi:
+                spans.append((lo, hi))
+        if not spans:
+            return table.slice(0, 0)
+        spans.sort()
+        merged = [spans[0]]
+        for lo, hi in spans[1:]:
+            if lo <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+            else:
+                merged.append((lo, hi))
+        table = pa.concat_tables([table.slice(lo, hi - lo) for lo, hi in merged])
         mask = None
         for r in regions:
             m = _in_region(table, r)

@@ -201,8 +201,8 @@ class QueryRunner:
             tasks = self._tasks(regions)
             rows, flushes = self.buffered.read()
             if before == flushes:
-                rows = self.buffered.in_regions(rows, regions)
-                return tasks, rows.cast(self.target) if rows.schema != self.target else rows
+                table = self.buffered.in_regions(rows, regions)
+                return tasks, table.cast(self.target) if table.schema != self.target else table
 
     def query(self, regions: Sequence[Region], *, buffer: bool = True) -> pa.Table:
         """Every record in any of ``regions``, once, in key order; with ``buffer``

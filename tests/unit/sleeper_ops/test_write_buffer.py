@@ -149,3 +149,51 @@ def test_cli_write_then_flush_then_query(home, run, tmp_path) -> None:  # type: 
     ok(run("flush", "w"))
     got = [json.loads(x)["key"] for x in ok(run("query", "w", "--range", "0", "null")).out.splitlines()]
     assert got == [0, 1, 2, 10, 11, 20]
+
+
+# ----- read your writes -------------------------------------------------------------------------
+def test_queries_merge_buffered_records_with_files_in_key_order(t) -> None:  # type: ignore[no-untyped-def]
+    t.ingest(pa.table({"key": pa.array(range(0, 300, 2), pa.int64()), "v": ["file"] * 150, "b": [None] * 150}))
+    t.write([{"key": k, "v": "buf", "b": None} for k in range(1, 300, 2)])
+    every = t.query(ranges=[(0, None)])
+    assert every["key"].to_pylist() == list(range(300))
+    assert every["v"].to_pylist()[:4] == ["file", "buf", "file", "buf"]
+    assert t.query(ranges=[(0, None)], buffer=False)["key"].to_pylist() == list(range(0, 300, 2))
+    # several keys and overlapping ranges: each record once, in key order
+    got = t.query(keys=[7, 8, 250], ranges=[(95, 105), (100, 110)])["key"].to_pylist()
+    assert got == [7, 8, *range(95, 110), 250]
+    streamed = list(t.query_batches(ranges=[(90, 210)], limit=15, batch_rows=4))
+    assert [k for b in streamed for k in b.column("key").to_pylist()] == list(range(90, 105))
+    assert t.sleeper.sql("SELECT count(*) AS n FROM t WHERE key >= 100 AND key < 200")["n"].to_pylist() == [100]
+
+
+def test_iterators_apply_to_buffered_records(sleeper) -> None:  # type: ignore[no-untyped-def]
+    schema = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
+              "valueFields": [{"name": "n", "type": "LongType"}]}
+    t = sleeper.create_table("agg", schema, properties={"sleeper.table.iterator.aggregation": "sum(n)"})
+    t.ingest(pa.table({"key": ["a", "b"], "n": pa.array([1, 10], pa.int64())}))
+    t.write([{"key": "a", "n": 2}, {"key": "c", "n": 5}])
+    t.write([{"key": "a", "n": 4}])
+    assert t.query(ranges=[("", None)]).to_pylist() == [{"key": "a", "n": 7}, {"key": "b", "n": 10},
+                                                        {"key": "c", "n": 5}]
+    t.flush()
+    assert t.query(keys=["a"]).to_pylist() == [{"key": "a", "n": 7}]
+
+
+def test_a_query_sees_each_record_once_while_a_flush_commits_between_its_reads(t, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    t.write(_rows(0, 50))
+    runner = t.sleeper.queries.runner(t.info)
+    real = runner._tasks
+    flushed = []
+
+    def plan_then_flush(regions):  # type: ignore[no-untyped-def]
+        tasks = real(regions)
+        if not flushed:  # a flush commits after this query planned on the files
+            flushed.append(t.flush())
+        return tasks
+    monkeypatch.setattr(runner, "_tasks", plan_then_flush)
+    t.query(ranges=[(0, None)])  # the first query of the runner
+    t.write(_rows(50, 60))
+    flushed.clear()
+    assert t.query(ranges=[(0, None)])["key"].to_pylist() == list(range(60))
+    assert flushed and flushed[0].records == 10
