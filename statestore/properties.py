@@ -140,7 +140,7 @@ _DEFS = [
                 "it shows no progress for this long (it is then taken as dead).",
                 _at_least(10, "the longest job must finish within it, or its output may be swept")),
     PropertyDef("sleeper.table.gc.batch.size", "1000", "Files deleted per garbage collection commit.", _positive_int),
-    PropertyDef("sleeper.table.parquet.rowgroup.rows.max", "4096",
+    PropertyDef("sleeper.table.parquet.rowgroup.rows.max", "2048",
                 "Most rows in one Parquet row group (small: a point read decodes one; docs/adr/0002).",
                 _positive_int),
     PropertyDef("sleeper.table.parquet.page.size", "131072", "Target Parquet data page size in bytes.", _positive_int),

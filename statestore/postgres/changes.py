@@ -8,8 +8,8 @@
   (:meth:`ChangesMixin.changes_since`) sends, in one pipeline and one REPEATABLE READ
   transaction, the catalog row with the current snapshot, the log rows of transactions
   that snapshot sees and the held one did not (an index range scan from the held
-  snapshot's xmin), and the prune horizon; when nothing changed, that one round trip
-  is all. Otherwise a second transaction does the same and then reads, by primary key,
+  snapshot's xmin), and the prune horizon; when nothing changed, one statement doing
+  the same (:func:`_unchanged`) is all. Otherwise a second transaction does the same and then reads, by primary key,
   the current rows of the partitions and files named (or the whole state, when a log
   row says ``all_rows`` or rows the reader needed were pruned).
 
@@ -60,13 +60,35 @@ class ChangesMixin(PostgresConnection):
         snapshot: Optional[str] = held[0] if held else None
         what = f"read the changes of table {table_id}"
         if snapshot is not None:
-            quick = self._retrying(what, lambda conn: _attempt(conn, table_id, snapshot, rows=False),
-                                   idempotent=True)
+            quick = self._retrying(what, lambda conn: _unchanged(conn, table_id, snapshot), idempotent=True)
             if quick is not None:
                 return quick
         out = self._retrying(what, lambda conn: _attempt(conn, table_id, snapshot, rows=True), idempotent=True)
         assert out is not None
         return out
+
+
+_UNCHANGED = (
+    "SELECT t.table_id, t.name, t.schema, t.properties, pg_current_snapshot()::text,"
+    " EXISTS (SELECT 1 FROM state_changes c WHERE c.table_id = t.table_id"
+    " AND c.xid >= pg_snapshot_xmin(%(held)s::pg_snapshot)"
+    " AND NOT pg_visible_in_snapshot(c.xid, %(held)s::pg_snapshot)),"
+    " COALESCE((SELECT h.pruned_xid >= pg_snapshot_xmin(%(held)s::pg_snapshot) FROM state_change_horizon h"
+    " WHERE h.table_id = t.table_id), false)"
+    " FROM tables t WHERE t.table_id = %(table)s")
+
+
+def _unchanged(conn: psycopg.Connection[Any], table_id: str, snapshot: str) -> Optional[TableChanges]:
+    """The answer when nothing changed since ``snapshot`` (else None), in one statement
+    on the autocommit connection: its subqueries and ``pg_current_snapshot()`` share the
+    statement's one snapshot, so this is the quick read of :func:`_attempt` in one round
+    trip and one statement instead of five."""
+    row = conn.execute(_UNCHANGED, {"held": snapshot, "table": table_id}).fetchone()
+    if row is None:
+        raise TableNotFoundError(f"no table with id {table_id}")
+    if row[5] or row[6]:
+        return None
+    return TableChanges(_table_info(row[:4]), ("postgres", row[4]), False)
 
 
 def _attempt(conn: psycopg.Connection[Any], table_id: str, snapshot: Optional[str], *,

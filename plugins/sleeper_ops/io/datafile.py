@@ -29,7 +29,7 @@ from statestore.schema import Schema
 
 @dataclass(frozen=True)
 class ParquetSettings:
-    row_group_rows: int = 4096
+    row_group_rows: int = 2048
     page_size: int = 131_072
     compression: str = "zstd"
 

@@ -19,7 +19,7 @@ def test_every_property_of_the_design_is_defined_with_its_default():
         "sleeper.table.compaction.strategy.sizeratio.ratio": "3",
         "sleeper.table.compaction.runner": "local",
         "sleeper.table.gc.delay.minutes": "15",
-        "sleeper.table.parquet.rowgroup.rows.max": "4096",
+        "sleeper.table.parquet.rowgroup.rows.max": "2048",
         "sleeper.table.parquet.page.size": "131072",
         "sleeper.table.parquet.compression.codec": "zstd",
         "sleeper.table.iterator.ageoff": None,
