@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
 RUNNER = Path(__file__).with_name("dag_runner.py")
 BIN = Path(sys.executable).parent
-OPERATIONS = ("split", "compaction", "gc", "ingest_batcher")
+OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush")
 OPTIONAL_OPERATIONS = ("bulk_import",)  # a DAG only for tables with a bulk import source
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
@@ -200,6 +200,9 @@ def test_one_dag_per_table_per_operation_with_schedules_and_params_from_properti
     assert dags["sleeper_events_gc"]["tasks"]["gc"]["type"] == "SleeperGcOperator"
     assert dags["sleeper_events_ingest_batcher"]["tasks"]["ingest_batcher"]["type"] == "SleeperIngestBatcherOperator"
     assert compaction["run_spark"]["pool"] == "spark"
+    # the flush DAG: on its cron, or when the buffer passes its thresholds (the watched asset)
+    assert dags["sleeper_events_flush"]["tasks"]["flush"]["type"] == "SleeperFlushOperator"
+    assert dags["sleeper_events_flush"]["schedule"] == "* * * * * or sleeper://events/buffer"
 
 
 def test_parsing_100_tables_takes_one_catalog_query_and_under_two_seconds(sleeper: Sleeper,
@@ -208,8 +211,8 @@ def test_parsing_100_tables_takes_one_catalog_query_and_under_two_seconds(sleepe
         sleeper.create_table(f"t{i:03d}", SCHEMA)
     result = parse_dags(sleeper_home)
     assert result["import_errors"] == {}
-    assert len(result["dags"]) == 400
-    assert result["catalog_queries"] == 1  # the four DAG files share one read
+    assert len(result["dags"]) == 100 * len(OPERATIONS)
+    assert result["catalog_queries"] == 1  # the DAG files share one read
     assert result["seconds"] < 2.0, f"parsing 100 tables took {result['seconds']:.2f} s"
 
 
@@ -329,6 +332,23 @@ def test_ingest_batcher_dag_ingests_requested_files(sleeper: Sleeper, sleeper_ho
     assert "asset_events" not in runs.results[1]
 
 
+def test_flush_dag_files_the_buffered_records_once_and_announces_them(sleeper: Sleeper, sleeper_home: Path,
+                                                                     airflow_home: Path) -> None:
+    table = sleeper.create_table("events", SCHEMA, split_points=["key-050000"])
+    for seed in range(3):
+        table.write(_rows(400, seed))
+    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_flush"},
+                    {"dag_id": "sleeper_events_flush"})
+    assert [r["state"] for r in runs.results] == ["success", "success"], runs.logs
+    assert table.buffer_stats().rows == 0
+    assert table.query(ranges=[("", None)], buffer=False).num_rows == 1200
+    assert sorted(_references_per_leaf(table).values()) == [1, 1], "one file per leaf"
+    assert runs.results[0]["asset_events"] == [{"uri": "sleeper://events/", "extra": {"files": 2, "rows": 1200}}]
+    assert "asset_events" not in runs.results[1]  # nothing buffered: nothing committed, no event
+    (job,) = table.jobs(kind="flush")
+    assert job.status == "committed" and job.run_id.startswith("sleeper_events_flush/")
+
+
 def test_offline_tables_are_skipped_by_maintenance(sleeper: Sleeper, sleeper_home: Path,
                                                    airflow_home: Path) -> None:
     table = _filled_table(sleeper, "events", **{"sleeper.table.online": "false",
@@ -445,7 +465,7 @@ def test_bulk_import_dag_imports_the_runs_date_once_however_often_it_runs(sleepe
     assert parsed["dags"]["sleeper_events_bulk_import"]["timetable"] == "CronDataIntervalTimetable"
     assert parsed["dags"]["sleeper_events_bulk_import"]["max_active_runs"] == 1
     assert parsed["dags"]["sleeper_events_bulk_import"]["allowed_run_types"] is None  # backfills welcome
-    for op in ("split", "compaction", "gc", "ingest_batcher"):
+    for op in ("split", "compaction", "gc", "ingest_batcher", "flush"):
         assert "backfill" not in parsed["dags"][f"sleeper_events_{op}"]["allowed_run_types"], op
 
     runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_bulk_import",

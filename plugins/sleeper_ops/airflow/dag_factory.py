@@ -8,6 +8,7 @@ For every table in the catalog that gives a DAG ``sleeper_<table>_<operation>``:
 ``compaction``         ``create_jobs`` -> ``run_local`` | ``run_spark`` -> ``report``
 ``gc``                 ``gc`` (one task); param ``dry_run``
 ``ingest_batcher``     ``ingest_batcher`` (one task)
+``flush``              ``flush`` (one task): the write buffer into files
 ``bulk_import``        ``bulk_import`` (one task), only for tables whose property
                        ``sleeper.table.bulk.import.source`` is set
 =====================  =============================================================
@@ -24,7 +25,10 @@ fills past dates. The maintenance DAGs refuse backfill runs (``allowed_run_types
 Schedules come from the table property ``sleeper.table.schedule.<operation>`` (a cron
 expression or preset; ``none``: manual runs only); the compaction DAG also runs when
 files are committed to the table (the asset ``sleeper://<table>``, which ingest, the
-batcher and bulk import update with ``files`` and ``rows`` as extras). The compaction DAG's ``create_jobs``
+batcher, bulk import and flush update with ``files`` and ``rows`` as extras). The flush DAG
+also runs when the table's write buffer passes ``sleeper.table.write.buffer.flush.records``
+or ``.flush.age.seconds``: an asset watcher in the triggerer (see
+:mod:`sleeper_ops.airflow.triggers` for why not a sensor). The compaction DAG's ``create_jobs``
 branches to ``run_local`` (in the worker) or ``run_spark`` (spark-submit of
 ``spark_apps/compaction.py`` in the ``spark`` pool) by the ``runner`` param, which
 defaults to the table's ``sleeper.table.compaction.runner``; it takes the run's lease
@@ -62,7 +66,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OPERATIONS = ("split", "compaction", "gc", "ingest_batcher")
+OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush")
 #: Operations with a DAG only for some tables (see :func:`has_dag`).
 OPTIONAL_OPERATIONS = ("bulk_import",)
 BULK_IMPORT_SOURCE = "sleeper.table.bulk.import.source"
@@ -184,7 +188,8 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
                                              "sleeper.table.compaction.runner).")
     dag = DAG(
         dag_id_for(table.name, operation),
-        schedule=_compaction_schedule(table) if operation == "compaction" else schedule_of(table, operation),
+        schedule=(_compaction_schedule(table) if operation == "compaction"
+                  else _flush_schedule(table) if operation == "flush" else schedule_of(table, operation)),
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
@@ -216,6 +221,23 @@ def _compaction_schedule(table: TableInfo) -> Any:
     if cron is None:
         return None
     return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=[table_asset(table.name)])
+
+
+def _flush_schedule(table: TableInfo) -> Any:
+    """The flush DAG runs on its cron *or* when the buffer passes its thresholds (the
+    watched asset ``sleeper://<table>/buffer``); on the asset alone when the cron is ``none``."""
+    from airflow.timetables.assets import AssetOrTimeSchedule
+    from airflow.timetables.trigger import CronTriggerTimetable
+
+    from sleeper_ops.airflow.operators import buffer_asset
+    from sleeper_ops.ingest.buffer import buffer_limits
+
+    _, flush_records, flush_age = buffer_limits(table)
+    asset = buffer_asset(table.name, flush_records=flush_records, flush_age_seconds=flush_age)
+    cron = schedule_of(table, "flush")
+    if cron is None:
+        return [asset]
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=[asset])
 
 
 #: maintenance runs now, on state as it is: a backfill of past dates means nothing to them
@@ -258,6 +280,8 @@ def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
         ops.SleeperSplitOperator(task_id=operation, dag=dag, table=table.name)
     elif operation == "gc":
         ops.SleeperGcOperator(task_id=operation, dag=dag, table=table.name, dry_run="{{ params.dry_run }}")
+    elif operation == "flush":
+        ops.SleeperFlushOperator(task_id=operation, dag=dag, table=table.name)
     else:
         ops.SleeperIngestBatcherOperator(task_id=operation, dag=dag, table=table.name)
 

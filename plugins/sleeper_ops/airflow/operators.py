@@ -222,6 +222,42 @@ class SleeperIngestBatcherOperator(SleeperOperator):
                                   rows=reports[0].records)
 
 
+class SleeperFlushOperator(SleeperOperator):
+    """Flush the table's write buffer into sorted files, exactly once
+    (:mod:`sleeper_ops.ingest.flush`), under the table's flush lease; announces the
+    files it committed on the table's asset."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**_with_commit_outlets(kwargs))
+
+    def execute(self, context: Any) -> str:
+        results: list[Any] = []
+
+        def run(t: Any, run_id: str) -> Any:
+            results.append(t.flush(run_id=run_id))
+            return results[-1]
+
+        summary = tasks.run_exclusive("flush", self.table, context, run, opener=self.hook.get_conn)
+        if results:
+            emit_commit_event(self, context, self.table, files=results[0].files, rows=results[0].records)
+        return summary
+
+
+def buffer_asset(table: str, *, flush_records: int, flush_age_seconds: float,
+                 sleeper_conn_id: str = SleeperHook.default_conn_name) -> Any:
+    """The asset ``sleeper://<table>/buffer``, watched by a
+    :class:`~sleeper_ops.airflow.triggers.BufferThresholdTrigger`: it gets an event
+    whenever the table's write buffer passes its flush thresholds."""
+    from airflow.sdk import Asset, AssetWatcher
+
+    from sleeper_ops.airflow.triggers import BufferThresholdTrigger
+
+    trigger = BufferThresholdTrigger(table=table, flush_records=flush_records, flush_age_seconds=flush_age_seconds,
+                                     sleeper_conn_id=sleeper_conn_id)
+    return Asset(uri=f"sleeper://{table}/buffer", name=f"sleeper://{table}/buffer",
+                 watchers=[AssetWatcher(name=f"sleeper_{table}_buffer", trigger=trigger)])
+
+
 class SleeperCompactionOperator(SleeperOperator):
     """Compaction in one task: under the table's compaction lease, create and assign
     jobs, run them with ``runner`` (``local`` in this worker, ``spark`` with one

@@ -46,6 +46,7 @@ def get_provider_info() -> dict[str, Any]:
                           "tags": ["software"]}],
         "hooks": [{"integration-name": "Sleeper", "python-modules": [_HOOK]}],
         "operators": [{"integration-name": "Sleeper", "python-modules": [_OPERATORS]}],
+        "triggers": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.triggers"]}],
         "connection-types": [{
             "connection-type": "sleeper",
             "hook-class-name": f"{_HOOK}.SleeperHook",

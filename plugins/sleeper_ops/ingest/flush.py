@@ -38,7 +38,7 @@ import pyarrow as pa
 from sleeper_ops.ingest.buffer import buffer_limits, decode
 from sleeper_ops.ingest.standard import IngestRunner
 from sleeper_ops.io.storage import ObjectStore, S3Options
-from statestore.buffer import BufferSnapshot
+from statestore.buffer import BufferSnapshot, BufferStats
 from statestore.catalog import TableInfo
 from statestore.errors import BookkeepingError
 from statestore.jobs import JobRecord
@@ -64,6 +64,22 @@ class FlushResult:
     @property
     def records_per_second(self) -> float:
         return self.records / self.seconds if self.seconds else 0.0
+
+    def summary(self) -> str:
+        return (f"flushed {self.records:,} records ({self.entries} writes) into {self.files} files in "
+                f"{self.rounds} rounds, {self.seconds:.2f}s"
+                + (f"; {self.lost_rounds} rounds lost to a concurrent flush" if self.lost_rounds else ""))
+
+
+def flush_due(stats: BufferStats, now_ms: int, *, flush_records: int, flush_age_seconds: float) -> Optional[str]:
+    """Why the buffer should be flushed now (it holds at least ``flush_records``
+    records, or its oldest record has waited ``flush_age_seconds``), or None."""
+    if stats.rows and stats.rows >= flush_records:
+        return f"the buffer holds {stats.rows:,} records (flush at {flush_records:,})"
+    if stats.rows and stats.age_seconds(now_ms) >= flush_age_seconds:
+        return (f"the oldest buffered record has waited {stats.age_seconds(now_ms):.0f}s "
+                f"(flush at {flush_age_seconds:g}s)")
+    return None
 
 
 def _batches(snapshot: BufferSnapshot) -> Iterator[pa.RecordBatch]:
