@@ -303,7 +303,7 @@ class InMemoryStateStore(StateStore):
             return self._next_seq
 
     def read_buffer(self, table_id: str, *, up_to_seq: Optional[int] = None, max_rows: Optional[int] = None,
-                    skip_data: Collection[int] = ()) -> BufferSnapshot:
+                    skip_data: Collection[int] = (), max_entries: Optional[int] = None) -> BufferSnapshot:
         with self._lock:
             self._state(table_id)
             out: list[BufferEntry] = []
@@ -311,7 +311,8 @@ class InMemoryStateStore(StateStore):
             for seq in sorted(self._buffers.get(table_id, {})):
                 if up_to_seq is not None and seq > up_to_seq:
                     break
-                if max_rows is not None and out and taken >= max_rows:
+                if out and ((max_rows is not None and taken >= max_rows)
+                            or (max_entries is not None and len(out) >= max_entries)):
                     break
                 e = self._buffers[table_id][seq]
                 out.append(BufferEntry(e.seq, e.rows, e.written_ms, None) if seq in skip_data else e)

@@ -221,6 +221,9 @@ class StateStore(abc.ABC):
         for an unknown status."""
 
     # ----- write buffer (statestore.buffer) ----------------------------------------------
+    #: the most entries one commit may remove (``buffer_seqs``); None: no limit
+    buffer_max_flush_entries: Optional[int] = None
+
     def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None) -> int:
         """Store one write (``rows`` records as Arrow IPC stream bytes) in the table's
         buffer; returns its sequence number once it is durable. Atomic: the entry is
@@ -232,11 +235,11 @@ class StateStore(abc.ABC):
                                 "use ingest, or the PostgreSQL or in-memory state store")
 
     def read_buffer(self, table_id: str, *, up_to_seq: Optional[int] = None, max_rows: Optional[int] = None,
-                    skip_data: Collection[int] = ()) -> BufferSnapshot:
+                    skip_data: Collection[int] = (), max_entries: Optional[int] = None) -> BufferSnapshot:
         """The table's buffered entries at one instant, in sequence order, with the
         count of flushes committed by then: those numbered at most ``up_to_seq`` (None:
-        all), or of those the first holding at least ``max_rows`` records (at least one
-        entry). Entries whose numbers are in
+        all), or of those the first holding at least ``max_rows`` records, or the first
+        ``max_entries`` (at least one entry). Entries whose numbers are in
         ``skip_data`` come without their bytes (a reader that has them already).
         Raises TableNotFoundError."""
         raise NotSupportedError(f"the {type(self).__name__} backend has no write buffer (table {table_id})")

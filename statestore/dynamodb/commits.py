@@ -11,9 +11,12 @@ and writes, in one TransactWriteItems:
 3. with ``job=``: the job's record, conditional on the revision read when the
    bookkeeping was checked (:func:`statestore.jobs.check_job_bookkeeping`);
 4. with ``ingest_job_id=``: the job's ``e#`` item saying its requests were ingested,
-   conditional on the job not having ended (see :mod:`statestore.dynamodb.ingest_queue`).
+   conditional on the job not having ended (see :mod:`statestore.dynamodb.ingest_queue`);
+5. with ``buffer_seqs=`` (a flush): the deletion of each write-buffer entry, conditional
+   on it existing, and the buffer head's update (:mod:`statestore.dynamodb.buffer`).
 
-So the data and the bookkeeping apply together or not at all, in at most 5 items.
+So the data and the bookkeeping apply together or not at all, in at most 5 items plus a
+flush's entries.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from statestore.bookkeeping import Bookkeeping
+from statestore.dynamodb.buffer import HEAD, WriteBufferMixin, entry_key
 from statestore.dynamodb.connection import n, s
 from statestore.dynamodb.ingest_queue import IngestQueueMixin, ended_item
 from statestore.dynamodb.jobs import JobsMixin, job_put
@@ -38,12 +42,14 @@ def commit_id_key(table_id: str, commit_id: str) -> dict[str, Any]:
     return {"table_id": s(table_id), "sk": s(f"c#{commit_id}")}
 
 
-class CommitsMixin(JobsMixin, IngestQueueMixin):
+class CommitsMixin(JobsMixin, IngestQueueMixin, WriteBufferMixin):
     """The bookkeeping reads and the writes of a commit."""
 
     def _check_bookkeeping(self, table_id: str, books: Bookkeeping) -> tuple[bool, Optional[int]]:
         """Whether the commit was applied already, and the revision of its job's record
-        (None: none stored). Raises BookkeepingError when the bookkeeping does not hold."""
+        (None: none stored). Raises BookkeepingError when the bookkeeping does not hold.
+        With ``buffer_seqs``, remembers the records and blobs of those entries in
+        ``books`` terms: see :meth:`_flushed`."""
         if books.check_id and self._dynamo.get(f"look up commit {books.commit_id}", "items",
                                                commit_id_key(table_id, books.commit_id)) is not None:
             return True, None
@@ -59,8 +65,17 @@ class CommitsMixin(JobsMixin, IngestQueueMixin):
                                    f"{books.ingest_job_id} any more")
         return False, rev
 
+    def _flushed(self, table_id: str, books: Bookkeeping) -> tuple[int, list[str]]:
+        """The records and blob keys of the flush's entries; BookkeepingError when any
+        is gone (another flush took it)."""
+        found = self._buffered_rows(table_id, books.buffer_seqs)
+        if found is None:
+            raise BookkeepingError(f"write buffer entries of table {table_id} named by this flush are no longer "
+                                   "buffered (flushed by another flush)")
+        return found
+
     def _commit_items(self, table_id: str, number: int, encoded: EncodedTransaction, books: Bookkeeping,
-                      job_rev: Optional[int], now_ms: int) -> list[dict[str, Any]]:
+                      job_rev: Optional[int], now_ms: int, flushed_rows: int = 0) -> list[dict[str, Any]]:
         d = self._dynamo
         items: list[dict[str, Any]] = [
             {"Put": {"TableName": d.table("log"), "Item": encoded.item(table_id, number, books.commit_id, now_ms),
@@ -77,4 +92,11 @@ class CommitsMixin(JobsMixin, IngestQueueMixin):
             items.append({"Put": {"TableName": d.table("items"),
                                   "Item": ended_item(table_id, books.ingest_job_id, True),
                                   "ConditionExpression": "attribute_not_exists(sk)"}})
+        if books.buffer_seqs:
+            for q in sorted(set(books.buffer_seqs)):
+                items.append({"Delete": {"TableName": d.table("items"), "Key": entry_key(table_id, q),
+                                         "ConditionExpression": "attribute_exists(sk)"}})
+            items.append({"Update": {"TableName": d.table("items"), "Key": {"table_id": s(table_id), "sk": s(HEAD)},
+                                     "UpdateExpression": "ADD held :r, flushes :one",
+                                     "ExpressionAttributeValues": {":r": n(-flushed_rows), ":one": n(1)}}})
         return items

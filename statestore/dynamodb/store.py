@@ -16,6 +16,7 @@ import botocore.exceptions
 from statestore.changes import TableChanges, is_token_of
 from statestore.dynamodb import snapshots
 from statestore.dynamodb.blobs import BlobStore, open_blob_store
+from statestore.dynamodb.buffer import MAX_FLUSH_ENTRIES
 from statestore.dynamodb.cache import CachedTable, StateCache
 from statestore.dynamodb.catalog import CatalogMixin
 from statestore.dynamodb.catalog import _info as catalog_info
@@ -81,18 +82,20 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
                job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,
                buffer_seqs: Sequence[int] = ()) -> bool:
-        """See :meth:`StateStore.commit` and :mod:`statestore.dynamodb.commits`. This
-        backend has no write buffer yet: ``buffer_seqs`` is refused with
-        NotSupportedError. Commits
+        """See :meth:`StateStore.commit` and :mod:`statestore.dynamodb.commits`. A flush
+        (``buffer_seqs``) removes at most
+        :data:`~statestore.dynamodb.buffer.MAX_FLUSH_ENTRIES` entries. Commits
         of one table from threads of this store take turns; other committers (other
         processes) are raced through the conditional log write, retried with full-jitter
         backoff. When a write's reply is lost, the commit is tried again with the same id
         until DynamoDB answers or :attr:`outcome_timeout_seconds` pass (then
         CommitOutcomeUnknownError): a retry finding its id in the log or among the
         recorded ids returns False."""
-        if buffer_seqs:
-            raise NotSupportedError(f"the DynamoDB state store has no write buffer (table {table_id})")
-        books = Bookkeeping(commit_id or uuid.uuid4().hex, job, ingest_job_id, check_id=commit_id is not None)
+        if len(set(buffer_seqs)) > MAX_FLUSH_ENTRIES:
+            raise NotSupportedError(f"a commit to table {table_id} may remove at most {MAX_FLUSH_ENTRIES} write "
+                                    f"buffer entries in DynamoDB, not {len(set(buffer_seqs))}")
+        books = Bookkeeping(commit_id or uuid.uuid4().hex, job, ingest_job_id, check_id=commit_id is not None,
+                            buffer_seqs=tuple(buffer_seqs))
         entry = self._cache.entry(table_id)
         encoded: Optional[EncodedTransaction] = None
         deadline: Optional[float] = None  # set once a write may have applied without our hearing
@@ -142,11 +145,12 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
         done, job_rev = self._check_bookkeeping(table_id, books)
         if done:
             return False
+        flushed_rows, blobs = self._flushed(table_id, books) if books.buffer_seqs else (0, [])
         txn.validate(entry.state)
         if encoded is None:
             encoded = EncodedTransaction.of(table_id, txn, self._blobs)
         number = entry.n + 1
-        items = self._commit_items(table_id, number, encoded, books, job_rev, _now_ms())
+        items = self._commit_items(table_id, number, encoded, books, job_rev, _now_ms(), flushed_rows)
         d = self._dynamo
         try:
             d.call(f"commit {txn.TYPE} to table {table_id}", d.client.transact_write_items, TransactItems=items)
@@ -162,6 +166,11 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
                 return False
             return encoded  # the log moved on, the job record changed, or the ingest job ended: look again
         entry.apply(number, txn)
+        if blobs:
+            try:
+                self._blobs.delete(blobs)  # the flushed entries' bytes: nothing names them any more
+            except Exception as e:  # best effort: an unreadable leftover wastes space, nothing else
+                log.warning("write buffer blobs of table %s not deleted: %s", table_id, e)
         return True
 
     def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:

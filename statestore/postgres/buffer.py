@@ -62,7 +62,7 @@ class WriteBufferMixin(PostgresConnection):
         raise BufferFullError(full_message(table_id, stats.rows, rows, most))
 
     def read_buffer(self, table_id: str, *, up_to_seq: Optional[int] = None, max_rows: Optional[int] = None,
-                    skip_data: Collection[int] = ()) -> BufferSnapshot:
+                    skip_data: Collection[int] = (), max_entries: Optional[int] = None) -> BufferSnapshot:
         """See :meth:`StateStore.read_buffer`. The list of entries and the flush count
         come from one statement (one snapshot, one round trip); the bytes wanted, from a
         second. Entries never change once written, so the second is consistent with
@@ -77,7 +77,8 @@ class WriteBufferMixin(PostgresConnection):
             chosen: list[tuple[int, int, int]] = []
             taken = 0
             for _, _, seq, rows, ms in listed:
-                if seq is None or (max_rows is not None and chosen and taken >= max_rows):
+                if seq is None or (chosen and ((max_rows is not None and taken >= max_rows)
+                                               or (max_entries is not None and len(chosen) >= max_entries))):
                     break
                 chosen.append((int(seq), int(rows), int(ms)))
                 taken += rows

@@ -21,6 +21,9 @@ never neither:
   refused (BookkeepingError, a TransactionError); its files are deleted at once, as
   nothing can have committed them, and the round is tried again on what is left.
 
+A backend may cap the entries one commit removes (DynamoDB: 90, see
+``StateStore.buffer_max_flush_entries``); rounds are then smaller.
+
 Rounds stop once the records buffered when the flush began are flushed (writes that
 arrive meanwhile may be flushed too, or wait for the next flush), so a flush under a
 steady stream of writes ends.
@@ -104,7 +107,8 @@ def flush_buffer(state_store: StateStore, objects: ObjectStore, table: TableInfo
     target = state_store.buffer_stats(table.table_id).rows
     lost = 0
     while result.records < target:
-        snapshot = state_store.read_buffer(table.table_id, max_rows=per_round)
+        snapshot = state_store.read_buffer(table.table_id, max_rows=per_round,
+                                           max_entries=state_store.buffer_max_flush_entries)
         if not snapshot.entries:
             break
         job = JobRecord.created(table.table_id, uuid.uuid4().hex, "flush", run_id=run_id)

@@ -196,6 +196,8 @@ class QueryRunner:
         (see :mod:`sleeper_ops.query.buffered`)."""
         if not buffer:
             return self._tasks(regions), None
+        if self.buffered.flushes is None:
+            self.buffered.read()  # the first query: learn the flush count before planning
         while True:
             before = self.buffered.flushes
             tasks = self._tasks(regions)

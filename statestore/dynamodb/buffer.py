@@ -1,0 +1,176 @@
+"""The write buffer in DynamoDB (:mod:`statestore.buffer`).
+
+Items of the ``items`` table, under the table's id:
+
+* ``b#<seq>``: one write: ``rows``, ``written_ms`` and the Arrow IPC bytes in ``data``,
+  or, for bytes over :data:`INLINE_LIMIT` (items are at most 400 KB), ``blob_key``: the key
+  of an object in the store's blob store holding them;
+* ``b!seq``: the table's sequence counter (an atomic ADD per write);
+* ``b!head``: ``held`` (records buffered) and ``flushes`` (flushes committed).
+
+A write takes a number from the counter, then puts its entry, adds its records to
+``held`` (conditional on the limit: the backpressure check is exact) and checks the
+table is in the catalog, in one TransactWriteItems. A number taken by a write that then
+failed is never used; numbers are not dense. A flush's commit deletes its entries
+(each conditional on existing) and updates the head in the same TransactWriteItems as
+its log entry (:mod:`statestore.dynamodb.commits`), so one flush commit holds at most
+:data:`MAX_FLUSH_ENTRIES` entries (a transaction has at most 100 items).
+
+A read lists the entries between two reads of the head; if ``flushes`` moved, or an
+entry's bytes are gone when fetched, it reads again, so the list and the count it
+returns hold at one instant.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Collection, Optional, Sequence
+
+from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_message
+from statestore.dynamodb.base import DynamoBase
+from statestore.dynamodb.connection import b, cancellation_codes, get_n, get_s, n, s
+from statestore.errors import BufferFullError, TableNotFoundError
+
+#: entries whose bytes are larger than this go to the blob store, behind a pointer
+INLINE_LIMIT = 350 * 1024
+#: the most entries one flush commit removes (TransactWriteItems takes 100 items)
+MAX_FLUSH_ENTRIES = 90
+HEAD, COUNTER = "b!head", "b!seq"
+
+
+def entry_key(table_id: str, seq: int) -> dict[str, Any]:
+    return {"table_id": s(table_id), "sk": s(f"b#{seq:020d}")}
+
+
+def _seq_of(item: dict[str, Any]) -> int:
+    return int(str(get_s(item, "sk"))[2:])
+
+
+class WriteBufferMixin(DynamoBase):
+    """The write buffer part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+
+    buffer_max_flush_entries = MAX_FLUSH_ENTRIES
+
+    def _head(self, table_id: str) -> tuple[int, int]:
+        """(held, flushes) of the table's buffer."""
+        item = self._dynamo.get(f"read the buffer head of table {table_id}", "items",
+                                {"table_id": s(table_id), "sk": s(HEAD)})
+        return (0, 0) if item is None else (get_n(item, "held") or 0, get_n(item, "flushes") or 0)
+
+    def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None) -> int:
+        d = self._dynamo
+        if max_rows is not None and rows > max_rows:
+            raise BufferFullError(full_message(table_id, self._head(table_id)[0], rows, max_rows))
+        out = d.call(f"number a write to table {table_id}", d.client.update_item, TableName=d.table("items"),
+                     Key={"table_id": s(table_id), "sk": s(COUNTER)}, UpdateExpression="ADD v :one",
+                     ExpressionAttributeValues={":one": n(1)}, ReturnValues="UPDATED_NEW")
+        seq = int(out["Attributes"]["v"]["N"])
+        item = {**entry_key(table_id, seq), "rows": n(rows), "written_ms": n(int(time.time() * 1000))}
+        blob = None
+        if len(data) > INLINE_LIMIT:
+            blob = f"{table_id}/buffer/{seq}-{uuid.uuid4().hex}.arrow"
+            self._blobs.put(blob, data)
+            item["blob_key"] = s(blob)
+        else:
+            item["data"] = b(data)
+        head: dict[str, Any] = {"TableName": d.table("items"), "Key": {"table_id": s(table_id), "sk": s(HEAD)},
+                                "UpdateExpression": "ADD held :r", "ExpressionAttributeValues": {":r": n(rows)}}
+        if max_rows is not None:
+            head["ConditionExpression"] = "attribute_not_exists(held) OR held <= :lim"
+            head["ExpressionAttributeValues"][":lim"] = n(max_rows - rows)
+        items = [{"Put": {"TableName": d.table("items"), "Item": item,
+                          "ConditionExpression": "attribute_not_exists(sk)"}},
+                 {"Update": head},
+                 {"ConditionCheck": {"TableName": d.table("catalog"), "Key": {"pk": s(f"id#{table_id}")},
+                                     "ConditionExpression": "attribute_exists(pk)"}}]
+        try:
+            d.call(f"write {rows} records to the buffer of table {table_id}", d.client.transact_write_items,
+                   TransactItems=items)
+        except Exception as e:
+            codes = cancellation_codes(e)
+            if blob is not None:
+                self._blobs.delete([blob])
+            if len(codes) == 3 and codes[2] not in ("None", ""):
+                raise TableNotFoundError(f"no table with id {table_id}") from None
+            if len(codes) == 3 and codes[1] not in ("None", "") and max_rows is not None:
+                raise BufferFullError(full_message(table_id, self._head(table_id)[0], rows, max_rows)) from None
+            raise
+        return seq
+
+    def _listed(self, table_id: str) -> list[dict[str, Any]]:
+        return list(self._dynamo.query(f"list the write buffer of table {table_id}", "items",
+                                       "table_id = :t AND begins_with(sk, :b)", {":t": s(table_id), ":b": s("b#")},
+                                       names={"#r": "rows"}, projection="sk, #r, written_ms, blob_key"))
+
+    def _entry_items(self, table_id: str, seqs: Sequence[int], projection: str) -> dict[int, dict[str, Any]]:
+        """The stored entries of ``seqs`` (missing ones left out), read consistently."""
+        d = self._dynamo
+        out: dict[int, dict[str, Any]] = {}
+        table = d.table("items")
+        keys = [entry_key(table_id, q) for q in dict.fromkeys(seqs)]
+        names = {k: v for k, v in (("#r", "rows"), ("#d", "data")) if k in projection}
+        for i in range(0, len(keys), 100):
+            request: dict[str, Any] = {table: {"Keys": keys[i:i + 100], "ConsistentRead": True,
+                                               "ProjectionExpression": projection,
+                                               "ExpressionAttributeNames": names}}
+            for attempt in range(10):
+                got = d.call(f"read write buffer entries of table {table_id}", d.client.batch_get_item,
+                             RequestItems=request)
+                for item in got.get("Responses", {}).get(table, []):
+                    out[_seq_of(item)] = item
+                request = got.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                time.sleep(0.05 * 2 ** attempt)
+        return out
+
+    def _buffered_rows(self, table_id: str, seqs: Sequence[int]) -> Optional[tuple[int, list[str]]]:
+        """The records of the entries ``seqs`` and their blob keys, or None when any of
+        them is no longer buffered."""
+        items = self._entry_items(table_id, seqs, "sk, #r, blob_key")
+        if len(items) != len(set(seqs)):
+            return None
+        return (sum(get_n(it, "rows") or 0 for it in items.values()),
+                [k for k in (get_s(it, "blob_key") for it in items.values()) if k])
+
+    def read_buffer(self, table_id: str, *, up_to_seq: Optional[int] = None, max_rows: Optional[int] = None,
+                    skip_data: Collection[int] = (), max_entries: Optional[int] = None) -> BufferSnapshot:
+        while True:
+            _, before = self._head(table_id)
+            listed = self._listed(table_id)
+            if not listed:
+                self._require_table_id(table_id)
+            chosen: list[dict[str, Any]] = []
+            taken = 0
+            for it in listed:
+                if up_to_seq is not None and _seq_of(it) > up_to_seq:
+                    break
+                if chosen and ((max_rows is not None and taken >= max_rows)
+                               or (max_entries is not None and len(chosen) >= max_entries)):
+                    break
+                chosen.append(it)
+                taken += get_n(it, "rows") or 0
+            wanted = [_seq_of(it) for it in chosen if _seq_of(it) not in skip_data]
+            data: dict[int, bytes] = {}
+            if wanted:
+                got = self._entry_items(table_id, wanted, "sk, #d, blob_key")
+                if len(got) != len(wanted):
+                    continue  # a flush took some: read again
+                for q, it in got.items():
+                    key = get_s(it, "blob_key")
+                    data[q] = self._blobs.get(key) if key else bytes(it["data"]["B"])
+            if self._head(table_id)[1] != before:
+                continue
+            return BufferSnapshot(tuple(BufferEntry(_seq_of(it), get_n(it, "rows") or 0,
+                                                    get_n(it, "written_ms") or 0, data.get(_seq_of(it)))
+                                        for it in chosen), before)
+
+    def buffer_stats(self, table_id: str) -> BufferStats:
+        _, flushes = self._head(table_id)
+        listed = self._listed(table_id)
+        if not listed:
+            self._require_table_id(table_id)
+        times = [get_n(it, "written_ms") or 0 for it in listed]
+        return BufferStats(len(listed), sum(get_n(it, "rows") or 0 for it in listed), min(times, default=None),
+                           flushes)
