@@ -26,7 +26,7 @@ import pytest
 PREFIX = "/sleeper/api/v1"
 PASSWORDS = {"admin": "admin-secret", "viewer": "viewer-secret"}
 RECORD = {"key": "k1", "v": "hello"}
-TABLE_DAGS = {"sleeper_t_split", "sleeper_t_compaction", "sleeper_t_gc", "sleeper_t_ingest_batcher"}
+TABLE_DAGS = {"sleeper_t_split", "sleeper_t_compaction", "sleeper_t_gc", "sleeper_t_ingest_batcher", "sleeper_t_flush"}
 
 
 @pytest.fixture(scope="module")
@@ -163,8 +163,9 @@ def _child() -> None:  # pragma: no cover - runs in a subprocess
         return r
 
     def records() -> int:
+        """Records stored: in files, or written to the buffer."""
         t = sleeper().table("t")
-        return sum(ref.record_count for ref in t.state().references.values())
+        return sum(ref.record_count for ref in t.state().references.values()) + t.buffer_stats().rows
 
     def requests() -> int:
         return len(sleeper().state_store.list_ingest_requests(sleeper().table("t").info.table_id))
