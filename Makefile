@@ -38,7 +38,7 @@ lint: install
 	$(BIN)/lint-imports --config .importlinter --no-cache
 
 test: lint browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 
 test-unit: install
 	$(BIN)/python -m pytest -q tests/unit
