@@ -62,9 +62,11 @@ def airflow() -> Iterator[dict[str, Any]]:
 def _airflow(home: Path) -> Iterator[dict[str, Any]]:
     home.mkdir()
     (home / "schema.json").write_text(SCHEMA)
-    none = [f"--property=sleeper.table.schedule.{op}=none" for op in ("split", "compaction", "gc", "ingest_batcher")]
+    none = [f"--property=sleeper.table.schedule.{op}=none"
+            for op in ("split", "compaction", "gc", "ingest_batcher", "flush")]
     _sleeper(home, "table", "create", "events", "--schema", str(home / "schema.json"),
              "--property", "sleeper.table.ingest.batcher.job.min.size=1",
+             "--property", "sleeper.table.write.buffer.flush.age.seconds=3600",
              "--property", "sleeper.table.compaction.strategy=basic", *none)
     port = _free_port()
     env = {**os.environ, "SLEEPER_HOME": str(home)}
@@ -130,9 +132,14 @@ def test_ingest_request_batcher_compaction_and_read_back_over_rest(airflow: dict
                        json={"records": [{"key": k, "v": f"rest-{k}"} for k in range(first, 3000, 3)]})
             assert r.status_code == 201, r.text
 
+        # the written records are read back from the buffer before any flush
+        r = c.get("/sleeper/api/v1/tables/events/records", params={"key": "2999"})
+        assert r.json()["records"] == [{"key": 2999, "v": "rest-2999"}]
+
         _run_dag(c, "sleeper_events_ingest_batcher")
+        _run_dag(c, "sleeper_events_flush")
         files = c.get("/sleeper/api/v1/tables/events/files").json()
-        assert len(files) == 3, files
+        assert len(files) == 2, files  # the batcher's and the flush's
 
         _run_dag(c, "sleeper_events_compaction")
         files = c.get("/sleeper/api/v1/tables/events/files").json()
@@ -140,7 +147,7 @@ def test_ingest_request_batcher_compaction_and_read_back_over_rest(airflow: dict
         assert len(live) == 1, files
         jobs = c.get("/sleeper/api/v1/tables/events/jobs").json()
         kinds = {(j["kind"], j["status"]) for j in (jobs["jobs"] if isinstance(jobs, dict) else jobs)}
-        assert ("compaction", "committed") in kinds and ("ingest", "committed") in kinds, kinds
+        assert {("compaction", "committed"), ("ingest", "committed"), ("flush", "committed")} <= kinds, kinds
 
         r = c.get("/sleeper/api/v1/tables/events/records", params={"min": "0", "max": "null", "limit": 10000})
         assert r.status_code == 200, r.text
@@ -205,7 +212,8 @@ def test_bulk_import_dates_backfilled_through_the_airflow_api_come_back_exactly_
         (raw / day).mkdir(parents=True, exist_ok=True)
         pq.write_table(_day_rows(day), raw / day / "events.parquet")
     (home / "daily.json").write_text(DAILY_SCHEMA)
-    none = [f"--property=sleeper.table.schedule.{op}=none" for op in ("split", "compaction", "gc", "ingest_batcher")]
+    none = [f"--property=sleeper.table.schedule.{op}=none"
+            for op in ("split", "compaction", "gc", "ingest_batcher", "flush")]
     _sleeper(home, "table", "create", "daily", "--schema", str(home / "daily.json"),
              "--property", f"sleeper.table.bulk.import.source={raw}/{{{{ data_interval_start | ds }}}}/",
              "--property", "sleeper.table.bulk.import.min.leaf.partitions=2", *none)

@@ -1,12 +1,14 @@
 """The write buffer under faults, over PostgreSQL (issue 13, DESIGN.md section 10): four
-processes write while another flushes again and again, and a third flush is SIGKILLed
-after writing its files, just before its commit. Afterwards every written record is
+processes write while another flushes again and again, a flush is SIGKILLed after
+writing its files, just before its commit, and a flush loop is SIGKILLed at a random
+moment. Afterwards every written record is
 returned exactly once, before and after a final flush; the killed flush's files were
 never referenced and the orphan sweep deletes them once its job counts as abandoned."""
 
 from __future__ import annotations
 
 import multiprocessing
+import random
 import time
 from collections import Counter
 from pathlib import Path
@@ -51,6 +53,11 @@ def test_writers_racing_flushes_and_a_killed_flush_leave_every_record_exactly_on
     victim.kill()  # SIGKILL: its files are written, its commit never sent
     victim.join(30)
     assert victim.exitcode == -9
+    doomed = ctx.Process(target=workers.flusher, args=(pg_dsn, data, "w", ctx.Event(), results))
+    doomed.start()
+    time.sleep(random.uniform(1.5, 3.0))  # its start-up takes about a second: then it is flushing
+    doomed.kill()  # wherever it is: reading, writing files, committing
+    doomed.join(30)
     flush_loop = ctx.Process(target=workers.flusher, args=(pg_dsn, data, "w", stop, results))
     flush_loop.start()
     for p in writers:
@@ -83,6 +90,9 @@ def test_writers_racing_flushes_and_a_killed_flush_leave_every_record_exactly_on
         t.gc(now_ms=now_ms() + 3 * 24 * 3600 * 1000)
         assert all(s.objects.head(o) is None for o in killed[0].outputs if o.endswith(".parquet"))
         assert every_key() == expected
+        stray = [o.key for o in s.objects.list(t.info.table_id)
+                 if o.key.endswith(".parquet") and o.key not in referenced]
+        assert not stray, f"files of killed flushes left behind: {stray[:3]}"
 
 
 def test_rest_writes_are_durable_when_201_is_returned(server_dir: Path, tmp_path: Path) -> None:
