@@ -229,7 +229,7 @@ def _flush_schedule(table: TableInfo) -> Any:
     from airflow.timetables.assets import AssetOrTimeSchedule
     from airflow.timetables.trigger import CronTriggerTimetable
 
-    from sleeper_ops.airflow.operators import buffer_asset
+    from sleeper_ops.airflow.triggers import buffer_asset
     from sleeper_ops.ingest.buffer import buffer_limits
 
     _, flush_records, flush_age = buffer_limits(table)

@@ -243,21 +243,6 @@ class SleeperFlushOperator(SleeperOperator):
         return summary
 
 
-def buffer_asset(table: str, *, flush_records: int, flush_age_seconds: float,
-                 sleeper_conn_id: str = SleeperHook.default_conn_name) -> Any:
-    """The asset ``sleeper://<table>/buffer``, watched by a
-    :class:`~sleeper_ops.airflow.triggers.BufferThresholdTrigger`: it gets an event
-    whenever the table's write buffer passes its flush thresholds."""
-    from airflow.sdk import Asset, AssetWatcher
-
-    from sleeper_ops.airflow.triggers import BufferThresholdTrigger
-
-    trigger = BufferThresholdTrigger(table=table, flush_records=flush_records, flush_age_seconds=flush_age_seconds,
-                                     sleeper_conn_id=sleeper_conn_id)
-    return Asset(uri=f"sleeper://{table}/buffer", name=f"sleeper://{table}/buffer",
-                 watchers=[AssetWatcher(name=f"sleeper_{table}_buffer", trigger=trigger)])
-
-
 class SleeperCompactionOperator(SleeperOperator):
     """Compaction in one task: under the table's compaction lease, create and assign
     jobs, run them with ``runner`` (``local`` in this worker, ``spark`` with one

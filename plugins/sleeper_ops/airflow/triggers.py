@@ -80,3 +80,16 @@ class BufferThresholdTrigger(BaseEventTrigger):
                 fired_at, fired_flushes = now, stats.flushes
                 yield TriggerEvent({"table": self.table, "reason": reason, "records": stats.rows})
             await asyncio.sleep(self.poll_seconds)
+
+
+def buffer_asset(table: str, *, flush_records: int, flush_age_seconds: float,
+                 sleeper_conn_id: str = "sleeper_default") -> Any:
+    """The asset ``sleeper://<table>/buffer``, watched by a
+    :class:`BufferThresholdTrigger`: it gets an event
+    whenever the table's write buffer passes its flush thresholds."""
+    from airflow.sdk import Asset, AssetWatcher
+
+    trigger = BufferThresholdTrigger(table=table, flush_records=flush_records, flush_age_seconds=flush_age_seconds,
+                                     sleeper_conn_id=sleeper_conn_id)
+    return Asset(uri=f"sleeper://{table}/buffer", name=f"sleeper://{table}/buffer",
+                 watchers=[AssetWatcher(name=f"sleeper_{table}_buffer", trigger=trigger)])
