@@ -3,10 +3,12 @@
 :func:`spark_runner` is the ``run`` of :func:`sleeper_ops.bulk_import.job.bulk_import`
 on a SparkSession. The input files are packed into tasks of about equal bytes (a few
 per core, the biggest first, so the cores finish together). With the default ``runs``
-shuffle, one ``mapInArrow`` stage writes sorted runs per leaf
-(:func:`~sleeper_ops.spark.bulk_executor.sort_runs`), the driver collects their names,
-and a second job merges each leaf's runs in one task, the biggest leaves first
-(:func:`~sleeper_ops.spark.bulk_executor.merge_runs`). With ``spark``, ``mapInArrow``
+shuffle, one RDD job writes sorted runs per leaf
+(:func:`~sleeper_ops.spark.bulk_executor.sort_runs_of`; pyarrow reads the inputs on the
+executors), the driver collects their names, and a second RDD job merges each leaf's
+runs in one task, the biggest leaves first
+(:func:`~sleeper_ops.spark.bulk_executor.merge_runs_of`): only paths and names cross the
+JVM, so Spark SQL and its Arrow path (seconds to start in a fresh session) are not used. With ``spark``, ``mapInArrow``
 tags each row with its leaf (:func:`~sleeper_ops.spark.bulk_executor.read_and_tag`),
 ``repartition`` by leaf makes each leaf's rows meet in one task, and ``mapInArrow``
 sorts and writes one file per leaf (:func:`~sleeper_ops.spark.bulk_executor.write_leaves`);
@@ -29,7 +31,7 @@ from sleeper_ops.bulk_import.job import BulkImportResult, ImportPlan, LeafOutput
 from sleeper_ops.bulk_import.sources import pack_files
 from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.io.storage import ObjectStore
-from sleeper_ops.spark.bulk_executor import LEAF_COLUMN, merge_runs, read_and_tag, sort_runs, write_leaves
+from sleeper_ops.spark.bulk_executor import LEAF_COLUMN, merge_runs_of, read_and_tag, sort_runs_of, write_leaves
 from sleeper_ops.spark.executor import table_to_dict
 from statestore.errors import SleeperError
 
@@ -46,18 +48,14 @@ def _path_rows(pack: list[str]) -> list[tuple[str]]:
     return [(p,) for p in pack]
 
 
-def _run_rows(leaf_runs: tuple[str, list[str]]) -> list[tuple[str, str]]:
-    return [(leaf_runs[0], run) for run in leaf_runs[1]]
-
-
-def _runs_by_leaf(rows: Sequence[Any]) -> list[tuple[str, list[str]]]:
-    """The runs of each leaf, leaves with the most rows first."""
-    runs: dict[str, list[str]] = {}
+def _runs_by_leaf(runs: Sequence[tuple[str, str, int]]) -> list[tuple[str, list[str]]]:
+    """The runs (``(leaf, run, rows)``) of each leaf, leaves with the most rows first."""
+    by_leaf: dict[str, list[str]] = {}
     size: dict[str, int] = {}
-    for r in rows:
-        runs.setdefault(r["leaf"], []).append(r["run"])
-        size[r["leaf"]] = size.get(r["leaf"], 0) + int(r["rows"])
-    return [(leaf, sorted(runs[leaf])) for leaf in sorted(runs, key=lambda x: (-size[x], x))]
+    for leaf, run, rows in runs:
+        by_leaf.setdefault(leaf, []).append(run)
+        size[leaf] = size.get(leaf, 0) + int(rows)
+    return [(leaf, sorted(by_leaf[leaf])) for leaf in sorted(by_leaf, key=lambda x: (-size[x], x))]
 
 
 def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536, shuffle: str = "runs") -> Runner:
@@ -80,28 +78,28 @@ def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536, 
         sc.setJobDescription(f"sleeper bulk import into {plan.table.name}: {len(plan.files)} files")
         # files packed into tasks of about equal bytes, largest first, one pack per task
         packs = pack_files(plan.files, plan.file_bytes, READ_TASKS_PER_CORE * sc.defaultParallelism)
-        paths = spark.createDataFrame(sc.parallelize(packs, len(packs)).flatMap(_path_rows), "path string")
         if shuffle == "runs":
             prefix = scratch_prefix(plan.table.table_id, plan.job_id, plan.attempt)
             context["run_prefix"] = prefix
             try:
+                # plain RDD jobs: only paths and run names cross the JVM, so nothing needs
+                # Spark SQL's Arrow path (whose first use in a session costs seconds)
                 t0 = time.perf_counter()
-                runs = paths.mapInArrow(functools.partial(sort_runs, context),
-                                        "leaf string, run string, rows long").collect()
+                runs = sc.parallelize(packs, len(packs)).mapPartitions(
+                    functools.partial(sort_runs_of, context)).collect()
                 t1 = time.perf_counter()
                 # each leaf's runs merged by one task, the biggest leaves first: no shuffle stage
                 by_leaf = _runs_by_leaf(runs)
-                merge_input = spark.createDataFrame(
-                    sc.parallelize(by_leaf, max(1, len(by_leaf))).flatMap(_run_rows), "leaf string, run string")
-                merged = merge_input.mapInArrow(functools.partial(merge_runs, context),
-                                                "leaf string, key string, records long").collect()
+                merged = sc.parallelize(by_leaf, max(1, len(by_leaf))).mapPartitions(
+                    functools.partial(merge_runs_of, context)).collect()
                 logger.info("%s: read and sorted %d files into %d runs in %d tasks in %.1f s; merged them into "
                             "%d leaf files in %.1f s", plan.table.name, len(plan.files), len(runs), len(packs),
                             t1 - t0, len(merged), time.perf_counter() - t1)
             finally:
                 for o in list(objects.list(prefix)):
                     objects.delete(o.key)
-            return [LeafOutput(r["leaf"], r["key"], int(r["records"])) for r in merged]
+            return [LeafOutput(leaf, key, int(records)) for leaf, key, records in merged]
+        paths = spark.createDataFrame(sc.parallelize(packs, len(packs)).flatMap(_path_rows), "path string")
         tagged = paths.mapInArrow(functools.partial(read_and_tag, context), tagged_type)
         by_leaf = tagged.repartition(max(1, len(leaves)), LEAF_COLUMN)
         written = by_leaf.mapInArrow(functools.partial(write_leaves, context),

@@ -25,7 +25,7 @@ leaf's file. Only file names cross the JVM, and there is no shuffle stage.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -151,3 +151,22 @@ def merge_runs(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) ->
                                   merge_sorted(paths, table.schema, object_store=store, store_url=url), settings)
         yield pa.RecordBatch.from_pydict({"leaf": [leaf], "key": [key], "records": [written.record_count]},
                                          schema=RESULT_SCHEMA)
+
+
+def sort_runs_of(context: Mapping[str, Any], packs: Iterable[Sequence[str]]) -> Iterator[tuple[str, str, int]]:
+    """:func:`sort_runs` as an RDD partition function: each element is a pack of input
+    paths; yields ``(leaf, run, rows)`` per run written."""
+    for pack in packs:
+        for b in sort_runs(context, [pa.record_batch({"path": pa.array(list(pack), pa.string())})]):
+            yield from zip(b.column("leaf").to_pylist(), b.column("run").to_pylist(), b.column("rows").to_pylist())
+
+
+def merge_runs_of(context: Mapping[str, Any],
+                  leaves: Iterable[tuple[str, Sequence[str]]]) -> Iterator[tuple[str, str, int]]:
+    """:func:`merge_runs` as an RDD partition function: each element is ``(leaf, runs)``;
+    yields ``(leaf, key, records)`` per leaf file written."""
+    for leaf, runs in leaves:
+        batch = pa.record_batch({"leaf": pa.array([leaf] * len(runs), pa.string()),
+                                 "run": pa.array(list(runs), pa.string())})
+        for b in merge_runs(context, [batch]):
+            yield from zip(b.column("leaf").to_pylist(), b.column("key").to_pylist(), b.column("records").to_pylist())

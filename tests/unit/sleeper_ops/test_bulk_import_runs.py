@@ -68,19 +68,13 @@ def test_runs_then_merge_give_each_leaf_its_rows_sorted_once(tmp_path, monkeypat
                "partitions": [p.to_dict() for p in parts], "leaves": leaves,
                "output_keys": {leaf: f"data/{leaf}.parquet" for leaf in leaves}, "run_prefix": "runs/a1"}
 
-    runs = []
-    for pack in pack_files(inputs, [], 2):
-        for b in bulk_executor.sort_runs(context, [pa.record_batch({"path": pack})]):
-            runs += b.to_pylist()
-    assert runs and all(r["run"].endswith(".arrow") for r in runs)
-    assert len({r["run"] for r in runs}) == len(runs)  # no two runs share a name
-    assert sum(r["rows"] for r in runs) == 5000
+    runs = list(bulk_executor.sort_runs_of(context, pack_files(inputs, [], 2)))
+    assert runs and all(run.endswith(".arrow") for _, run, _ in runs)
+    assert len({run for _, run, _ in runs}) == len(runs)  # no two runs share a name
+    assert sum(rows for _, _, rows in runs) == 5000
 
-    written = []
-    for leaf, names in _runs_by_leaf(runs):
-        batch = pa.record_batch({"leaf": [leaf] * len(names), "run": names})
-        for b in bulk_executor.merge_runs(context, [batch]):
-            written += b.to_pylist()
+    written = [dict(zip(("leaf", "key", "records"), w))
+               for w in bulk_executor.merge_runs_of(context, _runs_by_leaf(runs))]
     assert sorted(w["leaf"] for w in written) == leaves
     model = sorted((r["key"], r["ts"], r["v"]) for i in range(5) for r in _rows(1000, i).to_pylist())
     bounds = {p.id: (p.region.ranges[0].min, p.region.ranges[0].max) for p in parts if p.is_leaf}
