@@ -1,4 +1,4 @@
-"""Vectorised assignment of rows to leaf partitions."""
+"""Vectorised assignment of rows to leaf partitions, and of rows to a region."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statestore.partitions import Partition, PartitionTree
+from statestore.region import Region
 
 
 def leaf_indices(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, Optional[np.ndarray]]]:
@@ -44,3 +45,16 @@ def leaf_indices(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, 
 def split_by_leaf(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, pa.Table]]:
     """One table per leaf partition with rows, each keeping the input's row order."""
     return [(leaf, table if idx is None else table.take(pa.array(idx))) for leaf, idx in leaf_indices(table, tree)]
+
+
+def region_mask(table: pa.Table | pa.RecordBatch, region: Region) -> pa.ChunkedArray:
+    """True for each row of ``table`` inside ``region`` (every range: min inclusive,
+    max exclusive, None unbounded)."""
+    m = None
+    for r in region.ranges:
+        c = table.column(r.field)
+        part = pc.greater_equal(c, pa.scalar(r.min, c.type))
+        if r.max is not None:
+            part = pc.and_(part, pc.less(c, pa.scalar(r.max, c.type)))
+        m = part if m is None else pc.and_(m, part)
+    return m

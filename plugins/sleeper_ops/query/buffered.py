@@ -27,22 +27,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sleeper_ops.engine.leaves import region_mask
 from sleeper_ops.io.arrow_schema import arrow_schema, sort_keys
 from statestore.errors import NotSupportedError
 from statestore.region import Region
 from statestore.schema import Schema
 from statestore.store import StateStore
-
-
-def _in_region(table: pa.Table, region: Region) -> pa.ChunkedArray:
-    m = None
-    for r in region.ranges:
-        c = table.column(r.field)
-        part = pc.greater_equal(c, pa.scalar(r.min, c.type))
-        if r.max is not None:
-            part = pc.and_(part, pc.less(c, pa.scalar(r.max, c.type)))
-        m = part if m is None else pc.and_(m, part)
-    return m
 
 
 @dataclass(frozen=True)
@@ -130,6 +120,6 @@ class BufferedRows:
         table = pa.concat_tables([table.slice(lo, hi - lo) for lo, hi in merged])
         mask = None
         for r in regions:
-            m = _in_region(table, r)
+            m = region_mask(table, r)
             mask = m if mask is None else pc.or_(mask, m)
         return table.filter(mask)

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sleeper_ops.engine.iterators import BatchFn, IteratorChain
+from sleeper_ops.engine.leaves import region_mask
 from sleeper_ops.errors import QueryError
 from sleeper_ops.io.arrow_schema import arrow_schema, sort_keys
 from sleeper_ops.io.datafile import FILE_CACHE, ParquetFileCache
@@ -97,17 +98,6 @@ def _intersect(a: Region, b: Region) -> Optional[Region]:
             return None
         out.append(Range(x.field, lo, hi))
     return Region(tuple(out))
-
-
-def _mask(table: pa.Table, region: Region) -> pa.ChunkedArray:
-    m = None
-    for r in region.ranges:
-        c = table.column(r.field)
-        part = pc.greater_equal(c, pa.scalar(r.min, c.type))
-        if r.max is not None:
-            part = pc.and_(part, pc.less(c, pa.scalar(r.max, c.type)))
-        m = part if m is None else pc.and_(m, part)
-    return m
 
 
 #: Rows per batch that :meth:`QueryRunner.stream` reads from a file and yields.
@@ -285,9 +275,9 @@ class QueryRunner:
     def _select(self, table: Any, task: _Task) -> Any:
         """The rows of ``table`` (a Table or RecordBatch) in the task's region and none of
         its excluded regions, with the table's Arrow types."""
-        mask = _mask(table, task.region)
+        mask = region_mask(table, task.region)
         for other in task.exclude:
-            mask = pc.and_(mask, pc.invert(_mask(table, other)))
+            mask = pc.and_(mask, pc.invert(region_mask(table, other)))
         table = table.filter(mask)
         if table.schema != self.target:
             table = table.cast(self.target)
