@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import sleeper_ops.api
-from sleeper_ops.cli.commands import main
 from statestore.properties import PROPERTY_DEFS
+from tests.unit.sleeper_ops.cli_runner import invoke_cli
 
 SCHEMA = {
     "rowKeyFields": [{"name": "key", "type": "StringType"}],
@@ -78,14 +78,7 @@ def home(tmp_path, monkeypatch):
 @pytest.fixture
 def run(capsys):
     def invoke(*args: str) -> Result:
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
+        return Result(*invoke_cli(capsys, *args))
     return invoke
 
 

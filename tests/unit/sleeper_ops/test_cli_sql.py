@@ -7,7 +7,6 @@ of a test shares one Sleeper opened from it.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -16,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sleeper_ops.api
-from sleeper_ops.cli.commands import main
+from tests.unit.sleeper_ops.cli_runner import run_cli
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
           "sortKeyFields": [{"name": "ts", "type": "LongType"}],
@@ -34,17 +33,9 @@ def run(tmp_path, monkeypatch, capsys):
     (home / "sleeper.toml").write_text('[state_store]\nbackend = "memory"\n')
     monkeypatch.setenv("SLEEPER_HOME", str(home))
     shared = sleeper_ops.api.Sleeper(home)
-    monkeypatch.setattr(sleeper_ops.api, "Sleeper", lambda given: contextlib.nullcontext(shared))
 
     def invoke(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        out, err = capsys.readouterr()
-        return code, out, err
+        return run_cli(shared, monkeypatch, capsys, *args)
 
     (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
     (tmp_path / "splits.txt").write_text("g\np\n")

@@ -27,15 +27,18 @@ def test_flush_is_due_on_records_or_age_and_never_for_an_empty_buffer() -> None:
     assert "waited 60s" in str(due(BufferStats(1, 1, NOW - 60_000)))
 
 
-def _events(trigger: BufferThresholdTrigger, stats: list[BufferStats], monkeypatch: Any) -> list[dict]:
-    """The events the trigger yields while reading ``stats`` one per poll."""
+def _events(trigger: BufferThresholdTrigger, stats: list[BufferStats | Exception], monkeypatch: Any) -> list[dict]:
+    """The events the trigger yields while reading ``stats`` one per poll (an exception
+    in the list is raised by that poll)."""
     feed = iter(stats)
 
     def next_stats() -> BufferStats:
-        try:
-            return next(feed)
-        except StopIteration:
-            raise asyncio.CancelledError from None
+        item = next(feed, None)
+        if item is None:
+            raise asyncio.CancelledError
+        if isinstance(item, Exception):
+            raise item
+        return item
     monkeypatch.setattr(trigger, "_stats", next_stats)
     out: list[dict] = []
 
@@ -60,25 +63,7 @@ def test_the_trigger_fires_once_per_flush_not_on_every_poll(monkeypatch: Any) ->
 
 def test_a_lost_store_is_logged_and_watched_again(monkeypatch: Any) -> None:
     trigger = BufferThresholdTrigger(table="t", flush_records=10, flush_age_seconds=60, poll_seconds=0)
-    calls = iter([OSError("store down"), BufferStats(1, 10, NOW)])
-
-    def stats() -> BufferStats:
-        item = next(calls, None)
-        if item is None:
-            raise asyncio.CancelledError
-        if isinstance(item, Exception):
-            raise item
-        return item
-    monkeypatch.setattr(trigger, "_stats", stats)
-    out: list[dict] = []
-
-    async def collect() -> None:
-        try:
-            async for event in trigger.run():
-                out.append(event.payload)
-        except asyncio.CancelledError:
-            pass
-    asyncio.run(collect())
+    out = _events(trigger, [OSError("store down"), BufferStats(1, 10, NOW)], monkeypatch)
     assert [e["records"] for e in out] == [10]
 
 

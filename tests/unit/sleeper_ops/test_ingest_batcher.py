@@ -23,6 +23,7 @@ from sleeper_ops.ingest.batcher import (
 from statestore.errors import TableNotFoundError
 from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
+from tests.unit.sleeper_ops.cli_runner import run_cli
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "LongType"}], "valueFields": [{"name": "v", "type": "StringType"}]}
 SMALL_BATCHES = {"sleeper.table.ingest.batcher.job.min.size": "1", "sleeper.table.ingest.batcher.job.max.files": "2"}
@@ -208,24 +209,6 @@ def test_a_group_taken_by_another_batcher_is_skipped(sleeper: Sleeper, input_dir
 
 
 # ----- CLI -------------------------------------------------------------------------------
-def run_cli(sleeper: Sleeper, monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """``sleeper ARGS`` in process, every command using ``sleeper``."""
-    import contextlib
-
-    import sleeper_ops.api
-    from sleeper_ops.cli.commands import main
-
-    monkeypatch.setattr(sleeper_ops.api, "Sleeper", lambda home: contextlib.nullcontext(sleeper))
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_cli_ingest_request_queues_files(sleeper: Sleeper, input_dir: Path, monkeypatch, capsys) -> None:
     t = sleeper.create_table("t", SCHEMA)
     a, b = (write_input(input_dir, f"{n}.parquet", range(3)) for n in "ab")
