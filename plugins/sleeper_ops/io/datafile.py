@@ -189,7 +189,7 @@ class ParquetFileCache:
         self.capacity = capacity
         self._lock = threading.Lock()
         self._items: OrderedDict[str, pq.FileMetaData] = OrderedDict()
-        self._indexes: dict[tuple[str, str], Any] = {}
+        self._indexes: dict[str, dict[str, Optional[RowGroupIndex]]] = {}  # by file key, then column
 
     def metadata(self, store: ObjectStore, key: str) -> pq.FileMetaData:
         with self._lock:
@@ -203,20 +203,20 @@ class ParquetFileCache:
             self._items[key] = md
             while len(self._items) > self.capacity:
                 gone, _ = self._items.popitem(last=False)
-                self._indexes = {k: v for k, v in self._indexes.items() if k[0] != gone}
+                self._indexes.pop(gone, None)
         return md
 
     def row_group_index(self, store: ObjectStore, key: str, column: str) -> tuple[pq.FileMetaData,
                                                                                   Optional[RowGroupIndex]]:
         """The file's footer and its :class:`RowGroupIndex` on ``column`` (None: none usable)."""
         md = self.metadata(store, key)
-        index = self._indexes.get((key, column), _NO_INDEX)
+        index = self._indexes.get(key, {}).get(column, _NO_INDEX)
         if index is _NO_INDEX:
             index = RowGroupIndex.of(md, column)
             with self._lock:
                 if key in self._items:
-                    self._indexes[(key, column)] = index
-        return md, index
+                    self._indexes.setdefault(key, {})[column] = index
+        return md, index  # type: ignore[return-value]
 
 
 FILE_CACHE: Optional[ParquetFileCache] = ParquetFileCache()
