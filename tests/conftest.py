@@ -26,6 +26,10 @@ import pytest
 
 PG_DSN_ENV = "SLEEPER_TEST_PG_DSN"
 
+# A user's embedded PostgreSQL outlives a command; a test's stops with the last process
+# using it, so no test leaves a server behind (tests of the idle watcher set their own).
+os.environ.setdefault("SLEEPER_PG_IDLE_MINUTES", "0")
+
 
 def _admin_execute(admin_dsn: str, statement: object) -> None:
     import psycopg

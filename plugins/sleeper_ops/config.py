@@ -28,6 +28,9 @@ from sleeper_ops.io.storage import S3Options
 from statestore.backends import backend_names
 
 DEFAULT_HOME = ".sleeper"
+#: how long the embedded PostgreSQL stays up with no client, by default
+DEFAULT_IDLE_MINUTES = 30.0
+IDLE_MINUTES_ENV = "SLEEPER_PG_IDLE_MINUTES"
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "object_store": {"uri": "data"},
@@ -89,6 +92,10 @@ class SleeperConfig:
     ingest_allowed_prefixes: Optional[tuple[str, ...]] = None
     #: the DynamoDB backend's settings (used when ``state_store_backend == "dynamodb"``)
     dynamodb: DynamoDBSettings = DynamoDBSettings()
+    #: ``state_store.idle_minutes``: the embedded PostgreSQL outlives a command and stops
+    #: after this long with no client (0: it stops with the last process using it);
+    #: ``SLEEPER_PG_IDLE_MINUTES`` overrides it
+    idle_minutes: float = DEFAULT_IDLE_MINUTES
 
     def ingest_prefixes(self) -> tuple[str, ...]:
         """Where the REST API may be asked to ingest files from: ``ingest.allowed_prefixes``,
@@ -103,7 +110,8 @@ class SleeperConfig:
         DynamoDB: :class:`DynamoDBSettings`, the object store for its snapshots defaulting
         to ``_statestore`` under this configuration's object store)."""
         if self.state_store_backend == "postgres":
-            return {"dsn": self.state_store_dsn, "embedded_dir": self.embedded_pg_dir}
+            return {"dsn": self.state_store_dsn, "embedded_dir": self.embedded_pg_dir,
+                    "idle_minutes": self.idle_minutes}
         if self.state_store_backend == "dynamodb":
             d = self.dynamodb
             where = d.object_store or f"{self.object_store_uri.rstrip('/')}/_statestore"
@@ -144,7 +152,7 @@ class SleeperConfig:
         out: dict[str, Any] = {
             "object_store": obj,
             "state_store": {"backend": self.state_store_backend, "dsn": self.state_store_dsn or "",
-                            "embedded_dir": under_home(self.embedded_pg_dir)},
+                            "embedded_dir": under_home(self.embedded_pg_dir), "idle_minutes": self.idle_minutes},
             "spark": {"master": self.spark_master},
             "airflow": {"home": under_home(self.airflow_home)},
         }
@@ -219,7 +227,22 @@ class SleeperConfig:
         return cls(home, uri, s3, backend, dsn, _under(home, ss.get("embedded_dir", "pg")),
                    str(spark["master"]), _under(home, airflow["home"]),
                    _allowed_prefixes(home, _section(raw, "ingest").get("allowed_prefixes")),
-                   DynamoDBSettings.from_section(home, ss))
+                   DynamoDBSettings.from_section(home, ss), _idle_minutes(ss))
+
+
+def _idle_minutes(ss: dict[str, Any]) -> float:
+    """``state_store.idle_minutes`` (or ``SLEEPER_PG_IDLE_MINUTES``): a number >= 0."""
+    env = os.environ.get(IDLE_MINUTES_ENV)
+    value: Any = env if env not in (None, "") else ss.get("idle_minutes", DEFAULT_IDLE_MINUTES)
+    where = IDLE_MINUTES_ENV if env not in (None, "") else "state_store.idle_minutes"
+    try:
+        minutes = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} must be a number of minutes (0: stop with the last command), "
+                          f"got {value!r}") from None
+    if not minutes >= 0:
+        raise ConfigError(f"{where} must be 0 or more minutes, got {value!r}")
+    return minutes
 
 
 def _section(raw: dict[str, Any], name: str) -> dict[str, Any]:

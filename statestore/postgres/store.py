@@ -157,10 +157,11 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, JobsMixin, LeasesMixin, Ing
 
 
 def open_postgres(dsn: Optional[str] = None, *, embedded_dir: Optional[Union[str, Path]] = None,
-                  **store_kwargs: Any) -> PostgresStateStore:
+                  idle_minutes: float = 0, **store_kwargs: Any) -> PostgresStateStore:
     """The PostgreSQL state store at ``dsn``; without a DSN, the embedded server whose data
     lives in ``embedded_dir`` is started (or joined) and the store owns it: closing the
-    store closes its pool, then stops the server (when no other process uses it)."""
+    store closes its pool, then stops the server when no other process uses it, or,
+    with ``idle_minutes > 0``, leaves it running until it has been idle that long."""
     if dsn:
         return PostgresStateStore(dsn, **store_kwargs)
     if embedded_dir is None:
@@ -168,7 +169,7 @@ def open_postgres(dsn: Optional[str] = None, *, embedded_dir: Optional[Union[str
             "the PostgreSQL state store needs a DSN or a directory for the embedded server")
     from statestore.postgres.embedded import EmbeddedPostgres
 
-    server = EmbeddedPostgres(embedded_dir)
+    server = EmbeddedPostgres(embedded_dir, idle_minutes=idle_minutes)
     store = PostgresStateStore(server.start(), **store_kwargs)
     store._on_close.append(server.stop)
     return store

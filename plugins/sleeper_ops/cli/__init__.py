@@ -1,5 +1,8 @@
 """The ``sleeper`` command line: parse, open Sleeper, call the library, print."""
 
 from sleeper_ops.cli.commands import cli, main
+from sleeper_ops.cli.server import server
+
+cli.add_command(server)
 
 __all__ = ["cli", "main"]

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sleeper_ops.engine.leaves import region_mask
-from sleeper_ops.io.arrow_schema import arrow_schema, sort_keys
+from sleeper_ops.io.arrow_schema import arrow_schema, empty_table, sort_keys
 from statestore.errors import NotSupportedError
 from statestore.region import Region
 from statestore.schema import Schema
@@ -45,7 +45,23 @@ class SortedRows:
 
     @classmethod
     def of(cls, table: pa.Table, field: str) -> SortedRows:
-        return cls(table, table.column(field).to_numpy(zero_copy_only=False))
+        return cls(table, _key_values(table.column(field)))
+
+
+def _key_values(column: pa.ChunkedArray) -> Any:
+    """A key column (no nulls) as a NumPy array: integers without a copy, strings and
+    bytes as Python objects. (pyarrow's ``to_numpy`` imports pandas, half a second of a
+    new process's first query.)"""
+    import numpy as np
+
+    if column.num_chunks == 0:
+        return np.empty(0, dtype=object)
+    arr = column.chunk(0) if column.num_chunks == 1 else pa.concat_arrays(column.chunks)
+    if pa.types.is_integer(arr.type) and arr.null_count == 0:
+        kind = "int" if pa.types.is_signed_integer(arr.type) else "uint"
+        dtype = np.dtype(f"{kind}{arr.type.bit_width}")
+        return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset:arr.offset + len(arr)]
+    return np.array(arr.to_pylist(), dtype=object)
 
 
 class BufferedRows:
@@ -64,7 +80,7 @@ class BufferedRows:
         self._supported = True
 
     def _empty(self) -> SortedRows:
-        return SortedRows.of(self.target.empty_table(), self.schema.key_names[0])
+        return SortedRows.of(empty_table(self.target), self.schema.key_names[0])
 
     def read(self) -> tuple[SortedRows, int]:
         """The buffer's records now, in key order, and the table's flush count then."""
@@ -86,7 +102,7 @@ class BufferedRows:
                 del self._entries[gone]
             if self._sorted is None or seqs != self._sorted_seqs:
                 parts = [self._entries[q] for q in seqs if q in self._entries]
-                table = pa.concat_tables(parts) if parts else self.target.empty_table()
+                table = pa.concat_tables(parts) if parts else empty_table(self.target)
                 if table.num_rows > 1:
                     table = table.take(pc.sort_indices(table, sort_keys=sort_keys(self.schema)))
                 self._sorted = SortedRows.of(table.combine_chunks(), self.schema.key_names[0])

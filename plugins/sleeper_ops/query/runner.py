@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from sleeper_ops.engine.iterators import BatchFn, IteratorChain
 from sleeper_ops.engine.leaves import region_mask
 from sleeper_ops.errors import QueryError
-from sleeper_ops.io.arrow_schema import arrow_schema, sort_keys
+from sleeper_ops.io.arrow_schema import arrow_schema, empty_table, sort_keys
 from sleeper_ops.io.datafile import FILE_CACHE, ParquetFileCache
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.buffered import BufferedRows
@@ -208,7 +208,7 @@ class QueryRunner:
             parts.append(buffered)
         parts = [p for p in parts if p.num_rows]
         if not parts:
-            return self.target.empty_table()
+            return empty_table(self.target)
         result = pa.concat_tables(parts)
         if len(parts) > 1:
             result = result.take(pc.sort_indices(result, sort_keys=sort_keys(self.schema)))
@@ -286,7 +286,7 @@ class QueryRunner:
     def _read(self, task: _Task) -> pa.Table:
         md, groups = self._row_groups(task)
         if not groups:
-            return self.target.empty_table()
+            return empty_table(self.target)
         with self.objects.open_input(task.ref.filename) as f:
             table = pq.ParquetFile(f, metadata=md, pre_buffer=False).read_row_groups(groups, use_threads=False)
         return self._select(table, task)

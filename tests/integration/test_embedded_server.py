@@ -1,0 +1,133 @@
+"""The embedded PostgreSQL outlives a command: started on first use, joined by later
+commands, stopped by its watcher once idle or by ``sleeper server stop``; two commands
+starting at once start one server.
+
+Each test runs ``sleeper`` as users do (one process per command) in a home of its own,
+with ``SLEEPER_PG_IDLE_MINUTES`` set to a few seconds, and stops its server at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import psutil
+import pytest
+
+from statestore.postgres import idle_stop
+
+pytestmark = pytest.mark.integration
+
+SLEEPER = str(Path(sys.executable).with_name("sleeper"))
+SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}], "valueFields": [{"name": "n", "type": "LongType"}]}
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    # outside pytest's 0700 temporary root: the server runs as another user when we are root
+    h = Path(tempfile.mkdtemp(prefix="sleeper-home-"))
+    os.chmod(h, 0o755)
+    yield h
+    subprocess.run([SLEEPER, "--home", str(h), "server", "stop"], capture_output=True, timeout=120)
+    subprocess.run(["rm", "-rf", str(h)], check=False)
+
+
+def sleeper(home: Path, *args: str, idle: str = "0.05") -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, SLEEPER_HOME=str(home), SLEEPER_PG_IDLE_MINUTES=idle)
+    return subprocess.run([SLEEPER, *args], env=env, capture_output=True, text=True, timeout=180)
+
+
+def status(home: Path) -> dict[str, object]:
+    """What ``sleeper server status --json`` says, read in process (polled often)."""
+    st = idle_stop.status((home / "pg").resolve())
+    return {"running": st.running, "pid": st.pid, "clients": st.clients, "watcher_pid": st.watcher_pid,
+            "idle_minutes": st.idle_minutes}
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout:g}s")
+        time.sleep(0.2)
+
+
+def postmasters(data_dir: Path) -> list[int]:
+    """Running postgres server processes (not their children) whose data is ``data_dir``."""
+    out = []
+    for p in psutil.process_iter(["name", "cmdline", "ppid"]):
+        cmd = p.info["cmdline"] or []
+        if p.info["name"] == "postgres" and "-D" in cmd and Path(cmd[cmd.index("-D") + 1]) == data_dir:
+            try:
+                if psutil.Process(p.info["ppid"]).name() != "postgres":
+                    out.append(p.pid)
+            except psutil.NoSuchProcess:
+                out.append(p.pid)
+    return out
+
+
+def test_a_command_leaves_the_server_running_and_the_next_one_joins_it(home: Path) -> None:
+    (home / "schema.json").write_text(json.dumps(SCHEMA))
+    r = sleeper(home, "table", "create", "ev", "--schema", str(home / "schema.json"), idle="30")
+    assert r.returncode == 0, r.stderr
+    r = sleeper(home, "server", "status", "--json")
+    assert r.returncode == 0, r.stderr
+    first = json.loads(r.stdout)
+    assert first["running"] is True and first["watcher_pid"] and first["idle_minutes"] == 30
+
+    r = sleeper(home, "table", "list", idle="30")
+    assert r.returncode == 0 and "ev" in r.stdout, r.stderr
+    again = status(home)
+    assert again["pid"] == first["pid"], "the second command started a server of its own"
+    assert again["watcher_pid"] == first["watcher_pid"], "a second watcher took over"
+
+    r = sleeper(home, "server", "stop")
+    assert r.returncode == 0 and "stopped" in r.stdout, r.stderr
+    assert status(home)["running"] is False
+    wait_for("the watcher exits after the server stopped", lambda: status(home)["watcher_pid"] is None)
+    r = sleeper(home, "table", "list", idle="30")  # starts it again
+    assert r.returncode == 0 and "ev" in r.stdout, r.stderr
+
+
+def test_the_watcher_stops_an_idle_server_but_not_one_with_a_client(home: Path) -> None:
+    env = dict(os.environ, SLEEPER_HOME=str(home), SLEEPER_PG_IDLE_MINUTES="0.02")  # 1.2 s
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom sleeper_ops.api import Sleeper\n"
+         "with Sleeper(sys.argv[1]) as s:\n    s.tables(); print('open', flush=True); sys.stdin.readline()",
+         str(home)], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "open"
+        st = status(home)
+        assert st["running"] is True and st["clients"], st
+        started = time.monotonic()
+        while time.monotonic() - started < 4.0:  # > 3 idle periods of 1.2 s
+            assert status(home)["running"] is True, "the watcher stopped a server that had a client"
+            time.sleep(0.5)
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=60) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    wait_for("the idle server stops", lambda: status(home)["running"] is False)
+    assert postmasters((home / "pg").resolve()) == []
+
+
+def test_two_commands_starting_at_once_start_one_server(home: Path) -> None:
+    env = dict(os.environ, SLEEPER_HOME=str(home), SLEEPER_PG_IDLE_MINUTES="30")
+    sleeper(home, "table", "list", idle="0")  # the configuration and initdb, then stopped
+    assert status(home)["running"] is False
+    procs = [subprocess.Popen([SLEEPER, "table", "list"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(3)]
+    for p in procs:
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+    assert len(postmasters((home / "pg").resolve())) == 1
+    assert status(home)["running"] is True
