@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sleeper_ops.io.arrow_schema import key_scalar
 from statestore.partitions import Partition, PartitionTree
 from statestore.region import Region
 
@@ -53,8 +54,8 @@ def region_mask(table: pa.Table | pa.RecordBatch, region: Region) -> pa.ChunkedA
     m = None
     for r in region.ranges:
         c = table.column(r.field)
-        part = pc.greater_equal(c, pa.scalar(r.min, c.type))
+        part = pc.greater_equal(c, key_scalar(r.min, c.type))
         if r.max is not None:
-            part = pc.and_(part, pc.less(c, pa.scalar(r.max, c.type)))
+            part = pc.and_(part, pc.less(c, key_scalar(r.max, c.type)))
         m = part if m is None else pc.and_(m, part)
     return m

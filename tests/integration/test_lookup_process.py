@@ -1,0 +1,46 @@
+"""A new process's key lookup stays cheap: it never imports pandas, which would cost
+every ``sleeper query`` about half a second (pyarrow imports it to check its inputs
+whenever it converts Python objects)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sleeper_ops.api import Sleeper
+from statestore.schema import Schema
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = Schema.from_dict({"rowKeyFields": [{"name": "key", "type": "StringType"}],
+                           "valueFields": [{"name": "n", "type": "LongType"}]})
+
+
+def test_a_lookup_in_a_new_process_does_not_import_pandas(tmp_path: Path, pg_dsn: str) -> None:
+    (tmp_path / "sleeper.toml").write_text(f'[state_store]\ndsn = "{pg_dsn}"\n')
+    with Sleeper(tmp_path) as s:
+        t = s.create_table("t", SCHEMA, split_points=["m"])
+        t.write([{"key": "a", "n": 1}, {"key": "z", "n": 2}])
+        t.flush()
+        t.write([{"key": "b", "n": 3}])  # in the buffer: read and merged by the lookup
+    code = textwrap.dedent("""
+        import sys
+        from sleeper_ops.api import Sleeper
+        with Sleeper(sys.argv[1]) as s:
+            t = s.table("t")
+            rows = t.query(keys=["a", "b", "q"]).to_pylist()
+            ranged = t.query(ranges=[("a", "c")]).to_pylist()
+        assert rows == [{"key": "a", "n": 1}, {"key": "b", "n": 3}], rows
+        assert ranged == rows, ranged
+        print("pandas" in sys.modules)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "SLEEPER_STATE_STORE_DSN"}
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False", "a key lookup imported pandas"
