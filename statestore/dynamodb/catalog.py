@@ -3,7 +3,9 @@
 ``id#<table id>`` (name, schema, properties and a revision).
 
 * create writes both items and the first log item (InitialisePartitions) in one
-  TransactWriteItems, conditional on the name being free;
+  TransactWriteItems, conditional on the name being free; when the name is taken, the
+  name item is read: naming our fresh table id, it is a try of ours whose reply was
+  lost (the create succeeded);
 * rename moves the name item and updates the id item in one TransactWriteItems,
   conditional on the new name being free and the old one still pointing to the table;
 * update_properties is a conditional update on the revision it read (retried);
@@ -24,6 +26,7 @@ from statestore.dynamodb import snapshots
 from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, n, s
 from statestore.dynamodb.log import EncodedTransaction
+from statestore.dynamodb.writes import cleanup_on_refusal
 from statestore.errors import TableExistsError, TableNotFoundError
 from statestore.partitions import Partition
 from statestore.properties import check_combination, validate_properties, validate_values
@@ -59,14 +62,17 @@ class CatalogMixin(DynamoBase):
             {"Put": {"TableName": d.table("log"), "Item": encoded.item(table_id, 1, uuid.uuid4().hex,
                                                                        int(time.time() * 1000))}},
         ]
-        try:
-            d.call(f"create table {name!r}", d.client.transact_write_items, TransactItems=items)
-        except Exception as e:
-            if encoded.blob_key:
-                self._blobs.delete([encoded.blob_key])
-            if cancellation_codes(e)[:1] == ["ConditionalCheckFailed"]:
-                raise TableExistsError(f"table {name!r} already exists") from None
-            raise
+        what = f"create table {name!r}"
+        with cleanup_on_refusal(self._blobs, [encoded.blob_key], what):
+            try:
+                d.call(what, d.client.transact_write_items, TransactItems=items)
+            except Exception as e:
+                if cancellation_codes(e)[:1] != ["ConditionalCheckFailed"]:
+                    raise
+                # the name is taken -- by another table, or by a try of ours whose reply was lost
+                named = d.get(f"{what} (check for our own earlier write)", "catalog", {"pk": s(f"name#{name}")})
+                if named is None or get_s(named, "table_id") != table_id:
+                    raise TableExistsError(f"table {name!r} already exists") from None
         return TableInfo(table_id, name, schema, props)
 
     def list_tables(self) -> list[TableInfo]:

@@ -11,6 +11,7 @@ first try applied), and the writer must find its own write rather than clean it 
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -19,6 +20,9 @@ import pytest
 
 from statestore import AddFiles, FileReference, Schema, partitions_from_split_points
 from statestore.dynamodb import open_dynamodb
+from statestore.dynamodb.log import EncodedTransaction
+from statestore.dynamodb.store import _Retry
+from statestore.errors import CommitConflictError, CommitOutcomeUnknownError
 from tests.faults.aws_proxy import FaultProxy
 from tests.integration.statestore.conftest import MOTO_CREDENTIALS, dynamodb_options, serial_moto_server
 
@@ -85,10 +89,47 @@ def test_a_buffered_write_whose_reply_was_lost_is_stored_once_and_flushes(proxy,
         assert written.records == rows
         assert table.query(ranges=[("", None)]).num_rows == rows
         table.flush()
-        assert table.buffer_stats().records == 0
+        assert table.buffer_stats().rows == 0
 
     fresh = open_dynamodb(**options)
     with Sleeper(state_store=fresh, objects=objects) as sleeper:
         got = sleeper.table("buffered").query(ranges=[("", None)])
         assert got.num_rows == rows
         assert len(set(got.column("key").to_pylist())) == rows
+
+
+def test_a_create_table_whose_reply_was_lost_succeeds_once(proxy, options):
+    faulty = open_dynamodb(**{**options, "endpoint_url": proxy.url})
+    rule = proxy.inject("lost", operation="TransactWriteItems", body=b'"name#created"')
+    info = faulty.create_table("created", SCHEMA, partitions_from_split_points(SCHEMA, ["m"]))
+    assert rule.fired == 1
+    fresh = open_dynamodb(**options)
+    assert [t.table_id for t in fresh.list_tables()] == [info.table_id]
+    assert len(fresh.load_state(info.table_id).partitions) == 3
+
+
+def test_a_large_commit_answered_with_server_errors_keeps_its_body_and_applies_once(proxy, options):
+    faulty = open_dynamodb(**{**options, "endpoint_url": proxy.url})
+    parts = partitions_from_split_points(SCHEMA, ["m"])
+    tid = faulty.create_table("large", SCHEMA, parts).table_id
+    leaf = sorted(p.id for p in parts if p.is_leaf)[0]
+    refs = tuple(FileReference(f"{uuid.uuid4().hex}/{uuid.uuid4().hex}.parquet", leaf, i) for i in range(12_000))
+    # every try of the commit applies or is refused, and each answer is a 500: botocore gives up
+    rule = proxy.inject("error", operation="TransactWriteItems", body=b'-log"', times=4)
+    assert faulty.commit(tid, AddFiles(refs)) is False  # applied by the first try, found by the next
+    assert rule.fired == 4
+    assert len(open_dynamodb(**options).load_state(tid).files) == len(refs)
+
+
+def test_a_commit_that_keeps_conflicting_after_a_lost_reply_is_unknown_not_refused(options, monkeypatch):
+    store = open_dynamodb(**options)
+    parts = partitions_from_split_points(SCHEMA, ["m"])
+    tid = store.create_table("conflicts", SCHEMA, parts).table_id
+    leaf = sorted(p.id for p in parts if p.is_leaf)[0]
+    monkeypatch.setattr(store._backoff, "pause", lambda attempt: None)
+    monkeypatch.setattr(store, "_commit_attempt", lambda *a: _Retry(EncodedTransaction("AddFiles", b"", None), True))
+    with pytest.raises(CommitOutcomeUnknownError):
+        store.commit(tid, AddFiles((FileReference("f.parquet", leaf, 1),)))
+    monkeypatch.setattr(store, "_commit_attempt", lambda *a: _Retry(EncodedTransaction("AddFiles", b"", None), False))
+    with pytest.raises(CommitConflictError):
+        store.commit(tid, AddFiles((FileReference("f.parquet", leaf, 1),)))
