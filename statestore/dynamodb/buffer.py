@@ -15,9 +15,10 @@ table is in the catalog, in one TransactWriteItems. A number taken by a write th
 failed is never used; numbers are not dense. When that transaction's reply is lost
 (botocore's retry is cancelled because the entry exists, or the connection stays
 down), the write looks for its own entry and, found, succeeds; its blob is deleted only
-after a definite refusal (buffer full, table gone: :mod:`statestore.dynamodb.writes`). A flush's commit deletes its entries
-(each conditional on existing) and updates the head in the same TransactWriteItems as
-its log entry (:mod:`statestore.dynamodb.commits`), so one flush commit holds at most
+after a definite refusal (buffer full, table gone: :mod:`statestore.dynamodb.writes`).
+A flush's commit deletes its entries (each conditional on existing) and updates the
+head in the same TransactWriteItems as its log entry
+(:mod:`statestore.dynamodb.commits`), so one flush commit holds at most
 :data:`MAX_FLUSH_ENTRIES` entries (a transaction has at most 100 items).
 
 A read lists the entries between two reads of the head; if ``flushes`` moved, or an

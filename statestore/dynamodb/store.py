@@ -22,6 +22,7 @@ from statestore.dynamodb.catalog import CatalogMixin
 from statestore.dynamodb.catalog import _info as catalog_info
 from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping, CommitsMixin
 from statestore.dynamodb.connection import Dynamo, DynamoOptions, cancellation_codes, n, s
+from statestore.dynamodb.jobs import EncodedJob, encode_job
 from statestore.dynamodb.leases import LeasesMixin
 from statestore.dynamodb.log import EncodedTransaction
 from statestore.dynamodb.writes import delete_quietly, may_have_applied, outcome_unknown
@@ -108,6 +109,7 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
                             buffer_seqs=tuple(buffer_seqs))
         entry = self._cache.entry(table_id)
         encoded: Optional[EncodedTransaction] = None
+        job_encoded = None if job is None else encode_job(self._blobs, job)
         deadline: Optional[float] = None  # set once a write may have applied without our hearing
         uncertain = False  # a try may have applied: a refusal from now on is no definite no
         conflicts = 0
@@ -116,7 +118,7 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
             try:
                 while True:
                     try:
-                        outcome = self._commit_attempt(table_id, entry, transaction, books, encoded)
+                        outcome = self._commit_attempt(table_id, entry, transaction, books, encoded, job_encoded)
                     except StateStoreUnavailableError as e:
                         if not outcome_unknown(e):
                             raise  # e.g. a refusal to the first and only try: nothing applied
@@ -148,20 +150,32 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
                         continue
                     if outcome:
                         self._maybe_snapshot(table_id, entry)
+                    elif job is not None and job_encoded is not None and job_encoded.blob_key:
+                        self._drop_unsaved_job_blob(job, job_encoded.blob_key, what)
                     return outcome
             except BaseException as e:
-                if encoded is not None and encoded.blob_key and not uncertain and not outcome_unknown(e):
-                    delete_quietly(self._blobs, [encoded.blob_key], what)  # refused: never logged
+                owned = [encoded.blob_key if encoded else None, job_encoded.blob_key if job_encoded else None]
+                if any(owned) and not uncertain and not outcome_unknown(e):
+                    delete_quietly(self._blobs, [k for k in owned if k], what)  # refused: never logged
                 raise
 
+    def _drop_unsaved_job_blob(self, job: JobRecord, key: str, what: str) -> None:
+        """After a commit found applied before: delete the spilled record ``key`` unless
+        the stored record is it (the earlier try was this call's, whose reply was lost)."""
+        try:
+            if self._read_job(job.table_id, job.job_id).blob_key != key:
+                delete_quietly(self._blobs, [key], what)
+        except StateStoreUnavailableError as e:  # best effort: a leftover wastes space, nothing else
+            log.warning("%s: spilled job record %s not checked: %s", what, key, e)
+
     def _commit_attempt(self, table_id: str, entry: CachedTable, txn: Transaction, books: Bookkeeping,
-                        encoded: Optional[EncodedTransaction]) -> bool | _Retry:
+                        encoded: Optional[EncodedTransaction], job_encoded: Optional[EncodedJob]) -> bool | _Retry:
         """One try: True (applied), False (applied before), or :class:`_Retry` when the
         transaction was cancelled (try again)."""
         tail = self._cache.refresh(table_id, entry)
         if any(t.commit_id == books.commit_id for t in tail):
             return False  # a try of this commit whose reply was lost
-        done, job_rev = self._check_bookkeeping(table_id, books)
+        done, job_rev, replaced_job_blob = self._check_bookkeeping(table_id, books)
         if done:
             return False
         flushed_rows, blobs = self._flushed(table_id, books) if books.buffer_seqs else (0, [])
@@ -169,7 +183,7 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
         if encoded is None:
             encoded = EncodedTransaction.of(table_id, txn, self._blobs)
         number = entry.n + 1
-        items = self._commit_items(table_id, number, encoded, books, job_rev, _now_ms(), flushed_rows)
+        items = self._commit_items(table_id, number, encoded, books, job_rev, _now_ms(), flushed_rows, job_encoded)
         d = self._dynamo
         try:
             d.call(f"commit {txn.TYPE} to table {table_id}", d.client.transact_write_items, TransactItems=items)
@@ -187,11 +201,11 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
             # retry by botocore ran into its own first try: the next try's read says which
             return _Retry(encoded, may_have_applied(e))
         entry.apply(number, txn)
+        if replaced_job_blob:
+            blobs = [*blobs, replaced_job_blob]
         if blobs:
-            try:
-                self._blobs.delete(blobs)  # the flushed entries' bytes: nothing names them any more
-            except Exception as e:  # best effort: an unreadable leftover wastes space, nothing else
-                log.warning("write buffer blobs of table %s not deleted: %s", table_id, e)
+            # the flushed entries' bytes, the replaced job record: nothing names them any more
+            delete_quietly(self._blobs, blobs, f"commit {txn.TYPE} to table {table_id}")
         return True
 
     def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:

@@ -99,14 +99,16 @@ def put_if_absent(dynamo: Dynamo, what: str, role: str, item: dict[str, Any], ke
 
 
 @contextlib.contextmanager
-def cleanup_on_refusal(blobs: BlobStore, keys: Sequence[Optional[str]], what: str) -> Iterator[None]:
+def cleanup_on_refusal(blobs: BlobStore, keys: Sequence[Optional[str]], what: str) -> Iterator[list[Optional[str]]]:
     """Run the block; if it raises a definite refusal (``not outcome_unknown``), delete
     ``keys`` (best effort) before the error goes on. On an unknown outcome the keys are
-    kept: the write may have applied and may name them."""
+    kept: the write may have applied and may name them. Yields the list of keys, to
+    which the block may add keys it writes."""
+    owned = list(keys)
     try:
-        yield
+        yield owned
     except BaseException as e:
-        wanted = [k for k in keys if k]
+        wanted = [k for k in owned if k]
         if wanted and not outcome_unknown(e):
             delete_quietly(blobs, wanted, what)
         elif wanted:

@@ -77,7 +77,7 @@ class FaultCounts:
     """How many requests went through and how many of each fault fired."""
 
     requests: int = 0
-    fired: dict[str, int] = field(default_factory=lambda: {k: 0 for k in KINDS})
+    fired: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
 
 
 class FaultProxy:
@@ -148,7 +148,7 @@ class _Handler(BaseHTTPRequestHandler):
     owner: FaultProxy
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
     def _body(self) -> bytes:
