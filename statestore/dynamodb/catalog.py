@@ -25,14 +25,22 @@ from statestore.catalog import TableInfo
 from statestore.dynamodb import snapshots
 from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, n, s
+from statestore.dynamodb.ingest_queue import MAX_TRANSACTION_ITEMS
 from statestore.dynamodb.log import EncodedTransaction
 from statestore.dynamodb.writes import cleanup_on_refusal
 from statestore.errors import TableExistsError, TableNotFoundError
 from statestore.partitions import Partition
-from statestore.properties import check_combination, validate_properties, validate_values
+from statestore.properties import check_backend_limits, check_combination, validate_properties, validate_values
 from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.transactions import InitialisePartitions
+
+#: numeric properties this backend cannot honour above a value, and why (checked when set)
+PROPERTY_LIMITS: dict[str, tuple[int, str]] = {
+    "sleeper.table.ingest.batcher.job.max.files": (
+        MAX_TRANSACTION_ITEMS, "a batcher job's requests are assigned in one DynamoDB transaction, which holds at "
+                               "most 100 items"),
+}
 
 
 def _info(item: dict[str, Any]) -> TableInfo:
@@ -47,6 +55,7 @@ class CatalogMixin(DynamoBase):
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
                      properties: Optional[Mapping[str, str]] = None) -> TableInfo:
         props = validate_properties(properties or {})
+        check_backend_limits(props, PROPERTY_LIMITS, "DynamoDB")
         init = InitialisePartitions(tuple(partitions))
         init.validate(TableState())
         table_id = uuid.uuid4().hex
@@ -107,6 +116,7 @@ class CatalogMixin(DynamoBase):
 
     def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
         props = validate_values(properties)
+        check_backend_limits(props, PROPERTY_LIMITS, "DynamoDB")
         d = self._dynamo
         for attempt in range(self._backoff.max_attempts):
             item = self._get_item(name)

@@ -22,7 +22,8 @@ from statestore import AddFiles, FileReference, Schema, partitions_from_split_po
 from statestore.dynamodb import open_dynamodb
 from statestore.dynamodb.log import EncodedTransaction
 from statestore.dynamodb.store import _Retry
-from statestore.errors import CommitConflictError, CommitOutcomeUnknownError
+from statestore.errors import CommitConflictError, CommitOutcomeUnknownError, PropertyError
+from statestore.jobs import JobRecord
 from tests.faults.aws_proxy import FaultProxy
 from tests.integration.statestore.conftest import MOTO_CREDENTIALS, dynamodb_options, serial_moto_server
 
@@ -133,3 +134,43 @@ def test_a_commit_that_keeps_conflicting_after_a_lost_reply_is_unknown_not_refus
     monkeypatch.setattr(store, "_commit_attempt", lambda *a: _Retry(EncodedTransaction("AddFiles", b"", None), False))
     with pytest.raises(CommitConflictError):
         store.commit(tid, AddFiles((FileReference("f.parquet", leaf, 1),)))
+
+
+def test_a_bulk_import_sized_job_record_for_5000_leaves_round_trips(options):
+    """DynamoDB items hold 400 KB; a job naming 5,000 outputs (about 500 KB of JSON)
+    spills to the blob store at every save, the commit included, and reads back whole."""
+    store = open_dynamodb(**options)
+    leaves_wanted = 5000
+    parts = partitions_from_split_points(SCHEMA, [f"k{i:05d}" for i in range(1, leaves_wanted)])
+    tid = store.create_table("wide", SCHEMA, parts).table_id
+    leaves = sorted(p.id for p in parts if p.is_leaf)
+    assert len(leaves) == leaves_wanted
+    outputs = [f"{tid}/data/partition_{leaf}/bulk-{uuid.uuid4().hex}-a1-{uuid.uuid4().hex[:8]}.parquet"
+               for leaf in leaves]
+    job = JobRecord.created(tid, "bulk-5000", "bulk_import").started("run-1", outputs)
+    store.put_job(job)
+    assert store.get_job(tid, job.job_id) == job
+    assert store.in_flight_outputs(tid, 0) == set(outputs)
+    done = job.finished(leaves_wanted, leaves_wanted).committed()
+    assert store.commit(tid, AddFiles(tuple(FileReference(o, leaf, 1) for o, leaf in zip(outputs, leaves))),
+                        job=done) is True
+
+    fresh = open_dynamodb(**options)
+    assert fresh.get_job(tid, job.job_id) == done
+    assert [j.job_id for j in fresh.list_jobs(tid)] == [job.job_id]
+    assert len(fresh.load_state(tid).files) == leaves_wanted
+    spilled = sorted(p.relative_to(Path(options["object_store"])).as_posix()
+                     for p in Path(options["object_store"]).rglob("jobs/*/*/*.json.z"))
+    assert len(spilled) == 1  # the committed record; the started one it replaced is deleted
+
+
+def test_a_batcher_job_larger_than_a_dynamodb_transaction_is_refused_when_set(options):
+    store = open_dynamodb(**options)
+    with pytest.raises(PropertyError, match="at most 100.*one DynamoDB transaction"):
+        store.create_table("batched", SCHEMA, partitions_from_split_points(SCHEMA, []),
+                           {"sleeper.table.ingest.batcher.job.max.files": "101"})
+    store.create_table("batched", SCHEMA, partitions_from_split_points(SCHEMA, []),
+                       {"sleeper.table.ingest.batcher.job.max.files": "100"})
+    with pytest.raises(PropertyError, match="more than the DynamoDB state store can honour"):
+        store.update_properties("batched", {"sleeper.table.ingest.batcher.job.max.files": "500"})
+    assert store.get_table("batched").properties["sleeper.table.ingest.batcher.job.max.files"] == "100"
