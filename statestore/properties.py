@@ -205,6 +205,18 @@ def check_combination(props: Mapping[str, str]) -> None:
         raise PropertyError(f"{ABANDON}={abandon} must be at least {GRACE}={grace}")
 
 
+def check_backend_limits(props: Mapping[str, str], limits: Mapping[str, tuple[int, str]], backend: str) -> None:
+    """Refuse (PropertyError) a value a state store backend cannot honour: ``limits``
+    maps a numeric property to the most the backend takes and why (e.g. DynamoDB's
+    100 items per transaction). Checked when a property is set, so a limit is never hit
+    at run time."""
+    for name, (most, why) in limits.items():
+        value = props.get(name)
+        if value is not None and _digits(value) and int(value) > most:
+            raise PropertyError(f"property {name}={value} is more than the {backend} state store can honour "
+                                f"(at most {most}): {why}")
+
+
 def validate_properties(props: Mapping[str, str]) -> dict[str, str]:
     """Return ``props`` as a plain dict after checking every name and value, and the
     values together (with defaults for the rest, as for a new table)."""

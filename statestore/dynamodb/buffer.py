@@ -2,7 +2,8 @@
 
 Items of the ``items`` table, under the table's id:
 
-* ``b#<seq>``: one write: ``rows``, ``written_ms`` and the Arrow IPC bytes in ``data``,
+* ``b#<seq>``: one write: ``rows``, ``written_ms``, ``write_id`` (fresh per write: a
+  write whose reply was lost finds its own entry by it) and the Arrow IPC bytes in ``data``,
   or, for bytes over :data:`INLINE_LIMIT` (items are at most 400 KB), ``blob_key``: the key
   of an object in the store's blob store holding them;
 * ``b!seq``: the table's sequence counter (an atomic ADD per write);
@@ -11,9 +12,13 @@ Items of the ``items`` table, under the table's id:
 A write takes a number from the counter, then puts its entry, adds its records to
 ``held`` (conditional on the limit: the backpressure check is exact) and checks the
 table is in the catalog, in one TransactWriteItems. A number taken by a write that then
-failed is never used; numbers are not dense. A flush's commit deletes its entries
-(each conditional on existing) and updates the head in the same TransactWriteItems as
-its log entry (:mod:`statestore.dynamodb.commits`), so one flush commit holds at most
+failed is never used; numbers are not dense. When that transaction's reply is lost
+(botocore's retry is cancelled because the entry exists, or the connection stays
+down), the write looks for its own entry and, found, succeeds; its blob is deleted only
+after a definite refusal (buffer full, table gone: :mod:`statestore.dynamodb.writes`).
+A flush's commit deletes its entries (each conditional on existing) and updates the
+head in the same TransactWriteItems as its log entry
+(:mod:`statestore.dynamodb.commits`), so one flush commit holds at most
 :data:`MAX_FLUSH_ENTRIES` entries (a transaction has at most 100 items).
 
 A read lists the entries between two reads of the head; if ``flushes`` moved, or an
@@ -30,6 +35,7 @@ from typing import Any, Collection, Optional, Sequence
 from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_message
 from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.connection import b, cancellation_codes, get_n, get_s, n, s
+from statestore.dynamodb.writes import cleanup_on_refusal, outcome_unknown
 from statestore.errors import BufferFullError, TableNotFoundError
 
 #: entries whose bytes are larger than this go to the blob store, behind a pointer
@@ -66,10 +72,12 @@ class WriteBufferMixin(DynamoBase):
                      Key={"table_id": s(table_id), "sk": s(COUNTER)}, UpdateExpression="ADD v :one",
                      ExpressionAttributeValues={":one": n(1)}, ReturnValues="UPDATED_NEW")
         seq = int(out["Attributes"]["v"]["N"])
-        item = {**entry_key(table_id, seq), "rows": n(rows), "written_ms": n(int(time.time() * 1000))}
+        write_id = uuid.uuid4().hex
+        item = {**entry_key(table_id, seq), "rows": n(rows), "written_ms": n(int(time.time() * 1000)),
+                "write_id": s(write_id)}
         blob = None
         if len(data) > INLINE_LIMIT:
-            blob = f"{table_id}/buffer/{seq}-{uuid.uuid4().hex}.arrow"
+            blob = f"{table_id}/buffer/{seq}-{write_id}.arrow"
             self._blobs.put(blob, data)
             item["blob_key"] = s(blob)
         else:
@@ -84,19 +92,33 @@ class WriteBufferMixin(DynamoBase):
                  {"Update": head},
                  {"ConditionCheck": {"TableName": d.table("catalog"), "Key": {"pk": s(f"id#{table_id}")},
                                      "ConditionExpression": "attribute_exists(pk)"}}]
-        try:
-            d.call(f"write {rows} records to the buffer of table {table_id}", d.client.transact_write_items,
-                   TransactItems=items)
-        except Exception as e:
-            codes = cancellation_codes(e)
-            if blob is not None:
-                self._blobs.delete([blob])
-            if len(codes) == 3 and codes[2] not in ("None", ""):
-                raise TableNotFoundError(f"no table with id {table_id}") from None
-            if len(codes) == 3 and codes[1] not in ("None", "") and max_rows is not None:
-                raise BufferFullError(full_message(table_id, self._head(table_id)[0], rows, max_rows)) from None
-            raise
+        what = f"write {rows} records to the buffer of table {table_id}"
+        with cleanup_on_refusal(self._blobs, [blob], what):
+            try:
+                d.call(what, d.client.transact_write_items, TransactItems=items)
+            except Exception as e:
+                if self._entry_is_ours(table_id, seq, write_id, e):
+                    return seq
+                codes = cancellation_codes(e)
+                if len(codes) == 3 and codes[2] not in ("None", ""):
+                    raise TableNotFoundError(f"no table with id {table_id}") from None
+                if len(codes) == 3 and codes[1] not in ("None", "") and max_rows is not None:
+                    raise BufferFullError(full_message(table_id, self._head(table_id)[0], rows, max_rows)) from None
+                raise
         return seq
+
+    def _entry_is_ours(self, table_id: str, seq: int, write_id: str, e: Exception) -> bool:
+        """Whether the write of entry ``seq`` that raised ``e`` applied after all: the
+        number is ours alone (taken from the counter), so a cancellation saying the
+        entry exists means a try of ours whose reply was lost wrote it; after an
+        unknown outcome the entry is read back and its write id compared."""
+        codes = cancellation_codes(e)
+        if codes[:1] == ["ConditionalCheckFailed"]:
+            return True
+        if codes or not outcome_unknown(e):
+            return False
+        stored = self._dynamo.get(f"look for write {seq} of table {table_id}", "items", entry_key(table_id, seq))
+        return stored is not None and get_s(stored, "write_id") == write_id
 
     def _listed(self, table_id: str) -> list[dict[str, Any]]:
         return list(self._dynamo.query(f"list the write buffer of table {table_id}", "items",

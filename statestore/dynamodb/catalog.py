@@ -3,7 +3,9 @@
 ``id#<table id>`` (name, schema, properties and a revision).
 
 * create writes both items and the first log item (InitialisePartitions) in one
-  TransactWriteItems, conditional on the name being free;
+  TransactWriteItems, conditional on the name being free; when the name is taken, the
+  name item is read: naming our fresh table id, it is a try of ours whose reply was
+  lost (the create succeeded);
 * rename moves the name item and updates the id item in one TransactWriteItems,
   conditional on the new name being free and the old one still pointing to the table;
 * update_properties is a conditional update on the revision it read (retried);
@@ -23,13 +25,22 @@ from statestore.catalog import TableInfo
 from statestore.dynamodb import snapshots
 from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, n, s
+from statestore.dynamodb.ingest_queue import MAX_TRANSACTION_ITEMS
 from statestore.dynamodb.log import EncodedTransaction
+from statestore.dynamodb.writes import cleanup_on_refusal
 from statestore.errors import TableExistsError, TableNotFoundError
 from statestore.partitions import Partition
-from statestore.properties import check_combination, validate_properties, validate_values
+from statestore.properties import check_backend_limits, check_combination, validate_properties, validate_values
 from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.transactions import InitialisePartitions
+
+#: numeric properties this backend cannot honour above a value, and why (checked when set)
+PROPERTY_LIMITS: dict[str, tuple[int, str]] = {
+    "sleeper.table.ingest.batcher.job.max.files": (
+        MAX_TRANSACTION_ITEMS, "a batcher job's requests are assigned in one DynamoDB transaction, which holds at "
+                               "most 100 items"),
+}
 
 
 def _info(item: dict[str, Any]) -> TableInfo:
@@ -44,6 +55,7 @@ class CatalogMixin(DynamoBase):
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
                      properties: Optional[Mapping[str, str]] = None) -> TableInfo:
         props = validate_properties(properties or {})
+        check_backend_limits(props, PROPERTY_LIMITS, "DynamoDB")
         init = InitialisePartitions(tuple(partitions))
         init.validate(TableState())
         table_id = uuid.uuid4().hex
@@ -59,14 +71,17 @@ class CatalogMixin(DynamoBase):
             {"Put": {"TableName": d.table("log"), "Item": encoded.item(table_id, 1, uuid.uuid4().hex,
                                                                        int(time.time() * 1000))}},
         ]
-        try:
-            d.call(f"create table {name!r}", d.client.transact_write_items, TransactItems=items)
-        except Exception as e:
-            if encoded.blob_key:
-                self._blobs.delete([encoded.blob_key])
-            if cancellation_codes(e)[:1] == ["ConditionalCheckFailed"]:
-                raise TableExistsError(f"table {name!r} already exists") from None
-            raise
+        what = f"create table {name!r}"
+        with cleanup_on_refusal(self._blobs, [encoded.blob_key], what):
+            try:
+                d.call(what, d.client.transact_write_items, TransactItems=items)
+            except Exception as e:
+                if cancellation_codes(e)[:1] != ["ConditionalCheckFailed"]:
+                    raise
+                # the name is taken -- by another table, or by a try of ours whose reply was lost
+                named = d.get(f"{what} (check for our own earlier write)", "catalog", {"pk": s(f"name#{name}")})
+                if named is None or get_s(named, "table_id") != table_id:
+                    raise TableExistsError(f"table {name!r} already exists") from None
         return TableInfo(table_id, name, schema, props)
 
     def list_tables(self) -> list[TableInfo]:
@@ -101,6 +116,7 @@ class CatalogMixin(DynamoBase):
 
     def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
         props = validate_values(properties)
+        check_backend_limits(props, PROPERTY_LIMITS, "DynamoDB")
         d = self._dynamo
         for attempt in range(self._backoff.max_attempts):
             item = self._get_item(name)

@@ -9,7 +9,8 @@ and writes, in one TransactWriteItems:
 2. the commit id item ``c#<id>``, conditional on it not existing (if it does, the
    commit was applied before: nothing is written and the commit returns False);
 3. with ``job=``: the job's record, conditional on the revision read when the
-   bookkeeping was checked (:func:`statestore.jobs.check_job_bookkeeping`);
+   bookkeeping was checked (:func:`statestore.jobs.check_job_bookkeeping`); a large
+   record is spilled to the blob store first (:mod:`statestore.dynamodb.jobs`);
 4. with ``ingest_job_id=``: the job's ``e#`` item saying its requests were ingested,
    conditional on the job not having ended (see :mod:`statestore.dynamodb.ingest_queue`);
 5. with ``buffer_seqs=`` (a flush): the deletion of each write-buffer entry, conditional
@@ -27,7 +28,7 @@ from statestore.bookkeeping import Bookkeeping
 from statestore.dynamodb.buffer import HEAD, WriteBufferMixin, entry_key
 from statestore.dynamodb.connection import n, s
 from statestore.dynamodb.ingest_queue import IngestQueueMixin, ended_item
-from statestore.dynamodb.jobs import JobsMixin, job_put
+from statestore.dynamodb.jobs import EncodedJob, JobsMixin, job_put
 from statestore.dynamodb.log import EncodedTransaction
 from statestore.errors import BookkeepingError
 from statestore.jobs import check_job_bookkeeping
@@ -45,25 +46,26 @@ def commit_id_key(table_id: str, commit_id: str) -> dict[str, Any]:
 class CommitsMixin(JobsMixin, IngestQueueMixin, WriteBufferMixin):
     """The bookkeeping reads and the writes of a commit."""
 
-    def _check_bookkeeping(self, table_id: str, books: Bookkeeping) -> tuple[bool, Optional[int]]:
-        """Whether the commit was applied already, and the revision of its job's record
-        (None: none stored). Raises BookkeepingError when the bookkeeping does not hold.
+    def _check_bookkeeping(self, table_id: str, books: Bookkeeping) -> tuple[bool, Optional[int], Optional[str]]:
+        """Whether the commit was applied already, the revision of its job's record
+        (None: none stored) and the blob holding that record (None: inline or none).
+        Raises BookkeepingError when the bookkeeping does not hold.
         With ``buffer_seqs``, remembers the records and blobs of those entries in
         ``books`` terms: see :meth:`_flushed`."""
         if books.check_id and self._dynamo.get(f"look up commit {books.commit_id}", "items",
                                                commit_id_key(table_id, books.commit_id)) is not None:
-            return True, None
-        rev = None
+            return True, None, None
+        rev = blob = None
         if books.job is not None:
-            stored, rev = self._read_job(table_id, books.job.job_id)
+            stored, rev, blob = self._read_job(table_id, books.job.job_id)
             if (books.check_id and stored is not None and stored.status == "committed"
                     and stored.outputs == books.job.outputs):
-                return True, None  # the job's record is this commit's ledger entry
+                return True, None, None  # the job's record is this commit's ledger entry
             check_job_bookkeeping(stored, books.job)
         if books.ingest_job_id is not None and not self._assigned_to(table_id, books.ingest_job_id):
             raise BookkeepingError(f"no ingest request of table {table_id} is assigned to job "
                                    f"{books.ingest_job_id} any more")
-        return False, rev
+        return False, rev, blob
 
     def _flushed(self, table_id: str, books: Bookkeeping) -> tuple[int, list[str]]:
         """The records and blob keys of the flush's entries; BookkeepingError when any
@@ -75,7 +77,8 @@ class CommitsMixin(JobsMixin, IngestQueueMixin, WriteBufferMixin):
         return found
 
     def _commit_items(self, table_id: str, number: int, encoded: EncodedTransaction, books: Bookkeeping,
-                      job_rev: Optional[int], now_ms: int, flushed_rows: int = 0) -> list[dict[str, Any]]:
+                      job_rev: Optional[int], now_ms: int, flushed_rows: int = 0,
+                      job_encoded: Optional[EncodedJob] = None) -> list[dict[str, Any]]:
         d = self._dynamo
         items: list[dict[str, Any]] = [
             {"Put": {"TableName": d.table("log"), "Item": encoded.item(table_id, number, books.commit_id, now_ms),
@@ -87,7 +90,8 @@ class CommitsMixin(JobsMixin, IngestQueueMixin, WriteBufferMixin):
                 "ConditionExpression": "attribute_not_exists(sk)"}},
         ]
         if books.job is not None:
-            items.append({"Put": job_put(d.table("items"), books.job, job_rev)})
+            assert job_encoded is not None
+            items.append({"Put": job_put(d.table("items"), books.job, job_rev, job_encoded)})
         if books.ingest_job_id is not None:
             items.append({"Put": {"TableName": d.table("items"),
                                   "Item": ended_item(table_id, books.ingest_job_id, True),

@@ -1,6 +1,13 @@
 """Job status records in DynamoDB: one item ``j#<job id>`` per job in the table's
 partition of the ``items`` table, holding the record (JSON) and a revision.
 
+A record too large for an item (a job with thousands of outputs: DynamoDB items hold
+at most 400 KB) is spilled to the store's blob store, as transaction bodies are: the
+item then holds ``record_key``, a fresh key per save, written before the item (so an
+item always names a complete record) and read back transparently. A save deletes the
+record blob of the revision it replaced; a reader that finds a blob gone (replaced
+meanwhile) reads the item again.
+
 A save reads the stored record, applies :func:`statestore.jobs.saves_over` (a
 committed record is final; a superseded attempt cannot overwrite its successor) and
 writes conditionally on the revision it read, retrying when another save came first:
@@ -11,28 +18,62 @@ in the same TransactWriteItems as the log item (:mod:`statestore.dynamodb.commit
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+import uuid
+import zlib
+from typing import Any, NamedTuple, Optional
 
 from statestore.dynamodb.base import DynamoBase
+from statestore.dynamodb.blobs import BlobStore
 from statestore.dynamodb.connection import get_n, get_s, is_condition_failed, n, s
-from statestore.errors import CommitConflictError
+from statestore.dynamodb.writes import cleanup_on_refusal, delete_quietly
+from statestore.errors import CommitConflictError, StateStoreUnavailableError
 from statestore.jobs import JobRecord, saves_over
+
+#: a record's JSON up to this many characters is kept in its item (items hold 400 KB)
+RECORD_INLINE_LIMIT = 300_000
+#: how often a reader reads an item again when the record blob it names was replaced meanwhile
+_REREADS = 5
 
 
 def job_key(table_id: str, job_id: str) -> dict[str, Any]:
     return {"table_id": s(table_id), "sk": s(f"j#{job_id}")}
 
 
-def job_from_item(item: dict[str, Any]) -> JobRecord:
-    return JobRecord.from_dict(json.loads(get_s(item, "record") or "{}"))
+class EncodedJob(NamedTuple):
+    """A record ready to be saved: the item's record attributes, and the key of the blob
+    holding the record when it was spilled (written already; None: inline)."""
+
+    attrs: dict[str, Any]
+    blob_key: Optional[str]
 
 
-def job_put(table: str, record: JobRecord, read_rev: Optional[int]) -> dict[str, Any]:
-    """A Put of ``record`` conditional on the stored revision still being ``read_rev``
-    (None: no record stored)."""
+def encode_job(blobs: BlobStore, record: JobRecord) -> EncodedJob:
+    """The record's item attributes; a record over :data:`RECORD_INLINE_LIMIT` is
+    written to a fresh blob first and the attributes name it."""
+    text = json.dumps(record.to_dict(), separators=(",", ":"))
+    if len(text) <= RECORD_INLINE_LIMIT:
+        return EncodedJob({"record": s(text)}, None)
+    key = f"jobs/{record.table_id}/{record.job_id}/{uuid.uuid4().hex}.json.z"
+    blobs.put(key, zlib.compress(text.encode(), 1))
+    return EncodedJob({"record_key": s(key)}, key)
+
+
+def record_blob(item: dict[str, Any]) -> Optional[str]:
+    """The key of the blob holding the item's record (None: the record is inline)."""
+    return get_s(item, "record_key")
+
+
+def job_from_item(item: dict[str, Any], blobs: BlobStore) -> JobRecord:
+    key = record_blob(item)
+    text = zlib.decompress(blobs.get(key)).decode() if key else (get_s(item, "record") or "{}")
+    return JobRecord.from_dict(json.loads(text))
+
+
+def job_put(table: str, record: JobRecord, read_rev: Optional[int], encoded: EncodedJob) -> dict[str, Any]:
+    """A Put of ``record`` (``encoded``) conditional on the stored revision still being
+    ``read_rev`` (None: no record stored)."""
     put: dict[str, Any] = {"TableName": table, "Item": {
-        **job_key(record.table_id, record.job_id), "record": s(json.dumps(record.to_dict())),
-        "rev": n((read_rev or 0) + 1)}}
+        **job_key(record.table_id, record.job_id), **encoded.attrs, "rev": n((read_rev or 0) + 1)}}
     if read_rev is None:
         put["ConditionExpression"] = "attribute_not_exists(sk)"
     else:
@@ -41,40 +82,77 @@ def job_put(table: str, record: JobRecord, read_rev: Optional[int]) -> dict[str,
     return put
 
 
+class StoredJob(NamedTuple):
+    """A job's stored record (None: none stored), its revision and its record blob."""
+
+    record: Optional[JobRecord]
+    rev: Optional[int]
+    blob_key: Optional[str]
+
+
 class JobsMixin(DynamoBase):
     """The job records part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
 
-    def _read_job(self, table_id: str, job_id: str) -> tuple[Optional[JobRecord], Optional[int]]:
-        """The stored record of a job and its revision (None, None: none stored)."""
-        item = self._dynamo.get(f"read job {job_id} of table {table_id}", "items", job_key(table_id, job_id))
+    def _job_of(self, what: str, item: dict[str, Any]) -> StoredJob:
+        """The stored job of ``item``, reading the item again while the blob it names
+        was replaced meanwhile."""
+        for _ in range(_REREADS):
+            try:
+                return StoredJob(job_from_item(item, self._blobs), get_n(item, "rev"), record_blob(item))
+            except StateStoreUnavailableError:
+                again = self._dynamo.get(what, "items", {"table_id": item["table_id"], "sk": item["sk"]})
+                if again is None:
+                    return StoredJob(None, None, None)
+                if record_blob(again) == record_blob(item):
+                    raise
+                item = again
+        return StoredJob(job_from_item(item, self._blobs), get_n(item, "rev"), record_blob(item))
+
+    def _read_job(self, table_id: str, job_id: str) -> StoredJob:
+        """The stored record of a job, its revision and its blob (all None: none stored)."""
+        what = f"read job {job_id} of table {table_id}"
+        item = self._dynamo.get(what, "items", job_key(table_id, job_id))
         if item is None:
-            return None, None
-        return job_from_item(item), get_n(item, "rev")
+            return StoredJob(None, None, None)
+        return self._job_of(what, item)
 
     def put_job(self, record: JobRecord) -> None:
         self._require_table_id(record.table_id)
         d = self._dynamo
-        for attempt in range(self._backoff.max_attempts):
-            stored, rev = self._read_job(record.table_id, record.job_id)
-            if stored is not None and not saves_over(stored, record):
+        what = f"save job {record.job_id}"
+        encoded: Optional[EncodedJob] = None
+        with cleanup_on_refusal(self._blobs, [None], what) as owned:
+            for attempt in range(self._backoff.max_attempts):
+                stored = self._read_job(record.table_id, record.job_id)
+                if stored.record is not None and not saves_over(stored.record, record):
+                    if encoded is not None and encoded.blob_key and stored.blob_key != encoded.blob_key:
+                        delete_quietly(self._blobs, [encoded.blob_key], what)  # not saved: never named
+                    return
+                if encoded is None:
+                    encoded = encode_job(self._blobs, record)
+                    owned.append(encoded.blob_key)
+                if stored.blob_key is not None and stored.blob_key == encoded.blob_key:
+                    return  # a try of ours whose reply was lost
+                try:
+                    d.call(what, d.client.put_item, **job_put(d.table("items"), record, stored.rev, encoded))
+                except Exception as e:
+                    if not is_condition_failed(e):
+                        raise
+                    self._backoff.pause(attempt)
+                    continue
+                if stored.blob_key:
+                    delete_quietly(self._blobs, [stored.blob_key], what)  # the replaced revision's record
                 return
-            put = job_put(d.table("items"), record, rev)
-            try:
-                d.call(f"save job {record.job_id}", d.client.put_item, **put)
-                return
-            except Exception as e:
-                if not is_condition_failed(e):
-                    raise
-                self._backoff.pause(attempt)
-        raise CommitConflictError(f"job {record.job_id} of table {record.table_id}: saves kept racing")
+            raise CommitConflictError(f"job {record.job_id} of table {record.table_id}: saves kept racing")
 
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
-        return self._read_job(table_id, job_id)[0]
+        return self._read_job(table_id, job_id).record
 
     def _jobs(self, table_id: str) -> list[JobRecord]:
-        return [job_from_item(it) for it in self._dynamo.query(
-            f"list the jobs of table {table_id}", "items", "table_id = :t AND begins_with(sk, :j)",
-            {":t": s(table_id), ":j": s("j#")})]
+        what = f"list the jobs of table {table_id}"
+        jobs = (self._job_of(what, it).record for it in self._dynamo.query(
+            what, "items", "table_id = :t AND begins_with(sk, :j)", {":t": s(table_id), ":j": s("j#")}))
+        return [j for j in jobs if j is not None]
 
     def list_jobs(self, table_id: str, *, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
         jobs = [j for j in self._jobs(table_id) if kind is None or j.kind == kind]

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from statestore.dynamodb.blobs import BlobStore
-from statestore.dynamodb.connection import Dynamo, get_n, get_s, is_condition_failed, n, s
+from statestore.dynamodb.connection import Dynamo, get_n, get_s, n, s
+from statestore.dynamodb.writes import cleanup_on_refusal, delete_quietly, put_if_absent
 from statestore.files import FileRecord, FileReference
 from statestore.partitions import Partition
 from statestore.state import TableState
@@ -65,17 +66,19 @@ def decode_state(data: bytes) -> TableState:
 
 def write(dynamo: Dynamo, blobs: BlobStore, table_id: str, number: int, state: TableState, time_ms: int) -> None:
     """Save ``state`` (the state after transaction ``number``) and point to it. A
-    pointer for ``number`` written meanwhile by another process is kept (the same state)."""
+    pointer for ``number`` written meanwhile by another process is kept (the same state)
+    and our blob deleted; a pointer naming our blob is ours (a try whose reply was lost,
+    retried by botocore). On an unknown outcome the blob is kept
+    (:mod:`statestore.dynamodb.writes`)."""
     key = f"snapshots/{table_id}/{number:020d}-{uuid.uuid4().hex[:8]}.json.z"
+    what = f"point to snapshot {number} of table {table_id}"
     blobs.put(key, encode_state(state))
     item = {"table_id": s(table_id), "n": n(number), "key": s(key), "time_ms": n(time_ms)}
-    try:
-        dynamo.call(f"point to snapshot {number} of table {table_id}", dynamo.client.put_item,
-            TableName=dynamo.table("snapshots"), Item=item, ConditionExpression="attribute_not_exists(n)")
-    except Exception as e:
-        blobs.delete([key])
-        if not is_condition_failed(e):
-            raise
+    with cleanup_on_refusal(blobs, [key], what):
+        mine = put_if_absent(dynamo, what, "snapshots", item, {"table_id": s(table_id), "n": n(number)},
+                             "attribute_not_exists(n)", lambda stored: get_s(stored, "key") == key)
+    if not mine:
+        delete_quietly(blobs, [key], what)  # another process's pointer: a definite no
 
 
 def latest(dynamo: Dynamo, table_id: str) -> Optional[SnapshotPointer]:

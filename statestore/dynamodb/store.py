@@ -9,7 +9,7 @@ import os
 import time
 import uuid
 from dataclasses import replace
-from typing import Any, Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, NamedTuple, Optional, Sequence, TypeVar
 
 import botocore.exceptions
 
@@ -21,9 +21,11 @@ from statestore.dynamodb.cache import CachedTable, StateCache
 from statestore.dynamodb.catalog import CatalogMixin
 from statestore.dynamodb.catalog import _info as catalog_info
 from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping, CommitsMixin
-from statestore.dynamodb.connection import CONNECTION_ERRORS, Dynamo, DynamoOptions, cancellation_codes, n, s
+from statestore.dynamodb.connection import Dynamo, DynamoOptions, cancellation_codes, n, s
+from statestore.dynamodb.jobs import EncodedJob, encode_job
 from statestore.dynamodb.leases import LeasesMixin
 from statestore.dynamodb.log import EncodedTransaction
+from statestore.dynamodb.writes import delete_quietly, may_have_applied, outcome_unknown
 from statestore.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
@@ -41,6 +43,15 @@ from statestore.transactions import Transaction
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class _Retry(NamedTuple):
+    """A cancelled commit try: its encoded transaction (kept for the next try) and
+    whether botocore had retried it (then the cancellation may be our own first try's
+    write in the way, and the commit's outcome is uncertain until a read settles it)."""
+
+    encoded: EncodedTransaction
+    maybe_applied: bool
 
 
 def _now_ms() -> int:
@@ -98,51 +109,73 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
                             buffer_seqs=tuple(buffer_seqs))
         entry = self._cache.entry(table_id)
         encoded: Optional[EncodedTransaction] = None
+        job_encoded = None if job is None else encode_job(self._blobs, job)
         deadline: Optional[float] = None  # set once a write may have applied without our hearing
+        uncertain = False  # a try may have applied: a refusal from now on is no definite no
         conflicts = 0
+        what = f"commit {transaction.TYPE} to table {table_id}"
         with entry.lock:
             try:
                 while True:
                     try:
-                        outcome = self._commit_attempt(table_id, entry, transaction, books, encoded)
+                        outcome = self._commit_attempt(table_id, entry, transaction, books, encoded, job_encoded)
                     except StateStoreUnavailableError as e:
-                        if deadline is None:
-                            if not isinstance(e.__cause__, CONNECTION_ERRORS):
-                                raise
-                            deadline = time.monotonic() + self.outcome_timeout_seconds
+                        if not outcome_unknown(e):
+                            raise  # e.g. a refusal to the first and only try: nothing applied
+                        uncertain = True
+                        deadline = deadline if deadline is not None else time.monotonic() + self.outcome_timeout_seconds
                         if time.monotonic() >= deadline:
                             raise CommitOutcomeUnknownError(
-                                f"commit {transaction.TYPE} to table {table_id}: DynamoDB was lost during the "
-                                f"commit and did not come back within {self.outcome_timeout_seconds:g}s, so whether "
-                                f"it applied is unknown (commit id {books.commit_id}): {e}") from e
+                                f"{what}: DynamoDB was lost during the commit and did not come back within "
+                                f"{self.outcome_timeout_seconds:g}s, so whether it applied is unknown "
+                                f"(commit id {books.commit_id}): {e}") from e
                         books = replace(books, check_id=True)
                         time.sleep(min(2.0, 0.05 * 2 ** min(conflicts, 6)))
                         conflicts += 1
                         continue
-                    if isinstance(outcome, EncodedTransaction):  # another committer took the number
-                        encoded = outcome
+                    if isinstance(outcome, _Retry):  # another committer took the number, or a retry of ours did
+                        encoded = outcome.encoded
+                        if outcome.maybe_applied:
+                            uncertain = True
+                            books = replace(books, check_id=True)
                         conflicts += 1
                         if conflicts >= self._backoff.max_attempts:
-                            raise CommitConflictError(f"commit {transaction.TYPE} to table {table_id}: the log kept "
-                                                      f"moving on ({conflicts} attempts)")
+                            if uncertain:
+                                raise CommitOutcomeUnknownError(
+                                    f"{what}: a try's reply was lost and the retries kept conflicting "
+                                    f"({conflicts} attempts), so whether it applied is unknown "
+                                    f"(commit id {books.commit_id})")
+                            raise CommitConflictError(f"{what}: the log kept moving on ({conflicts} attempts)")
                         self._backoff.pause(conflicts)
                         continue
                     if outcome:
                         self._maybe_snapshot(table_id, entry)
+                    elif job is not None and job_encoded is not None and job_encoded.blob_key:
+                        self._drop_unsaved_job_blob(job, job_encoded.blob_key, what)
                     return outcome
-            except BaseException:
-                if encoded is not None and encoded.blob_key and deadline is None:
-                    self._blobs.delete([encoded.blob_key])  # never logged
+            except BaseException as e:
+                owned = [encoded.blob_key if encoded else None, job_encoded.blob_key if job_encoded else None]
+                if any(owned) and not uncertain and not outcome_unknown(e):
+                    delete_quietly(self._blobs, [k for k in owned if k], what)  # refused: never logged
                 raise
 
+    def _drop_unsaved_job_blob(self, job: JobRecord, key: str, what: str) -> None:
+        """After a commit found applied before: delete the spilled record ``key`` unless
+        the stored record is it (the earlier try was this call's, whose reply was lost)."""
+        try:
+            if self._read_job(job.table_id, job.job_id).blob_key != key:
+                delete_quietly(self._blobs, [key], what)
+        except StateStoreUnavailableError as e:  # best effort: a leftover wastes space, nothing else
+            log.warning("%s: spilled job record %s not checked: %s", what, key, e)
+
     def _commit_attempt(self, table_id: str, entry: CachedTable, txn: Transaction, books: Bookkeeping,
-                        encoded: Optional[EncodedTransaction]) -> bool | EncodedTransaction:
-        """One try: True (applied), False (applied before), or the encoded transaction
-        when the log number was taken (try again)."""
+                        encoded: Optional[EncodedTransaction], job_encoded: Optional[EncodedJob]) -> bool | _Retry:
+        """One try: True (applied), False (applied before), or :class:`_Retry` when the
+        transaction was cancelled (try again)."""
         tail = self._cache.refresh(table_id, entry)
         if any(t.commit_id == books.commit_id for t in tail):
             return False  # a try of this commit whose reply was lost
-        done, job_rev = self._check_bookkeeping(table_id, books)
+        done, job_rev, replaced_job_blob = self._check_bookkeeping(table_id, books)
         if done:
             return False
         flushed_rows, blobs = self._flushed(table_id, books) if books.buffer_seqs else (0, [])
@@ -150,7 +183,7 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
         if encoded is None:
             encoded = EncodedTransaction.of(table_id, txn, self._blobs)
         number = entry.n + 1
-        items = self._commit_items(table_id, number, encoded, books, job_rev, _now_ms(), flushed_rows)
+        items = self._commit_items(table_id, number, encoded, books, job_rev, _now_ms(), flushed_rows, job_encoded)
         d = self._dynamo
         try:
             d.call(f"commit {txn.TYPE} to table {table_id}", d.client.transact_write_items, TransactItems=items)
@@ -164,13 +197,15 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
                 raise TableNotFoundError(f"no table with id {table_id}") from None
             if COMMIT_ID in failed and LOG not in failed:
                 return False
-            return encoded  # the log moved on, the job record changed, or the ingest job ended: look again
+            # the log moved on, the job record changed, or the ingest job ended -- or a
+            # retry by botocore ran into its own first try: the next try's read says which
+            return _Retry(encoded, may_have_applied(e))
         entry.apply(number, txn)
+        if replaced_job_blob:
+            blobs = [*blobs, replaced_job_blob]
         if blobs:
-            try:
-                self._blobs.delete(blobs)  # the flushed entries' bytes: nothing names them any more
-            except Exception as e:  # best effort: an unreadable leftover wastes space, nothing else
-                log.warning("write buffer blobs of table %s not deleted: %s", table_id, e)
+            # the flushed entries' bytes, the replaced job record: nothing names them any more
+            delete_quietly(self._blobs, blobs, f"commit {txn.TYPE} to table {table_id}")
         return True
 
     def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:
