@@ -68,6 +68,8 @@ def _task_events(events: Path) -> list[dict[str, Any]]:
     for f in events.rglob("*"):
         if f.is_file():
             for line in f.read_text().splitlines():
+                if not line.startswith("{"):
+                    continue
                 e = json.loads(line)
                 if e["Event"] in ("SparkListenerTaskStart", "SparkListenerTaskEnd"):
                     out.append(e)
@@ -116,7 +118,6 @@ def test_a_speculative_copy_and_a_killed_executor_leave_every_record_once_and_no
                         if p.is_leaf and p.region.ranges[0].min <= key < (p.region.ranges[0].max or 2**63))
             _wait_for("the commit of the slow task's speculative copy", lambda: any(
                 j.partition_id == leaf and j.status == "committed" for j in t.jobs(kind="compaction")), worker)
-            committed_first = set(t.state().files)
         finally:
             (hook_dir / "release").touch()
             worker.join(WAIT)
@@ -125,7 +126,6 @@ def test_a_speculative_copy_and_a_killed_executor_leave_every_record_once_and_no
         state = t.state()
         assert len(state.references) == 4
         assert all(s.objects.head(f) is not None for f in state.files), "a committed file was deleted"
-        assert committed_first <= set(state.files) | set(before) or True
         assert ids(t) == before and sum(before.values()) == 6000
 
         task_events = _task_events(events)

@@ -10,7 +10,10 @@ file in that directory (first come, first served):
 * ``doomed``: writes its pid and waits (up to two minutes) for the test to SIGKILL its
   executor.
 
-Every other batch, later attempts, and processes outside a Spark task pass through.
+Other first attempts wait (up to two minutes) for ``raised``, so the application is
+still running when the slow attempt fails (Spark ends a killed task's JVM side at once,
+and its Python worker only ``spark.python.task.killTimeout`` later). Every other batch,
+later attempts, and processes outside a Spark task pass through.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def hook(batch: pa.RecordBatch) -> pa.RecordBatch:
             time.sleep(0.05)
         Path(where, "raised").touch()
         raise RuntimeError("test hook: the slow first attempt fails after its speculative copy won")
-    if role == "doomed":
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
+    done = Path(where, "raised") if role == "" else None
+    while time.monotonic() < deadline and (done is None or not done.exists()):
+        time.sleep(0.05)
     return batch
