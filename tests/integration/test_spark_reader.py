@@ -161,3 +161,26 @@ def test_a_table_on_s3_reads_through_pyarrow_with_no_hadoop_jars_and_its_iterato
         assert sum(expected.values()) < len(model), "some records share a key: the iterator has work to do"
         assert _collect(df) == expected
         assert _collect(df.where("key < 5000")) == Counter({r: n for r, n in expected.items() if r[0] < 5000})
+
+
+def test_buffered_records_are_read_in_every_leaf_even_leaves_with_no_files(spark, tmp_path, pg_dsn):
+    """Issue 18 finding 7: only leaves with a file reference were planned, so records still
+    in the write buffer were missed in the others. A new table of three leaves gets its
+    records through the write buffer only (no file anywhere), then some files too."""
+    home = tmp_path / "home"
+    with open_sleeper(home, pg_dsn) as s:
+        t = s.create_table("events", SCHEMA, split_points=[2500, 5000])
+        buffered = rows(900, seed=7, first_id=0)
+        t.write(buffered)
+        assert t.state().files == {}, "nothing is in a file yet"
+        load = spark.read.format("sleeper").option("table", "events").option("home", str(home)).load
+
+        df = load()
+
+        assert df.rdd.getNumPartitions() == 3, "every leaf is read"
+        model = _records(buffered)
+        assert _collect(df) == Counter(model) and len(model) == 900
+        assert _collect(load().where("key >= 5000")) == Counter(r for r in model if r[0] >= 5000)
+        filed = rows(300, seed=8, first_id=100_000)
+        t.ingest(filed)  # files in the leaves; the buffer still holds its records
+        assert _collect(load()) == Counter(model + _records(filed))

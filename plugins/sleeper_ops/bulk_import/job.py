@@ -12,15 +12,19 @@ commit, with the no-loss rules of DESIGN.md section 10:
 * **Outputs named first.** Every attempt names its outputs -- one key per leaf
   partition, ``bulk-<job>-a<attempt>-<nonce>``, so no two attempts share a key, even
   two racing with the same attempt number -- in the job's record before the Spark job
-  starts, so the orphan sweep never takes them for orphans while the job runs; a Spark
-  task that is retried rewrites the same key. The outputs of an attempt that was
-  superseded are left to the orphan sweep (its commit may be landing as it is
+  starts, so the orphan sweep never takes them for orphans while the job runs. Each
+  attempt of a Spark task writes a key of its own named after one of those
+  (:mod:`sleeper_ops.io.attempts`), which the record's name covers; the runner returns
+  the keys of the attempts whose results reached it, and those are committed. The
+  outputs of an import attempt that was superseded are left to the orphan sweep (its commit may be landing as it is
   superseded; if it landed they are tracked and kept, else swept); its scratch runs,
   which nothing references, are deleted by the new attempt.
 * **One commit**, after every output is checked to exist, saving the job's record as
-  committed in the same state-store transaction. Outputs are deleted when nothing can
-  have committed them (the run failed, or the commit was refused); on an unknown
-  outcome they are kept for the orphan sweep.
+  committed in the same state-store transaction. Outputs (with every task attempt's)
+  are deleted when nothing can have committed them (the run failed, or the commit was
+  refused); on an unknown outcome they are kept for the orphan sweep. Outputs of
+  losing task attempts that finished too are never committed: once the job is final
+  they are orphans, for the sweep.
 
 Tables with too few leaves are pre-split first (:mod:`sleeper_ops.bulk_import.presplit`).
 The run itself -- read, tag rows with their leaf, repartition by leaf, sort and write
@@ -38,6 +42,7 @@ from typing import Callable, Optional, Sequence
 from sleeper_ops.bulk_import.presplit import presplit
 from sleeper_ops.bulk_import.sources import expand_sources
 from sleeper_ops.errors import IngestError
+from sleeper_ops.io.attempts import attempt_objects
 from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.io.storage import ObjectStore, S3Options
 from sleeper_ops.maintenance.gc import scratch_root
@@ -140,6 +145,14 @@ def _delete(objects: ObjectStore, keys: Sequence[str]) -> None:
         objects.delete(sketch_key(k))
 
 
+def _delete_outputs(objects: ObjectStore, keys: Sequence[str]) -> None:
+    """Delete the named output ``keys`` and whatever any task attempt wrote for them
+    (one listing per leaf directory): only when nothing can have committed them."""
+    _delete(objects, keys)
+    for k in attempt_objects(objects, keys):
+        objects.delete(k)
+
+
 def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo, sources: Sequence[str], *,
                 run: Runner, import_key: Optional[str] = None, run_id: Optional[str] = None,
                 s3: Optional[S3Options] = None, min_leaves: Optional[int] = None,
@@ -186,7 +199,7 @@ def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo,
         if missing:
             raise IngestError(f"bulk import {key!r}: output files missing before the commit: {', '.join(missing[:5])}")
     except BaseException as e:
-        _delete(objects, list(keys.values()))  # never committed
+        _delete_outputs(objects, list(keys.values()))  # never committed
         _fail(state_store, rec, f"{type(e).__name__}: {e}")
         raise
     records = sum(o.records for o in outputs)
@@ -195,7 +208,7 @@ def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo,
     try:
         state_store.commit(table.table_id, AddFiles(refs), job=done, ingest_job_id=ingest_job_id)
     except BookkeepingError as e:
-        _delete(objects, list(keys.values()))
+        _delete_outputs(objects, list(keys.values()))
         after = state_store.get_job(table.table_id, job_id)
         if after is not None and after.status == "committed":
             result.status = "already imported"
@@ -203,7 +216,7 @@ def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo,
         _fail(state_store, rec, f"commit refused: {e}")
         raise
     except (TransactionError, CommitConflictError) as e:
-        _delete(objects, list(keys.values()))
+        _delete_outputs(objects, list(keys.values()))
         _fail(state_store, rec, f"commit refused: {e}")
         raise
     except BaseException as e:  # unknown outcome: keep the files for the orphan sweep

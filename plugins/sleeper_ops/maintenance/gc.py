@@ -18,10 +18,12 @@ commit never happened after the file was forgotten), once older than
 ``sleeper.table.gc.orphan.grace.minutes`` -- except objects that a job not yet
 committed or failed names in its record (every job names its outputs before writing
 them), unless that job has shown no progress for ``sleeper.table.gc.job.abandon.minutes``.
-So a slow job's output is never swept before its commit, however long the job runs
-within that limit; and a commit checks its outputs exist before committing. Scratch
-files of an attempt (:func:`scratch_root`: bulk import's sorted runs, left behind by a
-killed driver) are swept by the same rules, once no job in flight names that attempt.
+A named output covers the keys its task attempts write (:mod:`sleeper_ops.io.attempts`:
+a Spark task may run twice, each attempt writing a key of its own). So a slow job's
+output is never swept before its commit, however long the job runs within that limit;
+and a commit checks its outputs exist before committing. Scratch files of an attempt
+(:func:`scratch_root`: bulk import's sorted runs, left behind by a killed driver) are
+swept by the same rules, once no job in flight names that attempt.
 
 A run that deletes also forgets commit ids older than
 :data:`~statestore.store.COMMIT_ID_RETENTION_MS`.
@@ -37,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from sleeper_ops.io.attempts import named_key
 from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
@@ -214,8 +217,8 @@ def sweep_orphans(state_store: StateStore, objects: ObjectStore, table: TableInf
         return []
     in_flight = state_store.in_flight_outputs(table.table_id, now - table.get_int(ABANDON_PROPERTY) * 60_000)
     tracked = state_store.load_state(table.table_id).files
-    orphans = sorted(o.key for o in listed
-                     if _data_key_of(o.key) not in tracked and _data_key_of(o.key) not in in_flight)
+    orphans = sorted(o.key for o in listed if _data_key_of(o.key) not in tracked
+                     and _data_key_of(o.key) not in in_flight and named_key(_data_key_of(o.key)) not in in_flight)
     # scratch of an attempt (``<root>/<attempt tag>/...``) is an orphan once no job in flight
     # names an output of that attempt (``.../<attempt tag>.parquet``)
     live_tags = {k.rsplit("/", 1)[-1].removesuffix(".parquet") for k in in_flight}

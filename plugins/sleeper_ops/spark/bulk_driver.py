@@ -8,11 +8,16 @@ shuffle, one RDD job writes sorted runs per leaf
 executors), the driver collects their names, and a second RDD job merges each leaf's
 runs in one task, the biggest leaves first
 (:func:`~sleeper_ops.spark.bulk_executor.merge_runs_of`): only paths and names cross the
-JVM, so Spark SQL and its Arrow path (seconds to start in a fresh session) are not used. With ``spark``, ``mapInArrow``
+JVM, so Spark SQL and its Arrow path (seconds to start in a fresh session) are not used;
+the runs are deleted once every task attempt of both jobs has ended
+(:func:`~sleeper_ops.spark.attempts.wait_for_attempts`), so no duplicate attempt
+still reading them fails for it. With ``spark``, ``mapInArrow``
 tags each row with its leaf (:func:`~sleeper_ops.spark.bulk_executor.read_and_tag`),
 ``repartition`` by leaf makes each leaf's rows meet in one task, and ``mapInArrow``
 sorts and writes one file per leaf (:func:`~sleeper_ops.spark.bulk_executor.write_leaves`);
-the driver collects what was written. The state store is touched only here, on the
+the driver collects what was written. Every attempt writes keys of its own
+(:mod:`sleeper_ops.spark.attempts`); the keys returned are those of the attempts whose
+results reached the driver. The state store is touched only here, on the
 driver (the job record, the one commit); this is the only bulk-import module that
 imports pyspark, and only inside functions.
 """
@@ -31,6 +36,7 @@ from sleeper_ops.bulk_import.job import BulkImportResult, ImportPlan, LeafOutput
 from sleeper_ops.bulk_import.sources import pack_files
 from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.io.storage import ObjectStore
+from sleeper_ops.spark.attempts import wait_for_attempts
 from sleeper_ops.spark.bulk_executor import LEAF_COLUMN, merge_runs_of, read_and_tag, sort_runs_of, write_leaves
 from sleeper_ops.spark.executor import table_to_dict
 from statestore.errors import SleeperError
@@ -81,21 +87,31 @@ def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536, 
         if shuffle == "runs":
             prefix = scratch_prefix(plan.table.table_id, plan.job_id, plan.attempt)
             context["run_prefix"] = prefix
+            group = f"sleeper-bulk-import-{plan.job_id}-{plan.attempt}"
+            sc.setJobGroup(group, f"sleeper bulk import into {plan.table.name}: {len(plan.files)} files")
+            jobs = 0
             try:
                 # plain RDD jobs: only paths and run names cross the JVM, so nothing needs
                 # Spark SQL's Arrow path (whose first use in a session costs seconds)
                 t0 = time.perf_counter()
                 runs = sc.parallelize(packs, len(packs)).mapPartitions(
                     functools.partial(sort_runs_of, context)).collect()
+                jobs = 1
                 t1 = time.perf_counter()
                 # each leaf's runs merged by one task, the biggest leaves first: no shuffle stage
                 by_leaf = _runs_by_leaf(runs)
                 merged = sc.parallelize(by_leaf, max(1, len(by_leaf))).mapPartitions(
                     functools.partial(merge_runs_of, context)).collect()
+                jobs = 2
                 logger.info("%s: read and sorted %d files into %d runs in %d tasks in %.1f s; merged them into "
                             "%d leaf files in %.1f s", plan.table.name, len(plan.files), len(runs), len(packs),
                             t1 - t0, len(merged), time.perf_counter() - t1)
             finally:
+                # the runs go once no attempt of either job still reads or writes them
+                try:
+                    wait_for_attempts(sc, group, jobs=jobs)
+                except Exception as e:  # a loser still reading its runs can only fail
+                    logger.warning("%s: cannot follow the Spark attempts of %s: %s", plan.table.name, group, e)
                 for o in list(objects.list(prefix)):
                     objects.delete(o.key)
             return [LeafOutput(leaf, key, int(records)) for leaf, key, records in merged]

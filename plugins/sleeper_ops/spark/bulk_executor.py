@@ -19,7 +19,13 @@ leaf's file. Only file names cross the JVM, and there is no shuffle stage.
 * :func:`write_leaves`, after Spark has repartitioned the rows by ``__leaf`` so each
   leaf's rows meet in one task, sorts each leaf's rows in Arrow and writes one file
   (plus its sketches) under the key the plan names for that leaf, then yields one row
-  per file: ``leaf``, ``key``, ``records``. A retried task rewrites the same keys.
+  per file: ``leaf``, ``key``, ``records``.
+
+Every object is written under a key of the task attempt's own
+(:func:`~sleeper_ops.spark.attempts.own_key`: the planned key tagged with the attempt
+id), so two attempts of a task (speculation, a retry after a lost executor) never
+write, or on failure delete, the same object; the driver uses the keys in the results
+that reached it.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from sleeper_ops.io.arrow_schema import arrow_schema, sort_keys
 from sleeper_ops.io.datafile import ParquetSettings, write_data_file
 from sleeper_ops.io.inputs import read_batches
 from sleeper_ops.io.storage import ObjectStore, S3Options
+from sleeper_ops.spark.attempts import own_key
 from sleeper_ops.spark.executor import table_from_dict
 from statestore.partitions import Partition, PartitionTree
 
@@ -91,7 +98,7 @@ def write_leaves(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) 
     for leaf, chunks in sorted(parts.items()):
         data = pa.Table.from_batches(chunks).cast(schema)
         data = data.take(pc.sort_indices(data, sort_keys=sort_keys(table.schema)))
-        key = context["output_keys"][leaves[leaf]]
+        key = own_key(context["output_keys"][leaves[leaf]])
         written = write_data_file(objects, key, table.schema, data, settings)
         yield pa.RecordBatch.from_pydict({"leaf": [leaves[leaf]], "key": [key], "records": [written.record_count]},
                                          schema=RESULT_SCHEMA)
@@ -100,7 +107,7 @@ def write_leaves(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) 
 def sort_runs(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Read this task's input files (column ``path``), gather up to :data:`RUN_ROWS`
     rows, then write one sorted run per leaf under ``context["run_prefix"]``; yield
-    ``(leaf, run, rows)`` per run. A retried task writes the same run names again."""
+    ``(leaf, run, rows)`` per run, each run named by this task attempt."""
     table, objects, tree, _, s3 = _context(context)
     schema = arrow_schema(table.schema)
     pending: list[pa.RecordBatch] = []
@@ -114,7 +121,7 @@ def sort_runs(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) -> 
         for leaf, idx in leaf_indices(data, tree):
             part = data if idx is None else data.take(pa.array(idx))
             part = part.take(pc.sort_indices(part, sort_keys=sort_keys(table.schema)))
-            run = f"{context['run_prefix']}/{task}-{flushes}-{leaf.id}{RUN_SUFFIX}"
+            run = own_key(f"{context['run_prefix']}/{task}-{flushes}-{leaf.id}{RUN_SUFFIX}")
             with objects.open_output(run) as f, pa.ipc.new_file(f, part.schema) as out:
                 out.write_table(part, max_chunksize=65_536)
             out_leaf.append(leaf.id)
@@ -125,7 +132,7 @@ def sort_runs(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) -> 
 
     for paths in batches:
         for path in paths.column("path").to_pylist():
-            task = task or hashlib.sha256(path.encode()).hexdigest()[:16]  # stable across retries of the task
+            task = task or hashlib.sha256(path.encode()).hexdigest()[:16]
             for b in read_batches(path, table.schema, s3, batch_rows=context.get("batch_rows", 65_536)):
                 pending.append(b)
                 rows += b.num_rows
@@ -146,7 +153,7 @@ def merge_runs(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) ->
     settings = ParquetSettings.of(table)
     for leaf, keys in sorted(runs.items()):
         paths, store, url = objects.datafusion_paths(sorted(keys))
-        key = context["output_keys"][leaf]
+        key = own_key(context["output_keys"][leaf])
         written = write_data_file(objects, key, table.schema,
                                   merge_sorted(paths, table.schema, object_store=store, store_url=url), settings)
         yield pa.RecordBatch.from_pydict({"leaf": [leaf], "key": [key], "records": [written.record_count]},

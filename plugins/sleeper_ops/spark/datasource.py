@@ -23,7 +23,9 @@ Guarantees:
   merged in key order, the table's iterators applied. Data files are read by pyarrow, so
   a table on S3 needs no Hadoop jars.
 * **One input partition per leaf** that overlaps the pushed key filters and has a
-  reference in it or in an ancestor when the scan is planned. Each reads the key range
+  reference in it or in an ancestor when the scan is planned -- or every leaf that
+  overlaps them when the table's write buffer holds records then, since buffered
+  records may fall in leaves with no file at all. Each reads the key range
   of its leaf (intersected with the filters), and those ranges are disjoint and cover the
   key space, so every record committed before planning is read exactly once, even if
   partitions split or compact meanwhile. Records committed during the scan may or may
@@ -58,6 +60,7 @@ from pyspark.sql.datasource import (
 from sleeper_ops.errors import ConfigError, QueryError
 from sleeper_ops.query.runner import exact_key_region
 from sleeper_ops.query.sql_keys import Interval, everything, intersect, union
+from statestore.errors import NotSupportedError
 from statestore.region import Range, Region
 
 if TYPE_CHECKING:
@@ -216,14 +219,19 @@ class SleeperReader(DataSourceReader):
             return [LeafPartition("", [])]
         with _open(self.home, self.raw) as s:
             info = s.state_store.get_table(self.table)
-            return TableMetadata(s.state_store, info.table_id).plan(self._plan) or [LeafPartition("", [])]
+            # read before the plan: a flush in between leaves its records in files the plan sees
+            buffered = _buffered(s.state_store, info.table_id)
+            return (TableMetadata(s.state_store, info.table_id).plan(lambda meta: self._plan(meta, buffered))
+                    or [LeafPartition("", [])])
 
-    def _plan(self, meta: Any) -> list[InputPartition]:
+    def _plan(self, meta: Any, buffered: bool) -> list[InputPartition]:
+        """The leaves to read: those overlapping the intervals with a reference in them or
+        an ancestor, or (``buffered``: the write buffer holds records) all of them."""
         by_leaf: dict[str, list[Region]] = {}
         for lo, hi in self.intervals:
             cut = Range(self.key_field, lo, hi)
             for p in meta.overlapping(Region((cut, *_unbounded(self.key_schema)[1:]))):
-                if not p.is_leaf or not _has_references(meta, p):
+                if not p.is_leaf or not (buffered or _has_references(meta, p)):
                     continue
                 region = _cut(p.region, cut)
                 if region is not None:
@@ -244,6 +252,14 @@ def _unbounded(schema: Schema) -> list[Range]:
     from statestore.schema import min_value
 
     return [Range(f.name, min_value(f.type), None) for f in schema.row_key_fields]  # type: ignore[arg-type]
+
+
+def _buffered(state_store: Any, table_id: str) -> bool:
+    """Whether the table's write buffer holds records (never, on a backend without one)."""
+    try:
+        return bool(state_store.buffer_stats(table_id).entries)
+    except NotSupportedError:
+        return False
 
 
 def _has_references(meta: Any, p: Any) -> bool:

@@ -14,7 +14,12 @@ committed, refused or failed. Each job is its own Spark job, submitted from a po
 driver threads as wide as the cluster, and is committed by this driver with
 :func:`~sleeper_ops.compaction.execute.record_commit` (the usual atomic replace of
 references) as soon as its task finishes, not after the whole batch; the state store
-is never touched from the executors. A job that fails in its task, or whose Spark
+is never touched from the executors. Spark may run a job's task more than once
+(speculation, a lost executor): each attempt writes a key of its own
+(:mod:`sleeper_ops.spark.attempts`), the output committed is the one of the attempt
+whose result reached the driver, and once every attempt has ended the others'
+outputs are deleted (what a process outliving its executor writes later is the
+orphan sweep's). A job that fails in its task, or whose Spark
 job fails, is recorded failed with the reason. This is the only module of the adapter that imports
 pyspark, and only inside :func:`main`.
 """
@@ -24,12 +29,15 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+import uuid
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from sleeper_ops.compaction.execute import JobOutput, JobResult, record_commit, start_attempt
-from sleeper_ops.io.datafile import WrittenFile
+from sleeper_ops.io.attempts import attempt_objects
+from sleeper_ops.io.datafile import WrittenFile, sketch_key
+from sleeper_ops.spark.attempts import wait_for_attempts
 from sleeper_ops.spark.batch_files import SparkBatchError, read_config_file, read_jobs_file, write_results_file
 from sleeper_ops.spark.executor import run_tasks, task_context
 from statestore.errors import SleeperError
@@ -107,32 +115,64 @@ def run_compaction_batch(spark_context: Any, state_store: StateStore, objects: O
     if items:
         fn = functools.partial(run_tasks, task_context(objects, table))
 
-        def run_one(item: dict[str, Any]) -> dict[str, Any]:
+        def run_one(item: dict[str, Any]) -> tuple[JobResult, Optional[str]]:
             job_id = item["job"]["job_id"]
-            spark_context.setJobDescription(f"sleeper compaction of {table.name}: job {job_id}")
-            got: list[dict[str, Any]] = spark_context.parallelize([item], numSlices=1).mapPartitions(fn).collect()
-            return got[0]
+            return _run_job(spark_context, state_store, objects, fn, item, records[job_id], by_id[job_id],
+                            f"sleeper compaction of {table.name}: job {job_id}")
 
         width = max(1, min(len(items), parallel or int(getattr(spark_context, "defaultParallelism", 1) or 1)))
         with ThreadPoolExecutor(width, thread_name_prefix="sleeper-spark-job") as pool:
-            futures: dict[Future[dict[str, Any]], str] = {pool.submit(run_one, it): it["job"]["job_id"]
-                                                          for it in items}
-            for f in as_completed(futures):
-                job_id = futures[f]
-                job, rec = by_id[job_id], records[job_id]
-                try:
-                    r = f.result()
-                except Exception as e:
-                    reason = f"Spark job failed: {type(e).__name__}: {str(e)[:ERROR_CHARS]}"
-                    outcome.error = outcome.error or reason
-                    logger.error("job %s: %s", job_id, reason)
-                    _fail_quietly(state_store, rec, reason)
-                    results[job_id] = JobResult(job, "failed", reason=reason)
-                    continue
-                results[job_id] = _commit_task_result(state_store, objects, rec, job, r)
-                _log_result(results[job_id])
+            for f in as_completed([pool.submit(run_one, it) for it in items]):
+                result, error = f.result()
+                results[result.job.job_id] = result
+                outcome.error = outcome.error or error
+                _log_result(result)
     outcome.results = [results[j.job_id] for j in jobs]
     return outcome
+
+
+def _run_job(spark_context: Any, state_store: StateStore, objects: ObjectStore, fn: Any, item: dict[str, Any],
+             rec: JobRecord, job: CompactionJob, description: str) -> tuple[JobResult, Optional[str]]:
+    """Run one job as its own Spark job (job group), commit the output of the attempt
+    whose result reached this driver, wait until every other attempt of the task has
+    ended, then delete what those wrote. Returns the result and, when the Spark job
+    itself failed, why. Never raises."""
+    group = f"sleeper-compaction-{job.job_id}-{uuid.uuid4().hex[:8]}"
+    spark_context.setJobGroup(group, description)
+    winner: Optional[str] = None
+    submitted = 0
+    try:
+        try:
+            got: list[dict[str, Any]] = spark_context.parallelize([item], numSlices=1).mapPartitions(fn).collect()
+        except Exception as e:
+            reason = f"Spark job failed: {type(e).__name__}: {str(e)[:ERROR_CHARS]}"
+            logger.error("job %s: %s", job.job_id, reason)
+            _fail_quietly(state_store, rec, reason)
+            return JobResult(job, "failed", reason=reason), reason
+        submitted = 1
+        winner = got[0].get("output")
+        return _commit_task_result(state_store, objects, rec, job, got[0]), None
+    finally:
+        try:
+            wait_for_attempts(spark_context, group, jobs=submitted)
+        except Exception as e:  # Spark's status is unavailable: the losers' keys are still their own
+            logger.warning("job %s: cannot follow its Spark attempts: %s", job.job_id, e)
+        _delete_losers(objects, item["output_key"], winner)
+
+
+def _delete_losers(objects: ObjectStore, named: str, winner: Optional[str]) -> None:
+    """Delete what the attempts of a job's task other than the winner's wrote for the
+    ``named`` key (never committed: the driver commits the winner's key only). Never raises."""
+    keep = {winner, sketch_key(winner)} if winner is not None else set()
+    try:
+        losers = [k for k in attempt_objects(objects, [named]) if k not in keep]
+        for k in losers:
+            objects.delete(k)
+    except Exception as e:  # what is left is the orphan sweep's
+        logger.warning("could not delete the outputs of the losing attempts of %s: %s", named, e)
+        return
+    if losers:
+        logger.info("deleted %d objects written by losing attempts for %s", len(losers), named)
 
 
 def _fail_quietly(state_store: StateStore, rec: JobRecord, reason: str) -> None:

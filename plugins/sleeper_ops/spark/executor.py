@@ -4,11 +4,16 @@ The driver (:mod:`sleeper_ops.spark.driver`) ships :func:`run_tasks`, bound to a
 :func:`task_context`, to the executors; each task rebuilds the object store and the
 table from that plain data and calls :func:`~sleeper_ops.compaction.execute.execute_job`.
 
-Guarantees: executors never touch the state store (the driver commits); S3 is reached
+Guarantees: executors never touch the state store (the driver commits); each task
+attempt writes its job's output under a key of its own
+(:func:`~sleeper_ops.spark.attempts.own_key`: the key the job's record names, tagged
+with the attempt's id), so a speculative or retried attempt never overwrites, nor on
+failure deletes, another attempt's output; S3 is reached
 through pyarrow and DataFusion with the endpoint and credentials of the configuration,
 so Spark needs no Hadoop S3 jars; a job's failure comes back as a plain result with
-the error, never as a failed task. This module does not import pyspark: it is pickled
-by reference and imported on the executors' Python.
+the error, never as a failed task. This module does not import pyspark (only
+:mod:`~sleeper_ops.spark.attempts` does, inside a task, for its attempt id): it is
+pickled by reference and imported on the executors' Python.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from sleeper_ops.compaction.execute import execute_job
 from sleeper_ops.compaction.jobs import CompactionJob
 from sleeper_ops.io.storage import ObjectStore, S3Options
+from sleeper_ops.spark.attempts import own_key
 from statestore.catalog import TableInfo
 from statestore.region import Region
 from statestore.schema import Schema
@@ -53,7 +59,8 @@ def run_tasks(context: Mapping[str, Any], items: Iterable[Mapping[str, Any]]) ->
     Args:
         context: from :func:`task_context`.
         items: ``{"job": CompactionJob.to_dict(), "region": Region.to_dict() | None,
-            "output_key": the key the job's record names}``.
+            "output_key": the key the job's record names}``; this attempt writes that
+            key tagged with its attempt id.
 
     Yields:
         ``job_id``, ``worker`` (host:pid), ``seconds`` and ``error`` (None on success);
@@ -67,9 +74,11 @@ def run_tasks(context: Mapping[str, Any], items: Iterable[Mapping[str, Any]]) ->
     for item in items:
         job = CompactionJob.from_dict(item["job"])
         region = Region.from_dict(item["region"]) if item.get("region") is not None else None
+        named = item.get("output_key")
         started = time.perf_counter()
         try:
-            out = execute_job(job, table, objects, region=region, output_key=item.get("output_key"))
+            out = execute_job(job, table, objects, region=region,
+                              output_key=own_key(named) if named is not None else None)
         except Exception as e:
             traceback.print_exc()
             yield {"job_id": job.job_id, "error": f"{type(e).__name__}: {e}", "worker": worker,
