@@ -28,7 +28,9 @@ import uuid
 from typing import Any, Collection, Optional, Sequence
 
 from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_message
+from statestore.client_writes import ClientWrite
 from statestore.dynamodb.base import DynamoBase
+from statestore.dynamodb.client_writes import key_put
 from statestore.dynamodb.connection import b, cancellation_codes, get_n, get_s, n, s
 from statestore.errors import BufferFullError, TableNotFoundError
 
@@ -58,15 +60,21 @@ class WriteBufferMixin(DynamoBase):
                                 {"table_id": s(table_id), "sk": s(HEAD)})
         return (0, 0) if item is None else (get_n(item, "held") or 0, get_n(item, "flushes") or 0)
 
-    def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None) -> int:
+    def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None,
+                      client_write: Optional[ClientWrite] = None) -> int:
         d = self._dynamo
+        if client_write is not None:  # a repeat takes no number and stores nothing
+            earlier = self.client_write(table_id, client_write.request_id)
+            if earlier is not None:
+                return earlier.answer_for(table_id, client_write).seq
         if max_rows is not None and rows > max_rows:
             raise BufferFullError(full_message(table_id, self._head(table_id)[0], rows, max_rows))
         out = d.call(f"number a write to table {table_id}", d.client.update_item, TableName=d.table("items"),
                      Key={"table_id": s(table_id), "sk": s(COUNTER)}, UpdateExpression="ADD v :one",
                      ExpressionAttributeValues={":one": n(1)}, ReturnValues="UPDATED_NEW")
         seq = int(out["Attributes"]["v"]["N"])
-        item = {**entry_key(table_id, seq), "rows": n(rows), "written_ms": n(int(time.time() * 1000))}
+        written_ms = int(time.time() * 1000)
+        item = {**entry_key(table_id, seq), "rows": n(rows), "written_ms": n(written_ms)}
         blob = None
         if len(data) > INLINE_LIMIT:
             blob = f"{table_id}/buffer/{seq}-{uuid.uuid4().hex}.arrow"
@@ -84,16 +92,24 @@ class WriteBufferMixin(DynamoBase):
                  {"Update": head},
                  {"ConditionCheck": {"TableName": d.table("catalog"), "Key": {"pk": s(f"id#{table_id}")},
                                      "ConditionExpression": "attribute_exists(pk)"}}]
+        if client_write is not None:  # the key, in the same transaction (statestore.dynamodb.client_writes)
+            items.append(key_put(d.table("items"), table_id, client_write, seq, written_ms))
         try:
             d.call(f"write {rows} records to the buffer of table {table_id}", d.client.transact_write_items,
                    TransactItems=items)
         except Exception as e:
             codes = cancellation_codes(e)
+            if client_write is not None and codes[3:4] == ["ConditionalCheckFailed"]:
+                earlier = self.client_write(table_id, client_write.request_id)
+                if earlier is not None:  # the first write of the key, or this one's own retried attempt
+                    if blob is not None and earlier.seq != seq:
+                        self._blobs.delete([blob])
+                    return earlier.answer_for(table_id, client_write).seq
             if blob is not None:
                 self._blobs.delete([blob])
-            if len(codes) == 3 and codes[2] not in ("None", ""):
+            if len(codes) >= 3 and codes[2] not in ("None", ""):
                 raise TableNotFoundError(f"no table with id {table_id}") from None
-            if len(codes) == 3 and codes[1] not in ("None", "") and max_rows is not None:
+            if len(codes) >= 3 and codes[1] not in ("None", "") and max_rows is not None:
                 raise BufferFullError(full_message(table_id, self._head(table_id)[0], rows, max_rows)) from None
             raise
         return seq

@@ -24,7 +24,9 @@ files of an attempt (:func:`scratch_root`: bulk import's sorted runs, left behin
 killed driver) are swept by the same rules, once no job in flight names that attempt.
 
 A run that deletes also forgets commit ids older than
-:data:`~statestore.store.COMMIT_ID_RETENTION_MS`.
+:data:`~statestore.store.COMMIT_ID_RETENTION_MS`, and the idempotency keys of client
+writes older than ``sleeper.table.write.idempotency.hours``
+(:mod:`statestore.client_writes`).
 
 Offline tables are skipped. ``dry_run=True`` lists what would be deleted and changes
 nothing.
@@ -40,6 +42,7 @@ from typing import Callable, Optional
 from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
+from statestore.client_writes import IDEMPOTENCY_HOURS
 from statestore.errors import SleeperError, TransactionError
 from statestore.store import COMMIT_ID_RETENTION_MS, StateStore
 from statestore.transactions import DeleteFiles
@@ -140,6 +143,7 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
             if progress is not None:
                 progress(len(batch))
         state_store.prune_commit_ids(table.table_id, now - COMMIT_ID_RETENTION_MS)
+        state_store.prune_client_writes(table.table_id, now - table.get_int(IDEMPOTENCY_HOURS) * 3_600_000)
     if orphans:
         report.orphans_deleted = sweep_orphans(state_store, objects, table, dry_run=dry_run, now_ms=now,
                                                progress=progress, threads=threads)
