@@ -212,7 +212,20 @@ class InMemoryStateStore(StateStore):
             current = self._jobs.get((record.table_id, record.job_id))
             if current is not None and not saves_over(current, record):
                 return
+            if current is not None and current.heartbeat_ms is not None:
+                record = record.beating(current.heartbeat_ms)
             self._jobs[(record.table_id, record.job_id)] = record
+
+    def heartbeat_jobs(self, table_id: str, job_ids: Sequence[str], at_ms: int) -> int:
+        with self._lock:
+            self._state(table_id)
+            beaten = 0
+            for job_id in dict.fromkeys(job_ids):
+                current = self._jobs.get((table_id, job_id))
+                if current is not None:
+                    self._jobs[(table_id, job_id)] = current.beating(at_ms)
+                    beaten += 1
+            return beaten
 
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
         with self._lock:

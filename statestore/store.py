@@ -167,6 +167,14 @@ class StateStore(abc.ABC):
         other outputs (one it superseded) are ignored (:func:`statestore.jobs.saves_over`)."""
 
     @abc.abstractmethod
+    def heartbeat_jobs(self, table_id: str, job_ids: Sequence[str], at_ms: int) -> int:
+        """Record that the jobs are alive at ``at_ms``: each stored record's
+        ``heartbeat_ms`` becomes at least ``at_ms`` (never earlier), nothing else of it
+        changes, and a job with no record is skipped. Returns how many records were
+        refreshed. :meth:`in_flight_outputs` counts a heartbeat as an update, so a
+        running job that beats keeps its outputs from the orphan sweep."""
+
+    @abc.abstractmethod
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
         """The record of one job, or None."""
 

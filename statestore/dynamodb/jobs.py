@@ -11,7 +11,7 @@ in the same TransactWriteItems as the log item (:mod:`statestore.dynamodb.commit
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.connection import get_n, get_s, is_condition_failed, n, s
@@ -24,7 +24,11 @@ def job_key(table_id: str, job_id: str) -> dict[str, Any]:
 
 
 def job_from_item(item: dict[str, Any]) -> JobRecord:
-    return JobRecord.from_dict(json.loads(get_s(item, "record") or "{}"))
+    """The record of a job item, with the heartbeat that :meth:`JobsMixin.heartbeat_jobs`
+    keeps beside the JSON (an attribute of its own, so a beat rewrites no record)."""
+    record = JobRecord.from_dict(json.loads(get_s(item, "record") or "{}"))
+    beat = get_n(item, "heartbeat_ms")
+    return record if beat is None else record.beating(beat)
 
 
 def job_put(table: str, record: JobRecord, read_rev: Optional[int]) -> dict[str, Any]:
@@ -58,7 +62,8 @@ class JobsMixin(DynamoBase):
             stored, rev = self._read_job(record.table_id, record.job_id)
             if stored is not None and not saves_over(stored, record):
                 return
-            put = job_put(d.table("items"), record, rev)
+            saved = record if stored is None or stored.heartbeat_ms is None else record.beating(stored.heartbeat_ms)
+            put = job_put(d.table("items"), saved, rev)
             try:
                 d.call(f"save job {record.job_id}", d.client.put_item, **put)
                 return
@@ -67,6 +72,26 @@ class JobsMixin(DynamoBase):
                     raise
                 self._backoff.pause(attempt)
         raise CommitConflictError(f"job {record.job_id} of table {record.table_id}: saves kept racing")
+
+    def heartbeat_jobs(self, table_id: str, job_ids: Sequence[str], at_ms: int) -> int:
+        """See :meth:`StateStore.heartbeat_jobs`: one conditional UpdateItem per job of
+        the ``heartbeat_ms`` attribute beside the record (a job item only; never back)."""
+        self._require_table_id(table_id)
+        d = self._dynamo
+        beaten = 0
+        for job_id in dict.fromkeys(job_ids):
+            try:
+                d.call(f"refresh job {job_id} of table {table_id}", d.client.update_item, TableName=d.table("items"),
+                       Key=job_key(table_id, job_id), UpdateExpression="SET heartbeat_ms = :t",
+                       ConditionExpression="attribute_exists(sk) AND (attribute_not_exists(heartbeat_ms) "
+                                           "OR heartbeat_ms < :t)",
+                       ExpressionAttributeValues={":t": n(at_ms)})
+                beaten += 1
+            except Exception as e:
+                if not is_condition_failed(e):
+                    raise
+                beaten += self._read_job(table_id, job_id)[0] is not None  # beaten later already, or no record
+        return beaten
 
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
         return self._read_job(table_id, job_id)[0]
