@@ -30,8 +30,8 @@ maps as objects (the CLI's ``jsonl``).
 with the server's memory bounded by a few batches whatever the table's size.
 
 Files to ingest (``POST /tables/{t}/ingest-requests``) must lie under the allowed
-ingest prefixes (:mod:`sleeper_ops.web.rest_paths`): by default the object store and
-``SLEEPER_HOME/ingest``.
+ingest prefixes (:mod:`sleeper_ops.web.rest_paths`): by default the object store's
+``ingest`` folder and ``SLEEPER_HOME/ingest``; never a table's own data files.
 
 ``POST`` routes take an ``Idempotency-Key`` header (:mod:`statestore.client_writes`):
 a request sent again with the same key and body (after a timeout, or a 503 whose
@@ -99,7 +99,7 @@ _DESCRIPTION = (
     "Key values in URLs are JSON (`key=42`, `key=\"abc\"`, a JSON array for several row key fields, bytes as "
     "base64 strings); records are JSON objects with bytes as base64 strings and maps as objects. "
     "Record reads are streamed, at most `limit` records. Files to ingest must lie under the allowed ingest "
-    "prefixes (by default the object store and SLEEPER_HOME/ingest). "
+    "prefixes (by default the object store's ingest folder and SLEEPER_HOME/ingest), never a table's data files. "
     "Errors are `{\"detail\": message}`: 404 unknown table, 422 input that does not fit (nothing is written), "
     "400 other bad input.")
 _KEY_HELP = ("an idempotency key (1-255 printable ASCII characters): a request sent again with the same key and "
@@ -262,15 +262,23 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
             raise TableNotFoundError(f"table {name!r} not found: a table name holds no NUL character")
         return sleeper_provider().table(name)
 
+    def store_root(sleeper: Sleeper) -> str:
+        store = sleeper.objects
+        return store.uri if not store.is_local else store.root
+
     def allowed_prefixes(sleeper: Sleeper) -> Sequence[str]:
         if ingest_prefixes is not None:
             return ingest_prefixes
         if sleeper.config is not None:
             return sleeper.config.ingest_prefixes()
-        from sleeper_ops.config import default_home
+        from sleeper_ops.config import default_home, default_store_ingest_prefix
 
-        store = sleeper.objects
-        return (store.uri if not store.is_local else store.root, os.path.abspath(default_home() / "ingest"))
+        return (default_store_ingest_prefix(store_root(sleeper)), os.path.abspath(default_home() / "ingest"))
+
+    def table_areas(sleeper: Sleeper) -> list[str]:
+        """Every table's own area of the object store (never ingested through REST)."""
+        root = store_root(sleeper).rstrip("/")
+        return [f"{root}/{info.table_id}" for info in sleeper.tables()]
 
     @app.get("/tables", response_model=list[TableOut], tags=["tables"])
     def list_tables(request: Request) -> list[TableOut]:
@@ -322,7 +330,7 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
         from sleeper_ops.ingest.batcher import submit_ingest_requests
 
         sleeper = table(t).sleeper  # 404 before anything else
-        files = check_ingest_paths(body.files, allowed_prefixes(sleeper))
+        files = check_ingest_paths(body.files, allowed_prefixes(sleeper), table_areas(sleeper))
         reqs = submit_ingest_requests(sleeper, t, files, request_id=idempotency_key)
         return IngestRequestsOut(requests=[IngestRequestOut(**r.to_dict()) for r in reqs])
 
