@@ -47,6 +47,8 @@ class JobRecord:
         output: the file the job wrote, if any.
         outputs: the objects this attempt of the job writes (or may write), named
             before it writes them; each attempt names fresh ones.
+        heartbeat_ms: when the running job last showed it is alive
+            (:meth:`~statestore.store.StateStore.heartbeat_jobs`); never goes back.
     """
 
     table_id: str
@@ -66,6 +68,7 @@ class JobRecord:
     attempts: int = 0
     output: Optional[str] = None
     outputs: tuple[str, ...] = ()
+    heartbeat_ms: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.outputs, tuple):
@@ -120,7 +123,13 @@ class JobRecord:
 
     @property
     def last_update_ms(self) -> int:
-        return max(t for t in (self.created_ms, self.started_ms, self.finished_ms, self.committed_ms) if t is not None)
+        """When the job last made progress or showed it is alive (its heartbeat)."""
+        return max(t for t in (self.created_ms, self.started_ms, self.finished_ms, self.committed_ms,
+                               self.heartbeat_ms) if t is not None)
+
+    def beating(self, at_ms: int) -> JobRecord:
+        """This record with a heartbeat at ``at_ms`` (an earlier heartbeat kept)."""
+        return replace(self, heartbeat_ms=max(at_ms, self.heartbeat_ms or 0))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

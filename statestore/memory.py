@@ -11,6 +11,7 @@ from typing import Any, Collection, Mapping, Optional, Sequence
 from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_message
 from statestore.catalog import TableInfo
 from statestore.changes import TableChanges, is_token_of
+from statestore.client_writes import ClientWrite, ClientWriteRecord
 from statestore.errors import BookkeepingError, BufferFullError, TableExistsError, TableNotFoundError
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
 from statestore.jobs import JobRecord, check_job_bookkeeping, now_ms, saves_over
@@ -43,6 +44,7 @@ class InMemoryStateStore(StateStore):
         self._buffers: dict[str, dict[int, BufferEntry]] = {}  # table id -> seq -> entry
         self._next_seq = 0  # one sequence for every table, as in PostgreSQL
         self._flushes: dict[str, int] = {}  # table id -> flushes committed
+        self._client_writes: dict[str, dict[str, ClientWriteRecord]] = {}  # table id -> key -> record
 
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
                      properties: Optional[Mapping[str, str]] = None) -> TableInfo:
@@ -104,6 +106,7 @@ class InMemoryStateStore(StateStore):
             self._changes.pop(info.table_id, None)
             self._buffers.pop(info.table_id, None)
             self._flushes.pop(info.table_id, None)
+            self._client_writes.pop(info.table_id, None)
             return info
 
     def _state(self, table_id: str) -> TableState:
@@ -209,7 +212,20 @@ class InMemoryStateStore(StateStore):
             current = self._jobs.get((record.table_id, record.job_id))
             if current is not None and not saves_over(current, record):
                 return
+            if current is not None and current.heartbeat_ms is not None:
+                record = record.beating(current.heartbeat_ms)
             self._jobs[(record.table_id, record.job_id)] = record
+
+    def heartbeat_jobs(self, table_id: str, job_ids: Sequence[str], at_ms: int) -> int:
+        with self._lock:
+            self._state(table_id)
+            beaten = 0
+            for job_id in dict.fromkeys(job_ids):
+                current = self._jobs.get((table_id, job_id))
+                if current is not None:
+                    self._jobs[(table_id, job_id)] = current.beating(at_ms)
+                    beaten += 1
+            return beaten
 
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
         with self._lock:
@@ -249,15 +265,47 @@ class InMemoryStateStore(StateStore):
         self._state(table_id)
         return self._ingest_requests.setdefault(table_id, {})
 
-    def add_ingest_requests(self, table_id: str, requests: Sequence[IngestRequest]) -> None:
+    def add_ingest_requests(self, table_id: str, requests: Sequence[IngestRequest], *,
+                            client_write: Optional[ClientWrite] = None) -> Optional[ClientWriteRecord]:
         new = check_new_requests(table_id, requests)
         with self._lock:
             queue = self._requests(table_id)
+            earlier = self._earlier_write(table_id, client_write)
+            if earlier is not None:
+                return earlier
             for r in new:
                 if r.request_id in queue:
                     raise IngestRequestError(f"ingest request {r.request_id} is already queued")
             for r in new:
                 queue[r.request_id] = r
+            self._remember(table_id, client_write, 0)
+            return None
+
+    def _earlier_write(self, table_id: str, write: Optional[ClientWrite]) -> Optional[ClientWriteRecord]:
+        """The table's record of ``write``'s key (checked against its digest), or None."""
+        if write is None:
+            return None
+        earlier = self._client_writes.get(table_id, {}).get(write.request_id)
+        return None if earlier is None else earlier.answer_for(table_id, write)
+
+    def _remember(self, table_id: str, write: Optional[ClientWrite], seq: int) -> None:
+        if write is not None:
+            self._client_writes.setdefault(table_id, {})[write.request_id] = ClientWriteRecord(
+                write.request_id, write.digest, seq, write.answer, now_ms())
+
+    def client_write(self, table_id: str, request_id: str) -> Optional[ClientWriteRecord]:
+        with self._lock:
+            self._state(table_id)
+            return self._client_writes.get(table_id, {}).get(request_id)
+
+    def prune_client_writes(self, table_id: str, before_ms: int) -> int:
+        with self._lock:
+            self._state(table_id)
+            kept = self._client_writes.get(table_id, {})
+            old = [k for k, r in kept.items() if r.written_ms < before_ms]
+            for k in old:
+                del kept[k]
+            return len(old)
 
     def pending_ingest_requests(self, table_id: str, limit: Optional[int] = None) -> list[IngestRequest]:
         return self.list_ingest_requests(table_id, status="pending", limit=limit)
@@ -291,15 +339,20 @@ class InMemoryStateStore(StateStore):
         return out if limit is None else out[:max(0, limit)]
 
     # ----- write buffer -----------------------------------------------------------------
-    def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None) -> int:
+    def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None,
+                      client_write: Optional[ClientWrite] = None) -> int:
         with self._lock:
             self._state(table_id)
+            earlier = self._earlier_write(table_id, client_write)
+            if earlier is not None:
+                return earlier.seq
             buffered = self._buffers.setdefault(table_id, {})
             held = sum(e.rows for e in buffered.values())
             if max_rows is not None and held + rows > max_rows:
                 raise BufferFullError(full_message(table_id, held, rows, max_rows))
             self._next_seq += 1
             buffered[self._next_seq] = BufferEntry(self._next_seq, rows, now_ms(), bytes(data))
+            self._remember(table_id, client_write, self._next_seq)
             return self._next_seq
 
     def read_buffer(self, table_id: str, *, up_to_seq: Optional[int] = None, max_rows: Optional[int] = None,

@@ -58,6 +58,16 @@ def _at_least(floor: int, why: str) -> Callable[[str], None]:
     return check
 
 
+def _between(low: int, high: int, why: str) -> Callable[[str], None]:
+    """An integer from ``low`` to ``high``; ``why`` says what a value outside would break."""
+    def check(v: str) -> None:
+        if not _digits(v):
+            raise ValueError("expected a non-negative integer")
+        if not low <= int(v) <= high:
+            raise ValueError(f"must be from {low} to {high}: {why}")
+    return check
+
+
 def _non_empty(v: str) -> None:
     if not v.strip():
         raise ValueError("expected a non-empty value")
@@ -172,6 +182,11 @@ _DEFS = [
                 "round reads into memory.", _positive_int),
     PropertyDef("sleeper.table.write.buffer.flush.age.seconds", "60",
                 "Flush the write buffer once its oldest record has waited this long.", _positive_int),
+    PropertyDef("sleeper.table.write.idempotency.hours", "24",
+                "A write or ingest request sent again with the same idempotency key within this long returns "
+                "the first answer and stores nothing (garbage collection forgets older keys).",
+                _between(1, 720, "a client resending after a timeout must still find its first write, and the "
+                                 "state store keeps every key for this long")),
 ]
 _DEFAULT_SCHEDULES = {"split": "*/10 * * * *", "compaction": "*/5 * * * *", "gc": "*/15 * * * *",
                       "ingest_batcher": "* * * * *", "flush": "* * * * *", "bulk_import": "@daily"}

@@ -32,6 +32,7 @@ from typing import Any, Collection, Mapping, Optional, Sequence
 from statestore.buffer import BufferSnapshot, BufferStats
 from statestore.catalog import TableInfo
 from statestore.changes import TableChanges
+from statestore.client_writes import ClientWrite, ClientWriteRecord
 from statestore.errors import NotSupportedError
 from statestore.files import FileReference, FileStatus
 from statestore.ingest_requests import IngestRequest
@@ -166,6 +167,14 @@ class StateStore(abc.ABC):
         other outputs (one it superseded) are ignored (:func:`statestore.jobs.saves_over`)."""
 
     @abc.abstractmethod
+    def heartbeat_jobs(self, table_id: str, job_ids: Sequence[str], at_ms: int) -> int:
+        """Record that the jobs are alive at ``at_ms``: each stored record's
+        ``heartbeat_ms`` becomes at least ``at_ms`` (never earlier), nothing else of it
+        changes, and a job with no record is skipped. Returns how many records were
+        refreshed. :meth:`in_flight_outputs` counts a heartbeat as an update, so a
+        running job that beats keeps its outputs from the orphan sweep."""
+
+    @abc.abstractmethod
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
         """The record of one job, or None."""
 
@@ -189,10 +198,17 @@ class StateStore(abc.ABC):
 
     # ----- ingest requests (statestore.ingest_requests) --------------------------------
     @abc.abstractmethod
-    def add_ingest_requests(self, table_id: str, requests: Sequence[IngestRequest]) -> None:
+    def add_ingest_requests(self, table_id: str, requests: Sequence[IngestRequest], *,
+                            client_write: Optional[ClientWrite] = None) -> Optional[ClientWriteRecord]:
         """Queue new pending requests. Atomic: all are added or none. Raises
         TableNotFoundError, or IngestRequestError for a request of another table, not
-        new, or whose id is given twice or already queued."""
+        new, or whose id is given twice or already queued.
+
+        With ``client_write`` (:mod:`statestore.client_writes`) its key is recorded in
+        the same atomic step. Returns None when the requests were queued now; the
+        record of the first write when the table already held the key with the same
+        digest (nothing queued now); raises
+        :class:`~statestore.client_writes.IdempotencyKeyReusedError` for another digest."""
 
     @abc.abstractmethod
     def pending_ingest_requests(self, table_id: str, limit: Optional[int] = None) -> list[IngestRequest]:
@@ -224,13 +240,19 @@ class StateStore(abc.ABC):
     #: the most entries one commit may remove (``buffer_seqs``); None: no limit
     buffer_max_flush_entries: Optional[int] = None
 
-    def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None) -> int:
+    def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None,
+                      client_write: Optional[ClientWrite] = None) -> int:
         """Store one write (``rows`` records as Arrow IPC stream bytes) in the table's
         buffer; returns its sequence number once it is durable. Atomic: the entry is
         stored whole or not at all. Refused with
         :class:`~statestore.errors.BufferFullError` (nothing stored) when the buffer
         would then hold more than ``max_rows`` records; concurrent writes may together
-        pass the limit by at most their own sizes. Raises TableNotFoundError."""
+        pass the limit by at most their own sizes. Raises TableNotFoundError.
+
+        With ``client_write`` (:mod:`statestore.client_writes`) its key is recorded in
+        the same atomic step as the entry; when the table already holds the key, nothing
+        is stored and the first write's sequence number is returned (same digest) or
+        :class:`~statestore.client_writes.IdempotencyKeyReusedError` raised."""
         raise NotSupportedError(f"the {type(self).__name__} backend has no write buffer (table {table_id}): "
                                 "use ingest, or the PostgreSQL or in-memory state store")
 
@@ -248,6 +270,15 @@ class StateStore(abc.ABC):
         """Entries, records and the oldest write time of the table's buffer, and its
         flush count, in one cheap read. Raises TableNotFoundError."""
         raise NotSupportedError(f"the {type(self).__name__} backend has no write buffer (table {table_id})")
+
+    # ----- idempotency keys of client writes (statestore.client_writes) ---------------------
+    def client_write(self, table_id: str, request_id: str) -> Optional[ClientWriteRecord]:
+        """The remembered write of key ``request_id`` to the table, or None."""
+        return None
+
+    def prune_client_writes(self, table_id: str, before_ms: int) -> int:
+        """Forget the keys of client writes stored before ``before_ms``; returns how many."""
+        return 0
 
     def close(self) -> None:  # noqa: B027 - a store holding no connections has nothing to release
         """Release connections. The store is unusable afterwards."""

@@ -288,23 +288,36 @@ class Table:
         return self.sleeper.state_store.list_jobs(self.info.table_id, kind=kind, limit=limit)
 
     # ----- write buffer ---------------------------------------------------------------
-    def write(self, records: Any) -> Any:
+    def write(self, records: Any, *, request_id: Optional[str] = None) -> Any:
         """Store ``records`` (a list of dicts, an Arrow table or record batch) in the
         table's write buffer; returns a :class:`~sleeper_ops.ingest.buffer.WriteResult`
         whose ``seq`` is the write's sequence number, once the records are durable.
         Records that do not fit the schema raise IngestError and nothing is stored; a
-        full buffer raises :class:`~statestore.errors.BufferFullError`. See
+        full buffer raises :class:`~statestore.errors.BufferFullError`. ``request_id``
+        is an idempotency key: sent again with the same records (e.g. after a timeout),
+        the write stores nothing and returns the first write's ``seq``. See
         :mod:`sleeper_ops.ingest.buffer`."""
         from sleeper_ops.ingest.buffer import write_records
 
-        return write_records(self.sleeper.state_store, self._fresh(), records)
+        return write_records(self.sleeper.state_store, self._fresh(), records, request_id=request_id)
 
-    def write_files(self, paths: Sequence[str]) -> Any:
+    def write_files(self, paths: Sequence[str], *, request_id: Optional[str] = None) -> Any:
         """Store every record of the files (JSON Lines, CSV, Parquet) as one write, all
         or nothing; see :meth:`write`."""
         from sleeper_ops.ingest.buffer import read_files, write_records
 
-        return write_records(self.sleeper.state_store, self._fresh(), read_files(paths, self.schema, self.sleeper.s3))
+        return write_records(self.sleeper.state_store, self._fresh(), read_files(paths, self.schema, self.sleeper.s3),
+                             request_id=request_id)
+
+    def ingest_request(self, files: Sequence[str], *, request_id: Optional[str] = None) -> list[Any]:
+        """Queue ``files`` (local paths or ``s3://`` URIs) for the table's ingest
+        batcher, all or nothing; returns the queued
+        :class:`~statestore.ingest_requests.IngestRequest` s. ``request_id`` is an
+        idempotency key: sent again with the same files, nothing more is queued and the
+        first call's requests are returned."""
+        from sleeper_ops.ingest.batcher import submit_ingest_requests
+
+        return submit_ingest_requests(self.sleeper, self.name, list(files), request_id=request_id)
 
     def flush(self, *, run_id: Optional[str] = None) -> Any:
         """Write the buffered records as sorted files, one per leaf, removing them from

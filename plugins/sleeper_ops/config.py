@@ -10,7 +10,8 @@ Scaling out is a change here, not in code.
 An optional ``[ingest]`` section sets ``allowed_prefixes``: the only places the REST
 API may be asked to ingest files from (a list of local directories, absolute or
 relative to ``SLEEPER_HOME``, and ``s3://bucket/prefix`` URIs). Without it they are
-the object store and ``SLEEPER_HOME/ingest``; see :mod:`sleeper_ops.web.rest_paths`.
+the object store's ``ingest`` folder and ``SLEEPER_HOME/ingest``, never the tables'
+own data; see :mod:`sleeper_ops.web.rest_paths`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ DEFAULT_HOME = ".sleeper"
 #: how long the embedded PostgreSQL stays up with no client, by default
 DEFAULT_IDLE_MINUTES = 30.0
 IDLE_MINUTES_ENV = "SLEEPER_PG_IDLE_MINUTES"
+
+
+def default_store_ingest_prefix(object_store: str) -> str:
+    """The object store's folder for files to ingest (the default allowed REST ingest
+    prefix there): ``<object store>/ingest``. Table data is under ``<store>/<table id>/``."""
+    return f"{object_store.rstrip('/')}/ingest"
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "object_store": {"uri": "data"},
@@ -99,10 +106,11 @@ class SleeperConfig:
 
     def ingest_prefixes(self) -> tuple[str, ...]:
         """Where the REST API may be asked to ingest files from: ``ingest.allowed_prefixes``,
-        by default the object store and ``SLEEPER_HOME/ingest``."""
+        by default the object store's ``ingest`` folder and ``SLEEPER_HOME/ingest`` (not
+        the whole object store: it holds every table's data files)."""
         if self.ingest_allowed_prefixes is not None:
             return self.ingest_allowed_prefixes
-        return (self.object_store_uri, str(self.home / "ingest"))
+        return (default_store_ingest_prefix(self.object_store_uri), str(self.home / "ingest"))
 
     def state_store_options(self) -> dict[str, Any]:
         """Keyword arguments of :func:`statestore.backends.open_state_store` for this

@@ -33,9 +33,11 @@ import uuid
 from typing import Any, Collection, Optional, Sequence
 
 from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_message
+from statestore.client_writes import ClientWrite
 from statestore.dynamodb.base import DynamoBase
+from statestore.dynamodb.client_writes import key_put
 from statestore.dynamodb.connection import b, cancellation_codes, get_n, get_s, n, s
-from statestore.dynamodb.writes import cleanup_on_refusal, outcome_unknown
+from statestore.dynamodb.writes import cleanup_on_refusal, delete_quietly, outcome_unknown
 from statestore.errors import BufferFullError, TableNotFoundError
 
 #: entries whose bytes are larger than this go to the blob store, behind a pointer
@@ -64,8 +66,13 @@ class WriteBufferMixin(DynamoBase):
                                 {"table_id": s(table_id), "sk": s(HEAD)})
         return (0, 0) if item is None else (get_n(item, "held") or 0, get_n(item, "flushes") or 0)
 
-    def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None) -> int:
+    def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None,
+                      client_write: Optional[ClientWrite] = None) -> int:
         d = self._dynamo
+        if client_write is not None:  # a repeat takes no number and stores nothing
+            earlier = self.client_write(table_id, client_write.request_id)
+            if earlier is not None:
+                return earlier.answer_for(table_id, client_write).seq
         if max_rows is not None and rows > max_rows:
             raise BufferFullError(full_message(table_id, self._head(table_id)[0], rows, max_rows))
         out = d.call(f"number a write to table {table_id}", d.client.update_item, TableName=d.table("items"),
@@ -73,8 +80,8 @@ class WriteBufferMixin(DynamoBase):
                      ExpressionAttributeValues={":one": n(1)}, ReturnValues="UPDATED_NEW")
         seq = int(out["Attributes"]["v"]["N"])
         write_id = uuid.uuid4().hex
-        item = {**entry_key(table_id, seq), "rows": n(rows), "written_ms": n(int(time.time() * 1000)),
-                "write_id": s(write_id)}
+        written_ms = int(time.time() * 1000)
+        item = {**entry_key(table_id, seq), "rows": n(rows), "written_ms": n(written_ms), "write_id": s(write_id)}
         blob = None
         if len(data) > INLINE_LIMIT:
             blob = f"{table_id}/buffer/{seq}-{write_id}.arrow"
@@ -92,6 +99,8 @@ class WriteBufferMixin(DynamoBase):
                  {"Update": head},
                  {"ConditionCheck": {"TableName": d.table("catalog"), "Key": {"pk": s(f"id#{table_id}")},
                                      "ConditionExpression": "attribute_exists(pk)"}}]
+        if client_write is not None:  # the key, in the same transaction (statestore.dynamodb.client_writes)
+            items.append(key_put(d.table("items"), table_id, client_write, seq, written_ms))
         what = f"write {rows} records to the buffer of table {table_id}"
         with cleanup_on_refusal(self._blobs, [blob], what):
             try:
@@ -100,9 +109,15 @@ class WriteBufferMixin(DynamoBase):
                 if self._entry_is_ours(table_id, seq, write_id, e):
                     return seq
                 codes = cancellation_codes(e)
-                if len(codes) == 3 and codes[2] not in ("None", ""):
+                if client_write is not None and codes[3:4] == ["ConditionalCheckFailed"]:
+                    earlier = self.client_write(table_id, client_write.request_id)
+                    if earlier is not None:  # the key's first write: this one was refused whole
+                        if blob is not None and earlier.seq != seq:
+                            delete_quietly(self._blobs, [blob], what)
+                        return earlier.answer_for(table_id, client_write).seq
+                if len(codes) >= 3 and codes[2] not in ("None", ""):
                     raise TableNotFoundError(f"no table with id {table_id}") from None
-                if len(codes) == 3 and codes[1] not in ("None", "") and max_rows is not None:
+                if len(codes) >= 3 and codes[1] not in ("None", "") and max_rows is not None:
                     raise BufferFullError(full_message(table_id, self._head(table_id)[0], rows, max_rows)) from None
                 raise
         return seq

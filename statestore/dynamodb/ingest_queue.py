@@ -12,7 +12,9 @@ item in its TransactWriteItems; of a commit and a requeue racing, exactly one wr
 
 * adding requests is one TransactWriteItems of conditional puts (all or nothing) per
   100 requests; a larger batch is written 100 at a time and the parts already written
-  are removed again if a later part is refused;
+  are removed again if a later part is refused; a batch carrying a client's idempotency
+  key records the key in its one TransactWriteItems (:mod:`statestore.dynamodb.client_writes`),
+  so it holds at most 99 requests;
 * assigning is one TransactWriteItems conditional on each request's revision, so of
   two batchers racing exactly one wins; at most 100 requests per job (DynamoDB's limit
   on one transaction; the batcher's default ``job.max.files`` is 100).
@@ -24,7 +26,8 @@ import json
 import time
 from typing import Any, Optional, Sequence
 
-from statestore.dynamodb.base import DynamoBase
+from statestore.client_writes import ClientWrite, ClientWriteRecord
+from statestore.dynamodb.client_writes import ClientWritesMixin, key_put
 from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, n, s
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
 
@@ -61,7 +64,7 @@ def _effective(r: IngestRequest, ends: dict[str, dict[str, Any]]) -> IngestReque
     return r
 
 
-class IngestQueueMixin(DynamoBase):
+class IngestQueueMixin(ClientWritesMixin):
     """The ingest queue part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
 
     def _batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -101,9 +104,12 @@ class IngestQueueMixin(DynamoBase):
             return 0
         return len(raw)
 
-    def add_ingest_requests(self, table_id: str, requests: Sequence[IngestRequest]) -> None:
+    def add_ingest_requests(self, table_id: str, requests: Sequence[IngestRequest], *,
+                            client_write: Optional[ClientWrite] = None) -> Optional[ClientWriteRecord]:
         new = check_new_requests(table_id, requests)
         self._require_table_id(table_id)
+        if client_write is not None:
+            return self._add_keyed_requests(table_id, new, client_write)
         d = self._dynamo
         table = d.table("items")
         done: list[IngestRequest] = []
@@ -124,6 +130,39 @@ class IngestQueueMixin(DynamoBase):
                     raise IngestRequestError(f"ingest request {taken[0].request_id} is already queued") from None
                 raise
             done.extend(part)
+        return None
+
+    def _add_keyed_requests(self, table_id: str, new: Sequence[IngestRequest],
+                            write: ClientWrite) -> Optional[ClientWriteRecord]:
+        """Queue ``new`` and record ``write``'s key in one TransactWriteItems; a key
+        already held (by the first write, or by this write's own attempt whose reply was
+        lost) answers with its record."""
+        if len(new) >= MAX_TRANSACTION_ITEMS:
+            raise IngestRequestError(
+                f"at most {MAX_TRANSACTION_ITEMS - 1} files can be queued for table {table_id} in one request "
+                f"with an idempotency key on DynamoDB, not {len(new)}: the key and the requests are stored in "
+                "one transaction; split the files over several requests")
+        earlier = self.earlier_write(table_id, write)
+        if earlier is not None:
+            return earlier
+        d = self._dynamo
+        table = d.table("items")
+        items = [key_put(table, table_id, write, 0, int(time.time() * 1000))]
+        items += [{"Put": {"TableName": table, "Item": _request_item(r, 1),
+                           "ConditionExpression": "attribute_not_exists(sk)"}} for r in new]
+        try:
+            d.call(f"queue ingest requests of table {table_id}", d.client.transact_write_items, TransactItems=items)
+        except Exception as e:
+            codes = cancellation_codes(e)
+            if codes and codes[0] == "ConditionalCheckFailed":
+                earlier = self.earlier_write(table_id, write)
+                if earlier is not None:
+                    return earlier
+            taken = [r for r, c in zip(new, codes[1:]) if c == "ConditionalCheckFailed"]
+            if taken:
+                raise IngestRequestError(f"ingest request {taken[0].request_id} is already queued") from None
+            raise
+        return None
 
     def pending_ingest_requests(self, table_id: str, limit: Optional[int] = None) -> list[IngestRequest]:
         return self.list_ingest_requests(table_id, status="pending", limit=limit)

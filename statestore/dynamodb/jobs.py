@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import uuid
 import zlib
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Sequence
 
 from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.blobs import BlobStore
@@ -64,9 +64,14 @@ def record_blob(item: dict[str, Any]) -> Optional[str]:
 
 
 def job_from_item(item: dict[str, Any], blobs: BlobStore) -> JobRecord:
+    """The record of a job item (read from its blob when spilled), with the heartbeat
+    that :meth:`JobsMixin.heartbeat_jobs` keeps beside it (an attribute of its own, so
+    a beat rewrites no record)."""
     key = record_blob(item)
     text = zlib.decompress(blobs.get(key)).decode() if key else (get_s(item, "record") or "{}")
-    return JobRecord.from_dict(json.loads(text))
+    record = JobRecord.from_dict(json.loads(text))
+    beat = get_n(item, "heartbeat_ms")
+    return record if beat is None else record.beating(beat)
 
 
 def job_put(table: str, record: JobRecord, read_rev: Optional[int], encoded: EncodedJob) -> dict[str, Any]:
@@ -129,7 +134,8 @@ class JobsMixin(DynamoBase):
                         delete_quietly(self._blobs, [encoded.blob_key], what)  # not saved: never named
                     return
                 if encoded is None:
-                    encoded = encode_job(self._blobs, record)
+                    beat = stored.record.heartbeat_ms if stored.record is not None else None
+                    encoded = encode_job(self._blobs, record if beat is None else record.beating(beat))
                     owned.append(encoded.blob_key)
                 if stored.blob_key is not None and stored.blob_key == encoded.blob_key:
                     return  # a try of ours whose reply was lost
@@ -144,6 +150,26 @@ class JobsMixin(DynamoBase):
                     delete_quietly(self._blobs, [stored.blob_key], what)  # the replaced revision's record
                 return
             raise CommitConflictError(f"job {record.job_id} of table {record.table_id}: saves kept racing")
+
+    def heartbeat_jobs(self, table_id: str, job_ids: Sequence[str], at_ms: int) -> int:
+        """See :meth:`StateStore.heartbeat_jobs`: one conditional UpdateItem per job of
+        the ``heartbeat_ms`` attribute beside the record (a job item only; never back)."""
+        self._require_table_id(table_id)
+        d = self._dynamo
+        beaten = 0
+        for job_id in dict.fromkeys(job_ids):
+            try:
+                d.call(f"refresh job {job_id} of table {table_id}", d.client.update_item, TableName=d.table("items"),
+                       Key=job_key(table_id, job_id), UpdateExpression="SET heartbeat_ms = :t",
+                       ConditionExpression="attribute_exists(sk) AND (attribute_not_exists(heartbeat_ms) "
+                                           "OR heartbeat_ms < :t)",
+                       ExpressionAttributeValues={":t": n(at_ms)})
+                beaten += 1
+            except Exception as e:
+                if not is_condition_failed(e):
+                    raise
+                beaten += self._read_job(table_id, job_id).record is not None  # beaten later already, or no record
+        return beaten
 
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
         return self._read_job(table_id, job_id).record

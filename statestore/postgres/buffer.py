@@ -17,9 +17,10 @@ from psycopg import IsolationLevel
 from psycopg import errors as pg_errors
 
 from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_message
+from statestore.client_writes import ClientWrite
 from statestore.errors import BufferFullError, TableNotFoundError
 from statestore.jobs import now_ms
-from statestore.postgres.connections import PostgresConnection
+from statestore.postgres.client_writes import KEYED_APPEND, ClientWritesMixin, earlier_on
 from statestore.postgres.rows import _require_table_id
 
 #: "no limit" for the backpressure check
@@ -41,21 +42,35 @@ _LIST = ("SELECT h.present, h.flushes, b.seq, b.rows, b.written_ms FROM"
 _FLUSHES = "SELECT coalesce((SELECT flushes FROM write_buffer_flushes WHERE table_id = %s), 0)"
 
 
-class WriteBufferMixin(PostgresConnection):
+class WriteBufferMixin(ClientWritesMixin):
     """The write buffer part of :class:`~statestore.postgres.store.PostgresStateStore`."""
 
-    def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None) -> int:
+    def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None,
+                      client_write: Optional[ClientWrite] = None) -> int:
+        """See :meth:`StateStore.append_buffer`. A keyed write inserts its key row in
+        the same statement (:mod:`statestore.postgres.client_writes`), so it is retried
+        on a fresh connection after a lost one: the retry finds its own first write."""
         most = _UNLIMITED if max_rows is None else max_rows
         params: dict[str, Any] = {"t": table_id, "rows": rows, "ms": now_ms(), "data": data, "most": most}
+        if client_write is not None:
+            params.update(key=client_write.request_id, digest=client_write.digest)
 
         def attempt(conn: psycopg.Connection[Any]) -> Optional[int]:
             try:
-                row = conn.execute(_APPEND, params, prepare=True).fetchone()
+                row = conn.execute(_APPEND if client_write is None else KEYED_APPEND, params,
+                                   prepare=True).fetchone()
             except pg_errors.ForeignKeyViolation:
                 raise TableNotFoundError(f"no table with id {table_id}") from None
+            except pg_errors.UniqueViolation:
+                assert client_write is not None
+                earlier = earlier_on(conn, table_id, client_write)
+                if earlier is None:  # forgotten in between: write it now
+                    return attempt(conn)
+                return earlier.seq
             return None if row is None else int(row[0])
 
-        seq = self._retrying(f"write {rows} records to the buffer of table {table_id}", attempt)
+        seq = self._retrying(f"write {rows} records to the buffer of table {table_id}", attempt,
+                             idempotent=client_write is not None)
         if seq is not None:
             return seq
         stats = self.buffer_stats(table_id)  # raises TableNotFoundError for a missing table

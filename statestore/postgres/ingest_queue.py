@@ -10,8 +10,11 @@ import psycopg
 from psycopg import IsolationLevel
 from psycopg import errors as pg_errors
 
+from statestore.client_writes import ClientWrite, ClientWriteRecord
 from statestore.errors import TableNotFoundError
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
+from statestore.jobs import now_ms
+from statestore.postgres.client_writes import record_key
 from statestore.postgres.connections import PostgresConnection
 from statestore.postgres.rows import _INGEST_REQUEST_COLUMNS, _require_table_id
 
@@ -20,15 +23,20 @@ class IngestQueueMixin(PostgresConnection):
     """The ingest queue part of :class:`~statestore.postgres.store.PostgresStateStore`."""
 
     # ----- ingest requests (migration 003; delete_table removes them by ON DELETE CASCADE) ---
-    def add_ingest_requests(self, table_id: str, requests: Sequence[IngestRequest]) -> None:
+    def add_ingest_requests(self, table_id: str, requests: Sequence[IngestRequest], *,
+                            client_write: Optional[ClientWrite] = None) -> Optional[ClientWriteRecord]:
         new = check_new_requests(table_id, requests)
-        if not new:
-            return
+        if not new and client_write is None:
+            return None
         columns = ([r.request_id for r in new], [r.filename for r in new], [r.size_bytes for r in new],
                    [r.received_ms for r in new])
 
-        def fn(cur: psycopg.Cursor[Any]) -> None:
+        def fn(cur: psycopg.Cursor[Any]) -> Optional[ClientWriteRecord]:
             _require_table_id(cur, table_id)
+            if client_write is not None:
+                earlier = record_key(cur, table_id, client_write, now_ms())
+                if earlier is not None:
+                    return earlier
             try:
                 cur.execute("INSERT INTO ingest_requests (table_id, request_id, filename, size_bytes, received_ms,"
                             " status) SELECT %s, r.*, 'pending'"
@@ -39,9 +47,10 @@ class IngestQueueMixin(PostgresConnection):
                                          f"{e.diag.message_detail or e}") from e
             except pg_errors.ForeignKeyViolation as e:
                 raise TableNotFoundError(f"no table with id {table_id}") from e
+            return None
 
-        self._run(f"queue {len(new)} ingest requests for table {table_id}", fn,
-                  isolation=IsolationLevel.READ_COMMITTED)
+        return self._run(f"queue {len(new)} ingest requests for table {table_id}", fn,
+                         isolation=IsolationLevel.READ_COMMITTED)
 
     def pending_ingest_requests(self, table_id: str, limit: Optional[int] = None) -> list[IngestRequest]:
         return self.list_ingest_requests(table_id, status="pending", limit=limit)

@@ -5,7 +5,7 @@ takes saves after an attempt's start only from the current attempt (see
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import psycopg
 from psycopg import IsolationLevel, sql
@@ -21,7 +21,8 @@ _UPSERT = sql.SQL("INSERT INTO jobs ({}) VALUES ({}) ON CONFLICT (table_id, job_
                   ).format(
     sql.SQL(", ").join(map(sql.Identifier, _COLUMNS)),
     sql.SQL(", ").join(sql.Placeholder() * len(_COLUMNS)),
-    sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c))
+    sql.SQL(", ").join(sql.SQL("{0} = GREATEST(jobs.{0}, EXCLUDED.{0})" if c == "heartbeat_ms"
+                               else "{0} = EXCLUDED.{0}").format(sql.Identifier(c))
                        for c in _COLUMNS if c not in ("table_id", "job_id")))
 
 
@@ -42,6 +43,16 @@ class JobsMixin(PostgresConnection):
             upsert_job(cur, record)
 
         self._run(f"save job {record.job_id}", fn, isolation=IsolationLevel.READ_COMMITTED)
+
+    def heartbeat_jobs(self, table_id: str, job_ids: Sequence[str], at_ms: int) -> int:
+        def fn(cur: psycopg.Cursor[Any]) -> int:
+            _require_table_id(cur, table_id)
+            cur.execute("UPDATE jobs SET heartbeat_ms = GREATEST(heartbeat_ms, %s)"
+                        " WHERE table_id = %s AND job_id = ANY(%s)", (at_ms, table_id, list(job_ids)))
+            return cur.rowcount
+
+        return self._run(f"refresh {len(job_ids)} running jobs of table {table_id}", fn,
+                         isolation=IsolationLevel.READ_COMMITTED)
 
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
         def fn(cur: psycopg.Cursor[Any]) -> Optional[JobRecord]:
@@ -66,7 +77,8 @@ class JobsMixin(PostgresConnection):
             cur.execute("SELECT DISTINCT unnest(outputs) FROM jobs WHERE table_id = %s"
                         " AND status IN ('created', 'started', 'finished')"
                         " AND GREATEST(created_ms, COALESCE(started_ms, 0), COALESCE(finished_ms, 0),"
-                        "              COALESCE(committed_ms, 0)) >= %s", (table_id, active_since_ms))
+                        "              COALESCE(committed_ms, 0), COALESCE(heartbeat_ms, 0)) >= %s",
+                        (table_id, active_since_ms))
             return {r[0] for r in cur.fetchall()}
 
         return self._run(f"list in-flight outputs of table {table_id}", fn,

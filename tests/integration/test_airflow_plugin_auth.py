@@ -10,7 +10,7 @@ requests with FastAPI's TestClient and prints what it got as JSON; the test chec
 
 A viewer reads every route of a table and writes none (403); an admin does both. The
 auth manager is asked about the table's own DAGs; a table whose DAGs the user may not
-read is left out of ``GET /tables`` and refused.
+read is left out of ``GET /tables`` and of the status page's index, and refused.
 """
 
 from __future__ import annotations
@@ -112,6 +112,8 @@ def test_tables_the_user_may_not_read_are_hidden_and_refused(responses: dict[str
     assert status == 403 and "not allowed to read table 'secret'" in body["detail"]
     status, body = responses["no_dag_access"]
     assert status == 403 and "read access to Airflow DAGs" in body["detail"]
+    status, lists_t, lists_secret = responses["filtered_status_index"]
+    assert status == 200 and lists_t and not lists_secret, "the status page hides 'secret' as GET /tables does"
 
 
 def test_ingest_requests_outside_the_allowed_prefixes_get_422(responses: dict[str, Any]) -> None:
@@ -236,6 +238,8 @@ def _child() -> None:  # pragma: no cover - runs in a subprocess
 
         am.is_authorized_dag = hide_secret  # type: ignore[method-assign]
         call("filtered_tables", "GET", "/tables", headers=viewer)
+        page = c.get("/sleeper/ui/", headers=viewer)
+        out["filtered_status_index"] = [page.status_code, "tables/t'" in page.text, "secret" in page.text]
         call("secret_table", "GET", "/tables/secret", headers=viewer)
         am.is_authorized_dag = lambda **kw: False  # type: ignore[method-assign]
         call("no_dag_access", "GET", "/tables", headers=viewer)

@@ -253,26 +253,48 @@ def test_ingest_requests_outside_the_allowed_prefixes_are_refused_naming_the_rul
         detail = r.json()["detail"]
         assert "allowed ingest prefixes" in detail and "ingest.allowed_prefixes" in detail, detail
         assert "nothing queued" in detail
+        # no path of the server's: neither the prefixes nor where a link leads
+        assert str(inbox) not in detail.replace(repr(bad)[1:-1], ""), detail
     assert queued(client) == [], "a refused request queues nothing, not even its allowed files"
     r = client.post("/tables/events/ingest-requests", json={"files": [str(inbox / "sub" / "inside.parquet")]})
     assert r.status_code == 202, r.text
     assert queued(client) == [ok], "a link inside the prefix is queued as the file it leads to"
 
 
-def test_default_ingest_prefixes_are_the_object_store_and_sleeper_home_ingest(tmp_path: Path) -> None:
+def test_default_ingest_prefixes_are_the_stores_ingest_folder_and_sleeper_home_ingest(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     (home / "sleeper.toml").write_text('[state_store]\nbackend = "memory"\n[object_store]\nuri = "data"\n')
     with Sleeper(home) as s, TestClient(create_app(lambda: s)) as c:
         s.create_table("events", SCHEMA)
         (home / "ingest").mkdir()
-        (home / "data" / "in").mkdir(parents=True)
+        (home / "data" / "ingest" / "in").mkdir(parents=True)
         files = [write_input(home / "ingest", "a.parquet", ["a"]),
-                 write_input(home / "data" / "in", "b.parquet", ["b"])]
+                 write_input(home / "data" / "ingest" / "in", "b.parquet", ["b"])]
         assert c.post("/tables/events/ingest-requests", json={"files": files}).status_code == 202
-        elsewhere = write_input(tmp_path, "c.parquet", ["c"])
-        r = c.post("/tables/events/ingest-requests", json={"files": [elsewhere]})
-        assert r.status_code == 422 and str(home / "ingest") in r.json()["detail"]
+        (home / "data" / "in").mkdir()
+        for elsewhere in [write_input(tmp_path, "c.parquet", ["c"]), write_input(home / "data" / "in", "d.parquet",
+                                                                                  ["d"])]:
+            r = c.post("/tables/events/ingest-requests", json={"files": [elsewhere]})
+            assert r.status_code == 422 and str(home / "ingest") not in r.json()["detail"]
+
+
+def test_a_tables_data_files_are_never_ingested_through_rest(tmp_path: Path) -> None:
+    """A writer of table A cannot queue table B's data files into A, even when the
+    allowed prefixes cover the whole object store."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "sleeper.toml").write_text('[state_store]\nbackend = "memory"\n[object_store]\nuri = "data"\n'
+                                       '[ingest]\nallowed_prefixes = ["data"]\n')
+    with Sleeper(home) as s, TestClient(create_app(lambda: s)) as c:
+        a, b = s.create_table("a", SCHEMA), s.create_table("b", SCHEMA)
+        (home / "ingest").mkdir()
+        b_files = [f.filename for f in b.ingest([write_input(home / "ingest", "b.parquet", ["x"])]).files]
+        r = c.post("/tables/a/ingest-requests", json={"files": [s.objects.uri_of(f) for f in b_files]})
+        assert r.status_code == 422, r.text
+        assert "never a table's own data files" in r.json()["detail"] and "own data in the object store" in r.json()[
+            "detail"]
+        assert a.sleeper.state_store.list_ingest_requests(a.info.table_id) == []
 
 
 def test_configured_ingest_prefixes_replace_the_defaults(tmp_path: Path) -> None:

@@ -140,7 +140,7 @@ def readable_tables(request: Request, names: Sequence[str]) -> Collection[str]:
 sleeper = LazySleeper()
 rest_app = create_app(sleeper, auth_dependency=rest_auth, table_filter=readable_tables)
 # The table status page (sleeper_ops.web.status_page), linked from the UI's navigation.
-status_app = create_status_app(sleeper, auth_dependency=status_auth)
+status_app = create_status_app(sleeper, auth_dependency=status_auth, table_filter=readable_tables)
 
 
 class SleeperPlugin(AirflowPlugin):

@@ -42,6 +42,7 @@ from typing import Callable, Optional, Sequence
 from sleeper_ops.bulk_import.presplit import presplit
 from sleeper_ops.bulk_import.sources import expand_sources
 from sleeper_ops.errors import IngestError
+from sleeper_ops.heartbeat import Heartbeat
 from sleeper_ops.io.attempts import attempt_objects
 from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.io.storage import ObjectStore, S3Options
@@ -193,6 +194,16 @@ def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo,
     if stored is not None:  # superseded attempts: their runs go now, their outputs to the sweep
         _delete_other_scratch(objects, table.table_id, job_id, attempt)
     plan = ImportPlan(table, job_id, attempt, tuple(files), partitions, keys, tuple(size for _, size in expanded))
+    with Heartbeat(state_store, table, [job_id]):
+        return _run_and_commit(state_store, objects, plan, rec, run, result, key=key, ingest_job_id=ingest_job_id,
+                               started=started)
+
+
+def _run_and_commit(state_store: StateStore, objects: ObjectStore, plan: ImportPlan, rec: JobRecord, run: Runner,
+                    result: BulkImportResult, *, key: str, ingest_job_id: Optional[str],
+                    started: float) -> BulkImportResult:
+    """Run the import's Spark job and commit its outputs (see :func:`bulk_import`)."""
+    table, job_id, keys = plan.table, plan.job_id, plan.output_keys
     try:
         outputs = list(run(plan))
         missing = [o.key for o in outputs if objects.head(o.key) is None]

@@ -166,14 +166,21 @@ def ingest(ctx: click.Context, table_name: str, files: tuple[str, ...]) -> None:
                f"({r.rows_per_second:,.0f} records/s)")
 
 
+_REQUEST_ID = click.option(
+    "--request-id", default=None, metavar="ID",
+    help="An idempotency key: run again with the same ID and input (e.g. after a timeout), nothing more is stored "
+         "and the first answer is printed (within sleeper.table.write.idempotency.hours).")
+
+
 @cli.command()
 @click.argument("table_name", metavar="TABLE")
 @click.argument("files", nargs=-1, required=True)
+@_REQUEST_ID
 @click.pass_context
-def write(ctx: click.Context, table_name: str, files: tuple[str, ...]) -> None:
+def write(ctx: click.Context, table_name: str, files: tuple[str, ...], request_id: Optional[str]) -> None:
     """Write the records of Parquet, CSV or JSON Lines FILES into TABLE's write buffer,
     as one write: durable when this returns, all or nothing. A full buffer exits 75."""
-    r = _sleeper(ctx).table(table_name).write_files(list(files))
+    r = _sleeper(ctx).table(table_name).write_files(list(files), request_id=request_id)
     click.echo(f"wrote {r.records:,} records to the buffer of {table_name} (sequence number {r.seq}) "
                f"in {r.seconds * 1000:.1f} ms")
 
@@ -343,15 +350,17 @@ def demo(ctx: click.Context, rows: int, batches: int, table_name: str) -> None:
 @click.argument("table_name", metavar="TABLE")
 @click.argument("files", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the queued requests as JSON.")
+@_REQUEST_ID
 @click.pass_context
-def ingest_request(ctx: click.Context, table_name: str, files: tuple[str, ...], as_json: bool) -> None:
+def ingest_request(ctx: click.Context, table_name: str, files: tuple[str, ...], as_json: bool,
+                   request_id: Optional[str]) -> None:
     """Queue FILES (local paths or s3:// URIs) for the table's ingest batcher.
 
     Every file must exist and be Parquet, CSV or JSON Lines, or nothing is queued.
     """
     from sleeper_ops.ingest.batcher import submit_ingest_requests
 
-    requests = submit_ingest_requests(_sleeper(ctx), table_name, list(files))
+    requests = submit_ingest_requests(_sleeper(ctx), table_name, list(files), request_id=request_id)
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in requests]))
         return

@@ -32,6 +32,7 @@ from sleeper_ops.compaction.jobs import CompactionJob
 from sleeper_ops.engine.iterators import BatchFn, IteratorChain
 from sleeper_ops.engine.merge import merge_sorted
 from sleeper_ops.errors import CompactionError
+from sleeper_ops.heartbeat import Heartbeat
 from sleeper_ops.io.datafile import (
     DataFileWriter,
     ParquetSettings,
@@ -196,16 +197,17 @@ def run_job(state_store: StateStore, objects: ObjectStore, table: TableInfo, job
     """Execute and commit one job, recording started/finished/committed or failed.
     ``region`` is the job partition's, looked up when not given and needed."""
     rec = start_attempt(state_store, table, job, run_id)
-    try:
-        if region is None and not job.whole_files:
-            region = _region_of(state_store, table, job.partition_id)
-        out = execute_job(job, table, objects, region=region, iterators=iterators, on_rows=on_rows,
-                          output_key=rec.outputs[0])
-    except Exception as e:
-        reason = f"{type(e).__name__}: {e}"
-        state_store.put_job(rec.failed(reason))
-        return JobResult(job, "failed", reason=reason)
-    return record_commit(state_store, objects, rec, out)
+    with Heartbeat(state_store, table, [rec.job_id]):
+        try:
+            if region is None and not job.whole_files:
+                region = _region_of(state_store, table, job.partition_id)
+            out = execute_job(job, table, objects, region=region, iterators=iterators, on_rows=on_rows,
+                              output_key=rec.outputs[0])
+        except Exception as e:
+            reason = f"{type(e).__name__}: {e}"
+            state_store.put_job(rec.failed(reason))
+            return JobResult(job, "failed", reason=reason)
+        return record_commit(state_store, objects, rec, out)
 
 
 def record_commit(state_store: StateStore, objects: ObjectStore, rec: JobRecord, out: JobOutput) -> JobResult:

@@ -31,14 +31,16 @@ A job that died after its commit has nothing to settle: the commit marked its re
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from sleeper_ops.errors import IngestError
 from sleeper_ops.io.inputs import check_readable
 from statestore.catalog import TableInfo
+from statestore.client_writes import ClientWrite, ClientWriteRecord, check_key, digest_of
 from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
 from statestore.jobs import now_ms as _now_ms
@@ -56,16 +58,28 @@ BULK_MIN_SIZE = "sleeper.table.ingest.batcher.bulk.import.min.size"
 
 # ----- requests ------------------------------------------------------------------------
 def submit_ingest_requests(sleeper: Sleeper, table_name: str, files: Sequence[str], *,
-                           received_ms: Optional[int] = None) -> list[IngestRequest]:
+                           received_ms: Optional[int] = None, request_id: Optional[str] = None) -> list[IngestRequest]:
     """Queue ``files`` for the table's ingest batcher; all or nothing. Requests of one
     call are received at the same time and listed in the order given.
+
+    With ``request_id`` (the client's idempotency key, :mod:`statestore.client_writes`)
+    a repeat of the same files within ``sleeper.table.write.idempotency.hours`` queues
+    nothing and returns the requests the first call queued (as first queued).
 
     Raises:
         TableNotFoundError: no such table.
         IngestError: no files, a file given twice, or files missing, unreadable or of
             an unknown type (all of them named); nothing is queued.
+        IdempotencyKeyReusedError: ``request_id`` was used for other files.
     """
     info = sleeper.state_store.get_table(table_name)
+    write = None
+    if request_id is not None:
+        asked = (f if f.startswith("s3://") else os.path.abspath(f) for f in files)
+        write = ClientWrite(check_key(request_id), digest_of("ingest-request", *(f.encode() for f in asked)))
+        earlier = sleeper.state_store.client_write(info.table_id, request_id)
+        if earlier is not None:
+            return _requests_of(earlier.answer_for(info.table_id, write))
     if not files:
         raise IngestError(f"table {table_name}: no files given to ingest")
     problems: list[str] = []
@@ -88,8 +102,15 @@ def submit_ingest_requests(sleeper: Sleeper, table_name: str, files: Sequence[st
     prefix = uuid.uuid4().hex
     requests = [IngestRequest(f"{prefix}-{i:06d}", info.table_id, where, size, when)
                 for i, (where, size) in enumerate(located)]
-    sleeper.state_store.add_ingest_requests(info.table_id, requests)
-    return requests
+    if write is not None:
+        write = replace(write, answer=json.dumps([r.to_dict() for r in requests], separators=(",", ":")))
+    earlier = sleeper.state_store.add_ingest_requests(info.table_id, requests, client_write=write)
+    return requests if earlier is None else _requests_of(earlier)
+
+
+def _requests_of(earlier: ClientWriteRecord) -> list[IngestRequest]:
+    """The requests a keyed submission queued, from its remembered answer."""
+    return [IngestRequest.from_dict(d) for d in json.loads(earlier.answer)]
 
 
 # ----- planning (pure) ---------------------------------------------------------------

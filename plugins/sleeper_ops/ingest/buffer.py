@@ -11,7 +11,11 @@ number once it is durable. When the buffer already holds
 ever dropped silently.
 
 A write that fails with StateStoreUnavailableError may or may not have been stored (the
-connection was lost around its commit); sending it again may store it twice.
+connection was lost around its commit). A write given a ``request_id`` (the client's
+idempotency key, :mod:`statestore.client_writes`) may be sent again with the same key:
+a repeat within ``sleeper.table.write.idempotency.hours`` stores nothing and returns
+the first write's sequence number. A write without a key, sent again, may be stored
+twice.
 
 Flushing the buffer into files is :mod:`sleeper_ops.ingest.flush`; queries read it
 through :mod:`sleeper_ops.query.buffered`.
@@ -22,7 +26,7 @@ from __future__ import annotations
 import base64
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import pyarrow as pa
 
@@ -31,6 +35,7 @@ from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.io.inputs import check_readable, conform, read_batches, records_to_batch
 from sleeper_ops.io.storage import S3Options
 from statestore.catalog import TableInfo
+from statestore.client_writes import ClientWrite, check_key, digest_of
 from statestore.properties import effective_properties
 from statestore.schema import Schema
 from statestore.store import StateStore
@@ -97,16 +102,21 @@ def decode(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
-def write_records(state_store: StateStore, table: TableInfo, records: Records) -> WriteResult:
+def write_records(state_store: StateStore, table: TableInfo, records: Records, *,
+                  request_id: Optional[str] = None) -> WriteResult:
     """Store ``records`` in the table's write buffer in one state-store transaction;
     returns once they are durable (see the module docstring). An empty write stores
-    nothing and returns sequence number 0."""
+    nothing and returns sequence number 0. With ``request_id``, a repeat of the same
+    records returns the first write's sequence number and stores nothing; the key used
+    for other records raises :class:`~statestore.client_writes.IdempotencyKeyReusedError`."""
     start = time.perf_counter()
     batch = to_batch(records, table.schema)
     if batch.num_rows == 0:
         return WriteResult(0, 0, time.perf_counter() - start)
     most, _, _ = buffer_limits(table)
-    seq = state_store.append_buffer(table.table_id, encode(batch), batch.num_rows, max_rows=most)
+    data = encode(batch)
+    write = None if request_id is None else ClientWrite(check_key(request_id), digest_of("write", data))
+    seq = state_store.append_buffer(table.table_id, data, batch.num_rows, max_rows=most, client_write=write)
     return WriteResult(seq, batch.num_rows, time.perf_counter() - start)
 
 

@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 from sleeper_ops.engine.leaves import leaf_indices
 from sleeper_ops.engine.merge import merge_sorted
 from sleeper_ops.errors import IngestError
+from sleeper_ops.heartbeat import Heartbeat
 from sleeper_ops.io.arrow_schema import sort_keys
 from sleeper_ops.io.datafile import ParquetSettings, WrittenFile, new_data_key, sketch_key, write_data_file
 from sleeper_ops.io.inputs import check_readable, read_batches
@@ -161,6 +162,7 @@ class IngestRunner:
         tree = PartitionTree(self.state_store.partitions(self.table.table_id))
         written: list[tuple[str, WrittenFile]] = []
         spill_root = tempfile.mkdtemp(prefix="sleeper-ingest-", dir=self.spill_dir)
+        beating = Heartbeat(self.state_store, self.table, [attempt.record.job_id]).start()
         try:
             try:
                 written = self._read_and_write(batches, tree, attempt, spill_root, result, progress)
@@ -178,6 +180,7 @@ class IngestRunner:
             result.files = refs
             result.job_id = attempt.record.job_id if attempt.saved or attempt.given else None
         finally:
+            beating.stop()
             shutil.rmtree(spill_root, ignore_errors=True)
         result.seconds = time.perf_counter() - start
         return result

@@ -26,7 +26,9 @@ and a commit checks its outputs exist before committing. Scratch files of an att
 swept by the same rules, once no job in flight names that attempt.
 
 A run that deletes also forgets commit ids older than
-:data:`~statestore.store.COMMIT_ID_RETENTION_MS`.
+:data:`~statestore.store.COMMIT_ID_RETENTION_MS`, and the idempotency keys of client
+writes older than ``sleeper.table.write.idempotency.hours``
+(:mod:`statestore.client_writes`).
 
 Offline tables are skipped. ``dry_run=True`` lists what would be deleted and changes
 nothing.
@@ -43,6 +45,7 @@ from sleeper_ops.io.attempts import named_key
 from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
+from statestore.client_writes import IDEMPOTENCY_HOURS
 from statestore.errors import SleeperError, TransactionError
 from statestore.store import COMMIT_ID_RETENTION_MS, StateStore
 from statestore.transactions import DeleteFiles
@@ -143,6 +146,7 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
             if progress is not None:
                 progress(len(batch))
         state_store.prune_commit_ids(table.table_id, now - COMMIT_ID_RETENTION_MS)
+        state_store.prune_client_writes(table.table_id, now - table.get_int(IDEMPOTENCY_HOURS) * 3_600_000)
     if orphans:
         report.orphans_deleted = sweep_orphans(state_store, objects, table, dry_run=dry_run, now_ms=now,
                                                progress=progress, threads=threads)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from sleeper_ops.errors import StorageError
+from sleeper_ops.heartbeat import Heartbeat
 from sleeper_ops.io.datafile import read_sketches
 from sleeper_ops.io.sketches import RowKeySketches, merged_field_sketch, range_quantiles
 from sleeper_ops.io.storage import ObjectStore
@@ -164,10 +165,11 @@ def split_partition(state_store: StateStore, table: TableInfo, partition: Partit
     job = job.started(run_id)
     state_store.put_job(job)
     try:
-        parent, left, right = split_children(partition, point.dimension, point.value)
-        job = job.finished(rows_read=0, rows_written=0)
-        state_store.put_job(job)
-        state_store.commit(table.table_id, SplitPartition(parent, left, right))
+        with Heartbeat(state_store, table, [job.job_id]):
+            parent, left, right = split_children(partition, point.dimension, point.value)
+            job = job.finished(rows_read=0, rows_written=0)
+            state_store.put_job(job)
+            state_store.commit(table.table_id, SplitPartition(parent, left, right))
     except BaseException as e:
         state_store.put_job(job.failed(str(e) or type(e).__name__))
         raise

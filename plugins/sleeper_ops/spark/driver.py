@@ -8,8 +8,9 @@ written by :func:`~sleeper_ops.spark.batch_files.write_config_file`) or ``--home
 (:func:`run_compaction_batch`: one job a Spark task, the executor side in
 :mod:`sleeper_ops.spark.executor`) and writes the results file.
 
-Guarantees: every job is recorded started, naming its output key, before it runs (so
-the orphan sweep keeps the output however long the batch takes) and ends recorded
+Guarantees: every job is recorded started, naming its output key, before it runs, and
+beats (:mod:`sleeper_ops.heartbeat`) while the batch runs, queued or running (so the
+orphan sweep keeps the output however long the batch takes), and ends recorded
 committed, refused or failed. Each job is its own Spark job, submitted from a pool of
 driver threads as wide as the cluster, and is committed by this driver with
 :func:`~sleeper_ops.compaction.execute.record_commit` (the usual atomic replace of
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from sleeper_ops.compaction.execute import JobOutput, JobResult, record_commit, start_attempt
+from sleeper_ops.heartbeat import Heartbeat
 from sleeper_ops.io.attempts import attempt_objects
 from sleeper_ops.io.datafile import WrittenFile, sketch_key
 from sleeper_ops.spark.attempts import wait_for_attempts
@@ -121,7 +123,9 @@ def run_compaction_batch(spark_context: Any, state_store: StateStore, objects: O
                             f"sleeper compaction of {table.name}: job {job_id}")
 
         width = max(1, min(len(items), parallel or int(getattr(spark_context, "defaultParallelism", 1) or 1)))
-        with ThreadPoolExecutor(width, thread_name_prefix="sleeper-spark-job") as pool:
+        # every job of the batch beats while the batch runs, the queued ones too (sleeper_ops.heartbeat)
+        with Heartbeat(state_store, table, [it["job"]["job_id"] for it in items]), \
+                ThreadPoolExecutor(width, thread_name_prefix="sleeper-spark-job") as pool:
             for f in as_completed([pool.submit(run_one, it) for it in items]):
                 result, error = f.result()
                 results[result.job.job_id] = result

@@ -30,15 +30,21 @@ maps as objects (the CLI's ``jsonl``).
 with the server's memory bounded by a few batches whatever the table's size.
 
 Files to ingest (``POST /tables/{t}/ingest-requests``) must lie under the allowed
-ingest prefixes (:mod:`sleeper_ops.web.rest_paths`): by default the object store and
-``SLEEPER_HOME/ingest``.
+ingest prefixes (:mod:`sleeper_ops.web.rest_paths`): by default the object store's
+``ingest`` folder and ``SLEEPER_HOME/ingest``; never a table's own data files.
+
+``POST`` routes take an ``Idempotency-Key`` header (:mod:`statestore.client_writes`):
+a request sent again with the same key and body (after a timeout, or a 503 whose
+``outcome`` is ``unknown``) stores nothing and gets the first answer (the same
+``seq``, the same request ids); the key with another body is refused (422).
 
 Errors are ``{"detail": message}``, the message a string: 404 for an unknown table;
 422 for a request that is not of the documented shape (the message names each
 parameter or body field at fault), or records or files that do not fit the table or
 lie outside the allowed ingest prefixes (nothing is queued or written); 400 for
 other bad input (a key that is not JSON); 409 for a commit that kept conflicting
-(retry); 503 when the state or object store cannot be reached. A 500 is a bug.
+(retry); 503 when the state or object store cannot be reached (a ``POST``'s 503 body
+adds ``outcome``: ``unknown`` or ``not_stored``, see :func:`error_body`). A 500 is a bug.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ import threading
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, Sequence
 
-from fastapi import Depends, FastAPI, Query, Request, status
+from fastapi import Depends, FastAPI, Header, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -69,6 +75,7 @@ from sleeper_ops.web.rest_models import (
 )
 from sleeper_ops.web.rest_paths import check_ingest_paths
 from sleeper_ops.web.rest_records import in_threads, records_body
+from statestore.client_writes import IdempotencyKeyError, IdempotencyKeyReusedError
 from statestore.errors import (
     BufferFullError,
     CommitConflictError,
@@ -92,9 +99,12 @@ _DESCRIPTION = (
     "Key values in URLs are JSON (`key=42`, `key=\"abc\"`, a JSON array for several row key fields, bytes as "
     "base64 strings); records are JSON objects with bytes as base64 strings and maps as objects. "
     "Record reads are streamed, at most `limit` records. Files to ingest must lie under the allowed ingest "
-    "prefixes (by default the object store and SLEEPER_HOME/ingest). "
+    "prefixes (by default the object store's ingest folder and SLEEPER_HOME/ingest), never a table's data files. "
     "Errors are `{\"detail\": message}`: 404 unknown table, 422 input that does not fit (nothing is written), "
     "400 other bad input.")
+_KEY_HELP = ("an idempotency key (1-255 printable ASCII characters): a request sent again with the same key and "
+             "body within sleeper.table.write.idempotency.hours stores nothing and gets the first answer; the same "
+             "key with another body is refused (422)")
 #: The largest ``limit`` of a record read (the body is streamed: memory does not grow with it).
 MAX_RECORDS_OUT = 1_000_000_000
 DEFAULT_RECORDS_OUT = 10_000
@@ -104,6 +114,8 @@ DEFAULT_RECORDS_OUT = 10_000
 _STATUS: list[tuple[type[SleeperError], int]] = [
     (TableNotFoundError, status.HTTP_404_NOT_FOUND),
     (BufferFullError, status.HTTP_429_TOO_MANY_REQUESTS),
+    (IdempotencyKeyReusedError, status.HTTP_422_UNPROCESSABLE_CONTENT),
+    (IdempotencyKeyError, status.HTTP_400_BAD_REQUEST),
     (IngestError, status.HTTP_422_UNPROCESSABLE_CONTENT),
     (IngestRequestError, status.HTTP_422_UNPROCESSABLE_CONTENT),
     (SchemaError, status.HTTP_422_UNPROCESSABLE_CONTENT),
@@ -123,9 +135,24 @@ def status_of(error: SleeperError) -> int:
     return status.HTTP_400_BAD_REQUEST
 
 
+def error_body(error: SleeperError, method: str) -> dict[str, str]:
+    """The JSON body of an error answer. A write (``POST``) that fails with 503 also
+    says its ``outcome``: ``unknown`` when the state store was lost while the write may
+    have been stored (send it again with the same ``Idempotency-Key``: a repeat is
+    stored once), ``not_stored`` when it failed before anything was stored (the object
+    store could not be read)."""
+    body = {"detail": str(error)}
+    if method == "POST" and status_of(error) == status.HTTP_503_SERVICE_UNAVAILABLE:
+        if isinstance(error, StateStoreUnavailableError):
+            body.update(outcome="unknown", retry="send the same request again with the same Idempotency-Key")
+        else:
+            body.update(outcome="not_stored", retry="send the request again")
+    return body
+
+
 async def _sleeper_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, SleeperError)
-    return JSONResponse({"detail": str(exc)}, status_code=status_of(exc))
+    return JSONResponse(error_body(exc, request.method), status_code=status_of(exc))
 
 
 _PLACES = {"query": "query parameter", "path": "path parameter", "header": "header", "cookie": "cookie"}
@@ -235,15 +262,23 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
             raise TableNotFoundError(f"table {name!r} not found: a table name holds no NUL character")
         return sleeper_provider().table(name)
 
+    def store_root(sleeper: Sleeper) -> str:
+        store = sleeper.objects
+        return store.uri if not store.is_local else store.root
+
     def allowed_prefixes(sleeper: Sleeper) -> Sequence[str]:
         if ingest_prefixes is not None:
             return ingest_prefixes
         if sleeper.config is not None:
             return sleeper.config.ingest_prefixes()
-        from sleeper_ops.config import default_home
+        from sleeper_ops.config import default_home, default_store_ingest_prefix
 
-        store = sleeper.objects
-        return (store.uri if not store.is_local else store.root, os.path.abspath(default_home() / "ingest"))
+        return (default_store_ingest_prefix(store_root(sleeper)), os.path.abspath(default_home() / "ingest"))
+
+    def table_areas(sleeper: Sleeper) -> list[str]:
+        """Every table's own area of the object store (never ingested through REST)."""
+        root = store_root(sleeper).rstrip("/")
+        return [f"{root}/{info.table_id}" for info in sleeper.tables()]
 
     @app.get("/tables", response_model=list[TableOut], tags=["tables"])
     def list_tables(request: Request) -> list[TableOut]:
@@ -285,15 +320,18 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
 
     @app.post("/tables/{t}/ingest-requests", response_model=IngestRequestsOut, status_code=status.HTTP_202_ACCEPTED,
               tags=["ingest"])
-    def submit(t: str, body: IngestRequestsIn) -> IngestRequestsOut:
+    def submit(t: str, body: IngestRequestsIn,
+               idempotency_key: Optional[str] = Header(None, description=_KEY_HELP)) -> IngestRequestsOut:
         """Queue files for the table's ingest batcher. Refused whole (422, nothing queued)
         if any file is outside the allowed ingest prefixes, missing or of an unknown type.
-        Local paths are queued resolved (symbolic links and ``..`` followed)."""
+        Local paths are queued resolved (symbolic links and ``..`` followed). A repeat
+        with the same ``Idempotency-Key`` and files queues nothing and answers with the
+        requests the first one queued."""
         from sleeper_ops.ingest.batcher import submit_ingest_requests
 
         sleeper = table(t).sleeper  # 404 before anything else
-        files = check_ingest_paths(body.files, allowed_prefixes(sleeper))
-        reqs = submit_ingest_requests(sleeper, t, files)
+        files = check_ingest_paths(body.files, allowed_prefixes(sleeper), table_areas(sleeper))
+        reqs = submit_ingest_requests(sleeper, t, files, request_id=idempotency_key)
         return IngestRequestsOut(requests=[IngestRequestOut(**r.to_dict()) for r in reqs])
 
     @app.get("/tables/{t}/ingest-requests", response_model=list[IngestRequestOut], tags=["ingest"])
@@ -306,11 +344,14 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
         return [IngestRequestOut(**r.to_dict()) for r in reqs]
 
     @app.post("/tables/{t}/records", response_model=WriteOut, status_code=status.HTTP_201_CREATED, tags=["ingest"])
-    def write_records(t: str, body: RecordsIn) -> WriteOut:
+    def write_records(t: str, body: RecordsIn,
+                      idempotency_key: Optional[str] = Header(None, description=_KEY_HELP)) -> WriteOut:
         """Store the records in the table's write buffer: 201 only once they are durable
         (queries see them at once; a flush files them), all of them or (422) none; 429
-        when the buffer is full (nothing stored: send them again after a flush)."""
-        result = table(t).write(body.records)
+        when the buffer is full (nothing stored: send them again after a flush). A
+        repeat with the same ``Idempotency-Key`` and records stores nothing and answers
+        with the first write's ``seq``."""
+        result = table(t).write(body.records, request_id=idempotency_key)
         return WriteOut(records=result.records, seq=result.seq, seconds=result.seconds)
 
     @app.get("/tables/{t}/records", response_model=RecordsOut, tags=["query"])

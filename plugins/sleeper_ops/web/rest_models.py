@@ -10,6 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class ErrorOut(BaseModel):
     detail: str
+    outcome: Optional[str] = Field(None, description="a write's 503 only: unknown (send it again with the same "
+                                                     "Idempotency-Key) or not_stored")
+    retry: Optional[str] = None
 
 
 class TableOut(BaseModel):

@@ -5,7 +5,9 @@
 inside the Airflow UI). Pages, rendered on the server with no JavaScript and nothing
 fetched from elsewhere (charts are inline SVG, so it works with no internet):
 
-* ``/`` - every table: online or not, leaf partitions, files, records, jobs by status;
+* ``/`` - every table the requester may read (as ``table_filter`` decides, the same
+  filter as REST ``GET /tables``): online or not, leaf partitions, files, records, jobs
+  by status;
 * ``/tables/{name}`` - one table: records per leaf partition across the key space
   (against the split threshold), the partition tree with files and records per
   partition, jobs plotted over time (stacked by kind, failures marked) and their rows/s,
@@ -26,6 +28,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from starlette.requests import Request
+
+from sleeper_ops.web.rest_auth import TableFilter
 from sleeper_ops.web.status_render import MAX_FILE_ROWS, TableSummary, render_index, render_refused, render_table
 
 if TYPE_CHECKING:
@@ -43,10 +48,12 @@ DEFAULT_JOB_LIMIT = 1000
 # ----- the app ---------------------------------------------------------------------------------
 def create_status_app(sleeper_provider: Callable[[], Sleeper], *,
                       auth_dependency: Optional[Callable[..., Any]] = None,
+                      table_filter: Optional[TableFilter] = None,
                       job_limit: int = DEFAULT_JOB_LIMIT) -> FastAPI:
     """The status page app over the Sleeper ``sleeper_provider()`` returns (per request);
-    ``auth_dependency`` guards every page."""
-    from fastapi import Depends, FastAPI, HTTPException, Query, Request
+    ``auth_dependency`` guards every page; ``table_filter`` decides which tables the
+    index lists to a requester (default: all)."""
+    from fastapi import Depends, FastAPI, HTTPException, Query
     from fastapi.responses import HTMLResponse
 
     from statestore.errors import TableNotFoundError
@@ -60,10 +67,14 @@ def create_status_app(sleeper_provider: Callable[[], Sleeper], *,
                             headers=exc.headers)
 
     @app.get("/", response_class=HTMLResponse)
-    def index() -> HTMLResponse:
+    def index(request: Request) -> HTMLResponse:
         sleeper = sleeper_provider()
+        infos = sleeper.tables()
+        if table_filter is not None:
+            readable = set(table_filter(request, [i.name for i in infos]))
+            infos = [i for i in infos if i.name in readable]
         out = []
-        for info in sleeper.tables():
+        for info in infos:
             overview = sleeper.state_store.overview(info.table_id, file_limit=0)
             jobs = sleeper.state_store.list_jobs(info.table_id, limit=job_limit)
             out.append(TableSummary.of(info, overview, jobs))

@@ -49,8 +49,11 @@ def test_local_paths_that_lead_out_of_the_prefix_are_refused(tree: tuple[Path, P
            "lookalike": f"{allowed}x/a.csv", "nul": f"{allowed}/a.csv\x00", "empty": "",
            "http": "http://127.0.0.1/a.csv", "s3": "s3://bucket/in/a.csv"}[name]
     message = refused([str(allowed / "a.csv"), bad], [str(allowed)])
-    assert "ingest.allowed_prefixes" in message and str(allowed) in message
+    assert "ingest.allowed_prefixes" in message
     assert repr(bad) in message and repr(str(allowed / "a.csv")) not in message, "names the refused file only"
+    # no path of the server's: not the prefix, not where a link leads (only the client's own string)
+    rest = message.replace(repr(bad), "")
+    assert str(allowed) not in rest and str(root / "secret.csv") not in rest, rest
 
 
 def test_s3_uris_match_bucket_and_whole_key_segments() -> None:
@@ -66,14 +69,26 @@ def test_s3_uris_match_bucket_and_whole_key_segments() -> None:
 
 def test_no_prefix_allows_nothing(tree: tuple[Path, Path]) -> None:
     _, allowed = tree
-    assert "allowed here: none" in refused([str(allowed / "a.csv")], [])
+    assert "not under an allowed prefix" in refused([str(allowed / "a.csv")], [])
 
 
-def test_the_setting_defaults_to_the_object_store_and_home_ingest(tmp_path: Path) -> None:
+def test_a_tables_area_is_refused_whatever_the_prefixes_allow(tree: tuple[Path, Path]) -> None:
+    _, allowed = tree
+    (allowed / "t1").mkdir()
+    (allowed / "t1" / "f.parquet").write_text("x")
+    for bad, areas in [(str(allowed / "t1" / "f.parquet"), [str(allowed / "t1")]),
+                       ("s3://b/store/t1/data/f.parquet", ["s3://b/store/t1"])]:
+        with pytest.raises(IngestPathError, match="own data in the object store"):
+            check_ingest_paths([bad], [str(allowed), "s3://b/store"], areas)
+    assert check_ingest_paths(["s3://b/store/t10/f.parquet"], ["s3://b/store"], ["s3://b/store/t1"]) == [
+        "s3://b/store/t10/f.parquet"]
+
+
+def test_the_setting_defaults_to_the_stores_ingest_folder_and_home_ingest(tmp_path: Path) -> None:
     config = SleeperConfig.from_dict(tmp_path, {})
-    assert config.ingest_prefixes() == (str(tmp_path / "data"), str(tmp_path / "ingest"))
+    assert config.ingest_prefixes() == (str(tmp_path / "data" / "ingest"), str(tmp_path / "ingest"))
     s3 = SleeperConfig.from_dict(tmp_path, {"object_store": {"uri": "s3://b/p"}})
-    assert s3.ingest_prefixes() == ("s3://b/p", str(tmp_path / "ingest"))
+    assert s3.ingest_prefixes() == ("s3://b/p/ingest", str(tmp_path / "ingest"))
     assert "ingest" not in config.to_dict(), "the default is not written out"
 
 

@@ -106,3 +106,19 @@ def test_the_table_page_lists_at_most_the_sample_and_says_how_many_files_there_a
     assert "3 files, 3 references, 0 unreferenced" in page
     assert "showing the first 2 of 3 files" in page
     assert page.count("partition_root/") == 2 and MAX_FILE_ROWS >= 2
+
+
+def test_the_index_lists_only_the_tables_the_requester_may_read(sleeper, table) -> None:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+        from fastapi.testclient import TestClient
+
+    sleeper.create_table("secret", SCHEMA)
+
+    def readable(request: Request, names):  # type: ignore[no-untyped-def]
+        return [n for n in names if n != "secret" or request.headers.get("x-user") == "admin"]
+
+    client = TestClient(create_status_app(lambda: sleeper, table_filter=readable))
+    viewer = client.get("/", headers={"x-user": "viewer"})
+    assert viewer.status_code == 200 and "href='tables/events'" in viewer.text and "secret" not in viewer.text
+    assert "href='tables/secret'" in client.get("/", headers={"x-user": "admin"}).text

@@ -1,0 +1,69 @@
+"""Idempotency keys of client writes in DynamoDB (:mod:`statestore.client_writes`):
+the one place every keyed writer records and reads back its key.
+
+A key is the item ``w#<key>`` in the table's partition of the ``items`` table, holding
+the digest, the answer (``seq``, ``answer``) and ``written_ms``. A keyed write adds
+:func:`key_put` (conditional on the item not existing) to the TransactWriteItems that
+stores the write, so the key and the write are stored together or not at all. When
+that condition fails, the writer reads the item back (:meth:`ClientWritesMixin.earlier_write`):
+it is the first write of the key, or this very write's own attempt whose reply was
+lost and which botocore retried (the item then names this write's sequence number).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from statestore.client_writes import ClientWrite, ClientWriteRecord
+from statestore.dynamodb.base import DynamoBase
+from statestore.dynamodb.connection import get_n, get_s, n, s
+
+PREFIX = "w#"
+
+
+def key_item(table_id: str, request_id: str) -> dict[str, Any]:
+    return {"table_id": s(table_id), "sk": s(f"{PREFIX}{request_id}")}
+
+
+def key_put(table: str, table_id: str, write: ClientWrite, seq: int, written_ms: int) -> dict[str, Any]:
+    """The TransactWriteItems item recording ``write``'s key, refused when the key is
+    already held."""
+    item = {**key_item(table_id, write.request_id), "digest": s(write.digest), "seq": n(seq),
+            "written_ms": n(written_ms)}
+    if write.answer:
+        item["answer"] = s(write.answer)
+    return {"Put": {"TableName": table, "Item": item, "ConditionExpression": "attribute_not_exists(sk)"}}
+
+
+def _record(item: dict[str, Any]) -> ClientWriteRecord:
+    return ClientWriteRecord(str(get_s(item, "sk"))[len(PREFIX):], get_s(item, "digest") or "",
+                             get_n(item, "seq") or 0, get_s(item, "answer") or "", get_n(item, "written_ms") or 0)
+
+
+class ClientWritesMixin(DynamoBase):
+    """The idempotency keys part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+
+    def client_write(self, table_id: str, request_id: str) -> Optional[ClientWriteRecord]:
+        item = self._dynamo.get(f"read idempotency key {request_id!r} of table {table_id}", "items",
+                                key_item(table_id, request_id))
+        if item is None:
+            self._require_table_id(table_id)
+        return None if item is None else _record(item)
+
+    def earlier_write(self, table_id: str, write: ClientWrite) -> Optional[ClientWriteRecord]:
+        """The stored record of ``write``'s key, checked against its digest (raises
+        :class:`~statestore.client_writes.IdempotencyKeyReusedError` for another
+        request); None when the key is not held."""
+        earlier = self.client_write(table_id, write.request_id)
+        return None if earlier is None else earlier.answer_for(table_id, write)
+
+    def prune_client_writes(self, table_id: str, before_ms: int) -> int:
+        self._require_table_id(table_id)
+        d = self._dynamo
+        old = [key_item(table_id, str(get_s(it, "sk"))[len(PREFIX):]) for it in d.query(
+            f"list idempotency keys of table {table_id}", "items", "table_id = :t AND begins_with(sk, :w)",
+            {":t": s(table_id), ":w": s(PREFIX)}, projection="sk, written_ms")
+            if (get_n(it, "written_ms") or 0) < before_ms]
+        if old:
+            d.batch_delete(f"forget old idempotency keys of table {table_id}", "items", old)
+        return len(old)

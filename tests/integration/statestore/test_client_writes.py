@@ -1,0 +1,114 @@
+"""Idempotent client writes on every backend (statestore.client_writes): a write sent
+again with its idempotency key stores nothing and gets the first answer (the same
+sequence number, the same ingest requests); the key with another body is refused; a
+lost reply whose request the backend retried finds its own first write; old keys are
+forgotten."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from statestore import StateStore
+from statestore.client_writes import ClientWrite, IdempotencyKeyReusedError, digest_of
+from statestore.ingest_requests import IngestRequest
+from statestore.jobs import now_ms
+from tests.integration.statestore.test_behaviour import new_table
+
+
+def _write(key: str, data: bytes) -> ClientWrite:
+    return ClientWrite(key, digest_of("write", data))
+
+
+def test_a_repeated_keyed_write_returns_the_first_seq_and_stores_once(store: StateStore) -> None:
+    tid = new_table(store)
+    first = store.append_buffer(tid, b"abc", 3, client_write=_write("k1", b"abc"))
+    other = store.append_buffer(tid, b"xyz", 2)
+    again = store.append_buffer(tid, b"abc", 3, client_write=_write("k1", b"abc"))
+    assert again == first
+    snap = store.read_buffer(tid)
+    assert snap.seqs == (first, other) and snap.rows == 5
+    record = store.client_write(tid, "k1")
+    assert record is not None and record.seq == first
+
+
+def test_a_key_reused_for_another_body_is_refused_and_stores_nothing(store: StateStore) -> None:
+    tid = new_table(store)
+    seq = store.append_buffer(tid, b"abc", 3, client_write=_write("k1", b"abc"))
+    with pytest.raises(IdempotencyKeyReusedError, match="already used for a different request"):
+        store.append_buffer(tid, b"abd", 3, client_write=_write("k1", b"abd"))
+    assert store.read_buffer(tid).seqs == (seq,)
+
+
+def test_keys_are_per_table(store: StateStore) -> None:
+    a, b = new_table(store, "a"), new_table(store, "b")
+    sa = store.append_buffer(a, b"abc", 3, client_write=_write("k", b"abc"))
+    sb = store.append_buffer(b, b"abc", 3, client_write=_write("k", b"abc"))
+    assert store.read_buffer(a).seqs == (sa,) and store.read_buffer(b).seqs == (sb,)
+
+
+def test_a_repeated_keyed_ingest_request_queues_once_and_answers_first(store: StateStore) -> None:
+    tid = new_table(store)
+
+    def requests(prefix: str) -> list[IngestRequest]:
+        return [IngestRequest(f"{prefix}-{i}", tid, f"/in/f{i}.parquet", 10, 1000) for i in range(3)]
+
+    first = requests("one")
+    write = ClientWrite("k", digest_of("ingest-request", b"f0", b"f1", b"f2"),
+                        json.dumps([r.to_dict() for r in first]))
+    assert store.add_ingest_requests(tid, first, client_write=write) is None
+    earlier = store.add_ingest_requests(tid, requests("two"), client_write=write)
+    assert earlier is not None and [d["request_id"] for d in json.loads(earlier.answer)] == ["one-0", "one-1", "one-2"]
+    assert sorted(r.request_id for r in store.list_ingest_requests(tid)) == ["one-0", "one-1", "one-2"]
+    with pytest.raises(IdempotencyKeyReusedError):
+        store.add_ingest_requests(tid, requests("three"), client_write=ClientWrite("k", "other digest"))
+    assert len(store.list_ingest_requests(tid)) == 3
+
+
+def test_pruning_forgets_old_keys_only(store: StateStore) -> None:
+    tid = new_table(store)
+    store.append_buffer(tid, b"abc", 3, client_write=_write("old", b"abc"))
+    assert store.prune_client_writes(tid, now_ms() - 3_600_000) == 0
+    assert store.client_write(tid, "old") is not None
+    assert store.prune_client_writes(tid, now_ms() + 1) == 1
+    assert store.client_write(tid, "old") is None
+    # forgotten: the key stores a new write
+    store.append_buffer(tid, b"abc", 3, client_write=_write("old", b"abc"))
+    assert store.buffer_stats(tid).entries == 2
+
+
+class _RetriedAfterLostReply:
+    """A boto3 client whose TransactWriteItems is sent twice, as botocore does when the
+    first reply is lost: the first applies, the caller sees only the second's answer."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.lost = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def transact_write_items(self, **kwargs: Any) -> Any:
+        self._client.transact_write_items(**kwargs)
+        self.lost += 1
+        return self._client.transact_write_items(**kwargs)
+
+
+@pytest.mark.parametrize("store", [pytest.param("dynamodb", marks=pytest.mark.integration)], indirect=True)
+@pytest.mark.parametrize("size", [10, 400 * 1024], ids=["inline", "blob"])
+def test_dynamodb_keyed_write_whose_reply_was_lost_finds_its_own_write(store: StateStore, size: int) -> None:
+    tid = new_table(store)
+    data = b"x" * size
+    d = store._dynamo  # type: ignore[attr-defined]
+    real = d.client
+    d.client = retried = _RetriedAfterLostReply(real)
+    try:
+        seq = store.append_buffer(tid, data, 7, client_write=_write("lost", data))
+    finally:
+        d.client = real
+    assert retried.lost == 1
+    snap = store.read_buffer(tid)
+    assert snap.seqs == (seq,) and snap.rows == 7
+    assert snap.entries[0].data == data  # a blob entry still has its blob

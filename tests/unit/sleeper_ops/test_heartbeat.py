@@ -1,0 +1,111 @@
+"""Job heartbeats (sleeper_ops.heartbeat): a job that runs longer than the abandon time
+keeps its outputs through the orphan sweep while it beats, and loses them once silent
+for the abandon time; every job kind beats while it runs. The clock is injected: no
+test waits for real time to pass."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pytest
+
+from sleeper_ops.heartbeat import Heartbeat, interval_for
+from sleeper_ops.io.datafile import new_data_key
+from sleeper_ops.maintenance.gc import sweep_orphans
+from statestore.errors import StateStoreUnavailableError
+from statestore.jobs import JobRecord
+from statestore.partitions import ROOT_ID
+from tests.unit.sleeper_ops.test_gc import MINUTE, SCHEMA, _put_orphan
+
+ABANDON = 60  # minutes
+
+
+@pytest.fixture
+def t(sleeper):  # type: ignore[no-untyped-def]
+    return sleeper.create_table("t", SCHEMA, properties={"sleeper.table.gc.job.abandon.minutes": str(ABANDON),
+                                                         "sleeper.table.gc.orphan.grace.minutes": "40"})
+
+
+class Clock:
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def _running_job(sleeper, t, job_id: str) -> tuple[JobRecord, str]:  # type: ignore[no-untyped-def]
+    key = new_data_key(t.info.table_id, ROOT_ID)
+    rec = JobRecord.created(t.info.table_id, job_id, "compaction").started("run", outputs=[key])
+    sleeper.state_store.put_job(rec)
+    _put_orphan(sleeper, key, rec.last_update_ms - 50 * MINUTE)  # written, older than the grace
+    return rec, key
+
+
+def _sweep(sleeper, t, now_ms: int) -> list[str]:  # type: ignore[no-untyped-def]
+    return sweep_orphans(sleeper.state_store, sleeper.objects, sleeper.table("t").info, now_ms=now_ms)
+
+
+def test_a_job_beating_past_the_abandon_time_keeps_its_outputs_and_a_silent_one_loses_them(sleeper, t) -> None:  # type: ignore[no-untyped-def]
+    alive, alive_key = _running_job(sleeper, t, "alive")
+    silent, silent_key = _running_job(sleeper, t, "silent")
+    clock = Clock(alive.last_update_ms)
+    beat = Heartbeat(sleeper.state_store, t.info, ["alive"], clock=clock)
+    for _ in range(3 * ABANDON):  # three abandon times, one beat a minute
+        clock.ms += MINUTE
+        assert beat.beat() == 1
+    assert _sweep(sleeper, t, clock.ms) == [silent_key]  # the silent job is taken as dead
+    assert sleeper.objects.head(alive_key) is not None
+    # the job dies: once silent for the abandon time its output goes, not before
+    assert _sweep(sleeper, t, clock.ms + (ABANDON - 1) * MINUTE) == []
+    assert _sweep(sleeper, t, clock.ms + (ABANDON + 1) * MINUTE) == [alive_key]
+
+
+def test_the_thread_beats_every_interval_and_stops(sleeper, t) -> None:  # type: ignore[no-untyped-def]
+    rec, _ = _running_job(sleeper, t, "j")
+    clock = Clock(rec.last_update_ms + 10 * MINUTE)
+    with Heartbeat(sleeper.state_store, t.info, ["j"], interval_s=0.001, clock=clock) as hb:
+        deadline = time.monotonic() + 10
+        while sleeper.state_store.get_job(t.info.table_id, "j").heartbeat_ms != clock.ms:
+            assert time.monotonic() < deadline, "no beat within 10 s"
+            time.sleep(0.001)
+    assert hb.beats >= 1 and hb._thread is None
+
+
+def test_the_interval_is_a_tenth_of_the_abandon_time_at_most_a_minute(sleeper, t) -> None:  # type: ignore[no-untyped-def]
+    assert interval_for(t.info) == 60.0  # a tenth of 60 minutes is 6 minutes: capped at one
+
+
+def test_a_failed_beat_is_logged_and_the_job_carries_on(sleeper, t, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    _running_job(sleeper, t, "j")
+
+    def down(*args):  # type: ignore[no-untyped-def]
+        raise StateStoreUnavailableError("state store down")
+
+    monkeypatch.setattr(sleeper.state_store, "heartbeat_jobs", down)
+    assert Heartbeat(sleeper.state_store, t.info, ["j"]).beat() == 0
+    assert "heartbeat of 1 jobs" in caplog.text
+
+
+def test_every_job_kind_beats_while_it_runs(sleeper, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    kinds: set[str] = set()
+    real = Heartbeat.stop
+
+    def recording(self: Heartbeat) -> None:
+        real(self)
+        with self._lock:
+            ids = list(self._jobs)
+        kinds.update(r.kind for r in (sleeper.state_store.get_job(self.table_id, j) for j in ids) if r is not None)
+
+    monkeypatch.setattr(Heartbeat, "stop", recording)
+    t = sleeper.create_table("k", SCHEMA, properties={"sleeper.table.compaction.strategy": "basic",
+                                                      "sleeper.table.compaction.files.batch.size": "2",
+                                                      "sleeper.table.partition.splitting.threshold": "10"})
+    for i in range(2):
+        t.ingest(pa.table({"key": [i * 10 + j for j in range(10)], "v": ["x"] * 10}))
+    t.write([{"key": 100, "v": "y"}])
+    t.flush()
+    t.compact()
+    t.split()
+    assert kinds == {"ingest", "flush", "compaction", "split"}
