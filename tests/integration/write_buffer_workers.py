@@ -41,14 +41,22 @@ def writer(dsn: str, data_dir: str, table: str, worker: int, writes: int, result
         results.put(("error", worker, traceback.format_exc()))
 
 
-def flusher(dsn: str, data_dir: str, table: str, stop: Any, results: Any) -> None:
-    """Flush the table again and again until ``stop`` is set, then once more."""
+def flusher(dsn: str, data_dir: str, table: str, stop: Any, results: Any, flushing: Any = None) -> None:
+    """Flush the table again and again until ``stop`` is set, then once more (so every
+    record written before ``stop`` was set is flushed); put ("ok", "flusher", records
+    flushed) or ("error", "flusher", traceback) on ``results``. ``flushing``, if given,
+    is set as the first flush starts (start-up is over)."""
     try:
         flushed = 0
         with _sleeper(dsn, data_dir) as s:
             t = s.table(table)
-            while not stop.is_set():
+            while True:
+                last = stop.is_set()
+                if flushing is not None:
+                    flushing.set()
                 flushed += t.flush(run_id="test/flusher").records
+                if last:
+                    break
                 time.sleep(0.02)
         results.put(("ok", "flusher", flushed))
     except BaseException:
