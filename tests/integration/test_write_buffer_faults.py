@@ -1,5 +1,5 @@
 """The write buffer under faults, over PostgreSQL (issue 13, DESIGN.md section 10): four
-processes write while another flushes again and again, a flush is SIGKILLed after
+processes write (the second half of their writes while another flushes again and again), a flush is SIGKILLed after
 writing its files, just before its commit, and a flush loop is SIGKILLed at a random
 (seeded) moment of its flushing. Afterwards every written record is
 returned exactly once, before and after a final flush; the killed flush's files were
@@ -44,10 +44,10 @@ def test_writers_racing_flushes_and_a_killed_flush_leave_every_record_exactly_on
                        properties={"sleeper.table.write.buffer.flush.records": "3000"})
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    stop, at_commit = ctx.Event(), ctx.Event()
+    stop, at_commit, second_half = ctx.Event(), ctx.Event(), ctx.Event()
     victim = ctx.Process(target=workers.flush_hanging_at_commit, args=(pg_dsn, data, "w", at_commit))
     victim.start()
-    writers = [ctx.Process(target=workers.writer, args=(pg_dsn, data, "w", w, WRITES, results))
+    writers = [ctx.Process(target=workers.writer, args=(pg_dsn, data, "w", w, WRITES, results, second_half))
                for w in range(WRITERS)]
     for p in writers:
         p.start()
@@ -65,13 +65,17 @@ def test_writers_racing_flushes_and_a_killed_flush_leave_every_record_exactly_on
     doomed.kill()
     doomed.join(30)
     assert doomed.exitcode == -9, f"the flush loop was killed while flushing (seed {SEED})"
-    flush_loop = ctx.Process(target=workers.flusher, args=(pg_dsn, data, "w", stop, results))
+    loop_flushing = ctx.Event()
+    flush_loop = ctx.Process(target=workers.flusher, args=(pg_dsn, data, "w", stop, results, loop_flushing))
     flush_loop.start()
+    assert loop_flushing.wait(120), "the flush loop never started flushing"
+    second_half.set()  # the writers' second half races the flush loop
     for p in writers:
         p.join(300)
     stop.set()  # the flush loop flushes once more, after every write
     flush_loop.join(120)
-    _results(results, WRITERS + 1)
+    done = _results(results, WRITERS + 1)
+    assert [r[2] for r in done if r[1] == "flusher"][0] > 0, "the flush loop flushed records"
 
     expected = Counter(k for w in range(WRITERS) for k in workers.keys_of(w, WRITES))
     with Sleeper(state_store=PostgresStateStore(pg_dsn), objects=ObjectStore(data)) as s:
