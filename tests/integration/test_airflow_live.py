@@ -270,7 +270,22 @@ class DevTools:
                 return
         raise AssertionError(f"no {method} in {timeout} s")
 
-    def screenshot(self, url: str, cookie: dict[str, str], width: int = 1280, height: int = 1100) -> bytes:
+    def dom_text(self) -> str:
+        """Every text node of the page, iframes included (the DOM as Chromium holds it)."""
+        texts: list[str] = []
+
+        def walk(node: dict[str, Any]) -> None:
+            if node.get("nodeType") == 3:
+                texts.append(node.get("nodeValue", ""))
+            for child in (*node.get("children", ()), *([node["contentDocument"]] if "contentDocument" in node else ())):
+                walk(child)
+        walk(self.call("DOM.getDocument", depth=-1, pierce=True)["root"])
+        return "\n".join(texts)
+
+    def screenshot(self, url: str, cookie: dict[str, str], shows: tuple[str, ...], width: int = 1280,
+                   height: int = 1100) -> tuple[bytes, str]:
+        """A PNG of ``url`` once its DOM (iframes included) holds every text in ``shows``,
+        and that DOM's text."""
         self.call("Network.enable")
         self.call("Network.setCookie", name=cookie["name"], value=cookie["value"], url=cookie["url"])
         self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
@@ -278,9 +293,14 @@ class DevTools:
         self.call("Page.enable")
         self.call("Page.navigate", url=url)
         self.wait_for_event("Page.loadEventFired")
-        time.sleep(3)  # let the Airflow UI render and its iframe load
+        deadline = time.monotonic() + 60  # the Airflow UI renders, then loads its iframe
+        text = self.dom_text()
+        while not all(s in text for s in shows):
+            assert time.monotonic() < deadline, f"{url} never showed {shows}; its text:\n{text[:2000]}"
+            time.sleep(0.2)
+            text = self.dom_text()
         data = self.call("Page.captureScreenshot", format="png")["data"]
-        return base64.b64decode(data)
+        return base64.b64decode(data), text
 
     def close(self) -> None:
         try:
@@ -301,10 +321,14 @@ def test_chromium_screenshots_the_status_page(server: dict[str, Any], tmp_path: 
                     "(or 'chromium-headless-shell') to run this test")
     cookie = {"name": "_token", "value": server["token"], "url": server["url"]}
     browser = DevTools(binary, tmp_path / "chromium-profile")
+    # the table's name and its first leaf partition: the rendered table page, not a login or error page
+    shows = ("events", server["expected"]["partitions"][0], "split threshold")
     try:
-        page = browser.screenshot(f"{server['url']}/sleeper/ui/tables/events", cookie)
+        page, text = browser.screenshot(f"{server['url']}/sleeper/ui/tables/events", cookie, shows)
+        assert "Sign in to Airflow" not in text
         # The page inside Airflow's UI (the nav entry's iframe, deep-linked to the table).
-        in_ui = browser.screenshot(f"{server['url']}/plugin/sleeper-tables/sleeper/ui/tables/events", cookie)
+        in_ui, _ = browser.screenshot(f"{server['url']}/plugin/sleeper-tables/sleeper/ui/tables/events", cookie,
+                                      shows)
     finally:
         browser.close()
     for name, png in (("status_page.png", page), ("status_page_in_airflow.png", in_ui)):

@@ -1,7 +1,7 @@
 """The write buffer under faults, over PostgreSQL (issue 13, DESIGN.md section 10): four
-processes write while another flushes again and again, a flush is SIGKILLed after
+processes write (the second half of their writes while another flushes again and again), a flush is SIGKILLed after
 writing its files, just before its commit, and a flush loop is SIGKILLed at a random
-moment. Afterwards every written record is
+(seeded) moment of its flushing. Afterwards every written record is
 returned exactly once, before and after a final flush; the killed flush's files were
 never referenced and the orphan sweep deletes them once its job counts as abandoned."""
 
@@ -25,6 +25,8 @@ pytestmark = pytest.mark.integration
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "LongType"}], "valueFields": [{"name": "v", "type": "StringType"}]}
 WRITERS, WRITES = 4, 40
+#: seeds the moment the flush loop is killed; a failure names it
+SEED = 19
 
 
 def _results(queue: "multiprocessing.Queue[tuple]", n: int) -> list[tuple]:
@@ -42,10 +44,10 @@ def test_writers_racing_flushes_and_a_killed_flush_leave_every_record_exactly_on
                        properties={"sleeper.table.write.buffer.flush.records": "3000"})
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    stop, at_commit = ctx.Event(), ctx.Event()
+    stop, at_commit, second_half = ctx.Event(), ctx.Event(), ctx.Event()
     victim = ctx.Process(target=workers.flush_hanging_at_commit, args=(pg_dsn, data, "w", at_commit))
     victim.start()
-    writers = [ctx.Process(target=workers.writer, args=(pg_dsn, data, "w", w, WRITES, results))
+    writers = [ctx.Process(target=workers.writer, args=(pg_dsn, data, "w", w, WRITES, results, second_half))
                for w in range(WRITERS)]
     for p in writers:
         p.start()
@@ -53,19 +55,27 @@ def test_writers_racing_flushes_and_a_killed_flush_leave_every_record_exactly_on
     victim.kill()  # SIGKILL: its files are written, its commit never sent
     victim.join(30)
     assert victim.exitcode == -9
-    doomed = ctx.Process(target=workers.flusher, args=(pg_dsn, data, "w", ctx.Event(), results))
+    flushing, never = ctx.Event(), ctx.Event()  # (held here: an event must outlive the child's start)
+    doomed = ctx.Process(target=workers.flusher, args=(pg_dsn, data, "w", never, results, flushing))
     doomed.start()
-    time.sleep(random.uniform(1.5, 3.0))  # its start-up takes about a second: then it is flushing
-    doomed.kill()  # wherever it is: reading, writing files, committing
+    assert flushing.wait(120), "the doomed flush loop never started flushing"
+    # past its start-up, it flushes until killed; a seeded delay picks where it is killed:
+    # reading the buffer, writing files, committing, or between two flushes
+    time.sleep(random.Random(SEED).uniform(0.0, 0.5))
+    doomed.kill()
     doomed.join(30)
-    flush_loop = ctx.Process(target=workers.flusher, args=(pg_dsn, data, "w", stop, results))
+    assert doomed.exitcode == -9, f"the flush loop was killed while flushing (seed {SEED})"
+    loop_flushing = ctx.Event()
+    flush_loop = ctx.Process(target=workers.flusher, args=(pg_dsn, data, "w", stop, results, loop_flushing))
     flush_loop.start()
+    assert loop_flushing.wait(120), "the flush loop never started flushing"
+    second_half.set()  # the writers' second half races the flush loop
     for p in writers:
         p.join(300)
-    time.sleep(0.2)
-    stop.set()
+    stop.set()  # the flush loop flushes once more, after every write
     flush_loop.join(120)
-    _results(results, WRITERS + 1)
+    done = _results(results, WRITERS + 1)
+    assert [r[2] for r in done if r[1] == "flusher"][0] > 0, "the flush loop flushed records"
 
     expected = Counter(k for w in range(WRITERS) for k in workers.keys_of(w, WRITES))
     with Sleeper(state_store=PostgresStateStore(pg_dsn), objects=ObjectStore(data)) as s:
@@ -78,7 +88,9 @@ def test_writers_racing_flushes_and_a_killed_flush_leave_every_record_exactly_on
         def every_key(buffer: bool = True) -> Counter:
             return Counter(t.query(ranges=[(0, None)], buffer=buffer)["key"].to_pylist())
 
-        assert every_key() == expected, "before the final flush (files and buffer)"
+        assert every_key() == expected, "files and buffer"
+        assert t.buffer_stats().rows == 0, "the flush loop flushed once more after the last write"
+        assert every_key(buffer=False) == expected, "all in files, flushed by the flush loop"
         t.flush()
         assert t.buffer_stats().rows == 0
         assert every_key() == expected, "after the final flush"

@@ -26,14 +26,18 @@ def keys_of(worker: int, writes: int) -> list[int]:
     return [worker * 1_000_000 + i for i in range(writes * ROWS_PER_WRITE)]
 
 
-def writer(dsn: str, data_dir: str, table: str, worker: int, writes: int, results: Any) -> None:
+def writer(dsn: str, data_dir: str, table: str, worker: int, writes: int, results: Any,
+           resume: Any = None) -> None:
     """Write ``writes`` batches of ROWS_PER_WRITE records with the worker's keys; put
-    ("ok", worker) or ("error", worker, traceback) on ``results``."""
+    ("ok", worker) or ("error", worker, traceback) on ``results``. With ``resume``, the
+    second half of the batches waits until it is set."""
     try:
         keys = keys_of(worker, writes)
         with _sleeper(dsn, data_dir) as s:
             t = s.table(table)
             for i in range(writes):
+                if resume is not None and i == writes // 2 and not resume.wait(300):
+                    raise TimeoutError("never told to resume")
                 part = keys[i * ROWS_PER_WRITE:(i + 1) * ROWS_PER_WRITE]
                 t.write(pa.table({"key": pa.array(part, pa.int64()), "v": [f"w{worker}" for _ in part]}))
         results.put(("ok", worker))
@@ -41,14 +45,22 @@ def writer(dsn: str, data_dir: str, table: str, worker: int, writes: int, result
         results.put(("error", worker, traceback.format_exc()))
 
 
-def flusher(dsn: str, data_dir: str, table: str, stop: Any, results: Any) -> None:
-    """Flush the table again and again until ``stop`` is set, then once more."""
+def flusher(dsn: str, data_dir: str, table: str, stop: Any, results: Any, flushing: Any = None) -> None:
+    """Flush the table again and again until ``stop`` is set, then once more (so every
+    record written before ``stop`` was set is flushed); put ("ok", "flusher", records
+    flushed) or ("error", "flusher", traceback) on ``results``. ``flushing``, if given,
+    is set as the first flush starts (start-up is over)."""
     try:
         flushed = 0
         with _sleeper(dsn, data_dir) as s:
             t = s.table(table)
-            while not stop.is_set():
+            while True:
+                last = stop.is_set()
+                if flushing is not None:
+                    flushing.set()
                 flushed += t.flush(run_id="test/flusher").records
+                if last:
+                    break
                 time.sleep(0.02)
         results.put(("ok", "flusher", flushed))
     except BaseException:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable
 
 import pytest
 
@@ -15,6 +16,35 @@ from statestore.memory import InMemoryStateStore
 @pytest.fixture
 def store():
     return InMemoryStateStore()
+
+
+class Clock:
+    """The in-memory store's clock, moved by the test instead of by sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    import statestore.memory
+
+    c = Clock()
+    monkeypatch.setattr(statestore.memory, "time", c)
+    return c
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
 
 
 def test_lease_name_is_table_id_and_operation():
@@ -47,23 +77,32 @@ def test_other_operations_and_tables_are_independent(store):
         assert store.get_lease("t/gc") and store.get_lease("t/split") and store.get_lease("u/gc")
 
 
-def test_running_holder_keeps_its_lease_beyond_the_ttl(store):
-    with OperationLease(store, "t/compaction", "long-run", ttl_seconds=0.3, renew_every=0.05) as lease:
-        time.sleep(0.8)
-        with pytest.raises(LeaseHeldError):
-            with OperationLease(store, "t/compaction", "other", ttl_seconds=0.3, renew_every=0.05):
+def test_running_holder_keeps_its_lease_beyond_the_ttl(store, clock):
+    with OperationLease(store, "t/compaction", "long-run", ttl_seconds=60, renew_every=0.01) as lease:
+        first_expiry = lease.lease.expires_ms
+        for step in range(3):  # 3 x 40 s: twice the TTL, renewed in between
+            clock.advance(40)
+            renewals = lease.renewals
+            wait_for(lambda: lease.renewals > renewals + 1, f"a renewal after step {step}")
+        assert clock.now * 1000 > first_expiry, "the first TTL has passed"
+        with pytest.raises(LeaseHeldError, match="held by long-run"):
+            with OperationLease(store, "t/compaction", "other", ttl_seconds=60):
                 pass
-        assert lease.renewals >= 3
+        assert store.get_lease("t/compaction").expires_ms == clock.now * 1000 + 60_000
         assert not lease.lost
 
 
-def test_crashed_holders_lease_lapses_after_its_ttl(store):
+def test_crashed_holders_lease_lapses_after_its_ttl(store, clock):
     # A holder that took the lease and died: no renewals, no release.
-    assert store.acquire_lease("t/split", "crashed", 0.2) is not None
+    assert store.acquire_lease("t/split", "crashed", 60) is not None
     with pytest.raises(LeaseHeldError, match="crashed"):
         with OperationLease(store, "t/split", "next"):
             pass
-    time.sleep(0.3)
+    clock.advance(59.9)
+    with pytest.raises(LeaseHeldError, match="crashed"):
+        with OperationLease(store, "t/split", "next"):
+            pass
+    clock.advance(0.2)
     with OperationLease(store, "t/split", "next"):
         assert store.get_lease("t/split").holder == "next"
 
@@ -80,32 +119,45 @@ def test_losing_the_lease_is_noticed_and_reported(store):
     assert store.get_lease("t/gc").holder == "usurper"
 
 
-def test_same_holder_may_reenter(store):
-    with OperationLease(store, "t/gc", "run-a/1"):
-        with OperationLease(store, "t/gc", "run-a/1"):
-            pass
+def test_same_holder_may_reenter(store, clock):
+    """A restarted run (same holder) takes over the lease its dead predecessor still holds,
+    renewed from now; others stay refused; leaving releases it."""
+    first = store.acquire_lease("t/gc", "run-a/1", 60)  # the predecessor, killed while holding it
+    clock.advance(30)
+    with OperationLease(store, "t/gc", "run-a/1", ttl_seconds=60) as again:
+        assert again.lease.holder == "run-a/1"
+        assert again.lease.expires_ms == first.expires_ms + 30_000, "renewed from now"
+        assert store.get_lease("t/gc").expires_ms == first.expires_ms + 30_000
+        with pytest.raises(LeaseHeldError, match="held by run-a/1"):
+            with OperationLease(store, "t/gc", "run-b"):
+                pass
+    assert store.get_lease("t/gc") is None
 
 
 def test_racing_threads_exactly_one_runs(store):
-    barrier = threading.Barrier(8)
+    contenders = 8
+    barrier = threading.Barrier(contenders)
     ran, refused = [], []
+    all_refused = threading.Event()
 
     def contender(i: int) -> None:
         barrier.wait()
         try:
             with OperationLease(store, "t/compaction", f"run-{i}"):
                 ran.append(i)
-                time.sleep(0.2)
+                all_refused.wait(30)  # hold the lease until every other contender was refused
         except LeaseHeldError as e:
             refused.append(str(e))
+            if len(refused) == contenders - 1:
+                all_refused.set()
 
-    threads = [threading.Thread(target=contender, args=(i,)) for i in range(8)]
+    threads = [threading.Thread(target=contender, args=(i,)) for i in range(contenders)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert len(ran) == 1
-    assert len(refused) == 7
+    assert len(refused) == contenders - 1
     assert all(f"held by run-{ran[0]}" in m for m in refused)
 
 

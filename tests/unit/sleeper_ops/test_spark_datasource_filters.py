@@ -7,10 +7,7 @@ from __future__ import annotations
 import itertools
 import random
 
-import pytest
-
-ds = pytest.importorskip("sleeper_ops.spark.datasource")
-from pyspark.sql.datasource import (  # noqa: E402
+from pyspark.sql.datasource import (
     EqualTo,
     GreaterThan,
     GreaterThanOrEqual,
@@ -22,7 +19,8 @@ from pyspark.sql.datasource import (  # noqa: E402
     StringStartsWith,
 )
 
-from statestore.schema import Schema  # noqa: E402
+from sleeper_ops.spark import datasource as ds
+from statestore.schema import Schema
 
 
 def reader(key_type: str):  # type: ignore[no-untyped-def]
