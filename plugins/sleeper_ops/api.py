@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generator, Iterable, Mapping, Optional, S
 import pyarrow as pa
 
 from sleeper_ops.config import SleeperConfig
+from sleeper_ops.engine.iterators import ITERATOR_PROPERTIES, check_iterator_properties
 from sleeper_ops.errors import QueryError
 from sleeper_ops.ingest.standard import IngestResult, IngestRunner, Progress
 from sleeper_ops.io.storage import ObjectStore
@@ -26,7 +27,7 @@ from statestore.catalog import TableInfo
 from statestore.errors import TableNotFoundError
 from statestore.jobs import JobRecord
 from statestore.partitions import partitions_from_split_points
-from statestore.properties import validate_properties
+from statestore.properties import validate_properties, validate_values
 from statestore.region import Region
 from statestore.schema import Schema
 from statestore.state import TableState
@@ -98,6 +99,7 @@ class Sleeper:
         elif not isinstance(schema, Schema):
             schema = Schema.from_dict(schema)
         props = validate_properties(properties or {})
+        check_iterator_properties(schema, props)
         partitions = partitions_from_split_points(schema, split_points or ())
         info = self.state_store.create_table(name, schema, partitions, props)
         return Table(self, info)
@@ -109,7 +111,18 @@ class Sleeper:
         return Table(self, self.state_store.get_table(name))
 
     def set_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
-        return self.state_store.update_properties(name, properties)
+        """Set properties of table ``name``, keeping the others; an empty value clears a
+        property. Every name and value is checked before anything changes, iterators
+        against the table's schema (their user code imported), so a table never holds a
+        property its queries or maintenance would fail on."""
+        update = validate_values(properties)
+        if any(update.get(k) for k in ITERATOR_PROPERTIES):
+            check_iterator_properties(self.state_store.get_table(name).schema, update)
+        return self.state_store.update_properties(name, update)
+
+    def unset_properties(self, name: str, names: Sequence[str]) -> TableInfo:
+        """Clear properties of table ``name`` (each takes its default again)."""
+        return self.set_properties(name, dict.fromkeys(names, ""))
 
     def rename_table(self, old: str, new: str) -> TableInfo:
         return self.state_store.rename_table(old, new)

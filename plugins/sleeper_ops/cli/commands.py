@@ -43,12 +43,13 @@ def table() -> None:
     """Create, list, describe, rename and delete tables."""
 
 
-def _parse_props(props: tuple[str, ...]) -> dict[str, str]:
+def _parse_props(props: tuple[str, ...], hint: str = "--property") -> dict[str, str]:
     out = {}
     for p in props:
         k, sep, v = p.partition("=")
         if not sep:
-            raise click.BadParameter(f"{p!r} is not K=V", param_hint="--property")
+            raise click.BadParameter(f"{p!r} is not NAME=VALUE (an empty VALUE clears the property)",
+                                     param_hint=hint)
         out[k.strip()] = v.strip()
     return out
 
@@ -123,12 +124,31 @@ def table_offline(ctx: click.Context, name: str) -> None:
 
 @table.command("set")
 @click.argument("name")
-@click.argument("props", nargs=-1, metavar="K=V...")
+@click.argument("props", nargs=-1, required=True, metavar="NAME=VALUE...")
 @click.pass_context
 def table_set(ctx: click.Context, name: str, props: tuple[str, ...]) -> None:
-    """Set table properties."""
-    _sleeper(ctx).set_properties(name, _parse_props(props))
-    click.echo(f"table {name}: set {len(props)} properties")
+    """Set table properties (NAME= with no value clears one). Each is checked before
+    any is set: iterators against the schema, their code imported."""
+    update = _parse_props(props, hint="NAME=VALUE")
+    _sleeper(ctx).set_properties(name, update)
+    _say_changed(name, update)
+
+
+@table.command("unset")
+@click.argument("name")
+@click.argument("keys", nargs=-1, required=True, metavar="PROPERTY...")
+@click.pass_context
+def table_unset(ctx: click.Context, name: str, keys: tuple[str, ...]) -> None:
+    """Clear table properties: each takes its default again."""
+    _sleeper(ctx).unset_properties(name, list(keys))
+    _say_changed(name, dict.fromkeys(keys, ""))
+
+
+def _say_changed(name: str, update: dict[str, str]) -> None:
+    set_ = [f"{k}={v}" for k, v in update.items() if v]
+    cleared = [k for k, v in update.items() if not v]
+    parts = ([f"set {', '.join(set_)}"] if set_ else []) + ([f"cleared {', '.join(cleared)}"] if cleared else [])
+    click.echo(f"table {name}: {'; '.join(parts)}")
 
 
 @table.command("rename")
