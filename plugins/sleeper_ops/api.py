@@ -23,7 +23,7 @@ from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.runner import DEFAULT_BATCH_ROWS, QueryRunner, exact_key_region, range_region
 from sleeper_ops.query.shared import SharedRunners
 from statestore.backends import open_state_store
-from statestore.catalog import TableInfo
+from statestore.catalog import TableInfo, check_table_name
 from statestore.errors import TableNotFoundError
 from statestore.jobs import JobRecord
 from statestore.partitions import partitions_from_split_points
@@ -93,7 +93,10 @@ class Sleeper:
     # ----- catalog --------------------------------------------------------------------
     def create_table(self, name: str, schema: Schema | Mapping[str, Any] | str, split_points: Sequence[Any] = (),
                      properties: Optional[Mapping[str, str]] = None) -> Table:
-        """Create a table whose leaf partitions divide the first row key at ``split_points``."""
+        """Create a table whose leaf partitions divide the first row key at ``split_points``.
+        A name that cannot become Airflow DAG ids raises
+        :class:`~statestore.errors.TableNameError` (see :data:`statestore.catalog.TABLE_NAME_RULE`)."""
+        check_table_name(name)
         if isinstance(schema, str):
             schema = Schema.from_json(schema)
         elif not isinstance(schema, Schema):
@@ -125,6 +128,8 @@ class Sleeper:
         return self.set_properties(name, dict.fromkeys(names, ""))
 
     def rename_table(self, old: str, new: str) -> TableInfo:
+        """Rename table ``old`` (whatever its name) to ``new``, which must follow the table name rule."""
+        check_table_name(new)
         return self.state_store.rename_table(old, new)
 
     def delete_table(self, name: str) -> TableInfo:

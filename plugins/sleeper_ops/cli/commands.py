@@ -77,13 +77,23 @@ def table_create(ctx: click.Context, name: str, schema_file: str, split_file: Op
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def table_list(ctx: click.Context, as_json: bool) -> None:
-    """List tables."""
+    """List tables; a table whose name cannot become Airflow DAG ids (it gets no DAGs, so
+    no scheduled maintenance) is reported on stderr, with the rename that fixes it."""
+    import shlex
+
+    from statestore.catalog import table_name_problem
+
     tables = _sleeper(ctx).tables()
     if as_json:
         click.echo(json.dumps([{"name": t.name, "id": t.table_id, "online": t.online} for t in tables]))
-        return
+    else:
+        for t in tables:
+            click.echo(f"{t.name}\t{t.table_id}\t{'online' if t.online else 'offline'}")
     for t in tables:
-        click.echo(f"{t.name}\t{t.table_id}\t{'online' if t.online else 'offline'}")
+        problem = table_name_problem(t.name)
+        if problem is not None:
+            click.echo(f"warning: {problem}; table {t.name!r} gets no Airflow DAGs (no scheduled maintenance, "
+                       f"no REST access) until renamed: sleeper table rename {shlex.quote(t.name)} NEW_NAME", err=True)
 
 
 @table.command("describe")

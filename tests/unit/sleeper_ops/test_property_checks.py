@@ -119,3 +119,33 @@ def test_table_set_without_equals_explains_name_value(cli):
     code, _, err = cli("table", "set", "events", "sleeper.table.online")
     line = one_error_line(err)
     assert code == 2 and "NAME=VALUE" in line and "--property" not in line
+
+
+@pytest.mark.parametrize("name", ["bad name!", "a/b", "événements", "a..b", "x" * 201, ""])
+def test_a_table_name_that_cannot_be_a_dag_id_is_refused_with_the_rule(sleeper, monkeypatch, capsys, tmp_path, name):
+    (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
+    schema = str(tmp_path / "schema.json")
+    code, _, err = run_cli(sleeper, monkeypatch, capsys, "table", "create", name, "--schema", schema)
+    assert code == 1 and "ASCII letters, digits, '_', '-' and '.'" in one_error_line(err)
+    assert sleeper.tables() == []
+
+
+@pytest.mark.parametrize("name", ["events", "Events-2024.v1", "a_b", "x" * 200])
+def test_a_table_name_airflow_accepts_as_a_dag_id_is_taken(sleeper, name):
+    from airflow.utils.helpers import validate_key
+
+    sleeper.create_table(name, SCHEMA)
+    for operation in ("compaction", "ingest_batcher"):
+        validate_key(f"sleeper_{name}_{operation}")
+
+
+def test_rename_to_a_bad_name_is_refused_and_list_reports_old_bad_names(events, cli):
+    code, _, err = cli("table", "rename", "events", "new events")
+    assert code == 1 and "'new events' cannot be a table name" in one_error_line(err)
+    events.state_store.rename_table("events", "old events")  # a name from before names were checked
+    code, out, err = cli("table", "list")
+    assert code == 0 and out.startswith("old events\t")
+    assert "warning: 'old events' cannot be a table name" in err
+    assert "sleeper table rename 'old events' NEW_NAME" in err
+    assert cli("table", "rename", "old events", "events")[0] == 0
+    assert cli("table", "list")[2] == ""
