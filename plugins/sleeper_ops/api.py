@@ -290,16 +290,19 @@ class Table:
 
         return split_partitions(self.sleeper.state_store, self.sleeper.objects, self._fresh(), run_id=run_id)
 
-    def gc(self, *, dry_run: bool = False, orphans: bool = True, now_ms: Optional[int] = None) -> Any:
+    def gc(self, *, dry_run: bool = False, orphans: bool = True, now_ms: Optional[int] = None,
+           explain: bool = False) -> Any:
         """Delete unreferenced files older than the GC delay, and orphaned objects older
         than the grace period; ``dry_run`` only lists them. Returns a
-        :class:`~sleeper_ops.maintenance.gc.GCReport`. Skipped when the table is offline.
-        ``now_ms`` judges the ages as at that time (e.g. the demo's "once the delay has
-        passed"); default now."""
+        :class:`~sleeper_ops.maintenance.gc.GCReport`, which (``explain``: one more read
+        of the whole state, for a person asking) also counts the files still waiting and
+        says when the first becomes due. Skipped when the
+        table is offline. ``now_ms`` judges the ages as at that time (e.g. the demo's
+        "once the delay has passed"); default now."""
         from sleeper_ops.maintenance.gc import collect_garbage
 
         return collect_garbage(self.sleeper.state_store, self.sleeper.objects, self._fresh(), dry_run=dry_run,
-                               orphans=orphans, now_ms=now_ms)
+                               orphans=orphans, now_ms=now_ms, explain=explain)
 
     def jobs(self, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
         """The table's job status records, newest first."""

@@ -345,7 +345,7 @@ def gc(ctx: click.Context, table_name: str, dry_run: bool) -> None:
     """Delete TABLE's unreferenced files (after the GC delay) and old orphaned objects."""
     t, run_id = _sleeper(ctx).table(table_name), _run_id("gc")
     with t.exclusive("gc", run_id):
-        click.echo(t.gc(dry_run=dry_run).summary())
+        click.echo(t.gc(dry_run=dry_run, explain=True).summary())
 
 
 def _run_id(operation: str) -> str:
