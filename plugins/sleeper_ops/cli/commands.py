@@ -228,6 +228,10 @@ def flush(ctx: click.Context, table_name: str) -> None:
 def bulk_import(ctx: click.Context, table_name: str, sources: tuple[str, ...], import_key: Optional[str]) -> None:
     """Bulk import SOURCES (files, directories or globs; local or s3://) on Spark, in one commit."""
     t = _sleeper(ctx).table(table_name)
+    done = t.already_imported(import_key)
+    if done is not None:  # said before Spark starts
+        click.echo(done.summary())
+        return
     click.echo(f"bulk import into {table_name} on Spark ({t.sleeper.config.spark_master if t.sleeper.config else '?'}):"
                " starting spark-submit", err=True)
     r = t.bulk_import(list(sources), import_key=import_key)
