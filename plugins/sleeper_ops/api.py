@@ -9,9 +9,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generator, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import pyarrow as pa
 
@@ -24,7 +25,7 @@ from sleeper_ops.query.runner import DEFAULT_BATCH_ROWS, QueryRunner, exact_key_
 from sleeper_ops.query.shared import SharedRunners
 from statestore.backends import open_state_store
 from statestore.catalog import TableInfo, check_table_name
-from statestore.errors import TableNotFoundError
+from statestore.errors import SleeperError, TableNotFoundError
 from statestore.jobs import JobRecord
 from statestore.partitions import partitions_from_split_points
 from statestore.properties import validate_properties, validate_values
@@ -155,6 +156,29 @@ class Sleeper:
         return SqlEngine(self.state_store, lambda info: contextlib.nullcontext(self.queries.runner(info))).execute(text)
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _by_name(method: _F) -> _F:
+    """A :class:`Table` method whose errors name the table by its name: the state store
+    knows tables by id, so its refusals say ``table <id>``; this rewrites them to
+    ``table '<name>'``, keeping the error's type (and the original as its cause)."""
+    @functools.wraps(method)
+    def named(self: Table, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except SleeperError as e:
+            tid, text = self.info.table_id, str(e)
+            if f"table {tid}" not in text:
+                raise
+            try:
+                renamed = type(e)(text.replace(f"table {tid}", f"table {self.info.name!r}"))
+            except Exception:
+                raise e from None
+            raise renamed from e
+    return named  # type: ignore[return-value]
+
+
 @dataclass
 class Table:
     """One table of a :class:`Sleeper`. ``info`` is the catalog entry when it was opened."""
@@ -173,6 +197,7 @@ class Table:
     def state(self) -> TableState:
         return self.sleeper.state_store.load_state(self.info.table_id)
 
+    @_by_name
     def ingest(self, source: Sequence[str] | pa.Table | Iterable[pa.RecordBatch], *,
                progress: Optional[Progress] = None, **options: Any) -> IngestResult:
         """Ingest files (paths or s3:// URIs), an Arrow table, or conformed record batches."""
@@ -185,6 +210,7 @@ class Table:
             return runner.ingest_files(list(source), progress)
         return runner.ingest_batches(source, progress)
 
+    @_by_name
     def bulk_import(self, sources: Sequence[str], *, import_key: Optional[str] = None, run_id: Optional[str] = None,
                     runner: str = "spark", **options: Any) -> Any:
         """Import every file ``sources`` name (files, directories or globs, local or
@@ -235,6 +261,7 @@ class Table:
             raise QueryError("give at least one key or range")
         return rs
 
+    @_by_name
     def query(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
               regions: Sequence[Region] = (), iterators: Sequence[Any] = (), buffer: bool = True) -> pa.Table:
         """Records with any of ``keys`` (a value, or a tuple of row key values) or in any
@@ -280,6 +307,7 @@ class Table:
 
         return OperationLease(self.sleeper.state_store, lease_name(self.info.table_id, operation), holder)
 
+    @_by_name
     def compact(self, runner: Optional[str] = None, *, iterators: Sequence[Any] = (), run_id: Optional[str] = None,
                 max_workers: Optional[int] = None, retry_after_minutes: Optional[float] = None,
                 progress: Optional[Progress] = None, on_jobs: Any = None) -> CompactionReport:
@@ -293,6 +321,7 @@ class Table:
                              retry_after_minutes=retry_after_minutes, progress=progress, on_jobs=on_jobs,
                              spark=self.sleeper.spark_batch_runner(run_id))
 
+    @_by_name
     def split(self, *, run_id: Optional[str] = None) -> Any:
         """Split leaf partitions over the table's threshold at their median; returns a
         :class:`~sleeper_ops.maintenance.splitting.SplitReport`. Skipped when the table is offline."""
@@ -300,6 +329,7 @@ class Table:
 
         return split_partitions(self.sleeper.state_store, self.sleeper.objects, self._fresh(), run_id=run_id)
 
+    @_by_name
     def gc(self, *, dry_run: bool = False, orphans: bool = True, now_ms: Optional[int] = None,
            explain: bool = False) -> Any:
         """Delete unreferenced files older than the GC delay, and orphaned objects older
@@ -319,6 +349,7 @@ class Table:
         return self.sleeper.state_store.list_jobs(self.info.table_id, kind=kind, limit=limit)
 
     # ----- write buffer ---------------------------------------------------------------
+    @_by_name
     def write(self, records: Any) -> Any:
         """Store ``records`` (a list of dicts, an Arrow table or record batch) in the
         table's write buffer; returns a :class:`~sleeper_ops.ingest.buffer.WriteResult`
@@ -330,6 +361,7 @@ class Table:
 
         return write_records(self.sleeper.state_store, self._fresh(), records)
 
+    @_by_name
     def write_files(self, paths: Sequence[str]) -> Any:
         """Store every record of the files (JSON Lines, CSV, Parquet) as one write, all
         or nothing; see :meth:`write`."""
@@ -337,6 +369,7 @@ class Table:
 
         return write_records(self.sleeper.state_store, self._fresh(), read_files(paths, self.schema, self.sleeper.s3))
 
+    @_by_name
     def flush(self, *, run_id: Optional[str] = None) -> Any:
         """Write the buffered records as sorted files, one per leaf, removing them from
         the buffer in the same commit, exactly once; returns a
