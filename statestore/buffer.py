@@ -67,5 +67,5 @@ def full_message(table_id: str, held: int, rows: int, most: int) -> str:
     if rows > most:
         return (f"write of {rows} records to table {table_id} refused (nothing stored): more than the buffer's "
                 f"maximum of {most} records (sleeper.table.write.buffer.max.records); ingest them instead")
-    return (f"buffer full, flush pending: table {table_id}'s write buffer holds {held} records and takes at most "
+    return (f"buffer full, flush pending: the write buffer of table {table_id} holds {held} records and takes at most "
             f"{most} (sleeper.table.write.buffer.max.records); nothing of this write of {rows} was stored")

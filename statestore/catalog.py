@@ -2,11 +2,37 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from statestore.errors import TableNameError
 from statestore.properties import PROPERTY_DEFS, effective_properties, parse_size
 from statestore.schema import Schema
+
+#: Most characters in a table name: Airflow's DAG ids have at most 250, and the longest
+#: of a table's DAG ids adds ``sleeper_`` and ``_ingest_batcher`` to its name.
+MAX_TABLE_NAME = 200
+#: A table's name is part of its DAG ids (``sleeper_<name>_compaction``) and asset URIs
+#: (``sleeper://<name>``): Airflow's own key rule (``airflow.utils.helpers.KEY_REGEX``,
+#: ``[\w.-]+`` without ``..``), narrowed to ASCII, which asset URIs need.
+TABLE_NAME_RULE = (f"a table name is 1 to {MAX_TABLE_NAME} ASCII letters, digits, '_', '-' and '.' (no '..'), "
+                   "so it can be part of Airflow DAG ids and asset URIs")
+_TABLE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def table_name_problem(name: str) -> Optional[str]:
+    """Why ``name`` cannot be a table's name (the rule, with the name), or None if it can."""
+    if _TABLE_NAME_RE.fullmatch(name) and ".." not in name and len(name) <= MAX_TABLE_NAME:
+        return None
+    return f"{name!r} cannot be a table name: {TABLE_NAME_RULE}"
+
+
+def check_table_name(name: str) -> None:
+    """Refuse (:class:`TableNameError`) a name that cannot become DAG ids and asset URIs."""
+    problem = table_name_problem(name)
+    if problem is not None:
+        raise TableNameError(problem)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,10 @@ class TableNotFoundError(SleeperError):
     """No table of that name (or id) is in the catalog."""
 
 
+class TableNameError(SleeperError):
+    """A table name cannot become Airflow DAG ids and asset URIs."""
+
+
 class TableExistsError(SleeperError):
     """A table of that name is already in the catalog."""
 

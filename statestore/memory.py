@@ -17,7 +17,7 @@ from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, I
 from statestore.jobs import JobRecord, check_job_bookkeeping, now_ms, saves_over
 from statestore.leases import Lease
 from statestore.partitions import Partition
-from statestore.properties import check_combination, validate_properties, validate_values
+from statestore.properties import apply_update, check_combination, validate_properties, validate_values
 from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.store import StateStore
@@ -78,8 +78,9 @@ class InMemoryStateStore(StateStore):
         props = validate_values(properties)
         with self._lock:
             info = self.get_table(name)
-            check_combination({**info.properties, **props})
-            new = TableInfo(info.table_id, info.name, info.schema, {**info.properties, **props})
+            merged = apply_update(info.properties, props)
+            check_combination(merged)
+            new = TableInfo(info.table_id, info.name, info.schema, merged)
             self._tables[name] = new
             return new
 

@@ -2,12 +2,16 @@
 
 Properties are strings on the wire (``--property K=V``) and stored as given after
 validation. Unknown names and values of the wrong type are refused with a
-:class:`PropertyError` naming the property. Names follow Sleeper's where Sleeper
-has the property.
+:class:`PropertyError` naming the property (and the nearest known names). Names follow
+Sleeper's where Sleeper has the property.
+
+In an update, an empty value clears the property (it takes its default again); see
+:func:`apply_update`, which every backend uses to merge an update into a table's set.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
@@ -156,6 +160,9 @@ _DEFS = [
     PropertyDef("sleeper.table.parquet.page.size", "131072", "Target Parquet data page size in bytes.", _positive_int),
     PropertyDef("sleeper.table.parquet.compression.codec", "zstd", "Parquet compression codec.",
                 _choice("zstd", "snappy", "gzip", "lz4", "none")),
+    PropertyDef("sleeper.table.created.by", None,
+                "What created the table (free text); 'sleeper demo' replaces only a table it created itself.",
+                _non_empty),
     PropertyDef("sleeper.table.iterator.ageoff", None, "Age-off iterator: FIELD:MAX_AGE_MS.", _ageoff),
     PropertyDef("sleeper.table.iterator.aggregation", None, "Aggregation iterator: sum(f1),max(f2),...", _aggregation),
     PropertyDef("sleeper.table.iterator.python", None,
@@ -234,28 +241,60 @@ def check_backend_limits(props: Mapping[str, str], limits: Mapping[str, tuple[in
 
 def validate_properties(props: Mapping[str, str]) -> dict[str, str]:
     """Return ``props`` as a plain dict after checking every name and value, and the
-    values together (with defaults for the rest, as for a new table)."""
-    out = validate_values(props)
+    values together (with defaults for the rest, as for a new table). Empty values are
+    dropped: the property keeps its default."""
+    out = {k: v for k, v in validate_values(props).items() if v != ""}
     check_combination(out)
     return out
 
 
 def validate_values(props: Mapping[str, str]) -> dict[str, str]:
     """Return ``props`` as a plain dict after checking every name and value, one by one
-    (an update then checks the table's merged set with :func:`check_combination`)."""
+    (an update then checks the table's merged set with :func:`check_combination`).
+    An empty value is kept as ``""``: in an update it clears the property."""
     out: dict[str, str] = {}
     for name, value in props.items():
         d = PROPERTY_DEFS.get(name)
         if d is None:
-            raise PropertyError(f"unknown table property {name!r}")
+            raise PropertyError(f"unknown table property {name!r}{did_you_mean(name)}")
         if not isinstance(value, str):
             value = str(value).lower() if isinstance(value, bool) else str(value)
+        if value.strip() == "":
+            out[name] = ""
+            continue
         try:
             d.check(value)
         except ValueError as e:
             raise PropertyError(f"property {name}={value!r}: {e}") from e
         out[name] = value
     return out
+
+
+def did_you_mean(name: str) -> str:
+    """``"; did you mean X?"`` naming the defined properties nearest to ``name`` (a short
+    name such as ``gc.delay.minutes`` finds ``sleeper.table.gc.delay.minutes``), or ``""``."""
+    full = f"sleeper.table.{name}"
+    if full in PROPERTY_DEFS:
+        return f"; did you mean {full}?"
+    names = list(PROPERTY_DEFS)
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if not close and not name.startswith("sleeper.table."):
+        close = difflib.get_close_matches(full, names, n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def split_update(update: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """A checked update (from :func:`validate_values`) as (properties to set, names to clear)."""
+    return ({k: v for k, v in update.items() if v != ""}, tuple(k for k, v in update.items() if v == ""))
+
+
+def apply_update(current: Mapping[str, str], update: Mapping[str, str]) -> dict[str, str]:
+    """``current`` with a checked ``update`` applied: non-empty values set, empty ones cleared."""
+    to_set, to_clear = split_update(update)
+    merged = {**current, **to_set}
+    for name in to_clear:
+        merged.pop(name, None)
+    return merged
 
 
 def effective_properties(props: Mapping[str, str]) -> dict[str, Optional[str]]:

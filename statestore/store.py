@@ -67,7 +67,8 @@ class StateStore(abc.ABC):
 
     @abc.abstractmethod
     def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
-        """Set (validated) properties on a table, keeping the others."""
+        """Set (validated) properties on a table, keeping the others; an empty value
+        clears that property (it takes its default again)."""
 
     @abc.abstractmethod
     def rename_table(self, old: str, new: str) -> TableInfo:

@@ -9,24 +9,26 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generator, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import pyarrow as pa
 
 from sleeper_ops.config import SleeperConfig
+from sleeper_ops.engine.iterators import ITERATOR_PROPERTIES, check_iterator_properties
 from sleeper_ops.errors import QueryError
 from sleeper_ops.ingest.standard import IngestResult, IngestRunner, Progress
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.runner import DEFAULT_BATCH_ROWS, QueryRunner, exact_key_region, range_region
 from sleeper_ops.query.shared import SharedRunners
 from statestore.backends import open_state_store
-from statestore.catalog import TableInfo
-from statestore.errors import TableNotFoundError
+from statestore.catalog import TableInfo, check_table_name
+from statestore.errors import SleeperError, TableNotFoundError
 from statestore.jobs import JobRecord
 from statestore.partitions import partitions_from_split_points
-from statestore.properties import validate_properties
+from statestore.properties import validate_properties, validate_values
 from statestore.region import Region
 from statestore.schema import Schema
 from statestore.state import TableState
@@ -92,12 +94,16 @@ class Sleeper:
     # ----- catalog --------------------------------------------------------------------
     def create_table(self, name: str, schema: Schema | Mapping[str, Any] | str, split_points: Sequence[Any] = (),
                      properties: Optional[Mapping[str, str]] = None) -> Table:
-        """Create a table whose leaf partitions divide the first row key at ``split_points``."""
+        """Create a table whose leaf partitions divide the first row key at ``split_points``.
+        A name that cannot become Airflow DAG ids raises
+        :class:`~statestore.errors.TableNameError` (see :data:`statestore.catalog.TABLE_NAME_RULE`)."""
+        check_table_name(name)
         if isinstance(schema, str):
             schema = Schema.from_json(schema)
         elif not isinstance(schema, Schema):
             schema = Schema.from_dict(schema)
         props = validate_properties(properties or {})
+        check_iterator_properties(schema, props)
         partitions = partitions_from_split_points(schema, split_points or ())
         info = self.state_store.create_table(name, schema, partitions, props)
         return Table(self, info)
@@ -109,9 +115,22 @@ class Sleeper:
         return Table(self, self.state_store.get_table(name))
 
     def set_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
-        return self.state_store.update_properties(name, properties)
+        """Set properties of table ``name``, keeping the others; an empty value clears a
+        property. Every name and value is checked before anything changes, iterators
+        against the table's schema (their user code imported), so a table never holds a
+        property its queries or maintenance would fail on."""
+        update = validate_values(properties)
+        if any(update.get(k) for k in ITERATOR_PROPERTIES):
+            check_iterator_properties(self.state_store.get_table(name).schema, update)
+        return self.state_store.update_properties(name, update)
+
+    def unset_properties(self, name: str, names: Sequence[str]) -> TableInfo:
+        """Clear properties of table ``name`` (each takes its default again)."""
+        return self.set_properties(name, dict.fromkeys(names, ""))
 
     def rename_table(self, old: str, new: str) -> TableInfo:
+        """Rename table ``old`` (whatever its name) to ``new``, which must follow the table name rule."""
+        check_table_name(new)
         return self.state_store.rename_table(old, new)
 
     def delete_table(self, name: str) -> TableInfo:
@@ -137,6 +156,29 @@ class Sleeper:
         return SqlEngine(self.state_store, lambda info: contextlib.nullcontext(self.queries.runner(info))).execute(text)
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _by_name(method: _F) -> _F:
+    """A :class:`Table` method whose errors name the table by its name: the state store
+    knows tables by id, so its refusals say ``table <id>``; this rewrites them to
+    ``table '<name>'``, keeping the error's type (and the original as its cause)."""
+    @functools.wraps(method)
+    def named(self: Table, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except SleeperError as e:
+            tid, text = self.info.table_id, str(e)
+            if f"table {tid}" not in text:
+                raise
+            try:
+                renamed = type(e)(text.replace(f"table {tid}", f"table {self.info.name!r}"))
+            except Exception:
+                raise e from None
+            raise renamed from e
+    return named  # type: ignore[return-value]
+
+
 @dataclass
 class Table:
     """One table of a :class:`Sleeper`. ``info`` is the catalog entry when it was opened."""
@@ -155,6 +197,7 @@ class Table:
     def state(self) -> TableState:
         return self.sleeper.state_store.load_state(self.info.table_id)
 
+    @_by_name
     def ingest(self, source: Sequence[str] | pa.Table | Iterable[pa.RecordBatch], *,
                progress: Optional[Progress] = None, **options: Any) -> IngestResult:
         """Ingest files (paths or s3:// URIs), an Arrow table, or conformed record batches."""
@@ -167,6 +210,7 @@ class Table:
             return runner.ingest_files(list(source), progress)
         return runner.ingest_batches(source, progress)
 
+    @_by_name
     def bulk_import(self, sources: Sequence[str], *, import_key: Optional[str] = None, run_id: Optional[str] = None,
                     runner: str = "spark", **options: Any) -> Any:
         """Import every file ``sources`` name (files, directories or globs, local or
@@ -181,10 +225,20 @@ class Table:
 
         if self.sleeper.config is None:
             raise ConfigError("bulk import needs a Sleeper opened from a configuration (home or config)")
+        done = self.already_imported(import_key)
+        if done is not None:  # answered before Spark starts
+            return done
         expand_sources(list(sources), self.sleeper.s3)  # a bad source fails here, before Spark starts
         submit = load_bulk_import_runner(runner)
         return submit(self.sleeper.config, self._fresh(), list(sources), import_key=import_key, run_id=run_id,
                       **options)
+
+    def already_imported(self, import_key: Optional[str]) -> Any:
+        """The ``already imported`` :class:`~sleeper_ops.bulk_import.job.BulkImportResult`
+        when a bulk import of ``import_key`` into this table has committed, else None."""
+        from sleeper_ops.bulk_import.job import already_imported
+
+        return already_imported(self.sleeper.state_store, self.info, import_key)
 
     def query_runner(self, threads: int = 4, iterators: Sequence[Any] = ()) -> QueryRunner:
         """A reusable runner with the table's current properties (iterators included),
@@ -207,6 +261,7 @@ class Table:
             raise QueryError("give at least one key or range")
         return rs
 
+    @_by_name
     def query(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
               regions: Sequence[Region] = (), iterators: Sequence[Any] = (), buffer: bool = True) -> pa.Table:
         """Records with any of ``keys`` (a value, or a tuple of row key values) or in any
@@ -252,6 +307,7 @@ class Table:
 
         return OperationLease(self.sleeper.state_store, lease_name(self.info.table_id, operation), holder)
 
+    @_by_name
     def compact(self, runner: Optional[str] = None, *, iterators: Sequence[Any] = (), run_id: Optional[str] = None,
                 max_workers: Optional[int] = None, retry_after_minutes: Optional[float] = None,
                 progress: Optional[Progress] = None, on_jobs: Any = None) -> CompactionReport:
@@ -265,6 +321,7 @@ class Table:
                              retry_after_minutes=retry_after_minutes, progress=progress, on_jobs=on_jobs,
                              spark=self.sleeper.spark_batch_runner(run_id))
 
+    @_by_name
     def split(self, *, run_id: Optional[str] = None) -> Any:
         """Split leaf partitions over the table's threshold at their median; returns a
         :class:`~sleeper_ops.maintenance.splitting.SplitReport`. Skipped when the table is offline."""
@@ -272,22 +329,27 @@ class Table:
 
         return split_partitions(self.sleeper.state_store, self.sleeper.objects, self._fresh(), run_id=run_id)
 
-    def gc(self, *, dry_run: bool = False, orphans: bool = True, now_ms: Optional[int] = None) -> Any:
+    @_by_name
+    def gc(self, *, dry_run: bool = False, orphans: bool = True, now_ms: Optional[int] = None,
+           explain: bool = False) -> Any:
         """Delete unreferenced files older than the GC delay, and orphaned objects older
         than the grace period; ``dry_run`` only lists them. Returns a
-        :class:`~sleeper_ops.maintenance.gc.GCReport`. Skipped when the table is offline.
-        ``now_ms`` judges the ages as at that time (e.g. the demo's "once the delay has
-        passed"); default now."""
+        :class:`~sleeper_ops.maintenance.gc.GCReport`, which (``explain``: one more read
+        of the whole state, for a person asking) also counts the files still waiting and
+        says when the first becomes due. Skipped when the
+        table is offline. ``now_ms`` judges the ages as at that time (e.g. the demo's
+        "once the delay has passed"); default now."""
         from sleeper_ops.maintenance.gc import collect_garbage
 
         return collect_garbage(self.sleeper.state_store, self.sleeper.objects, self._fresh(), dry_run=dry_run,
-                               orphans=orphans, now_ms=now_ms)
+                               orphans=orphans, now_ms=now_ms, explain=explain)
 
     def jobs(self, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
         """The table's job status records, newest first."""
         return self.sleeper.state_store.list_jobs(self.info.table_id, kind=kind, limit=limit)
 
     # ----- write buffer ---------------------------------------------------------------
+    @_by_name
     def write(self, records: Any, *, request_id: Optional[str] = None) -> Any:
         """Store ``records`` (a list of dicts, an Arrow table or record batch) in the
         table's write buffer; returns a :class:`~sleeper_ops.ingest.buffer.WriteResult`
@@ -301,6 +363,7 @@ class Table:
 
         return write_records(self.sleeper.state_store, self._fresh(), records, request_id=request_id)
 
+    @_by_name
     def write_files(self, paths: Sequence[str], *, request_id: Optional[str] = None) -> Any:
         """Store every record of the files (JSON Lines, CSV, Parquet) as one write, all
         or nothing; see :meth:`write`."""
@@ -309,6 +372,7 @@ class Table:
         return write_records(self.sleeper.state_store, self._fresh(), read_files(paths, self.schema, self.sleeper.s3),
                              request_id=request_id)
 
+    @_by_name
     def ingest_request(self, files: Sequence[str], *, request_id: Optional[str] = None) -> list[Any]:
         """Queue ``files`` (local paths or ``s3://`` URIs) for the table's ingest
         batcher, all or nothing; returns the queued
@@ -319,6 +383,7 @@ class Table:
 
         return submit_ingest_requests(self.sleeper, self.name, list(files), request_id=request_id)
 
+    @_by_name
     def flush(self, *, run_id: Optional[str] = None) -> Any:
         """Write the buffered records as sorted files, one per leaf, removing them from
         the buffer in the same commit, exactly once; returns a

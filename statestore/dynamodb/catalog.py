@@ -30,7 +30,13 @@ from statestore.dynamodb.log import EncodedTransaction
 from statestore.dynamodb.writes import cleanup_on_refusal
 from statestore.errors import TableExistsError, TableNotFoundError
 from statestore.partitions import Partition
-from statestore.properties import check_backend_limits, check_combination, validate_properties, validate_values
+from statestore.properties import (
+    apply_update,
+    check_backend_limits,
+    check_combination,
+    validate_properties,
+    validate_values,
+)
 from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.transactions import InitialisePartitions
@@ -121,7 +127,7 @@ class CatalogMixin(DynamoBase):
         for attempt in range(self._backoff.max_attempts):
             item = self._get_item(name)
             info = _info(item)
-            merged = {**info.properties, **props}
+            merged = apply_update(info.properties, props)
             check_combination(merged)
             try:
                 d.call(f"update the properties of table {name!r}", d.client.update_item,

@@ -16,7 +16,7 @@ from statestore.partitions import Partition
 from statestore.postgres.connections import PostgresConnection
 from statestore.postgres.diff import _write_diff
 from statestore.postgres.rows import _require_table, _table_info
-from statestore.properties import check_combination, validate_properties, validate_values
+from statestore.properties import check_combination, split_update, validate_properties, validate_values
 from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.transactions import InitialisePartitions
@@ -61,11 +61,12 @@ class CatalogMixin(PostgresConnection):
         return self._run(f"get table {name!r}", fn, isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
 
     def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
-        props = validate_values(properties)
+        to_set, to_clear = split_update(validate_values(properties))
 
         def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
-            row = cur.execute("UPDATE tables SET properties = properties || %s WHERE name = %s"
-                              " RETURNING table_id, name, schema, properties", (Jsonb(props), name)).fetchone()
+            row = cur.execute("UPDATE tables SET properties = (properties || %s) - %s::text[] WHERE name = %s"
+                              " RETURNING table_id, name, schema, properties",
+                              (Jsonb(to_set), list(to_clear), name)).fetchone()
             if row is None:
                 raise TableNotFoundError(f"table {name!r} does not exist")
             info = _table_info(row)

@@ -226,3 +226,28 @@ def test_errors_exit_non_zero_with_one_line_and_change_nothing(sleeper, small_ta
     assert_one_line_error(sleeper(*args), fragment)
     assert [t["name"] for t in json.loads(ok(sleeper("table", "list", "--json")).out)] == [name]
     assert json.loads(ok(sleeper("report", "files", name, "--json")).out) == files_before
+
+
+def test_a_table_holding_a_broken_iterator_fails_its_queries_in_one_line_and_can_be_fixed(
+        sleeper, running_postgres, inputs):
+    """The iterator was stored before properties were checked when set (the CLI now refuses
+    it); ``sql`` fails with one line and no native-library noise at exit."""
+    from statestore.postgres.store import PostgresStateStore
+
+    prop = "sleeper.table.iterator.python"
+    assert_one_line_error(sleeper("table", "create", "broken", "--schema", str(inputs / "schema.json"),
+                                  "--property", f"{prop}=nosuchmod:fn"), "cannot import module 'nosuchmod'")
+    ok(sleeper("table", "create", "broken", "--schema", str(inputs / "schema.json")))
+    ok(sleeper("ingest", "broken", str(inputs / "rows.jsonl")))
+    store = PostgresStateStore(running_postgres.dsn)
+    try:
+        store.update_properties("broken", {prop: "nosuchmod:fn"})
+    finally:
+        store.close()
+    assert f"* {prop} = nosuchmod:fn" in ok(sleeper("table", "describe", "broken")).out
+    fix = f"sleeper table unset broken {prop}"
+    assert_one_line_error(sleeper("sql", "SELECT count(*) AS n FROM broken"), f"table 'broken': {prop}=", fix)
+    assert_one_line_error(sleeper("query", "broken", "--key", '"kiwi"'), "cannot import module 'nosuchmod'", fix)
+    ok(sleeper("table", "unset", "broken", prop))
+    assert jsonl(sleeper("sql", "SELECT count(*) AS n FROM broken")) == [{"n": len(JSONL_ROWS)}]
+    ok(sleeper("table", "delete", "broken"))

@@ -33,6 +33,12 @@ def test_demo_ingests_splits_compacts_and_collects_on_the_embedded_default(tmp_p
     assert "31 partitions (16 leaves), 16 file references, 300,000 records" in out
     assert out.index("split 8") < out.index("compaction jobs") < out.index("unreferenced files")
     assert (home / "sleeper.toml").exists()
+    lines = out.splitlines()
+    assert len(lines) <= 60, f"the demo printed {len(lines)} lines"
+    tail = "\n".join(lines[-4:])
+    for step in ("sleeper report partitions demo", "sleeper sql ", "make airflow",
+                 "http://127.0.0.1:8080/sleeper/ui/"):
+        assert step in tail, f"{step!r} is not among the demo's last lines:\n{tail}"
 
     # The table it left behind is a real one: later commands see it in PostgreSQL.
     r = _run(home, "report", "partitions", "demo", "--json")
@@ -48,3 +54,15 @@ def test_demo_ingests_splits_compacts_and_collects_on_the_embedded_default(tmp_p
     assert sorted({(j["kind"], j["status"]) for j in jobs}) == [("compaction", "committed"), ("ingest", "committed"),
                                                             ("split", "committed")]
     assert sum(j["rows_written"] for j in jobs if j["kind"] == "compaction") == 300_000
+
+    # A table the demo did not create is never touched, whatever its name.
+    (tmp_path / "schema.json").write_text(json.dumps({"rowKeyFields": [{"name": "key", "type": "StringType"}]}))
+    assert _run(home, "table", "create", "mine", "--schema", str(tmp_path / "schema.json")).returncode == 0
+    (tmp_path / "rows.jsonl").write_text('{"key": "a"}\n')
+    assert _run(home, "ingest", "mine", str(tmp_path / "rows.jsonl")).returncode == 0
+    r = _run(home, "demo", "--rows", "1000", "--table", "mine")
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "error: table 'mine' exists and was not created by the demo, so the demo leaves it alone; run it on "
+        "another table: sleeper demo --table demo2"]
+    r = _run(home, "query", "mine", "--key", '"a"')
+    assert r.returncode == 0 and json.loads(r.stdout) == {"key": "a"}

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from sleeper_ops.airflow import tasks
 from sleeper_ops.errors import ConfigError
+from statestore.catalog import table_name_problem
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -80,8 +81,6 @@ SPARK_CONN_ID = "sleeper_spark"
 #: How long one process reuses a catalog read (DAG files parsed together share it).
 CATALOG_MAX_AGE_SECONDS = 10.0
 START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
-
-_DAG_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
 def dag_id_for(table_name: str, operation: str) -> str:
@@ -134,10 +133,6 @@ def clear_catalog_cache() -> None:
         _cache.clear()
 
 
-def _valid_dag_id(dag_id: str) -> bool:
-    return len(dag_id) <= 250 and all(c in _DAG_ID_CHARS or c.isalnum() for c in dag_id)
-
-
 # ----- building --------------------------------------------------------------------------------
 def build_dags(operation: str, *, home: Optional[Path] = None) -> dict[str, DAG]:
     """The DAGs of ``operation`` for every table, keyed by DAG id (for ``globals()``).
@@ -165,11 +160,11 @@ def build_dags(operation: str, *, home: Optional[Path] = None) -> dict[str, DAG]
     for table in read_catalog(home):
         if (only_table is not None and table.name != only_table) or not has_dag(table, operation):
             continue
-        dag_id = dag_id_for(table.name, operation)
-        if not _valid_dag_id(dag_id):
-            log.warning("table %r has no %s DAG: %r is not a valid Airflow DAG id", table.name, operation, dag_id)
+        problem = table_name_problem(table.name)
+        if problem is not None:
+            log.warning("table %r has no %s DAG: %s", table.name, operation, problem)
             continue
-        dags[dag_id] = build_dag(table, operation)
+        dags[dag_id_for(table.name, operation)] = build_dag(table, operation)
     return dags
 
 

@@ -131,9 +131,10 @@ def ensure_demo_table(sleeper: Any, say: Say, rows: int = 100_000) -> None:
     """Create and fill a small ``demo`` table when the catalog has no tables."""
     if sleeper.tables():
         return
-    from sleeper_ops.demo import SYSTEM_TEST_SCHEMA, generate_rows, split_points
+    from sleeper_ops.demo import CREATED_BY, DEMO_MARK, SYSTEM_TEST_SCHEMA, generate_rows, split_points
 
-    table = sleeper.create_table("demo", SYSTEM_TEST_SCHEMA, split_points=split_points(3))
+    table = sleeper.create_table("demo", SYSTEM_TEST_SCHEMA, split_points=split_points(3),
+                                 properties={CREATED_BY: DEMO_MARK})
     for seed in range(2):
         table.ingest(generate_rows(rows // 2, seed=seed))
     say(f"created table demo with {rows:,} records (the catalog was empty)")

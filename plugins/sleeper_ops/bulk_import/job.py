@@ -113,6 +113,20 @@ class BulkImportResult:
                 f"({self.rows_per_second:,.0f} rows/s){f'; {self.presplits} pre-splits' if self.presplits else ''}")
 
 
+def already_imported(state_store: StateStore, table: TableInfo, import_key: Optional[str]) -> \
+        Optional[BulkImportResult]:
+    """The ``already imported`` result when the job of ``import_key`` on ``table`` is
+    committed, else None: checked before Spark starts, so a repeated import answers at
+    once (the job checks again, since an attempt may commit meanwhile)."""
+    if import_key is None:
+        return None
+    job_id = import_job_id(table, import_key)
+    stored = state_store.get_job(table.table_id, job_id)
+    if stored is None or stored.status != "committed":
+        return None
+    return BulkImportResult(table.name, import_key, job_id, "already imported")
+
+
 def import_job_id(table: TableInfo, import_key: str) -> str:
     """The job id of ``import_key`` on ``table`` (the same key always gives the same id)."""
     return "bulk-" + hashlib.sha256(f"{table.table_id}\0{import_key}".encode()).hexdigest()[:32]

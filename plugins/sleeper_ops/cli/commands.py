@@ -43,12 +43,13 @@ def table() -> None:
     """Create, list, describe, rename and delete tables."""
 
 
-def _parse_props(props: tuple[str, ...]) -> dict[str, str]:
+def _parse_props(props: tuple[str, ...], hint: str = "--property") -> dict[str, str]:
     out = {}
     for p in props:
         k, sep, v = p.partition("=")
         if not sep:
-            raise click.BadParameter(f"{p!r} is not K=V", param_hint="--property")
+            raise click.BadParameter(f"{p!r} is not NAME=VALUE (an empty VALUE clears the property)",
+                                     param_hint=hint)
         out[k.strip()] = v.strip()
     return out
 
@@ -76,13 +77,23 @@ def table_create(ctx: click.Context, name: str, schema_file: str, split_file: Op
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def table_list(ctx: click.Context, as_json: bool) -> None:
-    """List tables."""
+    """List tables; a table whose name cannot become Airflow DAG ids (it gets no DAGs, so
+    no scheduled maintenance) is reported on stderr, with the rename that fixes it."""
+    import shlex
+
+    from statestore.catalog import table_name_problem
+
     tables = _sleeper(ctx).tables()
     if as_json:
         click.echo(json.dumps([{"name": t.name, "id": t.table_id, "online": t.online} for t in tables]))
-        return
+    else:
+        for t in tables:
+            click.echo(f"{t.name}\t{t.table_id}\t{'online' if t.online else 'offline'}")
     for t in tables:
-        click.echo(f"{t.name}\t{t.table_id}\t{'online' if t.online else 'offline'}")
+        problem = table_name_problem(t.name)
+        if problem is not None:
+            click.echo(f"warning: {problem}; table {t.name!r} gets no Airflow DAGs (no scheduled maintenance, "
+                       f"no REST access) until renamed: sleeper table rename {shlex.quote(t.name)} NEW_NAME", err=True)
 
 
 @table.command("describe")
@@ -123,12 +134,31 @@ def table_offline(ctx: click.Context, name: str) -> None:
 
 @table.command("set")
 @click.argument("name")
-@click.argument("props", nargs=-1, metavar="K=V...")
+@click.argument("props", nargs=-1, required=True, metavar="NAME=VALUE...")
 @click.pass_context
 def table_set(ctx: click.Context, name: str, props: tuple[str, ...]) -> None:
-    """Set table properties."""
-    _sleeper(ctx).set_properties(name, _parse_props(props))
-    click.echo(f"table {name}: set {len(props)} properties")
+    """Set table properties (NAME= with no value clears one). Each is checked before
+    any is set: iterators against the schema, their code imported."""
+    update = _parse_props(props, hint="NAME=VALUE")
+    _sleeper(ctx).set_properties(name, update)
+    _say_changed(name, update)
+
+
+@table.command("unset")
+@click.argument("name")
+@click.argument("keys", nargs=-1, required=True, metavar="PROPERTY...")
+@click.pass_context
+def table_unset(ctx: click.Context, name: str, keys: tuple[str, ...]) -> None:
+    """Clear table properties: each takes its default again."""
+    _sleeper(ctx).unset_properties(name, list(keys))
+    _say_changed(name, dict.fromkeys(keys, ""))
+
+
+def _say_changed(name: str, update: dict[str, str]) -> None:
+    set_ = [f"{k}={v}" for k, v in update.items() if v]
+    cleared = [k for k, v in update.items() if not v]
+    parts = ([f"set {', '.join(set_)}"] if set_ else []) + ([f"cleared {', '.join(cleared)}"] if cleared else [])
+    click.echo(f"table {name}: {'; '.join(parts)}")
 
 
 @table.command("rename")
@@ -205,6 +235,10 @@ def flush(ctx: click.Context, table_name: str) -> None:
 def bulk_import(ctx: click.Context, table_name: str, sources: tuple[str, ...], import_key: Optional[str]) -> None:
     """Bulk import SOURCES (files, directories or globs; local or s3://) on Spark, in one commit."""
     t = _sleeper(ctx).table(table_name)
+    done = t.already_imported(import_key)
+    if done is not None:  # said before Spark starts
+        click.echo(done.summary())
+        return
     click.echo(f"bulk import into {table_name} on Spark ({t.sleeper.config.spark_master if t.sleeper.config else '?'}):"
                " starting spark-submit", err=True)
     r = t.bulk_import(list(sources), import_key=import_key)
@@ -322,7 +356,7 @@ def gc(ctx: click.Context, table_name: str, dry_run: bool) -> None:
     """Delete TABLE's unreferenced files (after the GC delay) and old orphaned objects."""
     t, run_id = _sleeper(ctx).table(table_name), _run_id("gc")
     with t.exclusive("gc", run_id):
-        click.echo(t.gc(dry_run=dry_run).summary())
+        click.echo(t.gc(dry_run=dry_run, explain=True).summary())
 
 
 def _run_id(operation: str) -> str:

@@ -1,12 +1,15 @@
-"""The demo: the whole pipeline on the embedded default, with progress shown.
+"""The demo: the whole pipeline on the embedded default, in about 40 lines of output.
 
 Creates a table of Sleeper's system-test schema (string key, long sort key, two
 string values) with split points, generates and ingests the rows in several
 batches, then keeps the LSM tree healthy the way the scheduled DAGs do: splits
 the leaf partitions that grew past the threshold, compacts (pushing references
 down to the new leaves and merging each leaf's files), and garbage-collects the
-files compaction replaced, printing the reports after each step. Exact-key and
-range queries run before and after maintenance.
+files compaction replaced, printing one summary per step. An exact-key and a range
+query run before and after maintenance. It ends with the next commands to try.
+
+The demo's table is marked with ``sleeper.table.created.by = sleeper demo``; a table
+of the same name without that mark is the user's, and the demo refuses to touch it.
 """
 
 from __future__ import annotations
@@ -21,58 +24,75 @@ from rich.console import Console
 
 from sleeper_ops.api import Sleeper
 from sleeper_ops.cli.support import record_progress
-from sleeper_ops.demo import SYSTEM_TEST_SCHEMA, generate_rows, split_points
-from sleeper_ops.reports import render_files, render_jobs, render_partitions
+from sleeper_ops.demo import CREATED_BY, DEMO_MARK, SYSTEM_TEST_SCHEMA, generate_rows, split_points
+from sleeper_ops.errors import ConfigError
+from sleeper_ops.reports import render_partitions
 from statestore.errors import TableNotFoundError
 
+#: The status page ``make airflow`` (``sleeper airflow``, port 8080) serves.
+STATUS_PAGE = "http://127.0.0.1:8080/sleeper/ui/"
 
-def _queries(console: Console, table: Any, keys: list[str]) -> None:
+
+def _queries(console: Console, table: Any, key: str, when: str) -> None:
     from sleeper_ops.query.runner import exact_key_region, range_region
 
     runner = table.query_runner()
     try:
-        for key in keys[:3]:
-            t0 = time.perf_counter()
-            res = runner.query([exact_key_region(table.schema, [key])])
-            console.print(f"query key={key!r}: {res.num_rows} records in {1000 * (time.perf_counter() - t0):.1f} ms")
-        for lo, hi in (("key-100000000", "key-100100000"), ("key-500000000", "key-501000000")):
-            t0 = time.perf_counter()
-            res = runner.query([range_region(table.schema, lo, hi)])
-            console.print(f"query range [{lo!r}, {hi!r}): {res.num_rows:,} records in "
-                          f"{1000 * (time.perf_counter() - t0):.1f} ms")
+        t0 = time.perf_counter()
+        res = runner.query([exact_key_region(table.schema, [key])])
+        console.print(f"  {when}: key {key!r}: {res.num_rows} records in {1000 * (time.perf_counter() - t0):.1f} ms")
+        lo, hi = "key-500000000", "key-501000000"
+        t0 = time.perf_counter()
+        res = runner.query([range_region(table.schema, lo, hi)])
+        console.print(f"  {when}: range [{lo!r}, {hi!r}): {res.num_rows:,} records in "
+                      f"{1000 * (time.perf_counter() - t0):.1f} ms")
     finally:
         runner.close()
 
 
-def _report(console: Console, title: str, text: str) -> None:
+def _step(console: Console, title: str, *lines: str) -> None:
     console.rule(title)
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _overview(table: Any) -> str:
+    """The first line of the partitions report: partitions, leaves, references, records."""
+    return render_partitions(table.state()).splitlines()[0]
+
+
+def _replace_own_table(console: Console, sleeper: Sleeper, table_name: str) -> None:
+    """Delete the demo's earlier table; refuse (ConfigError) a table of that name the demo did not create."""
+    try:
+        info = sleeper.table(table_name).info
+    except TableNotFoundError:
+        return
+    if info.properties.get(CREATED_BY) != DEMO_MARK:
+        raise ConfigError(f"table {table_name!r} exists and was not created by the demo, so the demo leaves it "
+                          f"alone; run it on another table: sleeper demo --table demo2")
+    sleeper.delete_table(table_name)
+    console.print(f"removed the demo's previous [bold]{table_name}[/] table")
 
 
 def run_demo(sleeper: Sleeper, *, rows: int, batches: int, table_name: str, work_dir: Path) -> None:
     console = Console()
-    try:
-        sleeper.delete_table(table_name)
-        console.print(f"removed the previous [bold]{table_name}[/] table")
-    except TableNotFoundError:
-        pass
+    _replace_own_table(console, sleeper, table_name)
     # Leaves split once they hold more than a tenth of the data, so the demo shows a
     # split; GC, whose delay has a floor of a minute, runs as it will once that has passed.
     threshold = max(1, rows // 10)
     table = sleeper.create_table(table_name, SYSTEM_TEST_SCHEMA, split_points=split_points(7), properties={
         "sleeper.table.partition.splitting.threshold": str(threshold),
-        "sleeper.table.gc.delay.minutes": "1"})
+        "sleeper.table.gc.delay.minutes": "1", CREATED_BY: DEMO_MARK})
     console.rule(f"created table {table_name}: 8 leaf partitions, split threshold {threshold:,} records")
 
     work_dir.mkdir(parents=True, exist_ok=True)
     per_batch = max(1, rows // batches)
-    remembered: list[str] = []
     started = time.perf_counter()
-    total = 0
+    total, key = 0, ""
     for b in range(batches):
         n = per_batch if b < batches - 1 else rows - per_batch * (batches - 1)
         data = generate_rows(n, seed=b)
-        remembered.append(data.column("key")[n // 2].as_py())
+        key = key or data.column("key")[n // 2].as_py()
         path = work_dir / f"batch-{b:03d}.parquet"
         pq.write_table(data, path)
         with record_progress(f"ingest batch {b + 1}/{batches}", total=n) as progress:
@@ -81,23 +101,24 @@ def run_demo(sleeper: Sleeper, *, rows: int, batches: int, table_name: str, work
         console.print(f"  batch {b + 1}: {r.records:,} records -> {len(r.files)} files in {r.seconds:.2f}s "
                       f"({r.rows_per_second:,.0f} records/s)")
     shutil.rmtree(work_dir, ignore_errors=True)
-    elapsed = time.perf_counter() - started
-    console.rule(f"ingested {total:,} records in {elapsed:.1f}s")
-    _queries(console, table, remembered)
-    _report(console, "partitions after ingest", render_partitions(table.state()))
+    console.rule(f"ingested {total:,} records in {time.perf_counter() - started:.1f}s")
+    console.print(f"  {_overview(table)}")
+    _queries(console, table, key, "query")
 
     split = table.split(run_id="demo")
-    _report(console, "split", split.summary() + "\n" + render_partitions(table.state()))
+    _step(console, "split (the split DAG, every 10 minutes)", split.summary().splitlines()[0], _overview(table))
 
     records = sum(r.record_count for r in table.state().references.values())
     with record_progress("compaction", total=records) as progress:
         report = table.compact(progress=progress, run_id="demo")
-    _report(console, "compaction", report.summary())
-    _report(console, "files after compaction", render_files(table.state()))
-    _report(console, "jobs (newest 20)", render_jobs(table.jobs(limit=20)))
+    _step(console, "compaction (the compaction DAG, every 5 minutes)", *report.summary().splitlines()[:6])
 
     gc = table.gc(now_ms=int(time.time() * 1000) + 61_000)
-    _report(console, "garbage collection (as it runs once the 1-minute GC delay has passed)",
-            gc.summary() + "\n" + render_files(table.state()))
-    _report(console, "partitions after maintenance", render_partitions(table.state()))
-    _queries(console, table, remembered)
+    _step(console, "garbage collection (the GC DAG, once the 1-minute delay has passed)", gc.summary(),
+          _overview(table))
+    _queries(console, table, key, "query again")
+
+    _step(console, "next", f"sleeper report partitions {table_name}        # the partition tree, leaf by leaf",
+          f"sleeper sql \"SELECT count(*) FROM {table_name} WHERE key < 'key-1'\"   # SQL over the table",
+          "make airflow                                # Airflow keeps the table from now on; status page: "
+          f"{STATUS_PAGE}")

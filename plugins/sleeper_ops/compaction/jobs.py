@@ -24,7 +24,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from sleeper_ops.compaction.strategy import plan_groups
+from sleeper_ops.compaction.strategy import plan_groups, why_no_job
 from statestore.catalog import TableInfo
 from statestore.errors import TransactionError
 from statestore.files import FileReference
@@ -79,6 +79,8 @@ class JobCreation:
     retried: int = 0
     pushed_down: int = 0
     skipped_reason: Optional[str] = None
+    #: leaf partition id -> why it got no new job (leaves holding no file are left out)
+    waiting: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
         if self.skipped_reason:
@@ -136,7 +138,7 @@ def create_compaction_jobs(state_store: StateStore, table: TableInfo, *, run_id:
         if result.pushed_down or attempt:
             state = state_store.load_state(table.table_id)
         retried = stale_jobs(state_store, table, state, now=now, retry_after_ms=int(retry_after_minutes * 60_000))
-        planned = _plan(table, state)
+        planned, result.waiting = _plan(table, state)
         records = [JobRecord.created(table.table_id, j.job_id, "compaction", partition_id=j.partition_id,
                                      input_files=len(j.inputs), run_id=run_id) for j in planned]
         for rec in records:
@@ -157,13 +159,21 @@ def create_compaction_jobs(state_store: StateStore, table: TableInfo, *, run_id:
     return result  # pragma: no cover - the loop returns or raises
 
 
-def _plan(table: TableInfo, state: TableState) -> list[CompactionJob]:
+def _plan(table: TableInfo, state: TableState) -> tuple[list[CompactionJob], dict[str, str]]:
+    """New jobs of every leaf, and why each leaf holding files but getting no job waits."""
     unassigned: dict[str, list[FileReference]] = {}
+    assigned: dict[str, int] = {}
     for ref in state.references.values():
-        if ref.job_id is None and state.partitions[ref.partition_id].is_leaf:
-            unassigned.setdefault(ref.partition_id, []).append(ref)
-    jobs = []
-    for pid in sorted(unassigned):
-        for group in plan_groups(table, unassigned[pid]):
+        if state.partitions[ref.partition_id].is_leaf:
+            if ref.job_id is None:
+                unassigned.setdefault(ref.partition_id, []).append(ref)
+            else:
+                assigned[ref.partition_id] = assigned.get(ref.partition_id, 0) + 1
+    jobs, waiting = [], {}
+    for pid in sorted(set(unassigned) | set(assigned)):
+        groups = plan_groups(table, unassigned.get(pid, []))
+        for group in groups:
             jobs.append(CompactionJob.of(table.table_id, uuid.uuid4().hex, pid, group))
-    return jobs
+        if not groups:
+            waiting[pid] = why_no_job(table, unassigned.get(pid, []), assigned.get(pid, 0))
+    return jobs, waiting

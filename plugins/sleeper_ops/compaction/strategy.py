@@ -61,6 +61,33 @@ STRATEGIES: dict[str, Strategy] = {"basic": basic, "sizeratio": size_ratio}
 
 def plan_groups(table: TableInfo, refs: Sequence[FileReference]) -> list[list[FileReference]]:
     """The groups the table's strategy makes of one leaf partition's unassigned references."""
-    strategy = STRATEGIES[table.get("sleeper.table.compaction.strategy") or "sizeratio"]
+    strategy = STRATEGIES[_strategy_name(table)]
     return strategy(refs, table.get_int("sleeper.table.compaction.files.batch.size"),
                     table.get_int("sleeper.table.compaction.strategy.sizeratio.ratio"))
+
+
+def why_no_job(table: TableInfo, unassigned: Sequence[FileReference], assigned: int = 0) -> str:
+    """Why the table's strategy makes no job of a leaf's ``unassigned`` references (for
+    which :func:`plan_groups` returned none), ``assigned`` other references of the leaf
+    being in jobs already; e.g. ``4 files (10, 40, 200, 900 records): sizeratio merges 2
+    to 12 files, smallest first, once 3 x the largest is at most their total; none do yet``."""
+    busy = f"; {assigned} more in running jobs" if assigned else ""
+    n = len(unassigned)
+    if n == 0:
+        return f"every file ({assigned}) is in a running job"
+    if n == 1:
+        return f"1 file, nothing to merge it with{busy}"
+    name = _strategy_name(table)
+    if name != "sizeratio":  # basic makes a job of any two files
+        return f"{n} files, no job planned by {name}{busy}"
+    counts = sorted(r.record_count for r in unassigned)
+    shown = ", ".join(f"{c:,}" for c in counts[:6]) + (", ..." if n > 6 else "")
+    batch = table.get_int("sleeper.table.compaction.files.batch.size")
+    ratio = table.get_int("sleeper.table.compaction.strategy.sizeratio.ratio")
+    return (f"{n} files ({shown} records): sizeratio merges 2 to {batch} files, smallest first, once "
+            f"{ratio} x the largest is at most their total; none do yet (smaller files must add up to the "
+            f"larger){busy}")
+
+
+def _strategy_name(table: TableInfo) -> str:
+    return table.get("sleeper.table.compaction.strategy") or "sizeratio"

@@ -34,7 +34,7 @@ import importlib
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,6 +45,7 @@ from statestore.catalog import TableInfo
 from statestore.schema import Schema, type_name
 
 BatchFn = Callable[[pa.RecordBatch], Optional[pa.RecordBatch]]
+_T = TypeVar("_T")
 
 AGEOFF_PROPERTY = "sleeper.table.iterator.ageoff"
 AGGREGATION_PROPERTY = "sleeper.table.iterator.aggregation"
@@ -254,6 +255,44 @@ class Aggregation:
         return "aggregation(" + ", ".join(f"{op}({name})" for name, op in self.ops) + ")"
 
 
+# ----- checking a table's iterator properties ----------------------------------------------
+
+ITERATOR_PROPERTIES = (AGEOFF_PROPERTY, PYTHON_PROPERTY, AGGREGATION_PROPERTY)
+
+
+class _PropertyProblem(Exception):
+    def __init__(self, name: str, reason: str):
+        super().__init__(name, reason)
+        self.name, self.reason = name, reason
+
+
+def _parse(schema: Schema, props: Mapping[str, str]
+           ) -> tuple[Optional[AgeOff], Optional[UserIterator], Optional[Aggregation]]:
+    """The iterators ``props`` configure for ``schema``; a bad one raises _PropertyProblem."""
+    def parsed(name: str, parse: Callable[[str], _T]) -> Optional[_T]:
+        value = props.get(name)
+        if not value:
+            return None
+        try:
+            return parse(value)
+        except ConfigError as e:
+            raise _PropertyProblem(name, str(e)) from e
+    return (parsed(AGEOFF_PROPERTY, lambda v: AgeOff.parse(v, schema)),
+            parsed(PYTHON_PROPERTY, UserIterator.load),
+            parsed(AGGREGATION_PROPERTY, lambda v: Aggregation.parse(v, schema)))
+
+
+def check_iterator_properties(schema: Schema, props: Mapping[str, str]) -> None:
+    """Refuse (:class:`ConfigError`, with the reason) iterator properties in ``props``
+    that do not fit ``schema`` or whose user callable cannot be imported; called when
+    properties are set, so a table never holds a chain its queries cannot build.
+    Properties with empty values (being cleared) and other properties are ignored."""
+    try:
+        _parse(schema, {k: v for k, v in props.items() if k in ITERATOR_PROPERTIES and v})
+    except _PropertyProblem as e:
+        raise ConfigError(e.reason) from e
+
+
 # ----- the chain --------------------------------------------------------------------------
 
 def _rebuild(table: TableInfo, extra: tuple[BatchFn, ...], now_ms: Optional[int]) -> IteratorChain:
@@ -286,19 +325,16 @@ class IteratorChain:
         ``now_ms`` fixes age-off's clock; by default each :meth:`apply` call reads
         the clock once when it starts.
         """
-        schema = table.schema
-        ageoff_value = table.get(AGEOFF_PROPERTY)
-        ageoff = AgeOff.parse(ageoff_value, schema) if ageoff_value else None
-        users: list[UserIterator] = []
-        python_value = table.get(PYTHON_PROPERTY)
-        if python_value:
-            users.append(UserIterator.load(python_value))
+        try:
+            ageoff, user, aggregation = _parse(table.schema, table.properties)
+        except _PropertyProblem as e:
+            raise ConfigError(f"table {table.name!r}: {e.reason}; fix it with 'sleeper table set {table.name} "
+                              f"{e.name}=...' or clear it with 'sleeper table unset {table.name} {e.name}'") from e
+        users = [user] if user is not None else []
         for fn in extra:
             if not callable(fn):
                 raise ConfigError(f"iterator {fn!r} is not callable")
             users.append(UserIterator.wrap(fn))
-        agg_value = table.get(AGGREGATION_PROPERTY)
-        aggregation = Aggregation.parse(agg_value, schema) if agg_value else None
         return cls(table, tuple(extra), now_ms, ageoff, tuple(users), aggregation)
 
     def __reduce__(self):  # type: ignore[no-untyped-def]

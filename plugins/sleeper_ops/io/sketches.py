@@ -44,8 +44,6 @@ class Utf8SerDe(ds.PyObjectSerDe):
         return bytes(data[offset + 4:offset + 4 + n]).decode("utf-8"), 4 + n
 
 
-_SERDE = Utf8SerDe()
-
 
 class FieldSketch:
     """A mergeable quantiles sketch of one key field's values."""
@@ -105,7 +103,7 @@ class FieldSketch:
     def serialize(self) -> bytes:
         if self.key_type in ("IntType", "LongType"):
             return self.sketch.serialize()
-        return self.sketch.serialize(_SERDE)
+        return self.sketch.serialize(Utf8SerDe())
 
     @classmethod
     def deserialize(cls, key_type: str, data: bytes) -> FieldSketch:
@@ -113,7 +111,7 @@ class FieldSketch:
             return cls(key_type, ds.kll_ints_sketch.deserialize(data))
         if key_type == "LongType":
             return cls(key_type, ds.kll_doubles_sketch.deserialize(data))
-        return cls(key_type, ds.kll_items_sketch.deserialize(data, _SERDE))
+        return cls(key_type, ds.kll_items_sketch.deserialize(data, Utf8SerDe()))
 
 
 class RowKeySketches:

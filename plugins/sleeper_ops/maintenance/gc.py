@@ -81,17 +81,82 @@ class GCReport:
     skipped_reason: Optional[str] = None
     commits: int = 0
     refused: list[tuple[str, str]] = field(default_factory=list)
+    waiting: Optional[Waiting] = None
 
     def summary(self) -> str:
-        """One line for the CLI."""
+        """What was (or would be) deleted, then what waits and when the next is due (when
+        the run was asked to ``explain``)."""
         if self.skipped_reason:
             return f"{self.table}: skipped ({self.skipped_reason})"
         verb = "would delete" if self.dry_run else "deleted"
-        out = (f"{self.table}: {verb} {len(self.deleted)} unreferenced file{'' if len(self.deleted) == 1 else 's'}"
-               f" and {len(self.orphans_deleted)} orphan object{'' if len(self.orphans_deleted) == 1 else 's'}")
+        out = (f"{self.table}: {verb} {_files(len(self.deleted), 'unreferenced file')}"
+               f" and {_files(len(self.orphans_deleted), 'orphan object')}")
         if self.refused:
             out += f", {len(self.refused)} refused by the state store"
+        if self.waiting is not None:
+            out += self.waiting.describe()
         return out
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What garbage collection keeps for now: unreferenced files younger than the GC delay
+    and untracked objects younger than the orphan grace, with when the first of each
+    becomes due (ms since the epoch) and the time judged at."""
+
+    now_ms: int
+    delay_minutes: int
+    grace_minutes: int
+    files: int = 0
+    files_due_ms: Optional[int] = None
+    orphans: int = 0
+    orphans_due_ms: Optional[int] = None
+
+    def describe(self) -> str:
+        """``""`` when nothing waits, else ``"; 21 unreferenced files wait out the
+        15-minute delay (the first is due in 4 min 10 s)"`` and the same for orphans."""
+        out = ""
+        if self.files:
+            out += (f"; {_files(self.files, 'unreferenced file')} {_wait(self.files)} out the "
+                    f"{self.delay_minutes}-minute GC delay (the first is due in "
+                    f"{_duration(self.files_due_ms, self.now_ms)})")
+        if self.orphans:
+            out += (f"; {_files(self.orphans, 'untracked object')} {_wait(self.orphans)} out the "
+                    f"{self.grace_minutes}-minute orphan grace (the first is due in "
+                    f"{_duration(self.orphans_due_ms, self.now_ms)})")
+        return out
+
+
+def _files(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _wait(n: int) -> str:
+    return "waits" if n == 1 else "wait"
+
+
+def _duration(due_ms: Optional[int], now_ms: int) -> str:
+    seconds = max(0, ((due_ms or now_ms) - now_ms + 999) // 1000)
+    minutes, seconds = divmod(seconds, 60)
+    return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
+
+
+def waiting(state_store: StateStore, objects: ObjectStore, table: TableInfo, now_ms: int) -> Waiting:
+    """What GC of ``table`` at ``now_ms`` keeps only because it is too young (see
+    :class:`Waiting`). Reads the table's whole state and lists its data prefix, so it is
+    for a person asking (the CLI), not for every scheduled run."""
+    delay, grace = table.get_int(DELAY_PROPERTY), table.get_int(GRACE_PROPERTY)
+    state = state_store.load_state(table.table_id)
+    referenced = {r.filename for r in state.references.values()}
+    young = [f.update_time for name, f in state.files.items()
+             if name not in referenced and f.update_time >= now_ms - delay * 60_000]
+    cutoff = now_ms - grace * 60_000
+    in_flight = state_store.in_flight_outputs(table.table_id, now_ms - table.get_int(ABANDON_PROPERTY) * 60_000)
+    untracked = [o.mtime_ms for o in objects.list(data_prefix(table.table_id))
+                 if o.mtime_ms >= cutoff and _data_key_of(o.key) not in state.files
+                 and _data_key_of(o.key) not in in_flight]
+    return Waiting(now_ms, delay, grace, len(young), min(young) + delay * 60_000 if young else None,
+                   len(untracked), min(untracked) + grace * 60_000 if untracked else None)
 
 
 def _now_ms() -> int:
@@ -111,9 +176,10 @@ def _delete_objects(objects: ObjectStore, keys: list[str], threads: int) -> None
 
 def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableInfo, *, dry_run: bool = False,
                     now_ms: Optional[int] = None, orphans: bool = True, progress: Optional[Progress] = None,
-                    threads: int = 8) -> GCReport:
+                    threads: int = 8, explain: bool = False) -> GCReport:
     """Delete ``table``'s unreferenced files older than its GC delay, then (``orphans``)
-    sweep orphan objects. See the module docstring for the guarantees.
+    sweep orphan objects. See the module docstring for the guarantees. ``explain`` adds
+    what waits to the report (:func:`waiting`: one more read of the whole state).
 
     Args:
         now_ms: the current time in milliseconds since the epoch (tests); default now.
@@ -150,6 +216,8 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
     if orphans:
         report.orphans_deleted = sweep_orphans(state_store, objects, table, dry_run=dry_run, now_ms=now,
                                                progress=progress, threads=threads)
+    if explain:
+        report.waiting = waiting(state_store, objects, table, now)
     return report
 
 

@@ -155,6 +155,14 @@ def test_update_properties_sets_the_given_ones_and_keeps_the_others(store):
     assert store.get_table("t") == info and not info.online
 
 
+def test_an_empty_value_in_an_update_clears_that_property(store):
+    new_table(store, **{"sleeper.table.gc.delay.minutes": "5", "sleeper.table.online": "false"})
+    info = store.update_properties("t", {"sleeper.table.gc.delay.minutes": "", "sleeper.table.iterator.python": "",
+                                         "sleeper.table.compaction.runner": "spark"})
+    assert info.properties == {"sleeper.table.online": "false", "sleeper.table.compaction.runner": "spark"}
+    assert store.get_table("t") == info
+
+
 def test_update_properties_with_a_bad_value_is_refused_and_changes_nothing(store):
     new_table(store)
     before = store.get_table("t")

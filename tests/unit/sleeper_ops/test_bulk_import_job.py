@@ -73,6 +73,25 @@ def test_a_key_imports_once_and_its_outputs_were_named_before_they_were_written(
     assert _keys(t) == list(range(3000))  # 3,000 records, each once
 
 
+def test_a_repeated_import_key_is_answered_before_spark_starts(sleeper, inputs, monkeypatch, capsys):
+    from sleeper_ops.bulk_import import runners
+    from tests.unit.sleeper_ops.cli_runner import run_cli
+
+    t = sleeper.create_table("t", SCHEMA)
+    r = bulk_import(sleeper.state_store, sleeper.objects, t.info, [str(inputs)], run=local_runner(sleeper),
+                    import_key="day-1")
+    assert r.status == "committed"
+
+    def no_spark(name: str = "spark"):  # type: ignore[no-untyped-def]
+        raise AssertionError("Spark was started for an import key already imported")
+    monkeypatch.setattr(runners, "load_bulk_import_runner", no_spark)
+    code, out, err = run_cli(sleeper, monkeypatch, capsys, "bulk-import", "t", str(inputs), "--import-key", "day-1")
+    assert code == 0 and out.strip() == "t: import key 'day-1' was already imported; nothing added"
+    assert "spark-submit" not in err
+    assert sleeper.table("t").already_imported("day-2") is None
+    assert len(_keys(t)) == 3000
+
+
 def test_a_failed_run_deletes_what_it_wrote_and_commits_nothing(sleeper, inputs):
     t = sleeper.create_table("t", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "2"})
     runner = local_runner(sleeper)

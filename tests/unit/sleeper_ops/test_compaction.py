@@ -16,12 +16,14 @@ import pytest
 
 from sleeper_ops.compaction.execute import execute_job, record_commit, run_job
 from sleeper_ops.compaction.jobs import CompactionJob, create_compaction_jobs
-from sleeper_ops.compaction.strategy import basic, size_ratio
+from sleeper_ops.compaction.strategy import basic, size_ratio, why_no_job
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.io.datafile import sketch_key
+from statestore.catalog import TableInfo
 from statestore.files import FileReference
 from statestore.jobs import JobRecord
 from statestore.partitions import split_children
+from statestore.schema import Schema
 from statestore.transactions import SplitPartition
 
 SCHEMA = {
@@ -76,6 +78,31 @@ def test_basic_batches_oldest_first_and_skips_a_lone_file():
     refs = [ref(f"f{i}", 10, t=100 - i) for i in range(5)]
     groups = basic(refs, 2, 3)
     assert [[r.filename for r in g] for g in groups] == [["f4", "f3"], ["f2", "f1"]]
+
+
+def test_a_leaf_with_no_job_is_told_why_by_its_strategy():
+    table = TableInfo("id", "t", Schema.from_dict(SCHEMA), {})
+    files = [ref("a", 10), ref("b", 40), ref("c", 200), ref("d", 900)]
+    assert size_ratio(files, 12, 3) == []
+    assert why_no_job(table, files) == (
+        "4 files (10, 40, 200, 900 records): sizeratio merges 2 to 12 files, smallest first, once 3 x the "
+        "largest is at most their total; none do yet (smaller files must add up to the larger)")
+    assert why_no_job(table, files[:1], assigned=3) == "1 file, nothing to merge it with; 3 more in running jobs"
+    assert why_no_job(table, [], assigned=2) == "every file (2) is in a running job"
+
+
+def test_compaction_that_makes_no_job_names_each_leafs_reason(sleeper):
+    t = sleeper.create_table("t", SCHEMA, split_points=[5000])
+    for i, n in enumerate([10, 100, 1000]):  # each file dominates the ones before it
+        t.ingest(rows(n, seed=i, first_id=i * 10_000, key_range=5000))
+    report = t.compact()
+    assert report.results == []
+    lines = report.summary().splitlines()
+    assert lines[0].startswith("t: 0 compaction jobs")
+    (leaf,) = {r.partition_id for r in t.state().references.values()}  # keys below 5000: one leaf
+    assert lines[1:] == [f"  leaf {leaf}: 3 files (10, 100, 1,000 records): sizeratio merges 2 to 12 files, "
+                         "smallest first, once 3 x the largest is at most their total; none do yet "
+                         "(smaller files must add up to the larger)"]
 
 
 # ----- job creation -------------------------------------------------------------------

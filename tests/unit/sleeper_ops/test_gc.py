@@ -100,6 +100,27 @@ def test_unreferenced_file_younger_than_delay_is_kept(sleeper):
     assert _gc(sleeper, t, now_ms=NOW + 2 * MINUTE).deleted == [young]
 
 
+def test_gc_counts_what_waits_for_the_delay_and_the_grace_and_says_when_the_first_is_due(sleeper):
+    t = _table(sleeper, sleeper_table_gc_delay_minutes="5")
+    names = _ingest_files(t, 4)
+    _unreference(sleeper, t, names[:3], NOW - 2 * MINUTE)  # due in 3 minutes
+    young = _put_orphan(sleeper, f"{t.info.table_id}/data/partition_{ROOT_ID}/lost.parquet", NOW - 20 * MINUTE)
+
+    report = _gc(sleeper, t, now_ms=NOW, dry_run=True, explain=True)
+
+    assert report.deleted == [] and report.orphans_deleted == []
+    assert report.waiting is not None and (report.waiting.files, report.waiting.orphans) == (3, 1)
+    assert report.summary() == (
+        "t: would delete 0 unreferenced files and 0 orphan objects; 3 unreferenced files wait out the 5-minute "
+        "GC delay (the first is due in 3 min 0 s); 1 untracked object waits out the 60-minute orphan grace "
+        "(the first is due in 40 min 0 s)")
+    assert _exists(sleeper, young)
+    later = _gc(sleeper, t, now_ms=NOW + 3 * MINUTE + 1, explain=True)
+    assert len(later.deleted) == 3 and later.waiting is not None and later.waiting.files == 0
+    assert sleeper.table("t").gc(dry_run=True).waiting is None, "scheduled runs do not read the state twice"
+    assert sleeper.table("t").gc(dry_run=True, explain=True).waiting is not None
+
+
 def test_referenced_file_is_never_deleted(sleeper):
     t = _table(sleeper, sleeper_table_gc_delay_minutes="1")
     [ref] = _ingest_files(t, 1)

@@ -74,9 +74,16 @@ def test_query_runner_applies_extra_iterators_after_the_tables(sleeper, two_file
     assert [(r["key"], r["count"], r["name"]) for r in rows] == [(k, 10, f"b{k}") for k in range(10)]
 
 
-def test_query_with_an_invalid_iterator_setting_is_a_config_error(sleeper, two_files):
-    sleeper.set_properties("t", {"sleeper.table.iterator.aggregation": "sum(count)"})
+def test_an_invalid_iterator_setting_is_refused_when_set(sleeper, two_files):
     with pytest.raises(ConfigError, match="missing name"):
+        sleeper.set_properties("t", {"sleeper.table.iterator.aggregation": "sum(count)"})
+    assert sleeper.table("t").info.properties == {}
+
+
+def test_query_of_a_table_already_holding_an_invalid_iterator_names_the_property_to_fix(sleeper, two_files):
+    sleeper.state_store.update_properties("t", {"sleeper.table.iterator.aggregation": "sum(count)"})
+    with pytest.raises(ConfigError, match="table 't': sleeper.table.iterator.aggregation='sum.count.': .*missing "
+                                          "name; .* 'sleeper table unset t sleeper.table.iterator.aggregation'"):
         sleeper.table("t").query(keys=[1])
 
 

@@ -78,8 +78,9 @@ def test_flush_in_rounds_of_the_flush_records_property(sleeper) -> None:  # type
 def test_a_full_buffer_refuses_writes_with_a_clear_error_until_flushed(sleeper) -> None:  # type: ignore[no-untyped-def]
     t = sleeper.create_table("small", SCHEMA, properties={"sleeper.table.write.buffer.max.records": "20"})
     t.write(_rows(0, 15))
-    with pytest.raises(BufferFullError, match="buffer full, flush pending"):
+    with pytest.raises(BufferFullError, match="buffer full, flush pending: the write buffer of table 'small'") as e:
         t.write(_rows(15, 21))
+    assert t.info.table_id not in str(e.value), "the table is named by its name"
     t.write(_rows(15, 20))
     with pytest.raises(BufferFullError):
         t.write(_rows(20, 21))
@@ -140,7 +141,7 @@ def test_cli_write_then_flush_then_query(home, run, tmp_path) -> None:  # type: 
     assert "wrote 3 records" in out.out and "sequence number" in out.out
     full = run("write", "w", str(tmp_path / "b.csv"), str(tmp_path / "a.jsonl"))
     assert full.code == 75
-    assert_one_line_error(full, "buffer full, flush pending")
+    assert_one_line_error(full, "buffer full, flush pending: the write buffer of table 'w' holds")
     bad = run("write", "w", str(tmp_path / "schema.json"))
     assert_one_line_error(bad)
     assert "flushed 3 records" in ok(run("flush", "w")).out

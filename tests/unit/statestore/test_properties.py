@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from statestore import PropertyError, Schema, TableInfo
-from statestore.properties import PROPERTY_DEFS, effective_properties, parse_size, validate_properties
+from statestore.properties import (
+    PROPERTY_DEFS,
+    apply_update,
+    effective_properties,
+    parse_size,
+    validate_properties,
+    validate_values,
+)
 
 SCHEMA = Schema.from_dict({"rowKeyFields": [{"name": "k", "type": "LongType"}]})
 
@@ -68,7 +75,6 @@ def test_valid_values_are_accepted_as_given(name, value):
     ("sleeper.table.compaction.files.batch.size", "²", "positive integer"),
     ("sleeper.table.gc.delay.minutes", "-1", "non-negative integer"),
     ("sleeper.table.gc.delay.minutes", "²", "non-negative integer"),
-    ("sleeper.table.gc.delay.minutes", "", "non-negative integer"),
     ("sleeper.table.gc.delay.minutes", "0", "must be at least 1: queries planned against a file"),
     ("sleeper.table.gc.orphan.grace.minutes", "0", "must be at least 10"),
     ("sleeper.table.gc.orphan.grace.minutes", "9", "must be at least 10"),
@@ -101,6 +107,25 @@ def test_values_of_the_wrong_type_are_refused_naming_the_property(name, value, m
 def test_unknown_property_is_refused_by_name():
     with pytest.raises(PropertyError, match="unknown table property 'sleeper.table.colour'"):
         validate_properties({"sleeper.table.online": "true", "sleeper.table.colour": "blue"})
+
+
+def test_an_empty_value_means_the_default_at_create_and_clears_in_an_update():
+    assert validate_properties({"sleeper.table.gc.delay.minutes": "", "sleeper.table.online": "false"}) == {
+        "sleeper.table.online": "false"}
+    update = validate_values({"sleeper.table.gc.delay.minutes": " ", "sleeper.table.online": "true"})
+    assert apply_update({"sleeper.table.gc.delay.minutes": "30", "sleeper.table.compaction.runner": "spark"},
+                        update) == {"sleeper.table.online": "true", "sleeper.table.compaction.runner": "spark"}
+
+
+@pytest.mark.parametrize("given,suggested", [
+    ("gc.delay.minutes", "sleeper.table.gc.delay.minutes"),
+    ("sleeper.table.gc.delay.minute", "sleeper.table.gc.delay.minutes"),
+    ("compaction.strategy", "sleeper.table.compaction.strategy"),
+    ("sleeper.table.iterator.agregation", "sleeper.table.iterator.aggregation"),
+])
+def test_an_unknown_name_suggests_the_nearest_property(given, suggested):
+    with pytest.raises(PropertyError, match=f"unknown table property '{given}'; did you mean {suggested}"):
+        validate_values({given: "1"})
 
 
 def test_non_string_values_are_converted_before_checking():
