@@ -26,7 +26,7 @@ from sleeper_ops import Sleeper
 from sleeper_ops.maintenance.gc import sweep_orphans
 from tests.integration.test_spark_compaction import BASIC, SCHEMA, ids, rows
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HELPERS = Path(__file__).parent / "compaction_helpers"
 WAIT = 120.0  # seconds any one step may take before the test gives up
