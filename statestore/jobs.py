@@ -46,7 +46,9 @@ class JobRecord:
         attempts: how many times the job was started.
         output: the file the job wrote, if any.
         outputs: the objects this attempt of the job writes (or may write), named
-            before it writes them; each attempt names fresh ones.
+            before it writes them; each attempt names fresh ones. A name also covers
+            the keys an engine's task attempts write for it (the name tagged with the
+            task attempt, ``<stem>.attempt-<id>.<ext>``; see ``sleeper_ops.io.attempts``).
         heartbeat_ms: when the running job last showed it is alive
             (:meth:`~statestore.store.StateStore.heartbeat_jobs`); never goes back.
     """

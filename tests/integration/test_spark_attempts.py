@@ -1,7 +1,8 @@
 """Spark runs a task more than once: a speculative copy of a slow task, and a task
 retried after its executor is SIGKILLed (issue 18, finding 3). On a standalone master
-and two workers (one core each, on distinct loopback hosts so each takes the other's
-speculative copies), with aggressive speculation. Every record stays exactly once and
+and three workers (one core each, on distinct loopback hosts so each takes another's
+speculative copies; the third runs the copy and the retry while the first two are
+held), with aggressive speculation. Every record stays exactly once and
 no committed file is deleted: each attempt writes keys of its own, the driver commits
 the winner's, and a loser deletes only its own.
 
@@ -26,7 +27,7 @@ from sleeper_ops import Sleeper
 from sleeper_ops.maintenance.gc import sweep_orphans
 from tests.integration.test_spark_compaction import BASIC, SCHEMA, ids, rows
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HELPERS = Path(__file__).parent / "compaction_helpers"
 WAIT = 120.0  # seconds any one step may take before the test gives up
@@ -36,7 +37,7 @@ WAIT = 120.0  # seconds any one step may take before the test gives up
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from tests.spark_cluster import standalone_cluster
 
-    yield from standalone_cluster(tmp_path_factory.mktemp("spark-attempts"), cores=1, memory="1g", workers=2)
+    yield from standalone_cluster(tmp_path_factory.mktemp("spark-attempts"), cores=1, memory="1g", workers=3)
 
 
 def _spark_defaults(conf_dir: Path, hook_dir: Path, events: Path) -> None:
@@ -76,11 +77,20 @@ def _task_events(events: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _wait_for(what: str, ok: Any, worker: threading.Thread) -> None:
+def _wait_for(what: str, ok: Any, worker: threading.Thread | None) -> None:
     deadline = time.monotonic() + WAIT
     while not ok():
-        assert time.monotonic() < deadline and worker.is_alive(), f"{what} never happened"
+        assert time.monotonic() < deadline and (worker is None or worker.is_alive()), f"{what} never happened"
         time.sleep(0.05)
+
+
+def _gone(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def test_a_speculative_copy_and_a_killed_executor_leave_every_record_once_and_no_committed_file_deleted(
@@ -99,7 +109,7 @@ def test_a_speculative_copy_and_a_killed_executor_leave_every_record_once_and_no
         "object_store": {"uri": "data"}, "state_store": {"backend": "postgres", "dsn": pg_dsn},
         "spark": {"master": cluster}}))
     with Sleeper(home=home) as s:
-        t = s.create_table("events", SCHEMA, split_points=[2500, 5000, 7500],
+        t = s.create_table("events", SCHEMA, split_points=[3333, 6666],
                            properties={**BASIC, "sleeper.table.iterator.python": "attempt_hook:hook"})
         for i in range(3):
             t.ingest(rows(2000, seed=i, first_id=i * 100_000))
@@ -121,10 +131,13 @@ def test_a_speculative_copy_and_a_killed_executor_leave_every_record_once_and_no
         finally:
             (hook_dir / "release").touch()
             worker.join(WAIT)
-        assert reports and [r.status for r in reports[0].results] == ["committed"] * 4, reports
-        assert (hook_dir / "raised").exists(), "the slow first attempt failed while the application ran"
+        # the slow first attempt has failed and aborted: its Python worker is gone
+        _wait_for("the end of the slow first attempt", lambda: _gone(int((hook_dir / "slow").read_text().split()[0])),
+                  None)
+        assert reports and [r.status for r in reports[0].results] == ["committed"] * 3, reports
+        assert (hook_dir / "raised").exists(), "the slow first attempt failed after its copy was committed"
         state = t.state()
-        assert len(state.references) == 4
+        assert len(state.references) == 3
         assert all(s.objects.head(f) is not None for f in state.files), "a committed file was deleted"
         assert ids(t) == before and sum(before.values()) == 6000
 

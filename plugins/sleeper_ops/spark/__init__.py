@@ -5,11 +5,14 @@ bulk import, and the ``sleeper`` data source.
   batch crosses the spark-submit boundary with;
 * :mod:`~sleeper_ops.spark.submit`: the submitter, in the process that created the jobs;
 * :mod:`~sleeper_ops.spark.driver`: the Spark driver (``spark_apps/compaction.py``);
-* :mod:`~sleeper_ops.spark.executor`: what runs on the executors, one job a task.
+* :mod:`~sleeper_ops.spark.executor`: what runs on the executors, one job a task;
+* :mod:`~sleeper_ops.spark.attempts`: the key each task attempt writes (its own), and
+  the driver's wait until every attempt of a job has ended.
 
 And the reader: :mod:`~sleeper_ops.spark.datasource`, the Spark 4 Python data source
 ``spark.read.format("sleeper")`` (``register(spark)`` first).
 
 The drivers import pyspark inside their ``main``; ``datasource`` imports it at module
-level, so import it only where pyspark is installed. Nothing else here imports it.
+level, so import it only where pyspark is installed; ``attempts`` imports it inside a task
+(for the attempt id). Nothing else here imports it.
 """

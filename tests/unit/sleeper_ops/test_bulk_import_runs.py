@@ -102,3 +102,30 @@ def test_merging_arrow_runs_is_a_streaming_merge_with_no_sort(tmp_path):
     out = pa.Table.from_batches(list(merge.merge_sorted(paths, SCHEMA)))
     model = sorted((r["key"], r["ts"]) for i in range(3) for r in _rows(200, i).to_pylist())
     assert list(zip(out.column("key").to_pylist(), out.column("ts").to_pylist())) == model
+
+
+def test_two_attempts_of_the_read_and_merge_tasks_write_runs_and_leaf_files_of_their_own(tmp_path, monkeypatch):
+    """Issue 18, finding 3: a duplicate attempt (speculation, a lost executor) wrote the
+    same run and leaf keys as the first, so its failure could delete what the driver used."""
+    from sleeper_ops.io.attempts import named_key
+    from sleeper_ops.spark import attempts
+
+    pq.write_table(_rows(500, 1), tmp_path / "in.parquet")
+    parts = partitions_from_split_points(SCHEMA, ["k500"])
+    leaves = sorted(p.id for p in parts if p.is_leaf)
+    objects = ObjectStore(str(tmp_path / "store"))
+    context = {"uri": objects.uri, "s3": None, "table": table_to_dict(TableInfo("t1", "t", SCHEMA)),
+               "partitions": [p.to_dict() for p in parts], "leaves": leaves,
+               "output_keys": {leaf: f"data/{leaf}.parquet" for leaf in leaves}, "run_prefix": "runs/a1"}
+    runs, written = {}, {}
+    for tag in ("3", "9"):
+        monkeypatch.setattr(attempts, "task_attempt_tag", lambda tag=tag: tag)
+        runs[tag] = list(bulk_executor.sort_runs_of(context, [[str(tmp_path / "in.parquet")]]))
+        written[tag] = list(bulk_executor.merge_runs_of(context, _runs_by_leaf(runs[tag])))
+    for kind in (runs, written):
+        first, second = ({key for _, key, _ in kind[tag]} for tag in ("3", "9"))
+        assert len(first) == len(second) == 2 and not first & second, "each attempt's keys are its own"
+        assert {named_key(k) for k in first} == {named_key(k) for k in second}, "named after the same plan"
+    assert {named_key(k) for _, k, _ in written["3"]} == set(context["output_keys"].values())
+    assert all(objects.head(k) is not None for tag in written for _, k, _ in written[tag])
+    assert sum(n for _, _, n in written["9"]) == 500

@@ -120,3 +120,58 @@ def test_a_driver_waits_until_every_attempt_of_a_job_has_ended():
     assert not spark_attempts.attempts_ended(sc, "g", jobs=2), "a job not yet seen by Spark's status store"
     assert not spark_attempts.wait_for_attempts(
         SimpleNamespace(statusTracker=lambda: FakeTracker("RUNNING", 0)), "g", timeout=0.1)
+
+
+class FakeSparkContext:
+    """Just enough of a SparkContext for the compaction driver: each one-task job runs
+    its function twice, as a losing attempt (tag 1, finished but ignored) and the
+    winning one (tag 2, whose result is returned); every attempt has ended when asked."""
+
+    defaultParallelism = 1
+
+    def __init__(self, monkeypatch):
+        self.monkeypatch, self.groups = monkeypatch, []
+
+    def setJobGroup(self, group, description):
+        self.groups.append(group)
+
+    def parallelize(self, items, numSlices):
+        sc = self
+
+        class Rdd:
+            def mapPartitions(self, fn):
+                self.fn = fn
+                return self
+
+            def collect(self):
+                for tag in ("1", "2"):
+                    sc.monkeypatch.setattr(spark_attempts, "task_attempt_tag", lambda tag=tag: tag)
+                    got = list(self.fn(iter(items)))
+                return got
+
+        return Rdd()
+
+    def statusTracker(self):
+        return FakeTracker("SUCCEEDED", active=0)
+
+
+def test_the_driver_commits_the_winners_output_and_deletes_the_losers_once_they_ended(sleeper, monkeypatch):
+    from sleeper_ops.compaction.jobs import create_compaction_jobs
+    from sleeper_ops.spark.driver import run_compaction_batch
+
+    t = sleeper.create_table("t", SCHEMA, properties={"sleeper.table.compaction.strategy": "basic"})
+    for i in range(3):
+        t.ingest(pa.table({"key": [i, i + 10], "v": ["a", "b"]}))
+    jobs = create_compaction_jobs(sleeper.state_store, t.info).jobs
+    assert len(jobs) == 1
+
+    outcome = run_compaction_batch(FakeSparkContext(monkeypatch), sleeper.state_store, sleeper.objects, t.info, jobs)
+
+    (result,) = outcome.results
+    (record,) = t.jobs(kind="compaction")
+    assert result.status == "committed" and result.output == attempt_key(record.outputs[0], "2")
+    assert {r.filename for r in t.state().references.values()} == {result.output}, \
+        "the winner's output is the one referenced"
+    assert attempt_objects(sleeper.objects, record.outputs) == sorted([result.output, sketch_key(result.output)]), \
+        "the loser's output is deleted, the winner's kept"
+    assert sorted(t.query(ranges=[(0, None)]).column("key").to_pylist()) == [0, 1, 2, 10, 11, 12]
