@@ -1,5 +1,7 @@
 """Job status records in DynamoDB: one item ``j#<job id>`` per job in the table's
-partition of the ``items`` table, holding the record (JSON) and a revision.
+partition of the ``items`` table, holding the record (JSON) and a revision, indexed by
+creation time and by being open (:mod:`statestore.dynamodb.job_index`), so listings and
+the orphan sweep read bounded pages.
 
 A save reads the stored record, applies :func:`statestore.jobs.saves_over` (a
 committed record is final; a superseded attempt cannot overwrite its successor) and
@@ -11,11 +13,12 @@ in the same TransactWriteItems as the log item (:mod:`statestore.dynamodb.commit
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Optional, Sequence
 
-from statestore.dynamodb.base import DynamoBase
-from statestore.dynamodb.connection import get_n, get_s, is_condition_failed, n, s
-from statestore.errors import CommitConflictError
+from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, n, s
+from statestore.dynamodb.job_index import JobIndexMixin, index_puts
+from statestore.errors import CommitConflictError, TableNotFoundError
 from statestore.jobs import JobRecord, saves_over
 
 
@@ -45,7 +48,7 @@ def job_put(table: str, record: JobRecord, read_rev: Optional[int]) -> dict[str,
     return put
 
 
-class JobsMixin(DynamoBase):
+class JobsMixin(JobIndexMixin):
     """The job records part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
 
     def _read_job(self, table_id: str, job_id: str) -> tuple[Optional[JobRecord], Optional[int]]:
@@ -64,11 +67,16 @@ class JobsMixin(DynamoBase):
                 return
             saved = record if stored is None or stored.heartbeat_ms is None else record.beating(stored.heartbeat_ms)
             put = job_put(d.table("items"), saved, rev)
+            index = index_puts(d.table("items"), stored, record)  # statestore.dynamodb.job_index
             try:
-                d.call(f"save job {record.job_id}", d.client.put_item, **put)
+                if index:
+                    d.call(f"save job {record.job_id}", d.client.transact_write_items,
+                           TransactItems=[{"Put": put}, *index])
+                else:
+                    d.call(f"save job {record.job_id}", d.client.put_item, **put)
                 return
             except Exception as e:
-                if not is_condition_failed(e):
+                if not is_condition_failed(e) and cancellation_codes(e)[:1] != ["ConditionalCheckFailed"]:
                     raise
                 self._backoff.pause(attempt)
         raise CommitConflictError(f"job {record.job_id} of table {record.table_id}: saves kept racing")
@@ -96,17 +104,39 @@ class JobsMixin(DynamoBase):
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
         return self._read_job(table_id, job_id)[0]
 
-    def _jobs(self, table_id: str) -> list[JobRecord]:
-        return [job_from_item(it) for it in self._dynamo.query(
-            f"list the jobs of table {table_id}", "items", "table_id = :t AND begins_with(sk, :j)",
-            {":t": s(table_id), ":j": s("j#")})]
+    def _job_records(self, table_id: str, job_ids: list[str]) -> dict[str, JobRecord]:
+        """The stored records of ``job_ids`` (missing ones left out), read consistently."""
+        d = self._dynamo
+        table = d.table("items")
+        out: dict[str, JobRecord] = {}
+        keys = [job_key(table_id, j) for j in dict.fromkeys(job_ids)]
+        for i in range(0, len(keys), 100):
+            request: dict[str, Any] = {table: {"Keys": keys[i:i + 100], "ConsistentRead": True}}
+            for attempt in range(10):
+                got = d.call(f"read jobs of table {table_id}", d.client.batch_get_item, RequestItems=request)
+                for item in got.get("Responses", {}).get(table, []):
+                    rec = job_from_item(item)
+                    out[rec.job_id] = rec
+                request = got.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                time.sleep(0.05 * 2 ** attempt)
+        return out
 
     def list_jobs(self, table_id: str, *, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
-        jobs = [j for j in self._jobs(table_id) if kind is None or j.kind == kind]
+        """See :meth:`StateStore.list_jobs`: reads the newest entries of the job index and
+        only their records (:mod:`statestore.dynamodb.job_index`). A table not in the
+        catalog (deleted) has none."""
+        try:
+            self._require_table_id(table_id)
+        except TableNotFoundError:
+            return []
+        jobs = self.newest_jobs(table_id, kind, limit)
         jobs.sort(key=lambda j: (j.created_ms, j.job_id), reverse=True)
-        return jobs[:limit]
+        return jobs
 
     def in_flight_outputs(self, table_id: str, active_since_ms: int) -> set[str]:
+        """See :meth:`StateStore.in_flight_outputs`: reads only the jobs not yet final
+        (:mod:`statestore.dynamodb.job_index`), not every job ever run."""
         self._require_table_id(table_id)
-        return {o for j in self._jobs(table_id) if not j.final and j.last_update_ms >= active_since_ms
-                for o in j.outputs}
+        return {o for j in self.open_jobs(table_id) if j.last_update_ms >= active_since_ms for o in j.outputs}
