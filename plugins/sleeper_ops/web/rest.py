@@ -12,8 +12,8 @@ POST     /tables/{t}/records            ``{"records": [...]}``: into the write b
 GET      /tables/{t}/records            ``?key=`` (repeatable) and/or ``?min=&max=``
 GET      /tables                        every table (the requester may read)
 GET      /tables/{t}                    one table, every property with its default
-GET      /tables/{t}/partitions         the partition tree, with files and records
-GET      /tables/{t}/files              files and their references
+GET      /tables/{t}/partitions         the partition tree, with files and records (paged)
+GET      /tables/{t}/files              files and their references (paged)
 GET      /tables/{t}/jobs               job status records, newest first
 =======  =============================  ===============================================
 
@@ -24,6 +24,12 @@ Values in URLs are JSON, as in the CLI: ``key=42``, ``key="abc"``, several row k
 fields as a JSON array, bytes as base64 strings; ``max`` may be ``null`` or left out
 (unbounded). Records in and out are JSON objects with bytes as base64 strings and
 maps as objects (the CLI's ``jsonl``).
+
+``GET /tables/{t}/partitions`` and ``/files`` are paged (:mod:`sleeper_ops.web.rest_pages`):
+``{"partitions"|"files": [...], "next": token or null}``, at most ``limit`` entries
+(default 1,000, at most 10,000); pass ``next=`` the token for the following page. A
+response never holds the whole state, and ``/files`` reads only its page where the
+state store allows (PostgreSQL).
 
 ``GET /tables/{t}/records`` is streamed (:mod:`sleeper_ops.web.rest_records`): at most
 ``limit`` records (default 10,000), read from the table only until ``limit`` are out,
@@ -62,17 +68,18 @@ from sleeper_ops.errors import IngestError, QueryError, StorageError
 from sleeper_ops.web.rest_auth import TableFilter
 from sleeper_ops.web.rest_models import (
     ErrorOut,
-    FileOut,
+    FilesOut,
     IngestRequestOut,
     IngestRequestsIn,
     IngestRequestsOut,
     JobOut,
-    PartitionOut,
+    PartitionsOut,
     RecordsIn,
     RecordsOut,
     TableOut,
     WriteOut,
 )
+from sleeper_ops.web.rest_pages import DEFAULT_PAGE, MAX_PAGE, after_of, next_token
 from sleeper_ops.web.rest_paths import check_ingest_paths
 from sleeper_ops.web.rest_records import in_threads, records_body
 from statestore.client_writes import IdempotencyKeyError, IdempotencyKeyReusedError
@@ -102,6 +109,8 @@ _DESCRIPTION = (
     "prefixes (by default the object store's ingest folder and SLEEPER_HOME/ingest), never a table's data files. "
     "Errors are `{\"detail\": message}`: 404 unknown table, 422 input that does not fit (nothing is written), "
     "400 other bad input.")
+_LIMIT_HELP = "the most entries in this page"
+_NEXT_HELP = "the 'next' of the previous page (absent: the first page)"
 _KEY_HELP = ("an idempotency key (1-255 printable ASCII characters): a request sent again with the same key and "
              "body within sleeper.table.write.idempotency.hours stores nothing and gets the first answer; the same "
              "key with another body is refused (422)")
@@ -294,19 +303,33 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
         """One table: schema, online flag and every property with its default."""
         return _table_out(table(t).info)
 
-    @app.get("/tables/{t}/partitions", response_model=list[PartitionOut], tags=["tables"])
-    def partitions(t: str) -> list[dict[str, Any]]:
-        """The partition tree, depth first, with the files and records of each partition."""
+    @app.get("/tables/{t}/partitions", response_model=PartitionsOut, tags=["tables"])
+    def partitions(t: str, limit: int = Query(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description=_LIMIT_HELP),
+                   next_: Optional[str] = Query(None, alias="next", description=_NEXT_HELP)) -> dict[str, Any]:
+        """The partition tree, depth first, with the files and records of each
+        partition, a page at a time (read from the table's overview: counts, not files)."""
         from sleeper_ops.reports import partitions_report
 
-        return partitions_report(table(t).state())
+        tb = table(t)
+        after = after_of("partitions", next_)
+        rows = partitions_report(tb.sleeper.state_store.overview(tb.info.table_id, file_limit=0))
+        start = 0 if after is None else next((i + 1 for i, r in enumerate(rows) if r["id"] == after), len(rows))
+        page = rows[start:start + limit]
+        more = start + limit < len(rows)
+        return {"partitions": page, "next": next_token("partitions", page[-1]["id"]) if more and page else None}
 
-    @app.get("/tables/{t}/files", response_model=list[FileOut], tags=["tables"])
-    def files(t: str) -> list[dict[str, Any]]:
-        """Every tracked file with its references (none: awaiting garbage collection)."""
-        from sleeper_ops.reports import files_report
+    @app.get("/tables/{t}/files", response_model=FilesOut, tags=["tables"])
+    def files(t: str, limit: int = Query(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description=_LIMIT_HELP),
+              next_: Optional[str] = Query(None, alias="next", description=_NEXT_HELP)) -> dict[str, Any]:
+        """Tracked files by name with their references (none: awaiting garbage
+        collection), a page at a time: only the page is read where the state store allows."""
+        from sleeper_ops.reports import file_entries
 
-        return files_report(table(t).state())
+        tb = table(t)
+        got = tb.sleeper.state_store.file_page(tb.info.table_id, after=after_of("files", next_), limit=limit + 1)
+        page = got[:limit]
+        more = len(got) > limit
+        return {"files": file_entries(page), "next": next_token("files", page[-1].filename) if more else None}
 
     @app.get("/tables/{t}/jobs", response_model=list[JobOut], tags=["tables"])
     def jobs(t: str, kind: Optional[str] = Query(None, description=f"one of {', '.join(JOB_KINDS)}"),
