@@ -50,9 +50,12 @@ def index_puts(table: str, stored: Optional[JobRecord], record: JobRecord) -> li
 
 class JobIndexMixin(DynamoBase):
     """The bounded job reads of :class:`~statestore.dynamodb.store.DynamoDBStateStore`;
-    the subclass reads records with :meth:`_job_records`."""
+    the subclass reads records (:meth:`_job_records`, and every one, once, :meth:`_all_jobs`)."""
 
     def _job_records(self, table_id: str, job_ids: list[str]) -> dict[str, JobRecord]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _all_jobs(self, table_id: str) -> list[JobRecord]:  # pragma: no cover
         raise NotImplementedError
 
     def _ensure_indexed(self, table_id: str) -> None:
@@ -61,12 +64,8 @@ class JobIndexMixin(DynamoBase):
         if d.get(f"read the job index marker of table {table_id}", "items",
                  {"table_id": s(table_id), "sk": s(MARKER)}) is not None:
             return
-        from statestore.dynamodb.jobs import job_from_item
-
         puts = []
-        for it in d.query(f"index the jobs of table {table_id}", "items", "table_id = :t AND begins_with(sk, :j)",
-                          {":t": s(table_id), ":j": s("j#")}):
-            rec = job_from_item(it)
+        for rec in self._all_jobs(table_id):
             puts.append(_time_item(table_id, rec))
             if not rec.final:
                 puts.append({**_open_item(table_id, rec.job_id), "token": s(uuid.uuid4().hex)})

@@ -104,6 +104,12 @@ class JobsMixin(JobIndexMixin):
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
         return self._read_job(table_id, job_id)[0]
 
+    def _all_jobs(self, table_id: str) -> list[JobRecord]:
+        """Every job record of the table (indexing a table of an earlier version, once)."""
+        return [job_from_item(it) for it in self._dynamo.query(
+            f"read every job of table {table_id}", "items", "table_id = :t AND begins_with(sk, :j)",
+            {":t": s(table_id), ":j": s("j#")})]
+
     def _job_records(self, table_id: str, job_ids: list[str]) -> dict[str, JobRecord]:
         """The stored records of ``job_ids`` (missing ones left out), read consistently."""
         d = self._dynamo
