@@ -147,6 +147,16 @@ class StateStore(abc.ABC):
     def file_statuses(self, table_id: str) -> list[FileStatus]:
         return self.load_state(table_id).file_statuses()
 
+    def file_page(self, table_id: str, *, after: Optional[str] = None, limit: int = 1000) -> list[FileStatus]:
+        """The tracked files named after ``after`` (None: from the first), by name, at
+        most ``limit``, each with all its references: one page of :meth:`file_statuses`.
+        A backend overrides this to read only the page."""
+        state = self.load_state(table_id)
+        names = sorted(n for n in state.files if after is None or n > after)[:max(0, limit)]
+        return [FileStatus(n, state.files[n].update_time,
+                           tuple(state.references[(n, p)] for p in sorted(state.refs_by_file.get(n, ()))))
+                for n in names]
+
     def overview(self, table_id: str, *, file_limit: int = DEFAULT_FILE_SAMPLE) -> TableOverview:
         """The table's partitions with reference and record counts, its totals and its
         first ``file_limit`` files by name (:mod:`statestore.overview`). A backend

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Optional, Sequence
 
+from statestore.files import FileStatus
 from statestore.jobs import JobRecord
 from statestore.overview import TableOverview, overview_of
 from statestore.region import Region, encode_value
@@ -42,11 +43,16 @@ def partitions_report(source: TableState | TableOverview) -> list[dict[str, Any]
 
 def files_report(state: TableState) -> list[dict[str, Any]]:
     """One entry per tracked file with its references (none: awaiting garbage collection)."""
+    return file_entries(state.file_statuses())
+
+
+def file_entries(statuses: Sequence[FileStatus]) -> list[dict[str, Any]]:
+    """The report entries of these files (see :func:`files_report`)."""
     return [{
         "filename": f.filename, "update_time": f.update_time,
         "references": [{"partition": r.partition_id, "records": r.record_count, "approximate": r.count_approximate,
                         "whole_file": r.whole_file, "job_id": r.job_id} for r in f.references],
-    } for f in state.file_statuses()]
+    } for f in statuses]
 
 
 def render_partitions(state: TableState) -> str:

@@ -1,5 +1,7 @@
 """Job status records in DynamoDB: one item ``j#<job id>`` per job in the table's
-partition of the ``items`` table, holding the record (JSON) and a revision.
+partition of the ``items`` table, holding the record (JSON) and a revision, indexed by
+creation time and by being open (:mod:`statestore.dynamodb.job_index`), so listings and
+the orphan sweep read bounded pages.
 
 A record too large for an item (a job with thousands of outputs: DynamoDB items hold
 at most 400 KB) is spilled to the store's blob store, as transaction bodies are: the
@@ -18,15 +20,16 @@ in the same TransactWriteItems as the log item (:mod:`statestore.dynamodb.commit
 from __future__ import annotations
 
 import json
+import time
 import uuid
 import zlib
 from typing import Any, NamedTuple, Optional, Sequence
 
-from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.blobs import BlobStore
-from statestore.dynamodb.connection import get_n, get_s, is_condition_failed, n, s
+from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, n, s
+from statestore.dynamodb.job_index import JobIndexMixin, index_puts
 from statestore.dynamodb.writes import cleanup_on_refusal, delete_quietly
-from statestore.errors import CommitConflictError, StateStoreUnavailableError
+from statestore.errors import CommitConflictError, StateStoreUnavailableError, TableNotFoundError
 from statestore.jobs import JobRecord, saves_over
 
 #: a record's JSON up to this many characters is kept in its item (items hold 400 KB)
@@ -95,7 +98,7 @@ class StoredJob(NamedTuple):
     blob_key: Optional[str]
 
 
-class JobsMixin(DynamoBase):
+class JobsMixin(JobIndexMixin):
     """The job records part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
 
     def _job_of(self, what: str, item: dict[str, Any]) -> StoredJob:
@@ -139,10 +142,15 @@ class JobsMixin(DynamoBase):
                     owned.append(encoded.blob_key)
                 if stored.blob_key is not None and stored.blob_key == encoded.blob_key:
                     return  # a try of ours whose reply was lost
+                put = job_put(d.table("items"), record, stored.rev, encoded)
+                index = index_puts(d.table("items"), stored.record, record)  # statestore.dynamodb.job_index
                 try:
-                    d.call(what, d.client.put_item, **job_put(d.table("items"), record, stored.rev, encoded))
+                    if index:
+                        d.call(what, d.client.transact_write_items, TransactItems=[{"Put": put}, *index])
+                    else:
+                        d.call(what, d.client.put_item, **put)
                 except Exception as e:
-                    if not is_condition_failed(e):
+                    if not is_condition_failed(e) and cancellation_codes(e)[:1] != ["ConditionalCheckFailed"]:
                         raise
                     self._backoff.pause(attempt)
                     continue
@@ -174,18 +182,47 @@ class JobsMixin(DynamoBase):
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
         return self._read_job(table_id, job_id).record
 
-    def _jobs(self, table_id: str) -> list[JobRecord]:
-        what = f"list the jobs of table {table_id}"
+    def _all_jobs(self, table_id: str) -> list[JobRecord]:
+        """Every job record of the table (indexing a table of an earlier version, once)."""
+        what = f"read every job of table {table_id}"
         jobs = (self._job_of(what, it).record for it in self._dynamo.query(
             what, "items", "table_id = :t AND begins_with(sk, :j)", {":t": s(table_id), ":j": s("j#")}))
         return [j for j in jobs if j is not None]
 
+    def _job_records(self, table_id: str, job_ids: list[str]) -> dict[str, JobRecord]:
+        """The stored records of ``job_ids`` (missing ones left out), read consistently."""
+        d = self._dynamo
+        table = d.table("items")
+        out: dict[str, JobRecord] = {}
+        keys = [job_key(table_id, j) for j in dict.fromkeys(job_ids)]
+        for i in range(0, len(keys), 100):
+            request: dict[str, Any] = {table: {"Keys": keys[i:i + 100], "ConsistentRead": True}}
+            for attempt in range(10):
+                got = d.call(f"read jobs of table {table_id}", d.client.batch_get_item, RequestItems=request)
+                for item in got.get("Responses", {}).get(table, []):
+                    rec = self._job_of(f"read jobs of table {table_id}", item).record
+                    if rec is not None:
+                        out[rec.job_id] = rec
+                request = got.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                time.sleep(0.05 * 2 ** attempt)
+        return out
+
     def list_jobs(self, table_id: str, *, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
-        jobs = [j for j in self._jobs(table_id) if kind is None or j.kind == kind]
+        """See :meth:`StateStore.list_jobs`: reads the newest entries of the job index and
+        only their records (:mod:`statestore.dynamodb.job_index`). A table not in the
+        catalog (deleted) has none."""
+        try:
+            self._require_table_id(table_id)
+        except TableNotFoundError:
+            return []
+        jobs = self.newest_jobs(table_id, kind, limit)
         jobs.sort(key=lambda j: (j.created_ms, j.job_id), reverse=True)
-        return jobs[:limit]
+        return jobs
 
     def in_flight_outputs(self, table_id: str, active_since_ms: int) -> set[str]:
+        """See :meth:`StateStore.in_flight_outputs`: reads only the jobs not yet final
+        (:mod:`statestore.dynamodb.job_index`), not every job ever run."""
         self._require_table_id(table_id)
-        return {o for j in self._jobs(table_id) if not j.final and j.last_update_ms >= active_since_ms
-                for o in j.outputs}
+        return {o for j in self.open_jobs(table_id) if j.last_update_ms >= active_since_ms for o in j.outputs}

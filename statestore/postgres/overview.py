@@ -4,7 +4,7 @@ never every reference (see :mod:`statestore.overview`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import psycopg
 from psycopg import IsolationLevel
@@ -15,8 +15,32 @@ from statestore.postgres.connections import PostgresConnection
 from statestore.postgres.rows import _PARTITION_COLUMNS, _REF_COLUMNS, _partition_from_row, _require_table_id
 
 
+def _with_references(cur: psycopg.Cursor[Any], table_id: str, files: list[Any]) -> list[FileStatus]:
+    """``(filename, update_time)`` rows as FileStatus, each with its references."""
+    refs: dict[str, list[FileReference]] = {name: [] for name, _ in files}
+    if files:
+        cur.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s"
+                    " AND filename = ANY(%s) ORDER BY filename, partition_id", (table_id, list(refs)))
+        for row in cur:
+            ref = FileReference(*row)
+            refs[ref.filename].append(ref)
+    return [FileStatus(name, when, tuple(refs[name])) for name, when in files]
+
+
 class OverviewMixin(PostgresConnection):
     """The overview part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+
+    def file_page(self, table_id: str, *, after: Optional[str] = None, limit: int = 1000) -> list[FileStatus]:
+        """See :meth:`StateStore.file_page`: reads only the page (by the files' primary key)."""
+        def fn(cur: psycopg.Cursor[Any]) -> list[FileStatus]:
+            _require_table_id(cur, table_id)
+            cur.execute("SELECT filename, update_time FROM files WHERE table_id = %s"
+                        " AND (%s::text IS NULL OR filename > %s) ORDER BY filename LIMIT %s",
+                        (table_id, after, after, max(0, limit)))
+            return _with_references(cur, table_id, cur.fetchall())
+
+        return self._run(f"list files of table {table_id}", fn, isolation=IsolationLevel.REPEATABLE_READ,
+                         read_only=True)
 
     def overview(self, table_id: str, *, file_limit: int = DEFAULT_FILE_SAMPLE) -> TableOverview:
         def fn(cur: psycopg.Cursor[Any]) -> TableOverview:
@@ -33,16 +57,7 @@ class OverviewMixin(PostgresConnection):
             files, unreferenced = cur.fetchone() or (0, 0)
             cur.execute("SELECT filename, update_time FROM files WHERE table_id = %s ORDER BY filename LIMIT %s",
                         (table_id, max(0, file_limit)))
-            sample_files = cur.fetchall()
-            refs: dict[str, list[FileReference]] = {name: [] for name, _ in sample_files}
-            if sample_files:
-                cur.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s"
-                            " AND filename = ANY(%s) ORDER BY filename, partition_id",
-                            (table_id, [name for name, _ in sample_files]))
-                for row in cur:
-                    ref = FileReference(*row)
-                    refs[ref.filename].append(ref)
-            sample = tuple(FileStatus(name, when, tuple(refs[name])) for name, when in sample_files)
+            sample = tuple(_with_references(cur, table_id, cur.fetchall()))
             return TableOverview(partitions, counts, files, sum(c.files for c in counts.values()), unreferenced,
                                  sample)
 

@@ -98,19 +98,55 @@ def test_unknown_table_is_404_with_a_message_on_every_route(client: TestClient) 
 
 def test_partitions_files_and_jobs_reports(client: TestClient, sleeper: Sleeper) -> None:
     parts = client.get("/tables/events/partitions").json()
+    assert parts["next"] is None
+    parts = parts["partitions"]
     assert [(p["depth"], p["leaf"]) for p in parts] == [(0, False), (1, True), (1, True)]
     assert parts[1]["region"][0]["field"] == "key"
-    assert client.get("/tables/events/files").json() == []
+    assert client.get("/tables/events/files").json() == {"files": [], "next": None}
     client.post("/tables/events/records", json={"records": [rec("a"), rec("z")]})
     sleeper.table("events").flush()
-    parts = client.get("/tables/events/partitions").json()
+    parts = client.get("/tables/events/partitions").json()["partitions"]
     assert sorted(p["records"] for p in parts if p["leaf"]) == [1, 1]
-    files = client.get("/tables/events/files").json()
+    files = client.get("/tables/events/files").json()["files"]
     assert len(files) == 2 and all(f["references"][0]["records"] == 1 for f in files)
     assert client.get("/tables/events/jobs", params={"kind": "compaction"}).json() == []
     jobs = client.get("/tables/events/jobs").json()
     assert [(j["kind"], j["status"]) for j in jobs] == [("flush", "committed")], "the one flush, listed"
     assert client.get("/tables/events/jobs?kind=nonsense").status_code == 400
+
+
+def _pages(client: TestClient, path: str, key: str, limit: int) -> list[list[dict]]:
+    pages, token = [], None
+    while True:
+        r = client.get(path, params={"limit": limit, **({"next": token} if token else {})})
+        assert r.status_code == 200, r.text
+        pages.append(r.json()[key])
+        token = r.json()["next"]
+        if token is None:
+            return pages
+
+
+def test_partitions_and_files_are_paged_with_limit_and_next(client: TestClient, sleeper: Sleeper,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    t = sleeper.create_table("paged", LONG_SCHEMA, split_points=list(range(10, 100, 10)))
+    for i in range(7):
+        t.ingest(pa.table({"id": pa.array(range(i, 100, 7), pa.int64()), "v": ["x"] * len(range(i, 100, 7))}))
+    every_file = sorted(f.filename for f in t.state().file_statuses())
+    # no page reads the whole state
+    monkeypatch.setattr(sleeper.state_store, "load_state", lambda *a: pytest.fail("a page loaded the whole state"))
+    pages = _pages(client, "/tables/paged/files", "files", 15)
+    assert [len(p) for p in pages] == [15, 15, 15, 15, 10]
+    assert [f["filename"] for p in pages for f in p] == every_file
+    parts = _pages(client, "/tables/paged/partitions", "partitions", 4)
+    assert [len(p) for p in parts] == [4, 4, 4, 4, 3]  # 19 partitions: a root, 8 inner, 10 leaves
+    assert len({p["id"] for page in parts for p in page}) == 19
+    assert sum(p["records"] for page in parts for p in page if p["leaf"]) == 100
+    for path in ("/tables/paged/files", "/tables/paged/partitions"):
+        bad = client.get(path, params={"next": "not-a-token"})
+        assert bad.status_code == 400 and "pass the 'next' of the previous page" in bad.json()["detail"]
+    other = client.get("/tables/paged/files", params={"limit": 1}).json()["next"]
+    assert client.get("/tables/paged/partitions", params={"next": other}).status_code == 400
+    assert client.get("/tables/paged/files", params={"limit": 10_001}).status_code == 422
 
 
 # ----- records ----------------------------------------------------------------------------

@@ -12,8 +12,8 @@ POST     /tables/{t}/records            ``{"records": [...]}``: into the write b
 GET      /tables/{t}/records            ``?key=`` (repeatable) and/or ``?min=&max=``
 GET      /tables                        every table (the requester may read)
 GET      /tables/{t}                    one table, every property with its default
-GET      /tables/{t}/partitions         the partition tree, with files and records
-GET      /tables/{t}/files              files and their references
+GET      /tables/{t}/partitions         the partition tree, with files and records (paged)
+GET      /tables/{t}/files              files and their references (paged)
 GET      /tables/{t}/jobs               job status records, newest first
 =======  =============================  ===============================================
 
@@ -24,6 +24,12 @@ Values in URLs are JSON, as in the CLI: ``key=42``, ``key="abc"``, several row k
 fields as a JSON array, bytes as base64 strings; ``max`` may be ``null`` or left out
 (unbounded). Records in and out are JSON objects with bytes as base64 strings and
 maps as objects (the CLI's ``jsonl``).
+
+``GET /tables/{t}/partitions`` and ``/files`` are paged (:mod:`sleeper_ops.web.rest_pages`):
+``{"partitions"|"files": [...], "next": token or null}``, at most ``limit`` entries
+(default 1,000, at most 10,000); pass ``next=`` the token for the following page. A
+response never holds the whole state, and ``/files`` reads only its page where the
+state store allows (PostgreSQL).
 
 ``GET /tables/{t}/records`` is streamed (:mod:`sleeper_ops.web.rest_records`): at most
 ``limit`` records (default 10,000), read from the table only until ``limit`` are out,
@@ -44,7 +50,7 @@ parameter or body field at fault), or records or files that do not fit the table
 lie outside the allowed ingest prefixes (nothing is queued or written); 400 for
 other bad input (a key that is not JSON); 409 for a commit that kept conflicting
 (retry); 503 when the state or object store cannot be reached (a ``POST``'s 503 body
-adds ``outcome``: ``unknown`` or ``not_stored``, see :func:`error_body`). A 500 is a bug.
+adds ``outcome``: ``unknown`` or ``not_stored``, see :func:`~sleeper_ops.web.rest_errors.error_body`). A 500 is a bug.
 """
 
 from __future__ import annotations
@@ -56,36 +62,32 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, Sequen
 
 from fastapi import Depends, FastAPI, Header, Query, Request, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
-from sleeper_ops.errors import IngestError, QueryError, StorageError
+from sleeper_ops.errors import QueryError
 from sleeper_ops.web.rest_auth import TableFilter
+from sleeper_ops.web.rest_errors import sleeper_error, validation_error
 from sleeper_ops.web.rest_models import (
     ErrorOut,
-    FileOut,
+    FilesOut,
     IngestRequestOut,
     IngestRequestsIn,
     IngestRequestsOut,
     JobOut,
-    PartitionOut,
+    PartitionsOut,
     RecordsIn,
     RecordsOut,
     TableOut,
     WriteOut,
 )
+from sleeper_ops.web.rest_pages import DEFAULT_PAGE, MAX_PAGE, after_of, next_token
 from sleeper_ops.web.rest_paths import check_ingest_paths
 from sleeper_ops.web.rest_records import in_threads, records_body
-from statestore.client_writes import IdempotencyKeyError, IdempotencyKeyReusedError
 from statestore.errors import (
-    BufferFullError,
-    CommitConflictError,
-    PropertyError,
-    SchemaError,
     SleeperError,
-    StateStoreUnavailableError,
     TableNotFoundError,
 )
-from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequestError
+from statestore.ingest_requests import INGEST_REQUEST_STATUSES
 from statestore.jobs import JOB_KINDS
 
 if TYPE_CHECKING:
@@ -102,82 +104,14 @@ _DESCRIPTION = (
     "prefixes (by default the object store's ingest folder and SLEEPER_HOME/ingest), never a table's data files. "
     "Errors are `{\"detail\": message}`: 404 unknown table, 422 input that does not fit (nothing is written), "
     "400 other bad input.")
+_LIMIT_HELP = "the most entries in this page"
+_NEXT_HELP = "the 'next' of the previous page (absent: the first page)"
 _KEY_HELP = ("an idempotency key (1-255 printable ASCII characters): a request sent again with the same key and "
              "body within sleeper.table.write.idempotency.hours stores nothing and gets the first answer; the same "
              "key with another body is refused (422)")
 #: The largest ``limit`` of a record read (the body is streamed: memory does not grow with it).
 MAX_RECORDS_OUT = 1_000_000_000
 DEFAULT_RECORDS_OUT = 10_000
-
-
-# ----- errors -------------------------------------------------------------------------
-_STATUS: list[tuple[type[SleeperError], int]] = [
-    (TableNotFoundError, status.HTTP_404_NOT_FOUND),
-    (BufferFullError, status.HTTP_429_TOO_MANY_REQUESTS),
-    (IdempotencyKeyReusedError, status.HTTP_422_UNPROCESSABLE_CONTENT),
-    (IdempotencyKeyError, status.HTTP_400_BAD_REQUEST),
-    (IngestError, status.HTTP_422_UNPROCESSABLE_CONTENT),
-    (IngestRequestError, status.HTTP_422_UNPROCESSABLE_CONTENT),
-    (SchemaError, status.HTTP_422_UNPROCESSABLE_CONTENT),
-    (PropertyError, status.HTTP_422_UNPROCESSABLE_CONTENT),
-    (QueryError, status.HTTP_400_BAD_REQUEST),
-    (CommitConflictError, status.HTTP_409_CONFLICT),
-    (StateStoreUnavailableError, status.HTTP_503_SERVICE_UNAVAILABLE),
-    (StorageError, status.HTTP_503_SERVICE_UNAVAILABLE),
-]
-
-
-def status_of(error: SleeperError) -> int:
-    """The HTTP status for one of our errors (400 unless a more specific one applies)."""
-    for cls, code in _STATUS:
-        if isinstance(error, cls):
-            return code
-    return status.HTTP_400_BAD_REQUEST
-
-
-def error_body(error: SleeperError, method: str) -> dict[str, str]:
-    """The JSON body of an error answer. A write (``POST``) that fails with 503 also
-    says its ``outcome``: ``unknown`` when the state store was lost while the write may
-    have been stored (send it again with the same ``Idempotency-Key``: a repeat is
-    stored once), ``not_stored`` when it failed before anything was stored (the object
-    store could not be read)."""
-    body = {"detail": str(error)}
-    if method == "POST" and status_of(error) == status.HTTP_503_SERVICE_UNAVAILABLE:
-        if isinstance(error, StateStoreUnavailableError):
-            body.update(outcome="unknown", retry="send the same request again with the same Idempotency-Key")
-        else:
-            body.update(outcome="not_stored", retry="send the request again")
-    return body
-
-
-async def _sleeper_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, SleeperError)
-    return JSONResponse(error_body(exc, request.method), status_code=status_of(exc))
-
-
-_PLACES = {"query": "query parameter", "path": "path parameter", "header": "header", "cookie": "cookie"}
-
-
-def validation_message(errors: Sequence[Any]) -> str:
-    """FastAPI's validation errors as one message: ``where: what`` for each, e.g.
-    ``query parameter limit: Input should be greater than or equal to 1``."""
-    parts = []
-    for e in errors:
-        loc = [str(x) for x in e.get("loc", ())]
-        if loc and loc[0] in _PLACES:
-            where = f"{_PLACES[loc[0]]} {'.'.join(loc[1:])}".strip()
-        elif loc and loc[0] == "body":
-            where = "body" + "".join(f"[{x}]" if x.isdigit() else f".{x}" for x in loc[1:])
-        else:
-            where = ".".join(loc) or "request"
-        parts.append(f"{where}: {e.get('msg', 'invalid')}")
-    return "; ".join(parts) or "invalid request"
-
-
-async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    return JSONResponse({"detail": validation_message(exc.errors())},
-                        status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
 # ----- the Sleeper to serve -----------------------------------------------------------
@@ -254,8 +188,8 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
         lifespan=lifespan,
         responses={code: {"model": ErrorOut} for code in sorted(error_codes)},
     )
-    app.add_exception_handler(SleeperError, _sleeper_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(SleeperError, sleeper_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
 
     def table(name: str) -> Table:
         if "\x00" in name:  # no store holds such a name; PostgreSQL cannot even be asked
@@ -294,19 +228,33 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
         """One table: schema, online flag and every property with its default."""
         return _table_out(table(t).info)
 
-    @app.get("/tables/{t}/partitions", response_model=list[PartitionOut], tags=["tables"])
-    def partitions(t: str) -> list[dict[str, Any]]:
-        """The partition tree, depth first, with the files and records of each partition."""
+    @app.get("/tables/{t}/partitions", response_model=PartitionsOut, tags=["tables"])
+    def partitions(t: str, limit: int = Query(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description=_LIMIT_HELP),
+                   next_: Optional[str] = Query(None, alias="next", description=_NEXT_HELP)) -> dict[str, Any]:
+        """The partition tree, depth first, with the files and records of each
+        partition, a page at a time (read from the table's overview: counts, not files)."""
         from sleeper_ops.reports import partitions_report
 
-        return partitions_report(table(t).state())
+        tb = table(t)
+        after = after_of("partitions", next_)
+        rows = partitions_report(tb.sleeper.state_store.overview(tb.info.table_id, file_limit=0))
+        start = 0 if after is None else next((i + 1 for i, r in enumerate(rows) if r["id"] == after), len(rows))
+        page = rows[start:start + limit]
+        more = start + limit < len(rows)
+        return {"partitions": page, "next": next_token("partitions", page[-1]["id"]) if more and page else None}
 
-    @app.get("/tables/{t}/files", response_model=list[FileOut], tags=["tables"])
-    def files(t: str) -> list[dict[str, Any]]:
-        """Every tracked file with its references (none: awaiting garbage collection)."""
-        from sleeper_ops.reports import files_report
+    @app.get("/tables/{t}/files", response_model=FilesOut, tags=["tables"])
+    def files(t: str, limit: int = Query(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description=_LIMIT_HELP),
+              next_: Optional[str] = Query(None, alias="next", description=_NEXT_HELP)) -> dict[str, Any]:
+        """Tracked files by name with their references (none: awaiting garbage
+        collection), a page at a time: only the page is read where the state store allows."""
+        from sleeper_ops.reports import file_entries
 
-        return files_report(table(t).state())
+        tb = table(t)
+        got = tb.sleeper.state_store.file_page(tb.info.table_id, after=after_of("files", next_), limit=limit + 1)
+        page = got[:limit]
+        more = len(got) > limit
+        return {"files": file_entries(page), "next": next_token("files", page[-1].filename) if more else None}
 
     @app.get("/tables/{t}/jobs", response_model=list[JobOut], tags=["tables"])
     def jobs(t: str, kind: Optional[str] = Query(None, description=f"one of {', '.join(JOB_KINDS)}"),

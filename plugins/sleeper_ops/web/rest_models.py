@@ -59,6 +59,16 @@ class FileOut(BaseModel):
     references: list[ReferenceOut] = Field(description="none: awaiting garbage collection")
 
 
+class PartitionsOut(BaseModel):
+    partitions: list[PartitionOut]
+    next: Optional[str] = Field(None, description="pass as ?next= for the following page; null: the last page")
+
+
+class FilesOut(BaseModel):
+    files: list[FileOut]
+    next: Optional[str] = Field(None, description="pass as ?next= for the following page; null: the last page")
+
+
 class JobOut(BaseModel):
     table_id: str
     job_id: str

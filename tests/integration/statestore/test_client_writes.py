@@ -112,3 +112,20 @@ def test_dynamodb_keyed_write_whose_reply_was_lost_finds_its_own_write(store: St
     snap = store.read_buffer(tid)
     assert snap.seqs == (seq,) and snap.rows == 7
     assert snap.entries[0].data == data  # a blob entry still has its blob
+
+
+@pytest.mark.parametrize("store", [pytest.param("dynamodb", marks=pytest.mark.integration)], indirect=True)
+def test_dynamodb_keyed_ingest_request_whose_reply_was_lost_queues_once(store: StateStore) -> None:
+    tid = new_table(store)
+    first = [IngestRequest(f"r-{i}", tid, f"/in/f{i}.parquet", 10, 1000) for i in range(3)]
+    write = ClientWrite("lost", digest_of("ingest-request", b"f"), json.dumps([r.to_dict() for r in first]))
+    d = store._dynamo  # type: ignore[attr-defined]
+    real = d.client
+    d.client = retried = _RetriedAfterLostReply(real)
+    try:
+        earlier = store.add_ingest_requests(tid, first, client_write=write)
+    finally:
+        d.client = real
+    assert retried.lost == 1
+    assert earlier is not None and earlier.answer == write.answer  # its own first attempt, found
+    assert sorted(r.request_id for r in store.list_ingest_requests(tid)) == ["r-0", "r-1", "r-2"]

@@ -6,6 +6,8 @@ test waits for real time to pass."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
+from typing import Optional
 
 import pyarrow as pa
 import pytest
@@ -109,3 +111,77 @@ def test_every_job_kind_beats_while_it_runs(sleeper, monkeypatch) -> None:  # ty
     t.compact()
     t.split()
     assert kinds == {"ingest", "flush", "compaction", "split"}
+
+
+class _Rdd:
+    def __init__(self, items: list, gate) -> None:  # type: ignore[no-untyped-def]
+        self.items, self.gate = items, gate
+
+    def mapPartitions(self, fn):  # type: ignore[no-untyped-def]
+        self.fn = fn
+        return self
+
+    def collect(self) -> list:
+        self.gate(self.items[0]["job"]["job_id"])
+        return list(self.fn(iter(self.items)))
+
+
+class _SparkContext:
+    """Runs each Spark job in the driver thread; ``gate(job_id)`` is called before each."""
+
+    defaultParallelism = 1
+
+    def __init__(self, gate) -> None:  # type: ignore[no-untyped-def]
+        self.gate = gate
+        self.groups: dict[str, int] = {}  # job group -> Spark jobs run in it (each ended at once)
+        self._group: Optional[str] = None
+
+    def setJobDescription(self, text: str) -> None:
+        pass
+
+    def setJobGroup(self, group: str, description: str) -> None:
+        self._group = group
+
+    def parallelize(self, items: list, numSlices: int = 1) -> _Rdd:
+        if self._group is not None:
+            self.groups[self._group] = self.groups.get(self._group, 0) + 1
+        return _Rdd(items, self.gate)
+
+    def statusTracker(self):  # type: ignore[no-untyped-def]
+        """Every Spark job run has ended, with no task attempt still running."""
+        groups = self.groups
+        return SimpleNamespace(
+            getJobIdsForGroup=lambda g: list(range(groups.get(g, 0))),
+            getJobInfo=lambda job_id: SimpleNamespace(status="SUCCEEDED", stageIds=[]),
+            getStageInfo=lambda stage_id: None)
+
+
+def test_the_spark_driver_beats_queued_jobs_while_the_batch_runs(sleeper, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """One slot, two jobs: while the first runs, the second (queued) beats too."""
+    import sleeper_ops.heartbeat
+    from sleeper_ops.compaction.jobs import create_compaction_jobs
+    from sleeper_ops.spark.driver import run_compaction_batch
+
+    monkeypatch.setattr(sleeper_ops.heartbeat, "interval_for", lambda table: 0.001)
+    t = sleeper.create_table("sp", SCHEMA, split_points=[50], properties={
+        "sleeper.table.compaction.strategy": "basic", "sleeper.table.compaction.files.batch.size": "2"})
+    for i in range(2):
+        t.ingest(pa.table({"key": list(range(i, 100, 2)), "v": ["x"] * 50}))
+    store, tid = sleeper.state_store, t.info.table_id
+    jobs = create_compaction_jobs(store, t.info).jobs
+    assert len(jobs) == 2
+    seen: dict[str, int] = {}
+
+    def gate(job_id: str) -> None:
+        if seen:
+            return
+        queued = next(j.job_id for j in jobs if j.job_id != job_id)
+        deadline = time.monotonic() + 10
+        while (store.get_job(tid, queued).heartbeat_ms or 0) == 0:
+            assert time.monotonic() < deadline, "the queued job never beat"
+            time.sleep(0.001)
+        seen[queued] = store.get_job(tid, queued).heartbeat_ms
+
+    outcome = run_compaction_batch(_SparkContext(gate), store, sleeper.objects, t.info, jobs)
+    assert [r.status for r in outcome.results] == ["committed", "committed"] and len(seen) == 1
+    assert t.query(ranges=[(0, None)]).num_rows == 100
