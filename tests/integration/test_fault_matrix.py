@@ -30,7 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -43,7 +43,10 @@ from tests.integration.statestore.conftest import MOTO_CREDENTIALS, serial_moto_
 pytestmark = pytest.mark.integration
 
 SCHEMA = Schema.from_dict({"rowKeyFields": [{"name": "key", "type": "StringType"}],
-                           "valueFields": [{"name": "value", "type": "LongType"}]})
+                           "valueFields": [{"name": "value", "type": "LongType"},
+                                           {"name": "payload", "type": "StringType"}]})
+#: a buffered write this big keeps its bytes in the blob store on DynamoDB (over 350 KB)
+BIG_WRITE, PAYLOAD = 2500, 160
 BUCKET = "sleeper-fault-matrix"
 #: floors of the GC properties, so one GC run judged days ahead removes everything unreferenced
 PROPERTIES = {"sleeper.table.gc.delay.minutes": "1", "sleeper.table.gc.orphan.grace.minutes": "10",
@@ -96,8 +99,10 @@ def matrix(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     text = m.table()
     (tmp_path_factory.getbasetemp() / "fault_matrix.txt").write_text(text + "\n")
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("\nfault matrix (issue 18):\n" + text)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line("\nfault matrix (issue 18):\n" + text)
 
 
 @pytest.fixture(scope="module")
@@ -143,9 +148,9 @@ class Stack:
     disarm: Callable[[], int]  # faults fired since arming
 
 
-def _records(keys: list[str]) -> pa.Table:
-    return pa.table({"key": keys, "value": list(range(len(keys)))}, schema=pa.schema(
-        [("key", pa.string()), ("value", pa.int64())]))
+def _records(keys: list[str], payload: int = 0) -> pa.Table:
+    return pa.table({"key": keys, "value": list(range(len(keys))), "payload": ["p" * payload] * len(keys)},
+                    schema=pa.schema([("key", pa.string()), ("value", pa.int64()), ("payload", pa.string())]))
 
 
 def _keys(tag: str, n: int) -> list[str]:
@@ -185,7 +190,8 @@ def stack(request: pytest.FixtureRequest, moto: str, proxy: FaultProxy, dynamo_p
             proxy.clear()
             return fired()
 
-        yield Stack("dynamodb", lambda: Sleeper(state_store=dynamo(proxy.url), objects=ObjectStore(root, _s3(proxy.url))),
+        yield Stack("dynamodb",
+                    lambda: Sleeper(state_store=dynamo(proxy.url), objects=ObjectStore(root, _s3(proxy.url))),
                     lambda: Sleeper(state_store=dynamo(moto), objects=ObjectStore(root, _s3(moto))), arm, disarm)
         return
 
@@ -285,7 +291,8 @@ def run_path(path: str, fault: str, stack: Stack, tmp_path: Path) -> tuple[Run, 
         now = int(time.time() * 1000)
         steps: dict[str, Callable[[], Any]] = {
             "ingest": lambda: _attempt(run, _keys("i", 50), lambda: table.ingest(_records(_keys("i", 50)))),
-            "write": lambda: _attempt(run, _keys("w", 50), lambda: table.write(_records(_keys("w", 50)))),
+            "write": lambda: _attempt(run, _keys("w", BIG_WRITE),
+                                      lambda: table.write(_records(_keys("w", BIG_WRITE), PAYLOAD))),
             "flush": table.flush,
             "compaction": lambda: table.compact("local"),
             "split": table.split,
