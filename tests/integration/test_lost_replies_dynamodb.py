@@ -191,3 +191,15 @@ def test_queueing_and_assigning_ingest_requests_whose_replies_were_lost_apply_on
     assert faulty.assign_ingest_requests(tid, "job-1", [r.request_id for r in requests[:100]]) is True
     assert rule.fired == 1
     assert len(fresh.pending_ingest_requests(tid)) == 50
+
+
+def test_a_rename_and_a_delete_whose_replies_were_lost_succeed(proxy, options):
+    faulty = open_dynamodb(**{**options, "endpoint_url": proxy.url})
+    tid = faulty.create_table("before", SCHEMA, partitions_from_split_points(SCHEMA, [])).table_id
+    rule = proxy.inject("lost", operation="TransactWriteItems", body=b'"name#after"')
+    assert faulty.rename_table("before", "after").name == "after"
+    assert rule.fired == 1
+    rule = proxy.inject("lost", operation="TransactWriteItems", body=b'"name#after"')
+    assert faulty.delete_table("after").table_id == tid
+    assert rule.fired == 1
+    assert open_dynamodb(**options).list_tables() == []
