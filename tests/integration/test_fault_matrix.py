@@ -5,7 +5,8 @@ counts.
   ingest batcher, snapshot and expire (DynamoDB only: PostgreSQL keeps no snapshots);
 * backends: DynamoDB (moto behind :class:`~tests.faults.aws_proxy.FaultProxy`) and
   PostgreSQL (behind :class:`~tests.faults.commit_proxy.CommitDroppingProxy`), the data
-  in S3 (the same moto, behind the same fault proxy) for both;
+  in S3 (the same moto, behind the same fault proxy) for both, and DynamoDB's snapshots
+  and large bodies too;
 * faults, each on the path's first state-store write and its first object writes:
   ``lost`` (applied, the reply dropped; on PostgreSQL the connection dropped after
   COMMIT), ``throttle`` (DynamoDB ThrottlingException / S3 503 SlowDown, twice) and
@@ -177,7 +178,10 @@ def stack(request: pytest.FixtureRequest, moto: str, proxy: FaultProxy, dynamo_p
         from statestore.dynamodb import open_dynamodb
 
         def dynamo(url: str) -> Any:
-            return open_dynamodb(endpoint_url=url, table_prefix=dynamo_prefix, object_store=str(tmp_path / "blobs"),
+            # snapshots, large bodies and buffer blobs in S3 too, through the same proxy
+            return open_dynamodb(endpoint_url=url, table_prefix=dynamo_prefix,
+                                 object_store=f"s3://{BUCKET}/_statestore-{dynamo_prefix}",
+                                 object_store_options={"endpoint_url": url, **MOTO_CREDENTIALS},
                                  retention_margin=0, **MOTO_CREDENTIALS)
 
         def arm(path: str, fault: str) -> None:
