@@ -55,6 +55,7 @@ PROPERTIES = {"sleeper.table.gc.delay.minutes": "1", "sleeper.table.gc.orphan.gr
               "sleeper.table.compaction.strategy": "basic", "sleeper.table.compaction.files.batch.size": "2"}
 DAYS_AHEAD_MS = 3 * 24 * 3600 * 1000
 PATHS = ["create_table", "ingest", "write", "flush", "compaction", "split", "gc", "batcher", "snapshot"]
+ROWS = [*PATHS, "mixed"]  # "mixed": random faults on every write of a mixed workload
 FAULTS = ["lost", "throttle", "error"]
 #: DynamoDB: the body of the path's state-store write (a log item's type, a buffer entry, a catalog name)
 DYNAMO_WRITE = {"create_table": b'"name#', "ingest": b'"add_files"', "write": b'"b#', "flush": b'"add_files"',
@@ -74,6 +75,7 @@ class Cell:
     wedged: int = 0
     orphans: int = 0
     faults: int = 0
+    failed: int = 0  # commands that raised (their records then wholly there or not at all)
 
 
 @dataclass
@@ -82,12 +84,12 @@ class Matrix:
 
     def table(self) -> str:
         head = f"{'path':<13} {'backend':<9} {'fault':<9} {'runs':>4} {'lost':>5} {'doubled':>7} {'wedged':>6} " \
-               f"{'orphans':>7} {'faults fired':>12}"
+               f"{'orphans':>7} {'faults fired':>12} {'cmds failed':>11}"
         lines = [head, "-" * len(head)]
         for (path, backend, fault), c in sorted(self.cells.items(), key=lambda kv: (
-                PATHS.index(kv[0][0]), kv[0][1], FAULTS.index(kv[0][2]))):
+                ROWS.index(kv[0][0]), kv[0][1], FAULTS.index(kv[0][2]))):
             lines.append(f"{path:<13} {backend:<9} {fault:<9} {c.runs:>4} {c.lost:>5} {c.doubled:>7} {c.wedged:>6} "
-                         f"{c.orphans:>7} {c.faults:>12}")
+                         f"{c.orphans:>7} {c.faults:>12} {c.failed:>11}")
         return "\n".join(lines)
 
 
@@ -233,7 +235,7 @@ def stack(request: pytest.FixtureRequest, moto: str, proxy: FaultProxy, dynamo_p
 @dataclass
 class Run:
     """What the path stored: keys acknowledged, and the keys of each command that failed
-    (each wholly there or not at all)."""
+    (each wholly there or not at all; a failed maintenance command adds an empty set)."""
 
     table: str
     acked: set[str] = field(default_factory=set)
@@ -265,7 +267,7 @@ def run_path(path: str, fault: str, stack: Stack, tmp_path: Path) -> tuple[Run, 
             try:
                 s.create_table(name, SCHEMA, ["m"], props)
             except Exception:
-                pass
+                run.failed.append(set())
             fired = stack.disarm()
             try:
                 table = s.table(name)
@@ -308,7 +310,7 @@ def run_path(path: str, fault: str, stack: Stack, tmp_path: Path) -> tuple[Run, 
         try:
             steps[path]()
         except Exception:
-            pass  # maintenance that failed is run again below; a write's failure is in run.failed
+            run.failed.append(set())  # maintenance moves no acknowledged record; the checks run it again
         fired = stack.disarm()
         if path == "batcher":  # the batcher runs again (a job it could not finish is requeued)
             run_ingest_batcher(s, name, now_ms=now + 2 * DAYS_AHEAD_MS)
@@ -364,6 +366,63 @@ def test_a_fault_on_each_write_path_loses_doubles_and_wedges_nothing(path, fault
     run, fired = run_path(path, fault, stack, tmp_path)
     cell.runs += 1
     cell.faults += fired
+    cell.failed += len(run.failed)
     check(stack, run, cell)
     assert (cell.lost, cell.doubled, cell.wedged, cell.orphans) == (0, 0, 0, 0), matrix.table()
     assert fired > 0, f"no fault fired on {path} ({stack.backend}, {fault})"
+
+
+WRITE_OPERATIONS = ("TransactWriteItems", "PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem")
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_random_faults_on_every_dynamodb_write_lose_and_double_nothing(fault, moto, proxy, dynamo_prefix, matrix,
+                                                                       tmp_path):
+    """A mixed workload (buffered writes, ingests, flushes, compaction, split, GC) with
+    every DynamoDB write and every S3 PUT failing at random (seeded, 15 %)."""
+    from sleeper_ops.api import Sleeper
+    from sleeper_ops.io.storage import ObjectStore
+    from statestore.dynamodb import open_dynamodb
+
+    root = f"s3://{BUCKET}/mixed-{uuid.uuid4().hex[:8]}"
+
+    def dynamo(url: str) -> Any:
+        return open_dynamodb(endpoint_url=url, table_prefix=dynamo_prefix, object_store=str(tmp_path / "blobs"),
+                             retention_margin=0, snapshot_every=5, **MOTO_CREDENTIALS)
+
+    stack = Stack("dynamodb", lambda: Sleeper(state_store=dynamo(proxy.url), objects=ObjectStore(root, _s3(proxy.url))),
+                  lambda: Sleeper(state_store=dynamo(moto), objects=ObjectStore(root, _s3(moto))),
+                  lambda path, fault: None, lambda: 0)
+    name = f"mixed-{uuid.uuid4().hex[:6]}"
+    run = Run(name)
+    with stack.open_fresh() as s:
+        s.create_table(name, SCHEMA, ["m"], {**PROPERTIES, "sleeper.table.partition.splitting.threshold": "150"})
+    fired_before = sum(proxy.counts.fired.values())
+    proxy.rng.seed(f"mixed-{fault}")
+    for op in WRITE_OPERATIONS:
+        proxy.inject(fault, operation=op, times=None, probability=0.15)
+    proxy.inject(fault, method="PUT", path="*", times=None, probability=0.15)
+    now = int(time.time() * 1000)
+    try:
+        with stack.open_faulty() as s:
+            table = s.table(name)
+            for round_no in range(2):
+                for i in range(2):
+                    keys = _keys(f"w{round_no}{i}", 40)
+                    _attempt(run, keys, lambda: table.write(_records(keys)))
+                keys = _keys(f"i{round_no}", 60)
+                _attempt(run, keys, lambda: table.ingest(_records(keys)))
+                for step in (table.flush, lambda: table.compact("local"), table.split,
+                             lambda: table.gc(now_ms=now + DAYS_AHEAD_MS)):
+                    try:
+                        step()
+                    except Exception:
+                        run.failed.append(set())  # maintenance: run again next round
+    finally:
+        proxy.clear()
+    cell = matrix.cells.setdefault(("mixed", "dynamodb", fault), Cell())
+    cell.runs += 1
+    cell.faults += sum(proxy.counts.fired.values()) - fired_before
+    cell.failed += len(run.failed)
+    check(stack, run, cell)
+    assert (cell.lost, cell.doubled, cell.wedged, cell.orphans) == (0, 0, 0, 0), matrix.table()
