@@ -9,8 +9,15 @@ objects, serialised with ``to_dict``) over its newest snapshot:
   transaction ``n`` and write log item ``n + 1`` conditionally, with the commit id and
   the bookkeeping (job record, ended ingest job) in the same TransactWriteItems. A
   lost race (the number was taken) reads the new transactions, validates again and
-  retries with full-jitter backoff; :class:`CommitConflictError` when attempts run out.
-  Transaction bodies over ~350 KB compressed go to the object store behind a pointer.
+  retries with full-jitter backoff; :class:`CommitConflictError` when attempts run out
+  (:class:`CommitOutcomeUnknownError` instead when a try's reply was lost).
+  Transaction bodies over ~350 KB compressed, and job records over ~300 KB, go to the
+  object store behind a pointer.
+* **Lost replies** (:mod:`~statestore.dynamodb.writes`, the one rule every writer
+  calls): botocore retries a request whose reply was lost, and the retry of a
+  conditional write fails on the first try's own write; so a failed condition is
+  checked against our own earlier write (by a key or write id of its own) before
+  anything is cleaned up, and a blob is deleted only after a definite no.
 * **Read** (:mod:`~statestore.dynamodb.cache`): a store object keeps each table's state
   and the number it is at; it catches up by reading only the transactions after that
   number. The first read loads the newest snapshot (:mod:`~statestore.dynamodb.snapshots`)
@@ -25,6 +32,7 @@ Commits of one table are serialised through the log, so their rate is bounded by
 DynamoDB's round trip, and a commit costs O(size of the change) in writes; a
 process's first read of a table costs a snapshot load. Modules, one per role:
 :mod:`~statestore.dynamodb.connection` (client, tables, errors),
+:mod:`~statestore.dynamodb.writes` (lost replies),
 :mod:`~statestore.dynamodb.blobs` (object store), :mod:`~statestore.dynamodb.log`,
 :mod:`~statestore.dynamodb.snapshots`, :mod:`~statestore.dynamodb.cache`,
 :mod:`~statestore.dynamodb.commits`, :mod:`~statestore.dynamodb.catalog`,

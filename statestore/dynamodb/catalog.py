@@ -8,6 +8,8 @@
   lost (the create succeeded);
 * rename moves the name item and updates the id item in one TransactWriteItems,
   conditional on the new name being free and the old one still pointing to the table;
+  a cancelled rename that finds the table under its new name is a try of ours whose
+  reply was lost (likewise a cancelled delete that finds the table gone);
 * update_properties is a conditional update on the revision it read (retried);
 * delete removes both catalog items atomically -- from then on the table is gone for
   every reader and committer -- and then its log, snapshots, jobs, requests and
@@ -170,12 +172,23 @@ class CatalogMixin(DynamoBase):
                 codes = cancellation_codes(e)
                 if not codes:
                     raise
+                if self._renamed(info.table_id, new):  # by a try of ours whose reply was lost
+                    return TableInfo(info.table_id, new, info.schema, info.properties)
                 if codes[1] == "ConditionalCheckFailed":
                     raise TableExistsError(f"table {new!r} already exists") from None
                 self._backoff.pause(attempt)  # the old name changed meanwhile
                 continue
             return TableInfo(info.table_id, new, info.schema, info.properties)
         raise TableNotFoundError(f"table {old!r} kept changing; not renamed")
+
+    def _renamed(self, table_id: str, new: str) -> bool:
+        """Whether the table is now called ``new`` (both catalog items say so)."""
+        what = f"rename table {table_id} to {new!r} (check for our own earlier write)"
+        named = self._dynamo.get(what, "catalog", {"pk": s(f"name#{new}")})
+        if named is None or get_s(named, "table_id") != table_id:
+            return False
+        item = self._dynamo.get(what, "catalog", {"pk": s(f"id#{table_id}")})
+        return item is not None and get_s(item, "name") == new
 
     def delete_table(self, name: str) -> TableInfo:
         d = self._dynamo
@@ -196,8 +209,11 @@ class CatalogMixin(DynamoBase):
             except Exception as e:
                 if not cancellation_codes(e):
                     raise
-                self._backoff.pause(attempt)
-                continue
+                if self._dynamo.get(f"delete table {name!r} (check for our own earlier write)", "catalog",
+                                    {"pk": item["pk"]}) is not None:
+                    self._backoff.pause(attempt)
+                    continue
+                # gone: deleted by a try of ours whose reply was lost (or by a racing delete)
             self._cache.forget(info.table_id)
             self._remove_state(info.table_id)
             return info

@@ -126,6 +126,15 @@ class Dynamo:
         return name
 
     def _create(self, name: str, role: str) -> None:
+        """Create the table unless it is there and active (one round trip when it is)."""
+        try:
+            if self.client.describe_table(TableName=name)["Table"]["TableStatus"] == "ACTIVE":
+                return
+        except botocore.exceptions.ClientError as e:
+            if error_code(e) != "ResourceNotFoundException":
+                raise self.unavailable(f"look up the DynamoDB table {name}", e) from e
+        except (botocore.exceptions.BotoCoreError, OSError) as e:
+            raise self.unavailable(f"look up the DynamoDB table {name}", e) from e
         hash_key, hash_type, range_key, range_type = TABLES[role]
         keys = [{"AttributeName": hash_key, "KeyType": "HASH"}]
         attrs = [{"AttributeName": hash_key, "AttributeType": hash_type}]

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
+
+import botocore.exceptions
 
 from statestore.client_writes import ClientWrite, ClientWriteRecord
 from statestore.dynamodb.client_writes import ClientWritesMixin, key_put
 from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, n, s
+from statestore.dynamodb.writes import may_have_applied
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
 
 #: the most items in one DynamoDB transaction
@@ -122,6 +125,9 @@ class IngestQueueMixin(ClientWritesMixin):
                        TransactItems=items)
             except Exception as e:
                 codes = cancellation_codes(e)
+                if codes and self._stored_as(table_id, part, e, lambda r, mine, rev: r == mine and rev == 1):
+                    done.extend(part)  # a try of ours whose reply was lost wrote them
+                    continue
                 if done:
                     d.batch_delete("undo queued ingest requests", "items",
                                    [request_key(table_id, r.request_id) for r in done])
@@ -164,6 +170,18 @@ class IngestQueueMixin(ClientWritesMixin):
             raise
         return None
 
+    def _stored_as(self, table_id: str, mine: Sequence[IngestRequest], e: BaseException,
+                   ours: Callable[[IngestRequest, IngestRequest, Optional[int]], bool]) -> bool:
+        """Whether a write of the requests ``mine`` that botocore retried (``e``: the
+        retry's cancellation) applied after all: every stored request, with its
+        revision, is ``ours(stored, mine, rev)``."""
+        if not (isinstance(e, botocore.exceptions.ClientError) and may_have_applied(e)):
+            return False
+        items = self._batch_get([request_key(table_id, r.request_id) for r in mine])
+        stored = {_request(it).request_id: (_request(it), get_n(it, "rev")) for it in items}
+        return all(r.request_id in stored and ours(stored[r.request_id][0], r, stored[r.request_id][1])
+                   for r in mine)
+
     def pending_ingest_requests(self, table_id: str, limit: Optional[int] = None) -> list[IngestRequest]:
         return self.list_ingest_requests(table_id, status="pending", limit=limit)
 
@@ -197,7 +215,9 @@ class IngestQueueMixin(ClientWritesMixin):
                 if not codes:
                     raise
                 if "ConditionalCheckFailed" in codes:
-                    return False  # another assignment came first
+                    # another assignment came first -- or a try of ours whose reply was lost
+                    return self._stored_as(table_id, [r for r, _ in now], e, lambda r, mine, rev: (
+                        r.status == "assigned" and r.job_id == job_id))
                 self._backoff.pause(attempt)  # a transaction conflict: look again
         return False
 

@@ -1,5 +1,6 @@
 """The table catalog in PostgreSQL: create (with the initial partitions, in one
-transaction), list, get, update properties, rename, delete (with all the table's rows)."""
+transaction; a create whose connection was lost around COMMIT looks for its table by
+its fresh id), list, get, update properties, rename, delete (with all the table's rows)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from psycopg import IsolationLevel, sql
 from psycopg.types.json import Json, Jsonb
 
 from statestore.catalog import TableInfo
-from statestore.errors import TableExistsError, TableNotFoundError
+from statestore.errors import StateStoreUnavailableError, TableExistsError, TableNotFoundError
 from statestore.partitions import Partition
 from statestore.postgres.connections import PostgresConnection
 from statestore.postgres.diff import _write_diff
@@ -45,7 +46,19 @@ class CatalogMixin(PostgresConnection):
             _write_diff(cur, table_id, TableState(), state)
             return TableInfo(table_id, name, schema, props)
 
-        return self._run(f"create table {name!r}", fn)
+        try:
+            return self._run(f"create table {name!r}", fn)
+        except StateStoreUnavailableError as e:
+            # the connection was lost, perhaps after COMMIT: the fresh id says whether it applied
+            if not isinstance(e.__cause__, psycopg.OperationalError):
+                raise
+            try:
+                found = self.get_table(name)
+            except (StateStoreUnavailableError, TableNotFoundError):
+                raise e from None
+            if found.table_id != table_id:
+                raise e from None
+            return found
 
     def list_tables(self) -> list[TableInfo]:
         def fn(cur: psycopg.Cursor[Any]) -> list[TableInfo]:

@@ -179,10 +179,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         self.send_response(status)
+        head = self.command == "HEAD"  # no body, and the length is the object's: keep the server's
         for k, v in headers:
-            if k.lower() not in ("transfer-encoding", "content-length", "connection", "date", "server"):
+            if k.lower() not in ("transfer-encoding", "connection", "date", "server") and (
+                    head or k.lower() != "content-length"):
                 self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
+        if not head:
+            self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)

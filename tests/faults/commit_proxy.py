@@ -34,6 +34,7 @@ class CommitDroppingProxy:
         self._lock = threading.Lock()
         self._armed: Optional[bool] = None  # None: pass through; else the "after" of the next drop
         self._marker = b"INSERT INTO file"
+        self._commit = b"COMMIT"
         self.drops = 0
         self._dark = False
         self._socks: list[socket.socket] = []
@@ -47,13 +48,22 @@ class CommitDroppingProxy:
         proxy = cls(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
         return proxy, make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port))
 
-    def arm(self, *, after: bool, dark: bool = False, marker: bytes = b"INSERT INTO file") -> None:
+    def arm(self, *, after: bool, dark: bool = False, marker: bytes = b"INSERT INTO file",
+            commit: bytes = b"COMMIT") -> None:
         """Drop the connection at the next COMMIT following ``marker``, after forwarding
-        it or before; with ``dark``, then cut every connection and accept no more."""
+        it or before; with ``dark``, then cut every connection and accept no more.
+        ``commit``: what commits (e.g. the marker itself, for a statement sent alone on
+        an autocommit connection)."""
         with self._lock:
             self._armed = after
             self._dark = dark
             self._marker = marker
+            self._commit = commit
+
+    def disarm(self) -> None:
+        """Drop nothing (an arming that has not fired is withdrawn)."""
+        with self._lock:
+            self._armed = None
 
     def close(self) -> None:
         """Stop accepting, and cut every connection."""
@@ -92,7 +102,7 @@ class CommitDroppingProxy:
         """``seen[0]``: this connection sent the marker since its last COMMIT."""
         if self._marker in data:
             seen[0] = True
-        if b"COMMIT" not in data:
+        if self._commit not in data:
             return None
         if not seen[0]:
             return None

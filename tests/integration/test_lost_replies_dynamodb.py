@@ -23,6 +23,7 @@ from statestore.dynamodb import open_dynamodb
 from statestore.dynamodb.log import EncodedTransaction
 from statestore.dynamodb.store import _Retry
 from statestore.errors import CommitConflictError, CommitOutcomeUnknownError, PropertyError
+from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
 from tests.faults.aws_proxy import FaultProxy
 from tests.integration.statestore.conftest import MOTO_CREDENTIALS, dynamodb_options, serial_moto_server
@@ -174,3 +175,31 @@ def test_a_batcher_job_larger_than_a_dynamodb_transaction_is_refused_when_set(op
     with pytest.raises(PropertyError, match="more than the DynamoDB state store can honour"):
         store.update_properties("batched", {"sleeper.table.ingest.batcher.job.max.files": "500"})
     assert store.get_table("batched").properties["sleeper.table.ingest.batcher.job.max.files"] == "100"
+
+
+def test_queueing_and_assigning_ingest_requests_whose_replies_were_lost_apply_once(proxy, options):
+    faulty = open_dynamodb(**{**options, "endpoint_url": proxy.url})
+    tid = faulty.create_table("queued", SCHEMA, partitions_from_split_points(SCHEMA, [])).table_id
+    requests = [IngestRequest.new(tid, f"s3://in/{i}.parquet", 10) for i in range(150)]  # two transactions
+    rule = proxy.inject("lost", operation="TransactWriteItems", body=b'"r#', times=2)
+    faulty.add_ingest_requests(tid, requests)
+    assert rule.fired == 2
+    fresh = open_dynamodb(**options)
+    assert sorted(r.request_id for r in fresh.pending_ingest_requests(tid)) == sorted(r.request_id for r in requests)
+
+    rule = proxy.inject("lost", operation="TransactWriteItems", body=b'"r#')
+    assert faulty.assign_ingest_requests(tid, "job-1", [r.request_id for r in requests[:100]]) is True
+    assert rule.fired == 1
+    assert len(fresh.pending_ingest_requests(tid)) == 50
+
+
+def test_a_rename_and_a_delete_whose_replies_were_lost_succeed(proxy, options):
+    faulty = open_dynamodb(**{**options, "endpoint_url": proxy.url})
+    tid = faulty.create_table("before", SCHEMA, partitions_from_split_points(SCHEMA, [])).table_id
+    rule = proxy.inject("lost", operation="TransactWriteItems", body=b'"name#after"')
+    assert faulty.rename_table("before", "after").name == "after"
+    assert rule.fired == 1
+    rule = proxy.inject("lost", operation="TransactWriteItems", body=b'"name#after"')
+    assert faulty.delete_table("after").table_id == tid
+    assert rule.fired == 1
+    assert open_dynamodb(**options).list_tables() == []
