@@ -173,6 +173,12 @@ class InMemoryStateStore(StateStore):
         with self._lock:
             return self._state(table_id).copy()
 
+    def transaction_number(self, table_id: str) -> int:
+        """See :meth:`StateStore.transaction_number`: the table's version."""
+        with self._lock:
+            self._state(table_id)
+            return self._versions[table_id]
+
     def changes_since(self, table_id: str, since: Any = None) -> TableChanges:
         """See :meth:`StateStore.changes_since`: rows the commits since ``since`` touched
         (the last :data:`CHANGE_HISTORY` commits are remembered), else the whole state."""

@@ -40,6 +40,7 @@ from statestore.jobs import JobRecord
 from statestore.leases import Lease
 from statestore.overview import DEFAULT_FILE_SAMPLE, TableOverview, overview_of
 from statestore.partitions import Partition
+from statestore.retry import COMMIT_RETRIES
 from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.transactions import Transaction
@@ -290,6 +291,20 @@ class StateStore(abc.ABC):
     def prune_client_writes(self, table_id: str, before_ms: int) -> int:
         """Forget the keys of client writes stored before ``before_ms``; returns how many."""
         return 0
+
+    def transaction_number(self, table_id: str) -> int:
+        """A number of the table's state that only grows: at least that of every commit
+        that returned before this call, and larger after a later commit that changes
+        partitions or references. One small read. (The log number on DynamoDB, the
+        largest logged transaction id on PostgreSQL, a version in memory.) Raises
+        TableNotFoundError."""
+        raise NotSupportedError(f"the {type(self).__name__} backend numbers no transactions (table {table_id})")
+
+    def commit_retries(self, table_id: str) -> int:
+        """How many times a commit to the table was tried again in this process since it
+        started (conflicts, serialization failures, lost replies): a process-level count
+        (:data:`statestore.retry.COMMIT_RETRIES`), shared by every store of the process."""
+        return COMMIT_RETRIES.get(table_id)
 
     def close(self) -> None:  # noqa: B027 - a store holding no connections has nothing to release
         """Release connections. The store is unusable afterwards."""

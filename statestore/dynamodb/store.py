@@ -37,7 +37,7 @@ from statestore.files import FileReference
 from statestore.jobs import JobRecord
 from statestore.overview import DEFAULT_FILE_SAMPLE, TableOverview, overview_of
 from statestore.partitions import Partition
-from statestore.retry import Backoff
+from statestore.retry import COMMIT_RETRIES, Backoff
 from statestore.state import TableState
 from statestore.transactions import Transaction
 
@@ -132,6 +132,7 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
                         books = replace(books, check_id=True)
                         time.sleep(min(2.0, 0.05 * 2 ** min(conflicts, 6)))
                         conflicts += 1
+                        COMMIT_RETRIES.add(table_id)
                         continue
                     if isinstance(outcome, _Retry):  # another committer took the number, or a retry of ours did
                         encoded = outcome.encoded
@@ -147,6 +148,7 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
                                     f"(commit id {books.commit_id})")
                             raise CommitConflictError(f"{what}: the log kept moving on ({conflicts} attempts)")
                         self._backoff.pause(conflicts)
+                        COMMIT_RETRIES.add(table_id)
                         continue
                     if outcome:
                         self._maybe_snapshot(table_id, entry)
@@ -240,6 +242,15 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
 
     def load_state(self, table_id: str) -> TableState:
         return self._with_state(table_id, TableState.copy)
+
+    def transaction_number(self, table_id: str) -> int:
+        """See :meth:`StateStore.transaction_number`: the table's log number (the log
+        after this store's cached number is read)."""
+        self._table_item(table_id)  # TableNotFoundError
+        entry = self._cache.entry(table_id)
+        with entry.lock:
+            self._cache.refresh(table_id, entry)
+            return int(entry.n)
 
     def changes_since(self, table_id: str, since: Any = None) -> TableChanges:
         """See :meth:`StateStore.changes_since`. The token is a log number: the catalog

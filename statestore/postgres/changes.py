@@ -22,13 +22,21 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import psycopg
+from psycopg import IsolationLevel
 
 from statestore.changes import TableChanges, is_token_of
 from statestore.errors import TableNotFoundError
 from statestore.files import FileReference
 from statestore.postgres.commits import _pipelined, _rollback_quietly
 from statestore.postgres.connections import PostgresConnection
-from statestore.postgres.rows import _PARTITION_COLUMNS, _REF_COLUMNS, _gc_paused, _partition_from_row, _table_info
+from statestore.postgres.rows import (
+    _PARTITION_COLUMNS,
+    _REF_COLUMNS,
+    _gc_paused,
+    _partition_from_row,
+    _require_table_id,
+    _table_info,
+)
 from statestore.state import TableState
 
 #: log rows older than this are pruned; a reader idle for longer reloads the whole state
@@ -53,6 +61,22 @@ def prune_changes(cur: psycopg.Cursor[Any], table_id: str, before_ms: int) -> in
 
 class ChangesMixin(PostgresConnection):
     """The incremental read part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+
+    def transaction_number(self, table_id: str) -> int:
+        """See :meth:`StateStore.transaction_number`: the largest transaction id in the
+        table's change log or its prune horizon (a commit logs its own id; pruning keeps
+        the largest it removed), so the number never goes back."""
+
+        def fn(cur: psycopg.Cursor[Any]) -> int:
+            _require_table_id(cur, table_id)
+            cur.execute("SELECT greatest((SELECT max(xid)::text::bigint FROM state_changes WHERE table_id = %s),"
+                        " (SELECT pruned_xid::text::bigint FROM state_change_horizon WHERE table_id = %s))",
+                        (table_id, table_id))
+            row = cur.fetchone()
+            return int(row[0]) if row and row[0] is not None else 0
+
+        return self._run(f"read the transaction number of table {table_id}", fn,
+                         isolation=IsolationLevel.READ_COMMITTED, read_only=True)
 
     def changes_since(self, table_id: str, since: Any = None) -> TableChanges:
         """See :meth:`StateStore.changes_since` and the module docstring."""

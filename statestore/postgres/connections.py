@@ -86,11 +86,13 @@ class PostgresConnection:
         except PoolTimeout as e:
             raise StateStoreUnavailableError(f"no connection to the PostgreSQL state store: {e}") from e
 
-    def _retrying(self, what: str, attempt: Callable[[psycopg.Connection[Any]], T], *, idempotent: bool = False) -> T:
+    def _retrying(self, what: str, attempt: Callable[[psycopg.Connection[Any]], T], *, idempotent: bool = False,
+                  on_retry: Optional[Callable[[], None]] = None) -> T:
         """Call ``attempt(conn)`` until it does not fail with a serialization failure
         or deadlock, pausing between attempts; give up with CommitConflictError. An
         ``idempotent`` attempt (a read) is also tried again on a fresh connection when
-        its connection was lost (e.g. the server restarted since it was pooled)."""
+        its connection was lost (e.g. the server restarted since it was pooled).
+        ``on_retry`` is called before each try after the first."""
         n = 0
         while True:
             n += 1
@@ -114,6 +116,8 @@ class PostgresConnection:
                 if not idempotent or n >= self.backoff.max_attempts:
                     raise StateStoreUnavailableError(f"{what}: {e}") from e
                 self.backoff.pause(n)
+            if on_retry is not None:
+                on_retry()
 
     def _run(self, what: str, fn: Callable[[psycopg.Cursor[Any]], T], *,
              isolation: IsolationLevel = IsolationLevel.SERIALIZABLE, read_only: bool = False) -> T:

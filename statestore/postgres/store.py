@@ -33,6 +33,7 @@ from statestore.postgres.rows import (
     _partition_from_row,
     _require_table_id,
 )
+from statestore.retry import COMMIT_RETRIES
 from statestore.state import TableState
 from statestore.store import StateStore
 from statestore.transactions import Transaction
@@ -74,7 +75,7 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, JobsMixin, LeasesMixin, Ing
                 # a fresh id of a first try cannot have been applied: no need to look it up
                 this_try = replace(books, check_id=commit_id is not None or tries > 0)
                 outcome = self._retrying(what, lambda conn, books=this_try: _commit_attempt(  # type: ignore[misc]
-                    conn, table_id, transaction, touches, books))
+                    conn, table_id, transaction, touches, books), on_retry=lambda: COMMIT_RETRIES.add(table_id))
                 break
             except (TransactionError, CommitOutcomeUnknownError):
                 raise
@@ -96,6 +97,7 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, JobsMixin, LeasesMixin, Ing
                         f"{self.outcome_timeout_seconds:g}s, so whether it applied is unknown "
                         f"(commit id {books.commit_id}): {e}") from e
                 tries += 1
+                COMMIT_RETRIES.add(table_id)
                 time.sleep(min(2.0, 0.05 * 2 ** tries, max(0.0, deadline - now)))
         if isinstance(outcome, TransactionError):
             raise outcome

@@ -327,8 +327,10 @@ def test_ingest_batcher_dag_ingests_requested_files(sleeper: Sleeper, sleeper_ho
     # the run that committed files announced them on the table's asset (the compaction DAG listens);
     # the second, with nothing to do, announced nothing
     files_written = len(table.state().files)
-    assert runs.results[0]["asset_events"] == [{"uri": "sleeper://events/",
-                                                "extra": {"files": files_written, "rows": 1500}}]
+    ((event),) = runs.results[0]["asset_events"]
+    assert event["uri"] == "sleeper://events/"
+    assert event["extra"] == {"table": "events", "files": files_written, "rows": 1500,
+                              "transaction": sleeper.state_store.transaction_number(table.info.table_id)}
     assert "asset_events" not in runs.results[1]
 
 
@@ -343,7 +345,10 @@ def test_flush_dag_files_the_buffered_records_once_and_announces_them(sleeper: S
     assert table.buffer_stats().rows == 0
     assert table.query(ranges=[("", None)], buffer=False).num_rows == 1200
     assert sorted(_references_per_leaf(table).values()) == [1, 1], "one file per leaf"
-    assert runs.results[0]["asset_events"] == [{"uri": "sleeper://events/", "extra": {"files": 2, "rows": 1200}}]
+    ((event),) = runs.results[0]["asset_events"]
+    assert event["uri"] == "sleeper://events/"
+    assert event["extra"] == {"table": "events", "files": 2, "rows": 1200,
+                              "transaction": sleeper.state_store.transaction_number(table.info.table_id)}
     assert "asset_events" not in runs.results[1]  # nothing buffered: nothing committed, no event
     (job,) = table.jobs(kind="flush")
     assert job.status == "committed" and job.run_id.startswith("sleeper_events_flush/")
@@ -476,6 +481,7 @@ def test_bulk_import_dag_imports_the_runs_date_once_however_often_it_runs(sleepe
     assert len(imported) == 1, f"one date's source was read: {imported}"
     assert "already imported" in runs.logs[1]
     assert [e["extra"]["rows"] for e in runs.results[0]["asset_events"]] == [3000]
+    assert runs.results[0]["asset_events"][0]["extra"]["import_key"]
     assert "asset_events" not in runs.results[1]  # nothing committed: no event
     got = table.query(ranges=[("", None)])
     assert got.num_rows == 3000  # that day's records, once

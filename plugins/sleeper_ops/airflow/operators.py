@@ -27,6 +27,15 @@ from airflow.providers.standard.operators.branch import BaseBranchOperator
 from airflow.sdk import BaseOperator
 
 from sleeper_ops.airflow import tasks
+from sleeper_ops.airflow.assets import (  # noqa: F401 - table_asset and commits_alias are public here
+    TaskStats,
+    commit_extra,
+    commits_alias,
+    emit_commit_event,
+    key_range_of,
+    table_asset,
+    with_commit_outlets,
+)
 from sleeper_ops.airflow.hook import SleeperHook
 from sleeper_ops.errors import ConfigError
 from statestore.errors import LeaseHeldError, SleeperError
@@ -55,40 +64,6 @@ class _SleeperMixin:
         return SleeperHook(self.sleeper_conn_id)
 
 
-def table_asset(table: str) -> Any:
-    """The Airflow asset ``sleeper://<table>``: updated whenever files are committed to
-    the table by ingest, the batcher or bulk import (the compaction DAG listens)."""
-    from airflow.sdk import Asset
-
-    return Asset(uri=f"sleeper://{table}", name=f"sleeper://{table}")
-
-
-def commits_alias(table: str) -> Any:
-    """The asset alias a committing operator declares; an event for :func:`table_asset`
-    is added through it only when the task committed files (a task that committed
-    nothing emits no event)."""
-    from airflow.sdk import AssetAlias
-
-    return AssetAlias(name=f"sleeper_commits_{table}")
-
-
-def _with_commit_outlets(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with the table's commit alias as an outlet (a literal table name only)."""
-    table = kwargs.get("table")
-    if isinstance(table, str) and "{{" not in table and "outlets" not in kwargs:
-        kwargs["outlets"] = [commits_alias(table)]
-    return kwargs
-
-
-def emit_commit_event(operator: BaseOperator, context: Any, table: str, *, files: int, rows: int) -> None:
-    """Add an asset event for ``sleeper://<table>`` with ``files`` and ``rows`` as extras,
-    if files were committed and ``operator`` declares the table's commit alias."""
-    alias = commits_alias(table)
-    if not files or alias not in (operator.outlets or []):
-        return
-    context["outlet_events"][alias].add(table_asset(table), extra={"files": files, "rows": rows})
-
-
 class SleeperOperator(_SleeperMixin, BaseOperator):
     """Base of the one-task Sleeper operators.
 
@@ -105,6 +80,16 @@ class SleeperOperator(_SleeperMixin, BaseOperator):
         self.table = table
         self.sleeper_conn_id = sleeper_conn_id
 
+    def pre_execute(self, context: Any) -> None:
+        self._task_stats = TaskStats()
+        super().pre_execute(context)
+
+    def post_execute(self, context: Any, result: Any = None) -> None:
+        super().post_execute(context, result)
+        stats = getattr(self, "_task_stats", None)
+        if stats is not None:
+            stats.emit(self, self.table)
+
 
 class SleeperIngestOperator(SleeperOperator):
     """Ingest ``files`` (Parquet, CSV, JSON Lines; local paths or ``s3://`` URIs) into the
@@ -117,7 +102,7 @@ class SleeperIngestOperator(SleeperOperator):
     template_fields: Sequence[str] = ("table", "files")
 
     def __init__(self, *, files: Union[str, Sequence[str]], **kwargs: Any) -> None:
-        super().__init__(**_with_commit_outlets(kwargs))
+        super().__init__(**with_commit_outlets(kwargs))
         self.files = files
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -126,9 +111,11 @@ class SleeperIngestOperator(SleeperOperator):
             raise ConfigError(f"nothing to ingest into {self.table}: no files given")
         with self.hook.get_conn() as sleeper:
             result = sleeper.table(self.table).ingest(files)
+            extra = commit_extra(sleeper, self.table, files=len(result.files), rows=result.records,
+                                 key_range=key_range_of(sleeper, self.table, result.files))
         log.info("%s: ingested %d records from %d files into %d files in %.1f s", self.table, result.records,
                  len(files), len(result.files), result.seconds)
-        emit_commit_event(self, context, self.table, files=len(result.files), rows=result.records)
+        emit_commit_event(self, context, self.table, files=len(result.files), rows=result.records, extra=extra)
         return {"records": result.records, "files": [f.filename for f in result.files], "seconds": result.seconds}
 
 
@@ -151,7 +138,7 @@ class SleeperBulkImportOperator(SleeperOperator):
 
     def __init__(self, *, source: Union[str, Sequence[str]], import_key: Optional[str] = None,
                  **kwargs: Any) -> None:
-        super().__init__(**_with_commit_outlets(kwargs))
+        super().__init__(**with_commit_outlets(kwargs))
         self.source = source
         self.import_key = import_key
 
@@ -163,8 +150,11 @@ class SleeperBulkImportOperator(SleeperOperator):
         run_id = tasks.run_label(context)
         with self.hook.get_conn() as sleeper:
             result = sleeper.table(self.table).bulk_import(sources, import_key=self.import_key or None, run_id=run_id)
+            extra = commit_extra(sleeper, self.table, files=len(result.files_written), rows=result.records,
+                                 import_key=result.import_key)
         log.info("%s", result.summary())
-        emit_commit_event(self, context, self.table, files=len(result.files_written), rows=result.records)
+        emit_commit_event(self, context, self.table, files=len(result.files_written), rows=result.records,
+                          extra=extra)
         return {"status": result.status, "import_key": result.import_key, "records": result.records,
                 "files": result.files_written, "seconds": result.seconds}
 
@@ -202,16 +192,21 @@ class SleeperIngestBatcherOperator(SleeperOperator):
     failed (its requests go back to pending for a later run)."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**_with_commit_outlets(kwargs))
+        super().__init__(**with_commit_outlets(kwargs))
 
     def execute(self, context: Any) -> str:
         from sleeper_ops.ingest.batcher import run_ingest_batcher
 
         reports: list[Any] = []
 
+        extras: list[dict[str, Any]] = []
+
         def run(t: Any, run_id: str) -> Any:
             reports.append(run_ingest_batcher(t.sleeper, t.name, run_id=run_id))
-            return reports[-1]
+            r = reports[-1]
+            files = sum(j.written for j in r.committed)
+            extras.append(commit_extra(t.sleeper, t.name, files=files, rows=r.records))
+            return r
 
         try:
             return tasks.run_exclusive("ingest_batcher", self.table, context, run,
@@ -219,7 +214,7 @@ class SleeperIngestBatcherOperator(SleeperOperator):
         finally:  # committed jobs' files are announced even when another job failed
             if reports:
                 emit_commit_event(self, context, self.table, files=sum(j.written for j in reports[0].committed),
-                                  rows=reports[0].records)
+                                  rows=reports[0].records, extra=extras[0] if extras else None)
 
 
 class SleeperFlushOperator(SleeperOperator):
@@ -228,18 +223,22 @@ class SleeperFlushOperator(SleeperOperator):
     files it committed on the table's asset."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**_with_commit_outlets(kwargs))
+        super().__init__(**with_commit_outlets(kwargs))
 
     def execute(self, context: Any) -> str:
         results: list[Any] = []
 
+        extras: list[dict[str, Any]] = []
+
         def run(t: Any, run_id: str) -> Any:
             results.append(t.flush(run_id=run_id))
+            extras.append(commit_extra(t.sleeper, t.name, files=results[-1].files, rows=results[-1].records))
             return results[-1]
 
         summary = tasks.run_exclusive("flush", self.table, context, run, opener=self.hook.get_conn)
         if results:
-            emit_commit_event(self, context, self.table, files=results[0].files, rows=results[0].records)
+            emit_commit_event(self, context, self.table, files=results[0].files, rows=results[0].records,
+                              extra=extras[0])
         return summary
 
 

@@ -15,6 +15,7 @@ GET      /tables/{t}                    one table, every property with its defau
 GET      /tables/{t}/partitions         the partition tree, with files and records (paged)
 GET      /tables/{t}/files              files and their references (paged)
 GET      /tables/{t}/jobs               job status records, newest first
+GET      /metrics                       readable tables' figures, Prometheus text (:mod:`~sleeper_ops.web.metrics`)
 =======  =============================  ===============================================
 
 ``GET`` routes read, ``POST`` routes write; the table is the path's ``{t}`` (see
@@ -65,6 +66,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 
 from sleeper_ops.errors import QueryError
+from sleeper_ops.web.metrics import add_metrics_route
 from sleeper_ops.web.rest_auth import TableFilter
 from sleeper_ops.web.rest_errors import sleeper_error, validation_error
 from sleeper_ops.web.rest_models import (
@@ -265,6 +267,8 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
         if kind is not None and kind not in JOB_KINDS:
             raise QueryError(f"unknown job kind {kind!r}; expected one of {', '.join(JOB_KINDS)}")
         return jobs_report(table(t).jobs(kind=kind, limit=limit))
+
+    add_metrics_route(app, sleeper_provider, table_filter)
 
     @app.post("/tables/{t}/ingest-requests", response_model=IngestRequestsOut, status_code=status.HTTP_202_ACCEPTED,
               tags=["ingest"])

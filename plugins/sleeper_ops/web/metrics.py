@@ -1,0 +1,85 @@
+"""``GET /metrics``: every readable table's figures (:mod:`sleeper_ops.metrics`) in the
+Prometheus text format, one sample per table labelled ``table``.
+
+=================================  =====================================================
+sleeper_records                    records in the table's files (not the buffer)
+sleeper_files                      tracked files (referenced or awaiting GC)
+sleeper_leaf_partitions            leaf partitions
+sleeper_leaf_files_max             the most file references on one leaf partition
+sleeper_buffer_records             records in the write buffer
+sleeper_buffer_oldest_seconds      age of the oldest buffered write (0: empty)
+sleeper_ingest_requests_pending    queued ingest requests no job has taken
+sleeper_compaction_jobs_pending    compaction jobs created, started or finished, not committed
+sleeper_jobs_failed_total          failed jobs among the newest job records
+sleeper_gc_files_pending           files with no reference, awaiting garbage collection
+sleeper_commit_retries_total       commits tried again, in this server process since it started
+=================================  =====================================================
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sleeper_ops.metrics import TableMetrics, table_metrics
+
+if TYPE_CHECKING:
+    from sleeper_ops.api import Sleeper
+    from sleeper_ops.web.rest_auth import TableFilter
+
+#: field of TableMetrics -> (metric name, help, is a counter)
+METRICS: dict[str, tuple[str, str, bool]] = {
+    "records": ("sleeper_records", "Records in the table's files", False),
+    "files": ("sleeper_files", "Tracked files, referenced or awaiting garbage collection", False),
+    "leaf_partitions": ("sleeper_leaf_partitions", "Leaf partitions", False),
+    "leaf_files_max": ("sleeper_leaf_files_max", "The most file references on one leaf partition", False),
+    "buffer_records": ("sleeper_buffer_records", "Records in the write buffer", False),
+    "buffer_oldest_seconds": ("sleeper_buffer_oldest_seconds", "Age of the oldest buffered write", False),
+    "ingest_requests_pending": ("sleeper_ingest_requests_pending", "Ingest requests no job has taken", False),
+    "compaction_jobs_pending": ("sleeper_compaction_jobs_pending", "Compaction jobs not yet committed", False),
+    "jobs_failed": ("sleeper_jobs_failed", "Failed jobs among the newest job records", True),
+    "gc_files_pending": ("sleeper_gc_files_pending", "Files awaiting garbage collection", False),
+    "commit_retries": ("sleeper_commit_retries", "Commits tried again by this process since it started", True),
+}
+
+
+class _TablesCollector(Collector):
+    def __init__(self, figures: dict[str, TableMetrics]) -> None:
+        self.figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        for field, (name, text, counter) in METRICS.items():
+            family: Metric = (CounterMetricFamily(name, text, labels=["table"]) if counter
+                              else GaugeMetricFamily(name, text, labels=["table"]))
+            for table, m in self.figures.items():
+                family.add_metric([table], float(getattr(m, field)))  # type: ignore[attr-defined]
+            yield family
+
+
+def render(figures: dict[str, TableMetrics]) -> bytes:
+    """The Prometheus text exposition of the tables' figures."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_TablesCollector(figures))
+    return generate_latest(registry)
+
+
+def add_metrics_route(app: FastAPI, sleeper_provider: Callable[[], Sleeper],
+                      table_filter: Optional[TableFilter]) -> None:
+    """Add ``GET /metrics`` to ``app``: the tables ``table_filter`` lets the requester read."""
+
+    @app.get("/metrics", tags=["tables"], response_class=Response,
+             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+    def metrics(request: Request) -> Response:
+        """Every readable table's figures in the Prometheus text format (label ``table``)."""
+        sleeper = sleeper_provider()
+        infos = sleeper.tables()
+        if table_filter is not None:
+            readable = set(table_filter(request, [i.name for i in infos]))
+            infos = [i for i in infos if i.name in readable]
+        figures = {i.name: table_metrics(sleeper.state_store, i) for i in infos}
+        return Response(render(figures), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,111 @@
+"""``GET /metrics``: the Prometheus figures of each table match the table itself after
+ingest, buffered writes, a flush, compaction and garbage collection."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sleeper_ops import Sleeper
+from sleeper_ops.io.storage import ObjectStore
+from sleeper_ops.web.rest import create_app
+from statestore.postgres import PostgresStateStore
+from statestore.retry import COMMIT_RETRIES
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+SCHEMA = {"rowKeyFields": [{"name": "id", "type": "LongType"}], "valueFields": [{"name": "v", "type": "StringType"}]}
+
+
+@pytest.fixture
+def sleeper(pg_dsn: str, tmp_path: Path) -> Iterator[Sleeper]:
+    s = Sleeper(state_store=PostgresStateStore(pg_dsn), objects=ObjectStore(str(tmp_path / "data")))
+    s.create_table("events", SCHEMA, split_points=[50], properties={
+        "sleeper.table.compaction.strategy": "basic", "sleeper.table.compaction.files.batch.size": "2"})
+    s.create_table("hidden", SCHEMA)
+    yield s
+    s.close()
+
+
+def scrape(client: TestClient) -> dict[tuple[str, str], float]:
+    got = client.get("/metrics")
+    assert got.status_code == 200, got.text
+    assert got.headers["content-type"].startswith("text/plain")
+    return {(s.name, s.labels["table"]): s.value
+            for family in text_string_to_metric_families(got.text) for s in family.samples}
+
+
+def batch(lo: int, hi: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(lo, hi), pa.int64()), "v": [f"v{i}" for i in range(lo, hi)]})
+
+
+def expected(sleeper: Sleeper, name: str) -> dict[str, float]:
+    """The figures read from the whole state: what the bounded metrics must equal."""
+    state = sleeper.table(name).state()
+    per_leaf: dict[str, int] = {p.id: 0 for p in state.partitions.values() if p.is_leaf}
+    for ref in state.references.values():
+        per_leaf[ref.partition_id] = per_leaf.get(ref.partition_id, 0) + 1
+    return {"sleeper_records": sum(r.record_count for r in state.references.values()),
+            "sleeper_files": len(state.files), "sleeper_leaf_partitions": len(per_leaf),
+            "sleeper_leaf_files_max": max(per_leaf.values()),
+            "sleeper_gc_files_pending": sum(1 for f in state.files if not state.refs_by_file.get(f)),
+            "sleeper_buffer_records": sleeper.table(name).buffer_stats().rows}
+
+
+def check(client: TestClient, sleeper: Sleeper) -> dict[tuple[str, str], float]:
+    got = scrape(client)
+    for metric, value in expected(sleeper, "events").items():
+        assert got[(metric, "events")] == value, metric
+    return got
+
+
+def test_metrics_match_the_table_after_ingest_writes_compaction_and_gc(sleeper: Sleeper) -> None:
+    readable = lambda request, names: [n for n in names if n != "hidden"]  # noqa: E731
+    with TestClient(create_app(lambda: sleeper, table_filter=readable)) as client:
+        got = check(client, sleeper)
+        assert got[("sleeper_records", "events")] == 0
+        assert not any(table == "hidden" for _, table in got), "only the tables the requester may read"
+
+        events = sleeper.table("events")
+        events.ingest(batch(0, 100))
+        events.ingest(batch(100, 200))
+        got = check(client, sleeper)
+        assert got[("sleeper_records", "events")] == 200 and got[("sleeper_leaf_files_max", "events")] == 2
+
+        events.write([{"id": 1000 + i, "v": "w"} for i in range(7)])
+        got = check(client, sleeper)
+        assert got[("sleeper_buffer_records", "events")] == 7
+        assert got[("sleeper_buffer_oldest_seconds", "events")] >= 0
+        events.flush()
+        got = check(client, sleeper)
+        assert (got[("sleeper_buffer_records", "events")], got[("sleeper_records", "events")]) == (0, 207)
+
+        events.compact()
+        got = check(client, sleeper)
+        assert got[("sleeper_records", "events")] == 207 and got[("sleeper_gc_files_pending", "events")] > 0
+        assert got[("sleeper_compaction_jobs_pending", "events")] == 0
+        assert got[("sleeper_jobs_failed_total", "events")] == 0
+
+        events.gc(now_ms=int(time.time() * 1000) + 3600_000)  # once the GC delay has passed
+        got = check(client, sleeper)
+        assert got[("sleeper_gc_files_pending", "events")] == 0 and got[("sleeper_records", "events")] == 207
+
+        pending = [r for r in sleeper.state_store.list_ingest_requests(events.info.table_id)
+                   if r.status == "pending"]
+        assert got[("sleeper_ingest_requests_pending", "events")] == len(pending) == 0
+
+
+def test_commit_retries_are_counted_per_table_since_the_process_started(sleeper: Sleeper) -> None:
+    tid = sleeper.table("events").info.table_id
+    before = sleeper.state_store.commit_retries(tid)
+    COMMIT_RETRIES.add(tid, 3)  # what a backend does on each retried commit
+    with TestClient(create_app(lambda: sleeper)) as client:
+        assert scrape(client)[("sleeper_commit_retries_total", "events")] == before + 3
