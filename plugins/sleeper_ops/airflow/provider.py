@@ -46,7 +46,9 @@ def get_provider_info() -> dict[str, Any]:
                           "tags": ["software"]}],
         "hooks": [{"integration-name": "Sleeper", "python-modules": [_HOOK]}],
         "operators": [{"integration-name": "Sleeper", "python-modules": [_OPERATORS]}],
-        "triggers": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.triggers"]}],
+        "triggers": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.triggers",
+                                                                          "sleeper_ops.airflow.readiness"]}],
+        "sensors": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.readiness"]}],
         "connection-types": [{
             "connection-type": "sleeper",
             "hook-class-name": f"{_HOOK}.SleeperHook",
