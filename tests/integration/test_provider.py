@@ -75,7 +75,10 @@ def test_providers_manager_lists_the_sleeper_provider(tmp_path: Path) -> None:
             "print('RESULT ' + json.dumps({'providers': sorted(p for p in pm.providers if 'sleeper' in p),"
             " 'hook': hook.hook_class_name if hook else None, 'hook_name': hook.hook_name if hook else None,"
             " 'fields': sorted(pm.field_behaviours.get('sleeper', {}).get('relabeling', {})),"
-            " 'widgets': sorted(k for k in pm.connection_form_widgets if k.startswith('extra__sleeper__'))}))\n")
+            " 'widgets': sorted(k for k in pm.connection_form_widgets if k.startswith('extra__sleeper__')),"
+            " 'asset_handler': getattr(pm.asset_uri_handlers.get('sleeper'), '__name__', None),"
+            " 'lineage': getattr(pm.asset_to_openlineage_converters.get('sleeper'), '__name__', None),"
+            " 'links': sorted(c for c in pm.extra_links_class_names if 'sleeper' in c)}))\n")
     proc = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path), capture_output=True, text=True,
                           timeout=120)
     result = _result(proc)
@@ -84,6 +87,8 @@ def test_providers_manager_lists_the_sleeper_provider(tmp_path: Path) -> None:
     assert result["hook_name"] == "Sleeper"
     assert {"host", "schema", "login", "password"} <= set(result["fields"])
     assert result["widgets"] == sorted(f"extra__sleeper__{k}" for k in EXTRA_KEYS)
+    assert (result["asset_handler"], result["lineage"]) == ("sanitize_uri", "convert_asset_to_openlineage")
+    assert result["links"] == ["sleeper_ops.airflow.links.SleeperTableLink"]
 
 
 def _connection_json(pg_dsn: str, data_dir: Path) -> str:

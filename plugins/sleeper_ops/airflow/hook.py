@@ -64,13 +64,22 @@ class SleeperHook(BaseHook):
         return Sleeper(config=self.get_config())
 
     def test_connection(self) -> tuple[bool, str]:
-        """Open the state store and list the tables (Airflow's "Test" button)."""
+        """Airflow's "Test" button: list the tables in the state store, then list the
+        object store's first entry; the message says which of the two failed and why."""
         try:
-            with self.get_conn() as sleeper:
-                n = len(sleeper.tables())
+            sleeper = self.get_conn()
         except Exception as e:
-            return False, str(e)
-        return True, f"{n} Sleeper tables"
+            return False, f"cannot open Sleeper from connection {self.sleeper_conn_id!r}: {e}"
+        with sleeper:
+            try:
+                n = len(sleeper.tables())
+            except Exception as e:
+                return False, f"state store unreachable: {e}"
+            try:
+                sleeper.objects.fs.get_file_info(sleeper.objects.root)  # one request, whatever the store holds
+            except Exception as e:
+                return False, f"object store {sleeper.objects.uri} unreachable: {e}"
+        return True, f"state store and object store {sleeper.objects.uri} reached: {n} Sleeper tables"
 
 
 __all__ = ["EXTRA_KEYS", "SleeperHook"]

@@ -20,11 +20,11 @@ import logging
 import os
 import tempfile
 from functools import cached_property
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Collection, Optional, Sequence, Union
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.branch import BaseBranchOperator
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from sleeper_ops.airflow import tasks
 from sleeper_ops.airflow.assets import (  # noqa: F401 - table_asset and commits_alias are public here
@@ -37,6 +37,7 @@ from sleeper_ops.airflow.assets import (  # noqa: F401 - table_asset and commits
     with_commit_outlets,
 )
 from sleeper_ops.airflow.hook import SleeperHook
+from sleeper_ops.airflow.links import SleeperTableLink
 from sleeper_ops.errors import ConfigError
 from statestore.errors import LeaseHeldError, SleeperError
 
@@ -58,6 +59,7 @@ class _SleeperMixin:
 
     table: str
     sleeper_conn_id: str
+    operator_extra_links: Collection[BaseOperatorLink] = (SleeperTableLink(),)
 
     @cached_property
     def hook(self) -> SleeperHook:

@@ -13,6 +13,7 @@ from typing import Any
 PACKAGE = "sleeper-airflow"
 _OPERATORS = "sleeper_ops.airflow.operators"
 _HOOK = "sleeper_ops.airflow.hook"
+_ASSETS = "sleeper_ops.airflow.asset_uris"
 _TEXT: dict[str, Any] = {"type": ["string", "null"]}
 _SECRET: dict[str, Any] = {"type": ["string", "null"], "format": "password"}
 #: The extra fields of a ``sleeper`` connection (see :mod:`sleeper_ops.airflow.connection`).
@@ -62,5 +63,8 @@ def get_provider_info() -> dict[str, Any]:
             "conn-fields": {name: {"label": label, "description": text, "schema": schema}
                             for name, label, text, schema in _CONN_FIELDS},
         }],
+        "asset-uris": [{"schemes": ["sleeper"], "handler": f"{_ASSETS}.sanitize_uri",
+                        "to_openlineage_converter": f"{_ASSETS}.convert_asset_to_openlineage"}],
+        "extra-links": ["sleeper_ops.airflow.links.SleeperTableLink"],
         "plugins": [{"name": "sleeper", "plugin-class": "sleeper_ops.airflow.plugin.SleeperPlugin"}],
     }

@@ -28,12 +28,14 @@ import asyncio
 import logging
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, AsyncIterator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Collection, Optional, Sequence, Union
 
+from airflow.sdk import BaseOperatorLink
 from airflow.sdk.bases.sensor import BaseSensorOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from sleeper_ops.airflow.hook import SleeperHook
+from sleeper_ops.airflow.links import SleeperTableLink
 from sleeper_ops.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -105,6 +107,7 @@ class SleeperVisibleSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("table", "import_key", "min_transaction", "min_records")
     ui_color = "#dbeafe"
+    operator_extra_links: Collection[BaseOperatorLink] = (SleeperTableLink(),)
 
     def __init__(self, *, table: str, import_key: Optional[str] = None,
                  min_transaction: Union[int, str, None] = None, min_records: Union[int, str, None] = None,

@@ -1,0 +1,82 @@
+"""Provider metadata: the sleeper:// asset URI scheme (sanitizer, OpenLineage
+converter), the "Sleeper table" extra link, and the connection test naming the store
+that failed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from sleeper_ops import Sleeper
+from sleeper_ops.airflow.asset_uris import convert_asset_to_openlineage, sanitize_uri
+from sleeper_ops.airflow.hook import SleeperHook
+from sleeper_ops.airflow.links import SleeperTableLink
+from sleeper_ops.airflow.operators import SleeperCompactionOperator, table_asset
+from sleeper_ops.airflow.provider import get_provider_info
+from sleeper_ops.airflow.readiness import SleeperVisibleSensor
+
+
+@pytest.mark.parametrize("uri", ["sleeper://events", "sleeper://events/", "sleeper://my.table-2/buffer"])
+def test_sleeper_asset_uris_pass_the_sanitizer(uri: str) -> None:
+    assert sanitize_uri(urlsplit(uri)) == urlsplit(uri)
+
+
+@pytest.mark.parametrize("uri, why", [
+    ("sleeper://", "names a table"), ("sleeper:///events", "names a table"),
+    ("sleeper://user:pw@events", "no credentials"), ("sleeper://events:5432", "no credentials or port"),
+    ("sleeper://ev..ents", "table name"), ("sleeper://events/files", "only path"),
+    ("sleeper://events?x=1", "no query"), ("sleeper://events/buffer#f", "no query or fragment")])
+def test_malformed_sleeper_asset_uris_are_refused_saying_why(uri: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        sanitize_uri(urlsplit(uri))
+
+
+def _connection(monkeypatch: pytest.MonkeyPatch, pg_dsn: str, object_store: str, **extra: str) -> str:
+    parts = conninfo_to_dict(pg_dsn)
+    monkeypatch.setenv("AIRFLOW_CONN_SLEEPER_DEFAULT", json.dumps({
+        "conn_type": "sleeper", "host": parts.get("host"), "port": int(parts.get("port") or 5432),
+        "login": parts.get("user"), "password": parts.get("password"), "schema": parts["dbname"],
+        "extra": {"object_store_uri": object_store, **extra}}))
+    return f"postgres.{parts.get('host')}:{parts.get('port') or 5432}.{parts['dbname']}"
+
+
+def test_the_openlineage_dataset_of_an_asset_is_its_table_in_the_instance_namespace(
+        monkeypatch: pytest.MonkeyPatch, pg_dsn: str, tmp_path: Path) -> None:
+    instance = _connection(monkeypatch, pg_dsn, str(tmp_path))
+    dataset = convert_asset_to_openlineage(table_asset("events"))
+    assert (dataset.namespace, dataset.name) == (f"sleeper://{instance}", "events")
+    password = conninfo_to_dict(pg_dsn).get("password")
+    assert not password or password not in dataset.namespace, "never credentials"
+
+
+def test_every_sleeper_task_links_to_its_table_page() -> None:
+    assert "sleeper_ops.airflow.links.SleeperTableLink" in get_provider_info()["extra-links"]
+    assert get_provider_info()["asset-uris"][0]["schemes"] == ["sleeper"]
+    for op in (SleeperCompactionOperator(task_id="c", table="events"),
+               SleeperVisibleSensor(task_id="w", table="events", min_records=1)):
+        (link,) = [lk for lk in op.operator_extra_links if isinstance(lk, SleeperTableLink)]
+        assert link.name == "Sleeper table"
+        assert link.get_link(op, ti_key=None).endswith("/sleeper/ui/tables/events")
+
+
+def test_connection_test_reaches_both_stores_and_names_the_one_that_failed(
+        monkeypatch: pytest.MonkeyPatch, pg_dsn: str, tmp_path: Path) -> None:
+    _connection(monkeypatch, pg_dsn, str(tmp_path))
+    ok, message = SleeperHook().test_connection()
+    assert ok and "0 Sleeper tables" in message, message
+
+    _connection(monkeypatch, pg_dsn, "s3://sleeper-data", endpoint_url="http://127.0.0.1:1", region="us-east-1",
+                access_key="a", secret_key="b")
+    ok, message = SleeperHook().test_connection()
+    assert not ok and message.startswith("object store s3://sleeper-data unreachable"), message
+
+    def lost(self: Sleeper) -> None:
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(Sleeper, "tables", lost)
+    ok, message = SleeperHook().test_connection()
+    assert not ok and message == "state store unreachable: connection refused", message
