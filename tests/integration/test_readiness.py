@@ -4,6 +4,7 @@ scheduled on the asset waits for it with SleeperVisibleSensor and reads exactly 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,17 @@ def _rows(prefix: str, n: int) -> pa.Table:
                      "value": ["v"] * n})
 
 
+def lineage_env(where: Path) -> dict[str, str]:
+    """OpenLineage on, every event appended to a file under ``where``."""
+    where.mkdir()
+    transport = {"type": "file", "log_file_path": str(where / "events.jsonl"), "append": True}
+    return {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport), "AIRFLOW__OPENLINEAGE__NAMESPACE": "test"}
+
+
+def lineage_events(where: Path) -> list[dict]:
+    return [json.loads(line) for p in sorted(where.iterdir()) for line in p.read_text().splitlines() if line]
+
+
 def test_a_dag_on_the_asset_waits_for_the_commit_and_reads_exactly_its_rows(
         sleeper: Sleeper, sleeper_home: Path, airflow_home: Path, tmp_path: Path) -> None:
     table = sleeper.create_table("events", dag_tests.SCHEMA, split_points=["m"])
@@ -40,7 +52,8 @@ def test_a_dag_on_the_asset_waits_for_the_commit_and_reads_exactly_its_rows(
     dags.mkdir()
     shutil.copy(HERE / "readiness_dags.py", dags)
     proc = subprocess.run([sys.executable, str(HERE / "run_readiness.py"), str(dags), str(path)], cwd=airflow_home,
-                          env=dag_tests._env(airflow_home, sleeper_home, AIRFLOW__CORE__DAGS_FOLDER=str(dags)),
+                          env=dag_tests._env(airflow_home, sleeper_home, AIRFLOW__CORE__DAGS_FOLDER=str(dags),
+                                             **lineage_env(tmp_path / "lineage")),
                           capture_output=True, text=True,
                           timeout=300)
     result = dag_tests._result(proc)
@@ -50,6 +63,14 @@ def test_a_dag_on_the_asset_waits_for_the_commit_and_reads_exactly_its_rows(
     assert extra["transaction"] == sleeper.state_store.transaction_number(table.info.table_id)
     assert extra["key_range"] == {"field": "key", "min": "", "max": "m"}
     assert "READ 120 rows in [, m)" in proc.stdout, "the downstream DAG read exactly the committed rows"
+    # the ingest task's OpenLineage: the file read, the table written with its row count and schema
+    (complete,) = [e for e in lineage_events(tmp_path / "lineage")
+                   if e["eventType"] == "COMPLETE" and e["job"]["name"] == "upstream.ingest"]
+    assert [(d["namespace"], d["name"]) for d in complete["inputs"]] == [("file", str(path))]
+    (out,) = complete["outputs"]
+    assert out["namespace"].startswith("sleeper://postgres.") and out["name"] == "events"
+    assert out["outputFacets"]["outputStatistics"]["rowCount"] == 120
+    assert [f["name"] for f in out["facets"]["schema"]["fields"]] == ["key", "ts", "value"]
 
 
 def test_the_trigger_fires_once_the_records_are_visible(sleeper: Sleeper, sleeper_home: Path,

@@ -37,6 +37,7 @@ from sleeper_ops.airflow.assets import (  # noqa: F401 - table_asset and commits
     with_commit_outlets,
 )
 from sleeper_ops.airflow.hook import SleeperHook
+from sleeper_ops.airflow.lineage import TaskLineage, compaction_lineage, jobs_lineage, note, operator_lineage
 from sleeper_ops.airflow.links import SleeperTableLink
 from sleeper_ops.errors import ConfigError
 from statestore.errors import LeaseHeldError, SleeperError
@@ -61,9 +62,26 @@ class _SleeperMixin:
     sleeper_conn_id: str
     operator_extra_links: Collection[BaseOperatorLink] = (SleeperTableLink(),)
 
+    #: what the task read and wrote, noted while it ran (:mod:`sleeper_ops.airflow.lineage`)
+    lineage: Optional[TaskLineage] = None
+
     @cached_property
     def hook(self) -> SleeperHook:
         return SleeperHook(self.sleeper_conn_id)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The table, the files read and the records written (:mod:`sleeper_ops.airflow.lineage`)."""
+        return operator_lineage(self.lineage)
+
+    def traced(self, work: Any, lineage: Any) -> Any:
+        """``work(table, run)`` that also notes ``lineage(table, report)`` as this task's lineage."""
+
+        def run(t: Any, run_id: str) -> Any:
+            report = work(t, run_id)
+            self.lineage = lineage(t, report)
+            return report
+
+        return run
 
 
 class SleeperOperator(_SleeperMixin, BaseOperator):
@@ -115,6 +133,7 @@ class SleeperIngestOperator(SleeperOperator):
             result = sleeper.table(self.table).ingest(files)
             extra = commit_extra(sleeper, self.table, files=len(result.files), rows=result.records,
                                  key_range=key_range_of(sleeper, self.table, result.files))
+            self.lineage = note(sleeper, self.table, inputs=files, rows=result.records, files=len(result.files))
         log.info("%s: ingested %d records from %d files into %d files in %.1f s", self.table, result.records,
                  len(files), len(result.files), result.seconds)
         emit_commit_event(self, context, self.table, files=len(result.files), rows=result.records, extra=extra)
@@ -154,6 +173,8 @@ class SleeperBulkImportOperator(SleeperOperator):
             result = sleeper.table(self.table).bulk_import(sources, import_key=self.import_key or None, run_id=run_id)
             extra = commit_extra(sleeper, self.table, files=len(result.files_written), rows=result.records,
                                  import_key=result.import_key)
+            self.lineage = note(sleeper, self.table, inputs=sources, rows=result.records,
+                                files=len(result.files_written))
         log.info("%s", result.summary())
         emit_commit_event(self, context, self.table, files=len(result.files_written), rows=result.records,
                           extra=extra)
@@ -165,7 +186,9 @@ class SleeperSplitOperator(SleeperOperator):
     """Split the table's leaf partitions that are over the splitting threshold."""
 
     def execute(self, context: Any) -> str:
-        return tasks.run_exclusive("split", self.table, context, lambda t, run: t.split(run_id=run),
+        return tasks.run_exclusive("split", self.table, context,
+                                   self.traced(lambda t, run: t.split(run_id=run),
+                                               lambda t, report: note(t.sleeper, t.name, reads_table=True)),
                                    opener=self.hook.get_conn)
 
 
@@ -185,7 +208,9 @@ class SleeperGcOperator(SleeperOperator):
 
     def execute(self, context: Any) -> str:
         dry_run = _as_bool(self.gc_dry_run)
-        return tasks.run_exclusive("gc", self.table, context, lambda t, run: t.gc(dry_run=dry_run),
+        return tasks.run_exclusive("gc", self.table, context,
+                                   self.traced(lambda t, run: t.gc(dry_run=dry_run),
+                                               lambda t, report: note(t.sleeper, t.name, reads_table=True)),
                                    opener=self.hook.get_conn)
 
 
@@ -208,6 +233,9 @@ class SleeperIngestBatcherOperator(SleeperOperator):
             r = reports[-1]
             files = sum(j.written for j in r.committed)
             extras.append(commit_extra(t.sleeper, t.name, files=files, rows=r.records))
+            done = r.committed
+            self.lineage = note(t.sleeper, t.name, inputs=[f for j in done for f in j.files], rows=r.records,
+                                files=files, size=sum(j.size_bytes for j in done))
             return r
 
         try:
@@ -235,6 +263,8 @@ class SleeperFlushOperator(SleeperOperator):
         def run(t: Any, run_id: str) -> Any:
             results.append(t.flush(run_id=run_id))
             extras.append(commit_extra(t.sleeper, t.name, files=results[-1].files, rows=results[-1].records))
+            self.lineage = note(t.sleeper, t.name, reads_table=True, rows=results[-1].records,
+                                files=results[-1].files)
             return results[-1]
 
         summary = tasks.run_exclusive("flush", self.table, context, run, opener=self.hook.get_conn)
@@ -264,7 +294,7 @@ class SleeperCompactionOperator(SleeperOperator):
     def execute(self, context: Any) -> str:
         runner = self.runner or None
         return tasks.run_exclusive("compaction", self.table, context,
-                                   lambda t, run: t.compact(runner=runner, run_id=run),
+                                   self.traced(lambda t, run: t.compact(runner=runner, run_id=run), compaction_lineage),
                                    failures=lambda report: report.count("failed"), opener=self.hook.get_conn)
 
 
@@ -304,8 +334,13 @@ class SleeperRunCompactionJobsOperator(SleeperOperator):
         self.jobs = jobs
 
     def execute(self, context: Any) -> str:
-        return tasks.run_compaction_jobs(self.table, tasks.jobs_from_json(self.jobs), context,
-                                         opener=self.hook.get_conn)
+        jobs = tasks.jobs_from_json(self.jobs)
+        try:
+            return tasks.run_compaction_jobs(self.table, jobs, context, opener=self.hook.get_conn)
+        finally:
+            if jobs:
+                with self.hook.get_conn() as sleeper:
+                    self.lineage = jobs_lineage(sleeper, self.table, jobs)
 
 
 class SleeperCompactionReportOperator(SleeperRunCompactionJobsOperator):
@@ -364,6 +399,7 @@ class SleeperSparkCompactionOperator(_SleeperMixin, SparkSubmitOperator):
                 raise SleeperError(f"this run lost its compaction lease between tasks: {e}") from e
             results = read_results_file(results_file, jobs) if os.path.exists(results_file) else {}
             records = {j.job_id: sleeper.state_store.get_job(table.info.table_id, j.job_id) for j in jobs}
+            self.lineage = jobs_lineage(sleeper, self.table, jobs)
         failed = []
         for j in jobs:
             r, rec = results.get(j.job_id), records[j.job_id]
