@@ -240,10 +240,16 @@ def test_an_unreachable_catalog_breaks_only_the_sleeper_dag_files(sleeper_home: 
 
 
 # ----- running each DAG ----------------------------------------------------------------------------
-def test_compaction_dag_leaves_one_file_per_leaf(sleeper: Sleeper, sleeper_home: Path, airflow_home: Path) -> None:
+def test_compaction_dag_leaves_one_file_per_leaf(sleeper: Sleeper, sleeper_home: Path, airflow_home: Path,
+                                                 tmp_path: Path) -> None:
     table = _filled_table(sleeper, "events")
     assert set(_references_per_leaf(table).values()) == {3}
-    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_compaction"})
+    inputs = sorted(sleeper.objects.uri_of(f) for f in table.state().files)
+    lineage = tmp_path / "lineage"
+    lineage.mkdir()
+    transport = {"type": "file", "log_file_path": str(lineage / "events.jsonl"), "append": True}
+    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_compaction"},
+                    AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps(transport))
     assert runs.results[0]["state"] == "success"
     assert runs.results[0]["tasks"] == {"create_jobs": "success", "run_local": "success", "run_spark": "skipped",
                                         "report": "success"}
@@ -253,6 +259,16 @@ def test_compaction_dag_leaves_one_file_per_leaf(sleeper: Sleeper, sleeper_home:
     assert len(jobs) == 2 and {j.status for j in jobs} == {"committed"}
     assert all(j.run_id.startswith("sleeper_events_compaction/manual__") for j in jobs)
     assert sleeper.state_store.get_lease(lease_name(table.info.table_id, "compaction")) is None
+    # OpenLineage of the run_local task: the six files it merged in, the table read and written, 3,000 rows
+    events = [json.loads(line) for line in (lineage / "events.jsonl").read_text().splitlines()]
+    (done,) = [e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".run_local")]
+    files_in = sorted(d["namespace"] + ":" + d["name"] for d in done["inputs"] if d["namespace"] == "file")
+    assert files_in == [f"file:{f}" for f in inputs]
+    (out,) = done["outputs"]
+    assert out["namespace"].startswith("sleeper://postgres.") and out["name"] == "events"
+    assert [d["name"] for d in done["inputs"] if d["namespace"] == out["namespace"]] == ["events"]
+    assert (out["outputFacets"]["outputStatistics"]["rowCount"],
+            out["outputFacets"]["outputStatistics"]["fileCount"]) == (3000, 2)
 
 
 def test_compaction_dag_with_nothing_to_do_releases_its_lease(sleeper: Sleeper, sleeper_home: Path,
