@@ -22,30 +22,11 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
 PG_DSN_ENV = "SLEEPER_TEST_PG_DSN"
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test`` runs ``-n 4 --dist loadgroup``), the tests of a
-    module that defines a module- or class-scoped fixture run on one worker, in order,
-    so that fixture (an Airflow server, a Spark session, a home the tests build on in
-    turn) starts once; every other test goes to whichever worker is free."""
-    def module_of(item: pytest.Item) -> str:
-        return item.nodeid.split("::", 1)[0]
-
-    def fixture_defs(item: pytest.Item) -> list[Any]:
-        info = getattr(item, "_fixtureinfo", None)
-        return [d for defs in info.name2fixturedefs.values() for d in defs] if info is not None else []
-
-    shared = {module_of(item) for item in items for d in fixture_defs(item)
-              if d.scope in ("module", "class") and (d.baseid or "").split("::", 1)[0] == module_of(item)}
-    for item in items:
-        if module_of(item) in shared and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(module_of(item)))
 
 
 def _admin_execute(admin_dsn: str, statement: object) -> None:
