@@ -37,8 +37,16 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports --config .importlinter --no-cache
 
-test: lint browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
+# The tests in parallel (pytest-xdist, TEST_WORKERS processes: they mostly wait on
+# subprocesses and servers, so more workers than cores), each module whole on one worker
+# (--dist loadfile: a module-scoped Airflow server or Spark session starts once; xdist's
+# loadgroup does not group under pytest 9). Prints the slowest tests and the total time.
+TEST_WORKERS ?= 4
+test:
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory lint browser && \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15; \
+	rc=$$?; echo "make test: $$(( $$(date +%s) - start )) s in all (lint and tests), exit $$rc"; exit $$rc
 
 test-unit: install
 	$(BIN)/python -m pytest -q tests/unit

@@ -21,7 +21,7 @@ import time
 
 import _common  # noqa: F401  (sets sys.path)
 import pyarrow.parquet as pq
-from _common import bench_sleeper
+from _common import bench_sleeper, parse_args
 
 from sleeper_ops.demo import SYSTEM_TEST_SCHEMA, generate_rows, split_points
 
@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=10)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--shuffle", nargs="+", default=["runs", "spark"], choices=["runs", "spark"])
-    args = ap.parse_args()
+    args = parse_args(ap, rows=20_000, files=2, shuffle=[])  # smoke: no spark-submit (10-18 s alone)
     with bench_sleeper("postgres") as (s, d):
         assert s.config is not None
         s.config = dataclasses.replace(s.config, spark_master=args.master)
@@ -66,6 +66,8 @@ def main() -> None:
                   f"({b.seconds:.1f} s)  ratio to ingest {n / b.seconds / base:.2f}")
             print(f"  bulk import ({shuffle:5s}), with spark-submit start {n / wall_s:>12,.0f} rows/s  "
                   f"({wall_s:.1f} s)  ratio to ingest {n / wall_s / base:.2f}")
+        if not args.shuffle:
+            print("  bulk import: not run (no --shuffle; --smoke runs none)")
         print("  goals: >= 1,000,000 rows/s inside the job on local[2]; >= 0.8 of standard ingest")
 
 

