@@ -253,12 +253,16 @@ def ingest_request(ctx: click.Context, table_name: str, files: tuple[str, ...], 
 @click.option("--port", default=8080, show_default=True, help="Port of the Airflow UI and API on 127.0.0.1.")
 @click.option("--demo/--no-demo", default=True, show_default=True,
               help="Create a small demo table if the catalog has no tables.")
+@click.option("--users", default=None, metavar="NAME:ROLE,...",
+              help="Airflow users and roles (viewer, user, op, admin), e.g. admin:admin,viewer:viewer,ops:op; "
+                   "must include admin:admin. Default: $AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS, else admin only.")
 @click.pass_context
-def airflow(ctx: click.Context, port: int, demo: bool) -> None:
-    """Run Airflow standalone with the Sleeper DAGs and plugin until Ctrl-C."""
+def airflow(ctx: click.Context, port: int, demo: bool, users: Optional[str]) -> None:
+    """Run Airflow standalone with the Sleeper DAGs and plugin until Ctrl-C; prints every
+    user's password once Airflow is ready."""
     from sleeper_ops.airflow.standalone import run_standalone
 
-    code = run_standalone(ctx.obj["home"], port=port, demo=demo, say=click.echo)
+    code = run_standalone(ctx.obj["home"], port=port, demo=demo, users=users, say=click.echo)
     if code:
         sys.exit(code)
 
