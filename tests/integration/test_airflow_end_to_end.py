@@ -72,7 +72,8 @@ def _airflow(home: Path) -> Iterator[dict[str, Any]]:
     env = {**os.environ, "SLEEPER_HOME": str(home)}
     env.pop("SLEEPER_STATE_STORE_DSN", None)
     log = open(home / "sleeper-airflow.out", "w+")
-    proc = subprocess.Popen([SLEEPER, "airflow", "--port", str(port), "--no-demo"], env=env, stdout=log,
+    proc = subprocess.Popen([SLEEPER, "airflow", "--port", str(port), "--no-demo",
+                             "--users", "admin:admin,viewer:viewer"], env=env, stdout=log,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
@@ -85,7 +86,8 @@ def _airflow(home: Path) -> Iterator[dict[str, Any]]:
         url, user, password = match.groups()
         token = httpx.post(f"{url}/auth/token", json={"username": user, "password": password}, timeout=30)
         assert token.status_code in (200, 201), token.text
-        yield {"url": url, "home": home, "token": token.json()["access_token"]}
+        yield {"url": url, "home": home, "token": token.json()["access_token"],
+               "out": (home / "sleeper-airflow.out").read_text()}
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -166,6 +168,19 @@ def test_the_same_calls_without_a_token_get_401(airflow: dict[str, Any]) -> None
         assert c.get("/sleeper/api/v1/tables").status_code == 401
         assert c.post("/api/v2/dags/sleeper_events_compaction/dagRuns",
                       json={"logical_date": None}).status_code == 401
+
+
+def test_every_user_named_by_users_gets_a_printed_password_and_a_viewer_may_read_not_write(
+        airflow: dict[str, Any]) -> None:
+    m = re.search(r"other users: viewer password (\S+) \(in ", airflow["out"])
+    assert m, airflow["out"]
+    token = httpx.post(f"{airflow['url']}/auth/token", json={"username": "viewer", "password": m.group(1)},
+                       timeout=30)
+    assert token.status_code in (200, 201), token.text
+    with httpx.Client(base_url=airflow["url"], headers={"Authorization": f"Bearer {token.json()['access_token']}"},
+                      timeout=60) as c:
+        assert [t["name"] for t in c.get("/sleeper/api/v1/tables").json()] == ["events"]
+        assert c.post("/sleeper/api/v1/tables/events/records", json={"records": []}).status_code == 403
 
 
 # ----- bulk import: backfilled by date through Airflow's own backfill -------------------------------
