@@ -183,6 +183,38 @@ def test_every_user_named_by_users_gets_a_printed_password_and_a_viewer_may_read
         assert c.post("/sleeper/api/v1/tables/events/records", json={"records": []}).status_code == 403
 
 
+def test_the_airflow_command_with_only_airflow_home_reaches_the_running_airflow(airflow: dict[str, Any]) -> None:
+    """``sleeper airflow`` writes its settings into airflow.cfg: the ``airflow`` command
+    needs nothing but AIRFLOW_HOME (no stray SQLite database, no migration asked for)."""
+    airflow_home = airflow["home"] / "airflow"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SLEEPER_"))}
+    env["AIRFLOW_HOME"] = str(airflow_home)
+    cli = str(Path(sys.executable).with_name("airflow"))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([cli, *args], env=env, capture_output=True, text=True, timeout=300)
+
+    listed = run("dags", "list", "-o", "plain")
+    assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
+    assert "sleeper_events_compaction" in listed.stdout
+    # a dated DAG (the only kind that backfills), once the DAG processor has it
+    (airflow["home"] / "dated.json").write_text(DAILY_SCHEMA)
+    _sleeper(airflow["home"], "table", "create", "dated", "--schema", str(airflow["home"] / "dated.json"),
+             "--property", "sleeper.table.bulk.import.source=/nowhere/{{ ds }}/")
+    deadline = time.monotonic() + 240
+    while "sleeper_dated_bulk_import" not in run("dags", "list", "-o", "plain").stdout:
+        assert time.monotonic() < deadline, "the dated DAG did not appear in 240 s"
+        time.sleep(5)
+    backfill = run("backfill", "create", "--dag-id", "sleeper_dated_bulk_import", "--from-date", "2026-01-01",
+                   "--to-date", "2026-01-03", "--dry-run")
+    out = backfill.stdout + backfill.stderr
+    assert "migration" not in out.lower(), out[-3000:]
+    assert backfill.returncode == 0, out[-3000:]
+    assert "2026-01-02" in backfill.stdout, out[-3000:]
+    assert not list(airflow_home.glob("*.db")), "no stray SQLite database"
+    _sleeper(airflow["home"], "table", "delete", "dated")
+
+
 # ----- bulk import: backfilled by date through Airflow's own backfill -------------------------------
 DAYS = ("2026-01-01", "2026-01-02", "2026-01-03")
 DAILY_SCHEMA = ('{"rowKeyFields": [{"name": "key", "type": "LongType"}], '

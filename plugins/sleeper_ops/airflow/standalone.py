@@ -183,6 +183,39 @@ class Ready:
     dags: int
 
 
+#: Settings of :func:`airflow_environment` that are not Airflow configuration options.
+_NOT_CONFIG = ("AIRFLOW_HOME",)
+
+
+def write_airflow_cfg(airflow_home: Path, env: dict[str, str]) -> Path:
+    """Write the Airflow settings of ``env`` (its ``AIRFLOW__SECTION__KEY`` variables) into
+    ``airflow_home/airflow.cfg``, keeping the file's other settings, so the ``airflow``
+    command run with ``AIRFLOW_HOME`` set to that folder (e.g. ``airflow backfill
+    create``) reaches the same metadata database and DAG folder as ``sleeper airflow``.
+    Returns the file's path."""
+    import configparser
+
+    path = airflow_home / "airflow.cfg"
+    cfg = configparser.ConfigParser(interpolation=None)
+    if path.exists():
+        cfg.read(path)
+    for name, value in sorted(env.items()):
+        if not name.startswith("AIRFLOW__") or name in _NOT_CONFIG:
+            continue
+        section, _, key = name[len("AIRFLOW__"):].partition("__")
+        if not key:
+            continue
+        section, key = section.lower(), key.lower()
+        if not cfg.has_section(section):
+            cfg.add_section(section)
+        cfg.set(section, key, value.replace("%", "%%"))  # Airflow reads the file with % interpolation
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:  # it holds the DB URL
+        f.write("# Written by 'sleeper airflow': its settings, for the airflow command with this AIRFLOW_HOME.\n")
+        cfg.write(f)
+    path.chmod(0o600)
+    return path
+
+
 def _admin_password(airflow_home: Path) -> Optional[str]:
     return user_passwords(airflow_home).get("admin")
 
@@ -311,6 +344,8 @@ def _run(config: SleeperConfig, *, port: int, demo: bool, users: Optional[str], 
         env = airflow_environment(config, state_dsn=state_dsn, metadata_url=metadata_url, port=port, users=users)
         say(f"Airflow home {config.airflow_home}; metadata in database {AIRFLOW_DATABASE!r} of the state store's "
             f"PostgreSQL; log {log_path}")
+        cfg = write_airflow_cfg(config.airflow_home, env)
+        say(f"Airflow's settings are in {cfg}: AIRFLOW_HOME={config.airflow_home} airflow ... reaches this Airflow")
         with open(log_path, "ab") as log:
             say("migrating the Airflow database ...")
             _airflow(env, "db", "migrate", log=log)

@@ -118,3 +118,20 @@ def test_the_users_reach_airflow_and_every_password_is_printed(tmp_path):
     (tmp_path / PASSWORDS_FILE).write_text('{"admin": "p1", "viewer": "p2", "ops": "p3"}')
     assert other_users_line(tmp_path, "admin") == \
         f"other users: viewer password p2; ops password p3 (in {tmp_path / PASSWORDS_FILE})"
+
+
+def test_the_airflow_settings_are_written_to_airflow_cfg_keeping_the_others(tmp_path):
+    import configparser
+
+    from sleeper_ops.airflow.standalone import write_airflow_cfg
+
+    (tmp_path / "airflow.cfg").write_text("[core]\ndags_folder = /old\nfernet_key = kept\n[webserver]\nx = 1\n")
+    path = write_airflow_cfg(tmp_path, {"AIRFLOW__CORE__DAGS_FOLDER": "/repo/dags", "AIRFLOW_HOME": str(tmp_path),
+                                        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql+psycopg://u:p%2F@h/airflow",
+                                        "SLEEPER_HOME": "/s", "PATH": "/bin"})
+    cfg = configparser.ConfigParser()  # Airflow reads it with % interpolation
+    cfg.read(path)
+    assert cfg.get("core", "dags_folder") == "/repo/dags" and cfg.get("core", "fernet_key") == "kept"
+    assert cfg.get("database", "sql_alchemy_conn") == "postgresql+psycopg://u:p%2F@h/airflow"
+    assert cfg.get("webserver", "x") == "1" and not cfg.has_option("core", "home")
+    assert path.stat().st_mode & 0o077 == 0, "it holds the database URL: the owner's only"
