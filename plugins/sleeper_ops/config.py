@@ -207,7 +207,8 @@ class SleeperConfig:
             if not create:
                 raise ConfigError(f"no configuration at {path}")
             h.mkdir(parents=True, exist_ok=True)
-            path.write_text("# Sleeper configuration; see the README.\n" + tomli_w.dumps(DEFAULT_CONFIG))
+            path.write_text("# Sleeper configuration; see docs/operations/configuration.md.\n"
+                            + tomli_w.dumps(DEFAULT_CONFIG))
         try:
             raw = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as e:

@@ -192,7 +192,8 @@ def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo,
     expanded = expand_sources(sources, s3)
     files = [path for path, _ in expanded]
     result.files_read = len(files)
-    result.presplits = presplit(state_store, table, files, s3=s3, min_leaves=min_leaves, run_id=run_id)
+    result.presplits = presplit(state_store, objects, table, files, s3=s3, min_leaves=min_leaves,
+                                run_id=run_id)
     partitions = tuple(state_store.partitions(table.table_id))
     rec = (stored or JobRecord.created(table.table_id, job_id, "bulk_import", input_files=len(files)))
     attempt = f"a{rec.attempts + 1}-{uuid.uuid4().hex[:8]}"

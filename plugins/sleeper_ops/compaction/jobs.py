@@ -85,8 +85,16 @@ class JobCreation:
     def summary(self) -> str:
         if self.skipped_reason:
             return f"{self.table}: skipped ({self.skipped_reason})"
-        return (f"{self.table}: {self.new} new compaction jobs, {self.retried} retried, "
-                f"{self.pushed_down} references pushed down")
+        return "\n".join([f"{self.table}: {self.new} new compaction jobs, {self.retried} retried, "
+                          f"{self.pushed_down} references pushed down", *self.waiting_lines()])
+
+    def waiting_lines(self, most: int = 10) -> list[str]:
+        """``  leaf P: why`` for the first ``most`` leaves in :attr:`waiting`, then a count of the rest."""
+        waiting = sorted(self.waiting.items())
+        lines = [f"  leaf {pid}: {why}" for pid, why in waiting[:most]]
+        if len(waiting) > most:
+            lines.append(f"  ... and {len(waiting) - most} more leaves with files but no job")
+        return lines
 
 
 def push_down(state_store: StateStore, table: TableInfo, state: TableState) -> int:

@@ -14,7 +14,8 @@ count at the refresh. If the count read now differs, the query plans again (rare
 when a flush commits during a query). So every query sees each record once: in a file
 or in the buffer.
 
-A backend without a write buffer (DynamoDB, for now) has an empty buffer here.
+Every backend keeps a write buffer (PostgreSQL rows, DynamoDB items, the in-memory store's
+dict), so every query reads one.
 """
 
 from __future__ import annotations
