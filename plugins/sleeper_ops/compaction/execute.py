@@ -123,7 +123,7 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
         raise CompactionError(f"job {job.job_id}: input files missing from storage: {', '.join(missing)}")
     paths, store, url = objects.datafusion_paths(list(job.inputs))
     merged = merge_sorted(paths, schema, region=None if job.whole_files else region,
-                          object_store=store, store_url=url, batch_size=batch_size)
+                          object_store=store, store_url=url, batch_size=batch_size, deletes=job.input_tombstones())
     rows_read = 0
 
     def counted() -> Iterator[pa.RecordBatch]:
@@ -137,7 +137,7 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
     stream = counted() if chain.is_empty else chain.apply(counted())
     # Whole input files with no iterators: the output holds exactly the inputs' keys,
     # so merging their sketches gives the output's sketch without touching each key.
-    reuse_sketches = job.whole_files and chain.is_empty
+    reuse_sketches = job.whole_files and chain.is_empty and not job.tombstones
     writer = DataFileWriter(objects, output_key or new_data_key(table.table_id, job.partition_id), schema,
                             ParquetSettings.of(table), sketch_rows=not reuse_sketches)
     try:
@@ -177,7 +177,8 @@ def commit_job(state_store: StateStore, objects: ObjectStore, out: JobOutput,
     if out.output is not None:
         if objects.head(out.output.key) is None:
             return f"output {out.output.key} vanished before the commit"
-        new_ref = FileReference(out.output.key, job.partition_id, out.output.record_count)
+        new_ref = FileReference(out.output.key, job.partition_id, out.output.record_count,
+                                delete_horizon=job.delete_horizon)
     # no caller commit id: every attempt writes a fresh output and commits once; a reply
     # lost mid-commit is retried inside commit() under the id it made
     try:

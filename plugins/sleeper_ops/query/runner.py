@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sleeper_ops.engine.deletes import covering_file, without_deleted
 from sleeper_ops.engine.iterators import BatchFn, IteratorChain
 from sleeper_ops.engine.leaves import region_mask
 from sleeper_ops.errors import QueryError
@@ -37,6 +38,7 @@ from sleeper_ops.query.buffered import BufferedRows
 from sleeper_ops.query.metadata import TableMetadata
 from sleeper_ops.query.stream import PendingSource, limited, merge_sources
 from statestore.catalog import TableInfo
+from statestore.deletes import Tombstone
 from statestore.errors import SchemaError
 from statestore.files import FileReference
 from statestore.region import Range, Region
@@ -109,6 +111,15 @@ class _Task:
     ref: FileReference
     region: Region  # query region ∩ partition region
     exclude: tuple[Region, ...] = ()  # earlier query regions: their rows are returned by their own tasks
+    deletes: tuple[Tombstone, ...] = ()  # tombstones covering the file whose regions meet the task's
+
+
+class _Tasks(list[_Task]):
+    """A query's tasks, and the table's live tombstones in the state they were planned on."""
+
+    def __init__(self, tombstones: tuple[Tombstone, ...]) -> None:
+        super().__init__()
+        self.tombstones = tombstones
 
 
 class QueryRunner:
@@ -157,14 +168,16 @@ class QueryRunner:
         if self._owns_pool:
             self._pool.shutdown(wait=False)
 
-    def _tasks(self, regions: Sequence[Region]) -> list[_Task]:
+    def _tasks(self, regions: Sequence[Region]) -> _Tasks:
         """One task per file reference and (disjoint) query region it may hold rows of,
-        planned on the table's metadata brought up to date now (read-your-writes)."""
+        planned on the table's metadata brought up to date now (read-your-writes), each
+        with the tombstones that hide rows of it; with the table's live tombstones then."""
         disjoint = _disjoint(regions)
 
-        def plan(meta: TableMetadata) -> list[_Task]:
+        def plan(meta: TableMetadata) -> _Tasks:
             self._current_plan(meta)
-            tasks: list[_Task] = []
+            live = tuple(meta.tombstones[n] for n in sorted(meta.tombstones))
+            tasks = _Tasks(live)
             for i, region in enumerate(disjoint):
                 exclude = tuple(r for r in disjoint[:i] if r.overlaps(region))
                 for part in meta.overlapping(region):
@@ -174,8 +187,9 @@ class QueryRunner:
                     inter = _intersect(region, part.region)
                     if inter is None:
                         continue
+                    near = tuple(t for t in live if any(r.overlaps(inter) for r in t.regions))
                     for ref in refs:
-                        tasks.append(_Task(ref, inter, exclude))
+                        tasks.append(_Task(ref, inter, exclude, covering_file(near, ref.delete_horizon)))
             return tasks
 
         return self.metadata.plan(plan)
@@ -191,7 +205,7 @@ class QueryRunner:
         while True:
             before = self.buffered.flushes
             tasks = self._tasks(regions)
-            rows, flushes = self.buffered.read()
+            rows, flushes = self.buffered.read(tasks.tombstones)
             if before == flushes:
                 table = self.buffered.in_regions(rows, regions)
                 return tasks, table.cast(self.target) if table.schema != self.target else table
@@ -278,7 +292,7 @@ class QueryRunner:
         mask = region_mask(table, task.region)
         for other in task.exclude:
             mask = pc.and_(mask, pc.invert(region_mask(table, other)))
-        table = table.filter(mask)
+        table = without_deleted(table.filter(mask), task.deletes)
         if table.schema != self.target:
             table = table.cast(self.target)
         return table

@@ -100,3 +100,11 @@ def test_a_delete_survives_a_dynamodb_snapshot(moto_endpoint_url, tmp_path):
     assert state.delete_count == 1 and state.tombstones[1].where == "ts = 1"
     assert state.references[("b", "L")].delete_horizon == 1
     assert replace(state.references[("a", "L")], update_time=0).delete_horizon == 0
+
+
+def test_the_tombstones_read_alone_agree_with_the_state(store: StateStore):
+    tid = new_table(store)
+    assert store.tombstones(tid) == (0, ())
+    store.commit(tid, DeleteRecords((KEYS,), update_time=5))
+    count, live = store.tombstones(tid)
+    assert count == 1 and [t.number for t in live] == [1] and live[0].created_ms == 5
