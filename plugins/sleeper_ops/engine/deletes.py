@@ -14,12 +14,13 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from sleeper_ops.engine.leaves import region_mask
 from sleeper_ops.errors import QueryError
 from sleeper_ops.io.arrow_schema import arrow_schema, empty_table
 from statestore.deletes import Tombstone
-from statestore.schema import Schema
+from statestore.schema import Schema, min_value
 
 
 class DeleteInputError(QueryError):
@@ -90,3 +91,52 @@ def filter_batches(batches: Iterable[pa.RecordBatch], tombstones: Sequence[Tombs
         kept = without_deleted(b, tombstones)
         if kept.num_rows:
             yield kept
+
+
+def key_bounds(metadata: pq.FileMetaData, field: str) -> Optional[tuple[Any, Any]]:
+    """The least and greatest value of ``field`` in a Parquet file, from its row group
+    statistics (None when a group has none, or the file has no rows)."""
+    names = metadata.schema.to_arrow_schema().names
+    if field not in names or metadata.num_row_groups == 0:
+        return None
+    idx = names.index(field)
+    lo = hi = None
+    for i in range(metadata.num_row_groups):
+        st = metadata.row_group(i).column(idx).statistics
+        if st is None or not st.has_min_max:
+            return None
+        lo = st.min if lo is None or st.min < lo else lo
+        hi = st.max if hi is None or st.max > hi else hi
+    return lo, hi
+
+
+def covers_whole(tombstones: Sequence[Tombstone], schema: Schema, bounds: Optional[tuple[Any, Any]]) -> bool:
+    """Whether some tombstone without a predicate matches every row of a file whose first
+    row key field lies within ``bounds`` (its other key fields unrestricted)."""
+    if bounds is None:
+        return False
+    lo, hi = bounds
+    for t in tombstones:
+        if t.where is not None:
+            continue
+        for region in t.regions:
+            first, rest = region.ranges[0], region.ranges[1:]
+            if (all(r.max is None and r.min == min_value(f.type)  # type: ignore[arg-type]
+                    for r, f in zip(rest, schema.row_key_fields[1:]))
+                    and _le(first.min, lo) and (first.max is None or _lt(hi, first.max))):
+                return True
+    return False
+
+
+def _le(a: Any, b: Any) -> bool:
+    try:
+        return bool(a <= b)
+    except TypeError:
+        return False
+
+
+def _lt(a: Any, b: Any) -> bool:
+    try:
+        return bool(a < b)
+    except TypeError:
+        return False
