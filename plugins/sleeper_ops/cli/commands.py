@@ -296,15 +296,27 @@ def sql(ctx: click.Context, statement: str, fmt: Optional[str], output: Optional
 
 
 @cli.command()
-@click.argument("kind", type=click.Choice(["partitions", "files", "jobs"]))
+@click.argument("kind", type=click.Choice(["partitions", "files", "jobs", "erasure"]))
 @click.argument("table_name", metavar="TABLE")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--limit", default=100, show_default=True, help="Most jobs to list (jobs report).")
+@click.option("--key", "keys", multiple=True, help="Erasure report: a key as JSON.")
+@click.option("--range", "ranges", multiple=True, nargs=2, metavar="MIN MAX",
+              help="Erasure report: [MIN, MAX) on the first row key field, as JSON.")
+@click.option("--where", default=None, metavar="PREDICATE", help="Erasure report: an SQL predicate on any fields.")
 @click.pass_context
-def report(ctx: click.Context, kind: str, table_name: str, as_json: bool, limit: int) -> None:
-    """Report a table's partitions (tree), files or jobs (newest first)."""
+def report(ctx: click.Context, kind: str, table_name: str, as_json: bool, limit: int, keys: tuple[str, ...],
+           ranges: tuple[tuple[str, str], ...], where: Optional[str]) -> None:
+    """Report a table's partitions (tree), files or jobs (newest first); or (erasure)
+    every object still holding records of a --key or --range (and --where), exiting 3
+    until none does."""
     from sleeper_ops import reports as rep
 
+    if kind == "erasure":
+        from sleeper_ops.cli.deletes import erasure
+
+        erasure(ctx, table_name, keys, ranges, where, as_json)
+        return
     t = _sleeper(ctx).table(table_name)
     if kind == "jobs":
         jobs = t.jobs(limit=limit)
