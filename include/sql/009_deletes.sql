@@ -11,6 +11,6 @@ ALTER TABLE file_references ADD COLUMN delete_horizon bigint NOT NULL DEFAULT 0;
 CREATE TABLE table_deletes (
     table_id text COLLATE "C" NOT NULL,
     number   bigint NOT NULL,
-    body     jsonb NOT NULL,
+    body     json NOT NULL,  -- json, not jsonb: a string key's bound may hold U+0000
     PRIMARY KEY (table_id, number)
 );
