@@ -1,7 +1,7 @@
 """The ``sleeper`` command: argument parsing and printing only; logic lives in the API.
 
 Errors from bad input exit 1 with a one-line ``error: ...`` message on stderr; a write
-refused because the table's buffer is full exits 75.
+refused because the table's buffer is full exits 75; `report erasure` exits 3 while records remain.
 """
 
 from __future__ import annotations
@@ -17,6 +17,15 @@ from statestore.errors import BufferFullError, SleeperError
 
 #: the exit code of a write refused because the buffer is full (EX_TEMPFAIL: try again later)
 EXIT_BUFFER_FULL = 75
+#: the exit code of ``report erasure`` while some object still holds matching records
+EXIT_NOT_ERASED = 3
+
+
+def parse_selection(t: Any, keys: tuple[str, ...], ranges: tuple[tuple[str, str], ...]) -> tuple[list[Any], list[Any]]:
+    """The keys and ranges given as JSON (``--key``, ``--range``), in the table's types."""
+    from sleeper_ops.io.codec import parse_key, parse_range
+
+    return [parse_key(t.schema, k) for k in keys], [parse_range(t.schema, lo, hi) for lo, hi in ranges]
 
 
 def _sleeper(ctx: click.Context):  # type: ignore[no-untyped-def]
@@ -312,12 +321,15 @@ def report(ctx: click.Context, kind: str, table_name: str, as_json: bool, limit:
     until none does."""
     from sleeper_ops import reports as rep
 
-    if kind == "erasure":
-        from sleeper_ops.cli.deletes import erasure
-
-        erasure(ctx, table_name, keys, ranges, where, as_json)
-        return
     t = _sleeper(ctx).table(table_name)
+    if kind == "erasure":
+        ks, rs = parse_selection(t, keys, ranges)
+        erased = t.erasure_report(keys=ks, ranges=rs, where=where)
+        click.echo(json.dumps(erased.to_dict()) if as_json else erased.render())
+        if not erased.clean:
+            sys.stdout.flush()
+            raise SystemExit(EXIT_NOT_ERASED)
+        return
     if kind == "jobs":
         jobs = t.jobs(limit=limit)
         click.echo(json.dumps(rep.jobs_report(jobs)) if as_json else rep.render_jobs(jobs))

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from sleeper_ops.engine.deletes import DeleteInputError, check_where
+from sleeper_ops.engine.key_regions import exact_key_region, range_region
 from sleeper_ops.errors import QueryError
-from sleeper_ops.query.runner import exact_key_region, range_region
 from statestore.catalog import TableInfo
 from statestore.client_writes import check_key
 from statestore.errors import NotSupportedError

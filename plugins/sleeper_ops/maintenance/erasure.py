@@ -28,10 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sleeper_ops.engine.deletes import check_where, covering_entry, covering_file, key_bounds, matches
-from sleeper_ops.ingest.buffer import decode
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.maintenance.deletes import delete_regions
 from statestore.catalog import TableInfo
@@ -111,7 +111,7 @@ def erasure_report(state_store: StateStore, objects: ObjectStore, table: TableIn
         report.buffer_entries_checked += 1
         if e.data is None:
             continue
-        rows = decode(e.data)
+        rows = pa.ipc.open_stream(pa.py_buffer(e.data)).read_all()
         hit = rows.filter(matches(rows, probe))
         if hit.num_rows:
             hidden = hit.num_rows - _visible(hit, covering_entry(live, e.seq))
