@@ -108,3 +108,16 @@ def test_the_tombstones_read_alone_agree_with_the_state(store: StateStore):
     store.commit(tid, DeleteRecords((KEYS,), update_time=5))
     count, live = store.tombstones(tid)
     assert count == 1 and [t.number for t in live] == [1] and live[0].created_ms == 5
+
+
+def test_the_buffer_high_water_is_the_last_sequence_number_buffered(store: StateStore):
+    from statestore.errors import NotSupportedError
+
+    tid = new_table(store)
+    try:
+        assert store.buffer_high_water(tid) == 0
+        first = store.append_buffer(tid, b"x", 1)
+        second = store.append_buffer(tid, b"y", 1)
+    except NotSupportedError:
+        pytest.skip("no write buffer on this backend")
+    assert store.buffer_high_water(tid) == max(first, second)
