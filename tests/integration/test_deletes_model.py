@@ -3,7 +3,8 @@ writes, deletes (by range, with or without a predicate), flushes, compactions (p
 at once), splits and garbage collection on a table, and after every step a whole-table
 query must return exactly what a plain-Python model holds: a list of records, each a
 dict, from which a delete removes the matching ones. The model shares no code with
-Sleeper. Runs on the in-memory store and on PostgreSQL; each example is a fresh table."""
+Sleeper. Runs on the in-memory store, PostgreSQL and DynamoDB (moto); each example is a
+fresh table."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from sleeper_ops import Sleeper
 from sleeper_ops.io.storage import ObjectStore
 from statestore.memory import InMemoryStateStore
+from tests.integration.statestore.conftest import moto_endpoint_url as moto_endpoint_url
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "LongType"}], "valueFields": [{"name": "v", "type": "StringType"}]}
 PROPERTIES = {"sleeper.table.delete.purge.hours": "0",  # compaction purges every delete at once
@@ -108,3 +110,12 @@ def test_deletes_follow_the_model_on_postgresql(pg_dsn: str, tmp_path: Path) -> 
 
     with Sleeper(state_store=PostgresStateStore(pg_dsn), objects=ObjectStore(str(tmp_path / "data"))) as s:
         _run(s, examples=8, steps=15)
+
+
+def test_deletes_follow_the_model_on_dynamodb(moto_endpoint_url: str, tmp_path: Path) -> None:
+    from statestore.dynamodb import open_dynamodb
+    from tests.integration.statestore.conftest import dynamodb_options
+
+    store = open_dynamodb(**dynamodb_options(moto_endpoint_url, tmp_path / "blobs"))
+    with Sleeper(state_store=store, objects=ObjectStore(str(tmp_path / "data"))) as s:
+        _run(s, examples=5, steps=12)
