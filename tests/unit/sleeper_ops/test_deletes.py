@@ -135,3 +135,11 @@ def test_bad_input_is_refused_in_one_line_and_deletes_nothing(t, kwargs, match) 
         t.delete(**kwargs)
     assert "\n" not in str(e.value)
     assert t.state().delete_count == 0
+
+
+def test_a_flush_of_only_deleted_records_empties_the_buffer_and_writes_no_file(t) -> None:  # type: ignore[no-untyped-def]
+    t.write(_rows(0, 10).to_pylist())
+    t.delete(ranges=[(0, 100)])
+    r = t.flush()
+    assert r.records == 0 and r.files == 0
+    assert t.buffer_stats().entries == 0 and not t.state().files and keys(t) == []
