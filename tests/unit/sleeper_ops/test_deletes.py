@@ -143,3 +143,28 @@ def test_a_flush_of_only_deleted_records_empties_the_buffer_and_writes_no_file(t
     r = t.flush()
     assert r.records == 0 and r.files == 0
     assert t.buffer_stats().entries == 0 and not t.state().files and keys(t) == []
+
+
+def test_a_bulk_import_already_running_when_a_delete_commits_loses_its_matching_records(sleeper, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pyarrow.parquet as pq
+
+    from sleeper_ops.bulk_import.job import ImportPlan, bulk_import
+    from tests.unit.sleeper_ops.test_bulk_import_job import SCHEMA as IMPORT_SCHEMA
+    from tests.unit.sleeper_ops.test_bulk_import_job import local_runner
+
+    t = sleeper.create_table("imp", IMPORT_SCHEMA)
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(pa.table({"key": pa.array(range(100), pa.int64()), "v": ["x"] * 100}), src / "a.parquet")
+    runner = local_runner(sleeper)
+
+    def run(plan: ImportPlan):  # type: ignore[no-untyped-def]
+        t.delete(ranges=[(10, 20)])  # commits while the import is running
+        return runner(plan)
+    assert bulk_import(sleeper.state_store, sleeper.objects, t.info, [str(src)], run=run, import_key="k").records == 100
+    assert keys(t) == [k for k in range(100) if not 10 <= k < 20]
+    again = tmp_path / "again"
+    again.mkdir()
+    pq.write_table(pa.table({"key": pa.array([15], pa.int64()), "v": ["y"]}), again / "b.parquet")
+    bulk_import(sleeper.state_store, sleeper.objects, t.info, [str(again)], run=runner, import_key="k2")
+    assert t.query(keys=[15])["v"].to_pylist() == ["y"]  # an import started after the delete keeps its records
