@@ -195,6 +195,10 @@ _DEFS = [
                 "the first answer and stores nothing (garbage collection forgets older keys).",
                 _between(1, 720, "a client resending after a timeout must still find its first write, and the "
                                  "state store keeps every key for this long")),
+    PropertyDef("sleeper.table.delete.purge.hours", "24",
+                "A deleted record stays in a data file at most about this long: compaction job creation makes "
+                "jobs for files holding records deleted longer ago, even when the strategy would not.",
+                _non_negative_int),
 ]
 _DEFAULT_SCHEDULES = {"split": "*/10 * * * *", "compaction": "*/5 * * * *", "gc": "*/15 * * * *",
                       "ingest_batcher": "* * * * *", "flush": "* * * * *", "bulk_import": "@daily"}

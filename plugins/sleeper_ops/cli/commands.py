@@ -1,7 +1,7 @@
 """The ``sleeper`` command: argument parsing and printing only; logic lives in the API.
 
 Errors from bad input exit 1 with a one-line ``error: ...`` message on stderr; a write
-refused because the table's buffer is full exits 75.
+refused because the table's buffer is full exits 75; `report erasure` exits 3 while records remain.
 """
 
 from __future__ import annotations
@@ -19,6 +19,15 @@ from statestore.errors import BufferFullError, SleeperError
 
 #: the exit code of a write refused because the buffer is full (EX_TEMPFAIL: try again later)
 EXIT_BUFFER_FULL = 75
+#: the exit code of ``report erasure`` while some object still holds matching records
+EXIT_NOT_ERASED = 3
+
+
+def parse_selection(t: Any, keys: tuple[str, ...], ranges: tuple[tuple[str, str], ...]) -> tuple[list[Any], list[Any]]:
+    """The keys and ranges given as JSON (``--key``, ``--range``), in the table's types."""
+    from sleeper_ops.io.codec import parse_key, parse_range
+
+    return [parse_key(t.schema, k) for k in keys], [parse_range(t.schema, lo, hi) for lo, hi in ranges]
 
 
 
@@ -152,16 +161,31 @@ def sql(ctx: click.Context, statement: str, fmt: Optional[str], output: Optional
 
 
 @cli.command()
-@click.argument("kind", type=click.Choice(["partitions", "files", "jobs"]))
+@click.argument("kind", type=click.Choice(["partitions", "files", "jobs", "erasure"]))
 @click.argument("table_name", metavar="TABLE")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--limit", default=100, show_default=True, help="Most jobs to list (jobs report).")
+@click.option("--key", "keys", multiple=True, help="Erasure report: a key as JSON.")
+@click.option("--range", "ranges", multiple=True, nargs=2, metavar="MIN MAX",
+              help="Erasure report: [MIN, MAX) on the first row key field, as JSON.")
+@click.option("--where", default=None, metavar="PREDICATE", help="Erasure report: an SQL predicate on any fields.")
 @click.pass_context
-def report(ctx: click.Context, kind: str, table_name: str, as_json: bool, limit: int) -> None:
-    """Report a table's partitions (tree), files or jobs (newest first)."""
+def report(ctx: click.Context, kind: str, table_name: str, as_json: bool, limit: int, keys: tuple[str, ...],
+           ranges: tuple[tuple[str, str], ...], where: Optional[str]) -> None:
+    """Report a table's partitions (tree), files or jobs (newest first); or (erasure)
+    every object still holding records of a --key or --range (and --where), exiting 3
+    until none does."""
     from sleeper_ops import reports as rep
 
     t = _sleeper(ctx).table(table_name)
+    if kind == "erasure":
+        ks, rs = parse_selection(t, keys, ranges)
+        erased = t.erasure_report(keys=ks, ranges=rs, where=where)
+        click.echo(json.dumps(erased.to_dict()) if as_json else erased.render())
+        if not erased.clean:
+            sys.stdout.flush()
+            raise SystemExit(EXIT_NOT_ERASED)
+        return
     if kind == "jobs":
         jobs = t.jobs(limit=limit)
         click.echo(json.dumps(rep.jobs_report(jobs)) if as_json else rep.render_jobs(jobs))
