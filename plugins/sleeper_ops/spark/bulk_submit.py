@@ -1,5 +1,7 @@
 """Bulk import runner ``spark``, the submitter: one spark-submit of
-``spark_apps/bulk_import.py`` per import (the driver: :mod:`sleeper_ops.spark.bulk_driver`).
+``spark_apps/bulk_import.py`` per import (the driver: :mod:`sleeper_ops.spark.bulk_driver`),
+or, when the configuration names a standing Spark service (``[spark] service``), a job
+sent to it (:mod:`sleeper_ops.spark.service_client`).
 
 :func:`submit_bulk_import` writes the configuration to a private file, runs
 spark-submit on ``config.spark_master``, streams Spark's log to this module's logger
@@ -50,6 +52,11 @@ def submit_bulk_import(config: SleeperConfig, table: TableInfo, sources: Sequenc
     import uuid
 
     key = import_key or uuid.uuid4().hex
+    if config.spark_service is not None:  # a standing driver: no spark-submit
+        from sleeper_ops.spark.service_client import submit_bulk_import as on_service
+
+        return on_service(config, table, sources, import_key=key, run_id=run_id, shuffle=shuffle,
+                          ingest_job_id=ingest_job_id, timeout=timeout)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sleeper-bulk-import-") as tmp:
         config_file, results_file = os.path.join(tmp, "sleeper.toml"), os.path.join(tmp, "result.json")
