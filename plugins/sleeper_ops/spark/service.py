@@ -39,6 +39,7 @@ Guarantees:
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import re
@@ -63,7 +64,8 @@ KEEP_ENDED = 500
 MAX_WAIT_SECONDS = 30.0
 MAX_BODY_BYTES = 16 * 1024 * 1024
 ERROR_CHARS = 2000
-DEFAULT_SPARK_CONF = {"spark.ui.enabled": "false", "spark.log.level": "WARN", "spark.scheduler.mode": "FAIR"}
+DEFAULT_SPARK_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.log.level": "WARN",
+                      "spark.scheduler.mode": "FAIR"}
 
 
 class ServiceRequestError(SleeperError):
@@ -154,9 +156,9 @@ class SparkService:
             self._forget_old()
             key = (kind, str(config.get("object_store")), table)
             table_lock = self._per_table.setdefault(key, threading.Lock())
+        logger.info("job %s: %s of %s queued", job_id, kind, table)
         threading.Thread(target=self._run, args=(job, table_lock), name=f"sleeper-service-{job_id}",
                          daemon=True).start()
-        logger.info("job %s: %s of %s queued", job_id, kind, table)
         return job, True
 
     def get(self, job_id: str) -> Optional[ServiceJob]:
@@ -301,6 +303,7 @@ def start_session(master: str, conf: dict[str, str], *, executors: int = 0, wait
     workers started and the job modules imported (so the first job pays neither)."""
     from pyspark.sql import SparkSession
 
+    _import_job_modules()
     builder = SparkSession.builder.master(master).appName("sleeper-spark-service")
     for k, v in conf.items():
         builder = builder.config(k, v)
@@ -315,7 +318,24 @@ def start_session(master: str, conf: dict[str, str], *, executors: int = 0, wait
     return spark
 
 
+def _import_job_modules() -> None:
+    """Import what a job's driver side uses (seconds of imports, paid before serving)."""
+    import sleeper_ops.api
+    import sleeper_ops.compaction.jobs
+    import sleeper_ops.spark.bulk_driver
+    import sleeper_ops.spark.driver  # noqa: F401
+
+    for name in ("statestore.postgres.store", "statestore.postgres.embedded"):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # that backend's packages are not installed: its jobs would say so
+            pass
+
+
 def _warm_up(_: Any) -> list[int]:
+    import datafusion  # noqa: F401  (the merge's engine)
+    import pyarrow.parquet  # noqa: F401
+
     import sleeper_ops.spark.bulk_executor
     import sleeper_ops.spark.executor  # noqa: F401
 
