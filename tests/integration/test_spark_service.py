@@ -12,11 +12,13 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import tomli_w
 
 from sleeper_ops import Sleeper
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.spark.bulk_submit import BulkImportError
 from sleeper_ops.spark.cluster import standing_cluster
+from tests.integration import test_dags as dag_tests
 from tests.integration.test_spark_compaction import BASIC, SCHEMA, ids, rows
 
 pytestmark = pytest.mark.integration
@@ -93,3 +95,27 @@ def test_a_failing_bulk_import_on_the_service_says_why_and_commits_nothing(tmp_p
         assert job.status == "failed" and "bad.parquet" in job.reason
         leftovers = [o.key for o in s.objects.list(t.info.table_id)]
         assert leftovers == [], "the failed import's outputs and runs are deleted"
+
+
+# the Airflow fixtures of the DAG tests: a migrated AIRFLOW_HOME of this test's own
+migrated_airflow_home = dag_tests.migrated_airflow_home
+airflow_home = dag_tests.airflow_home
+
+
+def test_the_compaction_dag_sends_its_spark_jobs_to_the_service_the_connection_names(tmp_path, pg_dsn, service,
+                                                                                     airflow_home):
+    home = tmp_path / "sleeper"
+    home.mkdir()
+    (home / "sleeper.toml").write_text(tomli_w.dumps({
+        "object_store": {"uri": "data"}, "state_store": {"backend": "postgres", "dsn": pg_dsn},
+        "spark": {"master": service.master, "service": service.service}}))
+    before = _health(service.service)["jobs"].get("succeeded", 0)
+    with Sleeper(home) as s:
+        table = dag_tests._filled_table(s, "events")
+        runs = dag_tests.run_dags(airflow_home, home, {"dag_id": "sleeper_events_compaction",
+                                                       "conf": {"runner": "spark"}})
+        assert runs.results[0]["state"] == "success", runs.logs[0][-3000:]
+        assert runs.results[0]["tasks"]["run_spark"] == "success"
+        assert set(dag_tests._references_per_leaf(table).values()) == {1}
+        assert table.query(ranges=[("", None)]).num_rows == 3000
+    assert _health(service.service)["jobs"].get("succeeded", 0) == before + 1, "one batch, on the service"
