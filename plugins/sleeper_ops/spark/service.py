@@ -178,7 +178,7 @@ class SparkService:
             del self._jobs[j.id]
 
     def _run(self, job: ServiceJob, table_lock: threading.Lock) -> None:
-        with self._slots, table_lock:
+        with table_lock, self._slots:  # a job waiting for its table holds no slot
             job.state, job.started = "running", time.time()
             logger.info("job %s: %s of %s running", job.id, job.kind, job.table)
             try:
