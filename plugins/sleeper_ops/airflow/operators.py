@@ -375,7 +375,7 @@ class SleeperSparkCompactionOperator(_SleeperMixin, SparkSubmitOperator):
 
     def _run_on_service(self, sleeper: Any, table: Any, jobs: list[Any], run: str, context: Any) -> dict[str, Any]:
         """Run ``jobs`` on the configuration's Spark service, holding the compaction lease."""
-        from sleeper_ops.spark.service_client import submit_compaction_batch
+        from sleeper_ops.spark.submit import submit_compaction_batch
 
         try:
             with tasks.compaction_lease(sleeper, table, context, release=False):

@@ -31,6 +31,7 @@ import tomli_w
 from sleeper_ops.compaction.execute import JobResult
 from sleeper_ops.compaction.jobs import CompactionJob
 from sleeper_ops.config import SleeperConfig
+from sleeper_ops.errors import IngestError
 from sleeper_ops.io.storage import S3Options
 from statestore.errors import SleeperError
 
@@ -43,6 +44,10 @@ FILE_FORMAT_VERSION = 1
 
 class SparkBatchError(SleeperError):
     """A batch could not be run on Spark (bad arguments, unreadable jobs file, Spark failed)."""
+
+
+class BulkImportError(IngestError):
+    """A bulk import did not commit (Spark failed, or the driver refused it)."""
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ import time
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from sleeper_ops.bulk_import.job import BulkImportResult, import_job_id
-from sleeper_ops.errors import ConfigError, IngestError
-from sleeper_ops.spark.batch_files import write_config_file
+from sleeper_ops.errors import ConfigError
+from sleeper_ops.spark.batch_files import BulkImportError, write_config_file
 from sleeper_ops.spark.submit import find_spark_submit, run_spark_submit, spark_app_path, spark_conf, spark_environment
 
 if TYPE_CHECKING:
@@ -29,10 +29,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 APP_NAME = "bulk_import.py"
-
-
-class BulkImportError(IngestError):
-    """A bulk import did not commit (Spark failed, or the driver refused it)."""
+__all__ = ["BulkImportError", "submit_bulk_import"]
 
 
 def submit_bulk_import(config: SleeperConfig, table: TableInfo, sources: Sequence[str], *,

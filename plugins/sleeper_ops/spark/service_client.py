@@ -13,7 +13,7 @@ Guarantees, as the spark-submit runners give them:
   committed if its import key's job record is committed, else failed (importing the
   same key again adds its records once); each compaction job is reported as its
   status record says (committed, else recorded failed), as when a spark-submit dies.
-* A failed job raises (bulk import: :class:`~sleeper_ops.spark.bulk_submit.BulkImportError`)
+* A failed job raises (bulk import: :class:`~sleeper_ops.spark.batch_files.BulkImportError`)
   or comes back failed (compaction) with the service's reason.
 """
 
@@ -27,7 +27,7 @@ import urllib.request
 import uuid
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from sleeper_ops.spark.batch_files import SparkBatchError, results_from_document
+from sleeper_ops.spark.batch_files import BulkImportError, SparkBatchError, results_from_document
 
 if TYPE_CHECKING:
     from sleeper_ops.bulk_import.job import BulkImportResult
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from sleeper_ops.compaction.jobs import CompactionJob
     from sleeper_ops.config import SleeperConfig
     from statestore.catalog import TableInfo
-    from statestore.store import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +120,6 @@ def submit_bulk_import(config: SleeperConfig, table: TableInfo, sources: Sequenc
         BulkImportError: the import failed or was lost uncommitted (the reason says which).
     """
     from sleeper_ops.bulk_import.job import BulkImportResult, import_job_id
-    from sleeper_ops.spark.bulk_submit import BulkImportError
 
     assert config.spark_service is not None
     started = time.perf_counter()
@@ -151,23 +149,21 @@ def submit_bulk_import(config: SleeperConfig, table: TableInfo, sources: Sequenc
     return result
 
 
-def submit_compaction_batch(config: SleeperConfig, state_store: StateStore, table: TableInfo,
-                            jobs: Sequence[CompactionJob], *, run_id: Optional[str] = None,
-                            timeout: Optional[float] = None) -> list[JobResult]:
-    """Run ``jobs`` (already assigned) on ``config.spark_service``; one result per job,
-    in order, as :func:`sleeper_ops.spark.submit.submit_compaction_batch` gives them."""
-    from sleeper_ops.spark.submit import unreported_result
-
+def compaction_results(config: SleeperConfig, table: TableInfo, jobs: Sequence[CompactionJob], *,
+                       run_id: Optional[str] = None,
+                       timeout: Optional[float] = None) -> tuple[dict[str, JobResult], str]:
+    """Run ``jobs`` (already assigned) on ``config.spark_service``: the results the
+    service reported, by job id, and the reason to record for any job it did not
+    report (:func:`sleeper_ops.spark.submit.submit_compaction_batch` records those as
+    their status records say)."""
     assert config.spark_service is not None
     request = {"kind": "compaction", "table": table.name, "config": config_document(config),
                "jobs": [j.to_dict() for j in jobs], "run_id": run_id}
-    results: dict[str, JobResult] = {}
     try:
         doc = run_on_service(config.spark_service, request, timeout=timeout)
-        outcome = doc.get("outcome")
-        if outcome is not None:
-            results = results_from_document(outcome, jobs, f"the Spark service at {config.spark_service}")
-        reason = f"the Spark service failed the batch: {doc.get('error')}"
     except SparkBatchError as e:
-        reason = str(e)
-    return [results.get(j.job_id) or unreported_result(state_store, table, j, reason) for j in jobs]
+        return {}, str(e)
+    outcome = doc.get("outcome")
+    results = results_from_document(outcome, jobs, f"the Spark service at {config.spark_service}") \
+        if outcome is not None else {}
+    return results, f"the Spark service failed the batch: {doc.get('error')}"

@@ -202,9 +202,10 @@ def submit_compaction_batch(config: SleeperConfig, state_store: StateStore, tabl
         return []
     jobs = list(jobs)
     if config.spark_service is not None:  # a standing driver: no spark-submit
-        from sleeper_ops.spark.service_client import submit_compaction_batch as on_service
+        from sleeper_ops.spark.service_client import compaction_results
 
-        return on_service(config, state_store, table, jobs, run_id=run_id, timeout=timeout)
+        reported, why = compaction_results(config, table, jobs, run_id=run_id, timeout=timeout)
+        return [reported.get(j.job_id) or unreported_result(state_store, table, j, why) for j in jobs]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sleeper-spark-compaction-") as tmp:
         jobs_file, results_file = os.path.join(tmp, "jobs.json"), os.path.join(tmp, "results.json")
