@@ -138,7 +138,8 @@ def submit_bulk_import(config: SleeperConfig, table: TableInfo, sources: Sequenc
             logger.warning("%s: %s, but its commit had landed", what, e)
             return BulkImportResult(table.name, import_key, rec.job_id, "committed", records=rec.rows_written,
                                     files_written=list(rec.outputs or ()))
-        raise BulkImportError(f"{what} failed: {e}; nothing committed (import the same key again)") from e
+        raise BulkImportError(f"{what} failed: {e}; not committed when checked (importing the same key again "
+                              "adds its records once)") from e
     except SparkBatchError as e:
         raise BulkImportError(f"{what} failed: {e}") from e
     outcome = doc.get("outcome") or {}
