@@ -4,7 +4,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export SLEEPER_HOME ?= .sleeper
 
-.PHONY: install browser demo airflow lint test test-unit bench clean
+.PHONY: install browser demo airflow cluster lint test test-unit bench clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -30,6 +30,10 @@ demo: install
 PORT ?= 8080
 airflow: install
 	$(BIN)/sleeper airflow --port $(PORT)
+
+# A Spark standalone master, 2 workers and the Sleeper Spark service (sleeper cluster); Ctrl-C stops them.
+cluster: install
+	$(BIN)/sleeper cluster
 
 # ruff, mypy (statestore and sleeper_ops) and the import contracts (docs/LAYERING.md).
 lint: install
