@@ -344,11 +344,14 @@ def _run(config: SleeperConfig, *, port: int, demo: bool, users: Optional[str], 
         env = airflow_environment(config, state_dsn=state_dsn, metadata_url=metadata_url, port=port, users=users)
         say(f"Airflow home {config.airflow_home}; metadata in database {AIRFLOW_DATABASE!r} of the state store's "
             f"PostgreSQL; log {log_path}")
-        cfg = write_airflow_cfg(config.airflow_home, env)
-        say(f"Airflow's settings are in {cfg}: AIRFLOW_HOME={config.airflow_home} airflow ... reaches this Airflow")
         with open(log_path, "ab") as log:
             say("migrating the Airflow database ...")
             _airflow(env, "db", "migrate", log=log)
+            # after Airflow's first command has generated airflow.cfg with its secrets (the JWT
+            # secret every component must share), never before
+            cfg = write_airflow_cfg(config.airflow_home, env)
+            say(f"Airflow's settings are in {cfg}: AIRFLOW_HOME={config.airflow_home} airflow ... reaches "
+                "this Airflow")
             _airflow(env, "pools", "set", "spark", str(SPARK_POOL_SLOTS), "spark-submit runs of Sleeper DAGs",
                      log=log)
             say(f"starting Airflow standalone on http://127.0.0.1:{port} ...")
