@@ -4,7 +4,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export SLEEPER_HOME ?= .sleeper
 
-.PHONY: install browser demo airflow lint test test-unit bench clean
+.PHONY: install browser demo airflow cluster lint test test-unit bench clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -31,14 +31,26 @@ PORT ?= 8080
 airflow: install
 	$(BIN)/sleeper airflow --port $(PORT)
 
+# A Spark standalone master, 2 workers and the Sleeper Spark service (sleeper cluster); Ctrl-C stops them.
+cluster: install
+	$(BIN)/sleeper cluster
+
 # ruff, mypy (statestore and sleeper_ops) and the import contracts (docs/LAYERING.md).
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --config .importlinter --no-cache
 
-test: lint browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
+# The tests in parallel (pytest-xdist, TEST_WORKERS processes: they mostly wait on
+# subprocesses and servers, so more workers than cores), each module whole on one worker
+# (--dist loadfile: a module-scoped Airflow server or Spark session starts once; xdist's
+# loadgroup does not group under pytest 9). Prints the slowest tests and the total time.
+TEST_WORKERS ?= 4
+test:
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory lint browser && \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15; \
+	rc=$$?; echo "make test: $$(( $$(date +%s) - start )) s in all (lint and tests), exit $$rc"; exit $$rc
 
 test-unit: install
 	$(BIN)/python -m pytest -q tests/unit

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import sys
 import tempfile
@@ -38,3 +39,17 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     def at(q: float) -> float:
         return xs[min(len(xs) - 1, int(q * len(xs)))]
     return {"p50": at(0.50), "p95": at(0.95), "p99": at(0.99)}
+
+
+def parse_args(ap: argparse.ArgumentParser, **smoke: object) -> argparse.Namespace:
+    """Parse the command line, with ``--smoke``: the tiny sizes in ``smoke`` (argument
+    names as attributes) replace the defaults and whatever was given, so the script runs
+    in a few seconds and prints output of its usual shape (tests/test_bench_smoke.py runs
+    every script so). The figures of a smoke run mean nothing."""
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny sizes, a few seconds: a check that the bench runs (its figures mean nothing)")
+    args = ap.parse_args()
+    if args.smoke:
+        for name, value in smoke.items():
+            setattr(args, name, value)
+    return args

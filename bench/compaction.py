@@ -55,6 +55,7 @@ import _common  # noqa: F401  (sets sys.path)
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from _common import parse_args
 
 from sleeper_ops.demo import SYSTEM_TEST_SCHEMA, generate_rows
 
@@ -244,7 +245,7 @@ def main() -> None:
     ap.add_argument("--child", choices=["copy", "copy-ahead", "local", "spark"], help=argparse.SUPPRESS)
     ap.add_argument("--home", help=argparse.SUPPRESS)
     ap.add_argument("--table", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = parse_args(ap, rows=5_500, big=11_000, repeat=1, no_spark=True)  # smoke: no spark-submit
     if args.child:
         child_main(args)
         return

@@ -19,7 +19,7 @@ import time
 
 import _common  # noqa: F401  (sets sys.path)
 import pyarrow.parquet as pq
-from _common import bench_sleeper
+from _common import bench_sleeper, parse_args
 
 from sleeper_ops.demo import SYSTEM_TEST_SCHEMA, generate_rows, split_points
 
@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--state-store", default="postgres", choices=["postgres", "memory"])
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--rowgroup-rows", type=int, nargs="+", default=[None])
-    args = ap.parse_args()
+    args = parse_args(ap, rows=20_000, repeat=1)
 
     with bench_sleeper(args.state_store) as (s, d):
         data = generate_rows(args.rows, seed=7)

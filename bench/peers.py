@@ -44,7 +44,7 @@ from typing import Any
 
 import _common  # noqa: F401  (sets sys.path)
 import pyarrow.parquet as pq
-from _common import bench_sleeper, percentiles
+from _common import bench_sleeper, parse_args, percentiles
 
 from sleeper_ops.demo import KEY_SPACE, SYSTEM_TEST_SCHEMA, generate_rows, split_points
 from sleeper_ops.query.runner import exact_key_region, range_region
@@ -165,8 +165,9 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--state-store", default="postgres", choices=["postgres", "memory"])
     ap.add_argument("--peers-venv", type=Path, default=HERE / ".peers-venv")
-    args = ap.parse_args()
-    python = peers_python(args.peers_venv)
+    args = parse_args(ap, rows=4_000, appends=2, queries=10)
+    # smoke: ours only; the peers' venv would be built (deltalake, pylance from PyPI) on a first run
+    python = None if args.smoke else peers_python(args.peers_venv)
     with tempfile.TemporaryDirectory(prefix="sleeper-peers-") as d:
         work = Path(d)
         t0 = time.perf_counter()
@@ -176,10 +177,13 @@ def main() -> None:
         results = []
         with bench_sleeper(args.state_store) as (s, _):
             results.append(ours(s, work, q))
-        print(f"ours done (state store {args.state_store}); peers in {python.parent.parent.name} ...", flush=True)
-        out = subprocess.run([str(python), str(HERE / "_peers_child.py"), str(work)], check=True,
-                             capture_output=True, text=True)
-        results += [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+        if python is None:
+            print(f"ours done (state store {args.state_store}); peers skipped (--smoke)", flush=True)
+        else:
+            print(f"ours done (state store {args.state_store}); peers in {python.parent.parent.name} ...", flush=True)
+            out = subprocess.run([str(python), str(HERE / "_peers_child.py"), str(work)], check=True,
+                                 capture_output=True, text=True)
+            results += [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     report(results, args.rows, args.appends)
 
 

@@ -24,7 +24,7 @@ import random
 import time
 
 import _common  # noqa: F401
-from _common import bench_sleeper, percentiles
+from _common import bench_sleeper, parse_args, percentiles
 
 from sleeper_ops.demo import KEY_SPACE, SYSTEM_TEST_SCHEMA, generate_rows, split_points
 
@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--state-store", default="postgres", choices=["postgres", "memory"])
     ap.add_argument("--rowgroup-rows", type=int, default=None, help="sleeper.table.parquet.rowgroup.rows.max")
     ap.add_argument("--no-compact", action="store_true", help="query the files as ingested")
-    args = ap.parse_args()
+    args = parse_args(ap, sizes=[2_000, 4_000], queries=20)
     results = {}
     props = {} if args.rowgroup_rows is None else {"sleeper.table.parquet.rowgroup.rows.max": str(args.rowgroup_rows)}
     with bench_sleeper(args.state_store) as (s, _):

@@ -28,7 +28,7 @@ import time
 from typing import Any, Callable
 
 import _common  # noqa: F401
-from _common import bench_sleeper, percentiles
+from _common import bench_sleeper, parse_args, percentiles
 
 from sleeper_ops.demo import SYSTEM_TEST_SCHEMA, generate_rows, split_points
 from sleeper_ops.query.runner import exact_key_region
@@ -98,7 +98,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--rows", type=int, default=20_000, help="rows of each of the 3 data files")
     ap.add_argument("--state-store", default="postgres", choices=["postgres", "memory"])
-    args = ap.parse_args()
+    args = parse_args(ap, leaves=[4, 16], queries=20, rows=1_000)
     results = {}
     with bench_sleeper(args.state_store) as (s, _):
         print(f"exact-key latency (ms) by leaf count, state store {args.state_store}")

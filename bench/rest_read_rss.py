@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Iterator
 
 import _common  # noqa: F401
+from _common import parse_args
 
 TABLE = "t"
 
@@ -141,7 +142,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--serve", nargs=2, metavar=("HOME", "PORT"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = parse_args(ap, rows=20_000)
     if args.serve:
         serve(args.serve[0], int(args.serve[1]))
         return

@@ -18,7 +18,7 @@ import time
 import _common  # noqa: F401  (sets sys.path)
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _common import bench_sleeper, percentiles
+from _common import bench_sleeper, parse_args, percentiles
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "LongType"}], "valueFields": [{"name": "v", "type": "StringType"}]}
 
@@ -27,7 +27,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=100)
     ap.add_argument("--count", type=int, default=300)
-    args = ap.parse_args()
+    args = parse_args(ap, rows=10, count=10)
     with bench_sleeper("postgres") as (s, home):
         t = s.create_table("t", SCHEMA)
         batches = [pa.table({"key": pa.array(range(i * args.rows, (i + 1) * args.rows), pa.int64()),

@@ -66,14 +66,14 @@ def select_one_baseline(dsn: str, seconds: float = 3.0) -> tuple[float, float]:
         return baseline(select_one, seconds)
 
 
-def bench_small_commits(dsn: str, seconds: float = 6.0, *, with_jobs: bool = False) -> float:
+def bench_small_commits(dsn: str, seconds: float = 6.0, *, with_jobs: bool = False,
+                        jobs_per_thread: int = 6000) -> float:
     """(a); ``with_jobs``: each commit also saves its job's record, as compaction does
     (the records of the attempts are saved, untimed, before)."""
     backoff = CountingBackoff()
     store = PostgresStateStore(dsn, backoff=backoff, max_connections=THREADS)
     try:
         table_id, leaves = new_table(store, 64)
-        jobs_per_thread = 6000
         inputs = 3
         refs = add_files(store, table_id, leaves, THREADS * jobs_per_thread * inputs, "in")
         # group inputs by partition into jobs of 3, assign job ids (setup, untimed)
@@ -89,7 +89,7 @@ def bench_small_commits(dsn: str, seconds: float = 6.0, *, with_jobs: bool = Fal
         per_thread = [jobs[i::THREADS] for i in range(THREADS)]
         records: dict[str, JobRecord] = {}
         if with_jobs:
-            for job in jobs[:THREADS * 3000]:
+            for job in jobs[:THREADS * jobs_per_thread // 2]:
                 rec = JobRecord.created(table_id, job.job_id, "compaction").started(outputs=[f"out/{job.job_id}"])
                 store.put_job(rec)
                 records[job.job_id] = rec.finished(3000, 3000, f"out/{job.job_id}").committed()
@@ -165,29 +165,35 @@ def bench_commit_vs_size(dsn: str, sizes: tuple[int, ...] = (1_000, 100_000),
         return medians[lo], medians[hi]
 
 
-def run_postgres(dsn: str, label: str) -> Figures:
-    """Every figure on the PostgreSQL server at ``dsn``, under ``label``."""
-    base, base_1 = select_one_baseline(dsn)
+def run_postgres(dsn: str, label: str, smoke: bool = False) -> Figures:
+    """Every figure on the PostgreSQL server at ``dsn``, under ``label`` (``smoke``: tiny
+    sizes and durations, figures that mean nothing)."""
+    seconds = 0.3 if smoke else None
+    timed = {} if seconds is None else {"seconds": seconds}
+    base, base_1 = select_one_baseline(dsn, **timed)
+    if smoke:
+        timed["jobs_per_thread"] = 30
     f = Figures(label, "SELECT 1", base, base_1)
     print(f"baseline: SELECT 1: {base:,.0f} round trips/s from {THREADS} threads, {base_1:,.0f}/s from one")
-    f.commits_per_s = bench_small_commits(dsn)
-    f.commits_per_s_jobs = bench_small_commits(dsn, with_jobs=True)
-    f.files_per_s, f.load_s = bench_large_commit(dsn)
+    f.commits_per_s = bench_small_commits(dsn, **timed)
+    f.commits_per_s_jobs = bench_small_commits(dsn, with_jobs=True, **timed)
+    f.files_per_s, f.load_s = bench_large_commit(dsn, **({"n": 2_000} if smoke else {}))
     f.load_how = "load_state from its tables"
-    f.commit_s_1k, f.commit_s_100k = bench_commit_vs_size(dsn)
+    f.commit_s_1k, f.commit_s_100k = bench_commit_vs_size(dsn, **({"sizes": (100, 1_000), "commits": 5} if smoke
+                                                                   else {}))
     return f
 
 
-def postgres(dsn: Optional[str]) -> Figures:
+def postgres(dsn: Optional[str], smoke: bool = False) -> Figures:
     """Every figure on PostgreSQL at ``dsn`` (None: an embedded server of its own)."""
     if dsn:
-        return run_postgres(dsn, "PostgreSQL")
+        return run_postgres(dsn, "PostgreSQL", smoke)
     from statestore.postgres.embedded import EmbeddedPostgres
 
     with tempfile.TemporaryDirectory(prefix="sleeper-bench-") as tmp:
         with EmbeddedPostgres(Path(tmp) / "pg", cleanup_mode="stop") as pg:
             print(f"embedded PostgreSQL in {tmp}")
-            return run_postgres(pg.dsn, "PostgreSQL (embedded)")
+            return run_postgres(pg.dsn, "PostgreSQL (embedded)", smoke)
 
 
 def main() -> None:
@@ -195,12 +201,16 @@ def main() -> None:
     parser.add_argument("--backend", choices=("both", "postgres", "dynamodb"), default="both")
     parser.add_argument("--dsn", help="PostgreSQL DSN (default: an embedded server in a temporary directory)")
     parser.add_argument("--endpoint-url", help="DynamoDB endpoint (default: a moto server started for the run)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="PostgreSQL only, tiny sizes, a few seconds: a check that the bench runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.backend = "postgres"
     t0 = time.perf_counter()
     pg = dd = None
     if args.backend in ("both", "postgres"):
         print("== PostgreSQL ==", flush=True)
-        pg = postgres(args.dsn)
+        pg = postgres(args.dsn, args.smoke)
     if args.backend in ("both", "dynamodb"):
         from _statestore_dynamodb import run_dynamodb
 

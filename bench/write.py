@@ -25,7 +25,7 @@ import time
 from typing import Any, Optional
 
 import pyarrow as pa
-from _common import bench_sleeper, percentiles
+from _common import bench_sleeper, parse_args, percentiles
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
           "sortKeyFields": [{"name": "ts", "type": "LongType"}],
@@ -112,7 +112,8 @@ def exact_key_p50(t: Any, keys: list[str], n: int = 300, buffer: bool = True) ->
     return percentiles(out)["p50"]
 
 
-def run(s: Any, dsn: str, data_dir: str, writes: int, seconds: float) -> None:
+def run(s: Any, dsn: str, data_dir: str, writes: int, seconds: float, scale: int = 1) -> None:
+    """Every figure; ``scale`` divides the sizes of (c) and (d) (``--smoke``: 100)."""
     import psycopg
 
     from sleeper_ops.ingest.buffer import encode
@@ -137,7 +138,7 @@ def run(s: Any, dsn: str, data_dir: str, writes: int, seconds: float) -> None:
         t.write(batch)
         ours.append(time.perf_counter() - t0)
     plain = _plain_insert(dsn, data, writes)
-    for _ in range(max(50, writes // 5)):
+    for _ in range(max(50 // scale, writes // 5)):
         t0 = time.perf_counter()
         t.write(dicts)
         ours_dicts.append(time.perf_counter() - t0)
@@ -156,23 +157,23 @@ def run(s: Any, dsn: str, data_dir: str, writes: int, seconds: float) -> None:
 
     # (c) flush of everything buffered so far, topped up to ~1 M records
     held = t.buffer_stats().rows
-    while held < 1_000_000:
+    while held < 1_000_000 // scale:
         t.write(records(held))
         held += ROWS
     r = t.flush()
     print(f"(c) flush: {r.records:,} records in {r.seconds:.2f}s = {r.records_per_second:,.0f} records/s"
           f" ({r.rounds} rounds, {r.files} files) [goal >= 1,000,000]")
 
-    # (d) exact-key query p50 on a table of 1 M records in one file per leaf: empty buffer vs 100,000 buffered
+    # (d) exact-key query p50 on a table of 1 M records (/ scale) in one file per leaf: empty buffer vs 100,000 buffered
     q = s.create_table("q", SCHEMA, split_points=[f"k{i * 10**7:08d}" for i in range(1, 10)])
-    q.ingest(pa.concat_tables([records(20_000_000 + i) for i in range(1000)]))
+    q.ingest(pa.concat_tables([records(20_000_000 + i) for i in range(1000 // scale)]))
     keys = q.query(ranges=[("k", None)], buffer=False)["key"].to_pylist()
-    sample = random.Random(7).sample(keys, 200)
+    sample = random.Random(7).sample(keys, min(200, len(keys)))
     no_buffer = exact_key_p50(q, sample, buffer=False)
     empty = exact_key_p50(q, sample)
-    for i in range(100):
+    for i in range(100 // scale):
         q.write(records(10_000_000 + i))
-    assert q.buffer_stats().rows == 100_000
+    assert q.buffer_stats().rows == 100_000 // scale
     full = exact_key_p50(q, sample)
     print(f"(d) exact-key query p50: empty buffer {empty * 1e3:.2f} ms, 100,000 buffered {full * 1e3:.2f} ms;"
           f" ratio {full / empty:.2f} [goal <= 1.5]; without reading the buffer {no_buffer * 1e3:.2f} ms")
@@ -183,11 +184,11 @@ def main() -> None:
     parser.add_argument("--writes", type=int, default=500, help="writes timed one at a time")
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds of the concurrent phase")
     parser.add_argument("--dsn", help="PostgreSQL DSN (default: the embedded server of a temporary SLEEPER_HOME)")
-    args = parser.parse_args()
+    args = parse_args(parser, writes=10, seconds=0.5)
     with bench_sleeper("postgres") as (s, home):
         dsn: Optional[str] = args.dsn or s.state_store.dsn
         assert dsn is not None
-        run(s, dsn, str(home / "data"), args.writes, args.seconds)
+        run(s, dsn, str(home / "data"), args.writes, args.seconds, scale=100 if args.smoke else 1)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ the table catalog and the StateStore backends. Imports nothing else of ours."""
 
 from statestore.catalog import TableInfo
 from statestore.changes import TableChanges
+from statestore.deletes import Tombstone
 from statestore.errors import (
     CommitConflictError,
     FileReferenceError,
@@ -30,6 +31,8 @@ from statestore.transactions import (
     AssignJobIds,
     ClearFiles,
     DeleteFiles,
+    DeleteRecords,
+    DropTombstones,
     InitialisePartitions,
     JobAssignment,
     ReplaceFileReferences,
@@ -41,7 +44,8 @@ from statestore.transactions import (
 )
 
 __all__ = [
-    "AddFiles", "AssignJobIds", "ClearFiles", "CommitConflictError", "DeleteFiles", "Field", "FileRecord",
+    "AddFiles", "AssignJobIds", "ClearFiles", "CommitConflictError", "DeleteFiles",
+    "DeleteRecords", "DropTombstones", "Tombstone", "Field", "FileRecord",
     "FileReference", "FileReferenceError", "FileStatus", "InMemoryStateStore", "InitialisePartitions",
     "JobAssignment", "JobRecord", "Lease", "LeaseHeldError", "ListType", "MapType", "Partition", "PartitionError",
     "PartitionTree",

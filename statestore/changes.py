@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from statestore.catalog import TableInfo
+from statestore.deletes import Tombstone
 from statestore.files import FileReference
 from statestore.partitions import Partition
 from statestore.state import TableState
@@ -49,6 +50,8 @@ class TableChanges:
         partitions: the current values of those partitions that still exist.
         filenames: files whose references changed; empty if ``full``.
         references: every current reference of those files.
+        tombstones: the table's live tombstones (:mod:`statestore.deletes`), all of
+            them; None when the answer does not say (they did not change).
     """
 
     table: TableInfo
@@ -58,6 +61,7 @@ class TableChanges:
     partitions: tuple[Partition, ...] = ()
     filenames: frozenset[str] = frozenset()
     references: tuple[FileReference, ...] = ()
+    tombstones: Optional[tuple[Tombstone, ...]] = None
 
     @property
     def unchanged(self) -> bool:
@@ -67,7 +71,7 @@ class TableChanges:
     def whole(cls, table: TableInfo, token: Any, state: TableState) -> TableChanges:
         """A full answer: every partition and reference of ``state``."""
         return cls(table, token, True, partitions=tuple(state.partitions.values()),
-                   references=tuple(state.references.values()))
+                   references=tuple(state.references.values()), tombstones=tuple(state.tombstones.values()))
 
     @classmethod
     def of_rows(cls, table: TableInfo, token: Any, state: TableState, partition_ids: Iterable[str],
@@ -77,7 +81,7 @@ class TableChanges:
         pids, names = frozenset(partition_ids), frozenset(filenames)
         parts = tuple(state.partitions[p] for p in pids if p in state.partitions)
         refs = tuple(state.references[(f, p)] for f in names for p in state.refs_by_file.get(f, ()))
-        return cls(table, token, False, pids, parts, names, refs)
+        return cls(table, token, False, pids, parts, names, refs, tuple(state.tombstones.values()))
 
     def apply_to(self, state: TableState) -> None:
         """Bring ``state`` (partitions and references only; ``files`` is left alone)
@@ -95,6 +99,8 @@ class TableChanges:
                 state.remove_reference(name, pid)
         for r in self.references:
             state.put_reference(r)
+        if self.tombstones is not None:
+            state.tombstones = {t.number: t for t in self.tombstones}
 
 
 def is_token_of(token: Any, kind: str) -> Optional[tuple[Any, ...]]:

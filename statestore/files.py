@@ -25,6 +25,9 @@ class FileReference:
         whole_file: the file holds only records of this partition.
         job_id: the compaction job the reference is assigned to, if any.
         update_time: milliseconds since the epoch of the last change.
+        delete_horizon: the table's delete count when the writer of the file started
+            reading its input: tombstones numbered above it apply to the file
+            (:mod:`statestore.deletes`).
     """
 
     filename: str
@@ -34,9 +37,13 @@ class FileReference:
     whole_file: bool = True
     job_id: Optional[str] = None
     update_time: int = 0
+    delete_horizon: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not self.delete_horizon:
+            del d["delete_horizon"]  # the form of references written before deletes existed
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FileReference:

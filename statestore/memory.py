@@ -192,7 +192,7 @@ class InMemoryStateStore(StateStore):
             if held is None or held[0] != self._epoch or not 0 <= held[1] <= version:
                 return TableChanges.whole(info, token, state)
             if held[1] == version:
-                return TableChanges(info, token, False)
+                return TableChanges(info, token, False, tombstones=tuple(state.tombstones.values()))
             if not log or log[0][0] > held[1] + 1:
                 return TableChanges.whole(info, token, state)
             pids: set[str] = set()

@@ -171,7 +171,8 @@ _DEFS = [
                 "Where the table's dated bulk import DAG reads: a template on the run's data interval, e.g. "
                 "s3://raw/events/{{ data_interval_start | ds }}/ (several separated by commas).", _non_empty),
     PropertyDef("sleeper.table.bulk.import.min.leaf.partitions", "64",
-                "A bulk import into a table with fewer leaf partitions splits it first, from a sample of the input.",
+                "A bulk import into an empty table with fewer leaf partitions splits it first (into a table "
+                "with data: in proportion to the import's share), at medians of the table and the input.",
                 _positive_int),
     PropertyDef("sleeper.table.ingest.batcher.job.min.size", "1G", "Smallest ingest batcher job (bytes).", _size),
     PropertyDef("sleeper.table.ingest.batcher.job.max.size", "5G", "Largest ingest batcher job (bytes).", _size),
@@ -194,6 +195,10 @@ _DEFS = [
                 "the first answer and stores nothing (garbage collection forgets older keys).",
                 _between(1, 720, "a client resending after a timeout must still find its first write, and the "
                                  "state store keeps every key for this long")),
+    PropertyDef("sleeper.table.delete.purge.hours", "24",
+                "A deleted record stays in a data file at most about this long: compaction job creation makes "
+                "jobs for files holding records deleted longer ago, even when the strategy would not.",
+                _non_negative_int),
 ]
 _DEFAULT_SCHEDULES = {"split": "*/10 * * * *", "compaction": "*/5 * * * *", "gc": "*/15 * * * *",
                       "ingest_batcher": "* * * * *", "flush": "* * * * *", "bulk_import": "@daily"}

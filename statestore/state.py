@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from statestore.deletes import Tombstone
 from statestore.files import FileRecord, FileReference, FileStatus
 from statestore.partitions import Partition, PartitionTree
 
@@ -26,6 +27,9 @@ class TableState:
     references: dict[tuple[str, str], FileReference] = field(default_factory=dict)
     files: dict[str, FileRecord] = field(default_factory=dict)
     refs_by_file: dict[str, set[str]] = field(default_factory=dict)
+    #: live tombstones by number, and the last number given (:mod:`statestore.deletes`)
+    tombstones: dict[int, Tombstone] = field(default_factory=dict)
+    delete_count: int = 0
 
     @classmethod
     def of(cls, partitions: Iterable[Partition] = (), references: Iterable[FileReference] = (),
@@ -41,7 +45,7 @@ class TableState:
 
     def copy(self) -> TableState:
         return TableState(dict(self.partitions), dict(self.references), dict(self.files),
-                          {k: set(v) for k, v in self.refs_by_file.items()})
+                          {k: set(v) for k, v in self.refs_by_file.items()}, dict(self.tombstones), self.delete_count)
 
     # ----- mutation used by transactions --------------------------------------------
     def put_reference(self, ref: FileReference) -> None:
@@ -75,4 +79,5 @@ class TableState:
             sorted((p.to_dict()["id"], repr(p)) for p in self.partitions.values()),
             sorted(repr(r) for r in self.references.values()),
             sorted(repr(f) for f in self.files.values()),
+            sorted(repr(t) for t in self.tombstones.values()), self.delete_count,
         )

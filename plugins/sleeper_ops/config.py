@@ -103,6 +103,10 @@ class SleeperConfig:
     #: after this long with no client (0: it stops with the last process using it);
     #: ``SLEEPER_PG_IDLE_MINUTES`` overrides it
     idle_minutes: float = DEFAULT_IDLE_MINUTES
+    #: ``spark.service``: the URL of a standing Spark driver service
+    #: (:mod:`sleeper_ops.spark.service`, e.g. ``http://127.0.0.1:8998``); when set, bulk
+    #: imports and Spark compaction batches run there instead of in a spark-submit each
+    spark_service: Optional[str] = None
 
     def ingest_prefixes(self) -> tuple[str, ...]:
         """Where the REST API may be asked to ingest files from: ``ingest.allowed_prefixes``,
@@ -161,7 +165,7 @@ class SleeperConfig:
             "object_store": obj,
             "state_store": {"backend": self.state_store_backend, "dsn": self.state_store_dsn or "",
                             "embedded_dir": under_home(self.embedded_pg_dir), "idle_minutes": self.idle_minutes},
-            "spark": {"master": self.spark_master},
+            "spark": {"master": self.spark_master, **({"service": self.spark_service} if self.spark_service else {})},
             "airflow": {"home": under_home(self.airflow_home)},
         }
         if self.state_store_backend == "dynamodb":
@@ -207,7 +211,8 @@ class SleeperConfig:
             if not create:
                 raise ConfigError(f"no configuration at {path}")
             h.mkdir(parents=True, exist_ok=True)
-            path.write_text("# Sleeper configuration; see the README.\n" + tomli_w.dumps(DEFAULT_CONFIG))
+            path.write_text("# Sleeper configuration; see docs/operations/configuration.md.\n"
+                            + tomli_w.dumps(DEFAULT_CONFIG))
         try:
             raw = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as e:
@@ -235,7 +240,17 @@ class SleeperConfig:
         return cls(home, uri, s3, backend, dsn, _under(home, ss.get("embedded_dir", "pg")),
                    str(spark["master"]), _under(home, airflow["home"]),
                    _allowed_prefixes(home, _section(raw, "ingest").get("allowed_prefixes")),
-                   DynamoDBSettings.from_section(home, ss), _idle_minutes(ss))
+                   DynamoDBSettings.from_section(home, ss), _idle_minutes(ss), _spark_service(spark))
+
+
+def _spark_service(spark: dict[str, Any]) -> Optional[str]:
+    """``spark.service``: an ``http(s)://host:port`` URL, or None when unset or empty."""
+    value = spark.get("service") or None
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise ConfigError(f"spark.service must be an http(s):// URL of the Spark service, got {value!r}")
+    return value.rstrip("/")
 
 
 def _idle_minutes(ss: dict[str, Any]) -> float:

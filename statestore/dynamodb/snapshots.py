@@ -16,6 +16,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from statestore.deletes import Tombstone
 from statestore.dynamodb.blobs import BlobStore
 from statestore.dynamodb.connection import Dynamo, get_n, get_s, n, s
 from statestore.dynamodb.writes import cleanup_on_refusal, delete_quietly, put_if_absent
@@ -42,7 +43,9 @@ def encode_state(state: TableState) -> bytes:
         "partitions": [p.to_dict() for p in state.partitions.values()],
         "files": [[f.filename, f.update_time] for f in state.files.values()],
         "references": [[r.filename, r.partition_id, r.record_count, r.count_approximate, r.whole_file, r.job_id,
-                        r.update_time] for r in state.references.values()],
+                        r.update_time, r.delete_horizon] for r in state.references.values()],
+        "tombstones": [t.to_dict() for t in state.tombstones.values()],
+        "delete_count": state.delete_count,
     }
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
 
@@ -52,6 +55,8 @@ def decode_state(data: bytes) -> TableState:
     state = TableState()
     state.partitions = {p["id"]: Partition.from_dict(p) for p in doc["partitions"]}
     state.files = {f[0]: FileRecord(f[0], f[1]) for f in doc["files"]}
+    state.tombstones = {t.number: t for t in (Tombstone.from_dict(d) for d in doc.get("tombstones", ()))}
+    state.delete_count = doc.get("delete_count", 0)
     refs, by_file = state.references, state.refs_by_file
     for r in doc["references"]:
         ref = FileReference(*r)

@@ -113,6 +113,18 @@ class WriteBufferMixin(ClientWritesMixin):
             if snap is not None:
                 return snap
 
+    def buffer_high_water(self, table_id: str) -> int:
+        """See :meth:`StateStore.buffer_high_water`: one index read, no entry's bytes."""
+        def fn(cur: psycopg.Cursor[Any]) -> int:
+            top = cur.execute("SELECT max(seq) FROM write_buffer WHERE table_id = %s", (table_id,)).fetchone()
+            if top is None or top[0] is None:
+                _require_table_id(cur, table_id)
+                return 0
+            return int(top[0])
+
+        return self._run(f"read the write buffer's last sequence number of table {table_id}", fn,
+                         isolation=IsolationLevel.READ_COMMITTED, read_only=True)
+
     def buffer_stats(self, table_id: str) -> BufferStats:
         def fn(cur: psycopg.Cursor[Any]) -> BufferStats:
             n, rows, oldest = cur.execute(  # type: ignore[misc]

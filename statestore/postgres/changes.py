@@ -32,6 +32,8 @@ from statestore.postgres.connections import PostgresConnection
 from statestore.postgres.rows import (
     _PARTITION_COLUMNS,
     _REF_COLUMNS,
+    _TOMBSTONES,
+    _fill_tombstones,
     _gc_paused,
     _partition_from_row,
     _require_table_id,
@@ -168,6 +170,7 @@ def _read_whole(conn: psycopg.Connection[Any], table_id: str, info: Any, token: 
             state.partitions[part.id] = part
         for r in refs:
             state.put_reference(FileReference(*r))
+        _fill_tombstones(state, conn.execute(_TOMBSTONES, (table_id,)).fetchone())
         return TableChanges.whole(info, token, state)
 
 
@@ -181,5 +184,6 @@ def _read_rows(conn: psycopg.Connection[Any], table_id: str, info: Any, token: A
     if names:
         refs = conn.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s AND filename = ANY(%s)",
                             (table_id, list(names))).fetchall()
+    tombstones = _fill_tombstones(TableState(), conn.execute(_TOMBSTONES, (table_id,)).fetchone()).tombstones
     return TableChanges(info, token, False, frozenset(pids), tuple(_partition_from_row(p) for p in parts),
-                        frozenset(names), tuple(FileReference(*r) for r in refs))
+                        frozenset(names), tuple(FileReference(*r) for r in refs), tuple(tombstones.values()))

@@ -18,8 +18,10 @@ from statestore.postgres.diff import _Diff, log_change
 from statestore.postgres.jobs import upsert_job
 from statestore.postgres.rows import (
     _JOB_COLUMNS,
+    _TOMBSTONES,
     _fill,
     _fill_fragment,
+    _fill_tombstones,
     _gc_paused,
     _job_from_row,
     _read_all,
@@ -141,16 +143,19 @@ def _commit_attempt(conn: psycopg.Connection[Any], table_id: str, txn: Transacti
         conn.execute(_BEGIN_SERIALIZABLE)
         table = conn.execute("SELECT 1 FROM tables WHERE table_id = %s", (table_id,))
         check = _check_bookkeeping(conn, table_id, books)
+        tombstones = (conn.execute(_TOMBSTONES, (table_id,))
+                      if touches.tombstones or touches.whole_table else None)
         if touches.whole_table:
             reads = _read_all(conn, table_id)
             if table.fetchone() is None:
                 raise TableNotFoundError(f"no table with id {table_id}")
-            return check(), _fill(TableState(), *(c.fetchall() for c in reads))
-        partitions, files = _read_fragment(conn, table_id, touches)
-        if table.fetchone() is None:
-            raise TableNotFoundError(f"no table with id {table_id}")
-        return check(), _fill_fragment(partitions.fetchall() if partitions else [],
-                                       files.fetchall() if files else [])
+            state = _fill(TableState(), *(c.fetchall() for c in reads))
+        else:
+            partitions, files = _read_fragment(conn, table_id, touches)
+            if table.fetchone() is None:
+                raise TableNotFoundError(f"no table with id {table_id}")
+            state = _fill_fragment(partitions.fetchall() if partitions else [], files.fetchall() if files else [])
+        return check(), _fill_tombstones(state, tombstones.fetchone() if tombstones is not None else None)
 
     try:
         with _gc_paused(large):

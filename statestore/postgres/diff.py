@@ -4,12 +4,13 @@ rows it changes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence, TypeVar
 
 import psycopg
 from psycopg.types.json import Json
 
+from statestore.deletes import Tombstone
 from statestore.files import FileRecord, FileReference
 from statestore.jobs import now_ms
 from statestore.partitions import Partition
@@ -50,11 +51,20 @@ class _Diff:
     f_del: list[str]
     f_ins: list[FileRecord]
     f_upd: list[FileRecord]
+    t_del: list[int] = field(default_factory=list)
+    t_ins: list[Tombstone] = field(default_factory=list)
+    delete_count: Optional[int] = None  # the new count, when it changed
 
     @classmethod
     def between(cls, before: TableState, after: TableState) -> _Diff:
+        t_del, t_ins, _ = _changed(before.tombstones, after.tombstones)  # tombstones never change in place
         return cls(*_changed(before.partitions, after.partitions), *_changed(before.references, after.references),
-                   *_changed(before.files, after.files))
+                   *_changed(before.files, after.files), t_del, t_ins,
+                   after.delete_count if after.delete_count != before.delete_count else None)
+
+    @property
+    def tombstones_changed(self) -> bool:
+        return bool(self.t_del or self.t_ins or self.delete_count is not None)
 
     def needs_copy(self) -> bool:
         return len(self.r_ins) > COPY_THRESHOLD or len(self.f_ins) > COPY_THRESHOLD
@@ -70,6 +80,13 @@ class _Diff:
             cur.execute("DELETE FROM files WHERE table_id = %s AND filename = ANY(%s)", (table_id, self.f_del))
         if self.p_del:
             cur.execute("DELETE FROM partitions WHERE table_id = %s AND partition_id = ANY(%s)", (table_id, self.p_del))
+        if self.t_del:
+            cur.execute("DELETE FROM table_deletes WHERE table_id = %s AND number = ANY(%s)", (table_id, self.t_del))
+        if self.t_ins:
+            cur.executemany("INSERT INTO table_deletes (table_id, number, body) VALUES (%s, %s, %s)",
+                            [(table_id, t.number, Json(t.to_dict())) for t in self.t_ins])
+        if self.delete_count is not None:
+            cur.execute("UPDATE tables SET delete_count = %s WHERE table_id = %s", (self.delete_count, table_id))
 
         if self.p_ins:
             _insert_partitions(cur, table_id, self.p_ins)
@@ -86,14 +103,14 @@ class _Diff:
         if self.r_ins:
             if len(self.r_ins) > COPY_THRESHOLD:
                 with cur.copy(f"COPY file_references (table_id, {_REF_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
-                    copy.set_types(["text", "text", "text", "int8", "bool", "bool", "text", "int8"])
+                    copy.set_types(["text", "text", "text", "int8", "bool", "bool", "text", "int8", "int8"])
                     for r in self.r_ins:
                         copy.write_row((table_id, r.filename, r.partition_id, r.record_count, r.count_approximate,
-                                        r.whole_file, r.job_id, r.update_time))
+                                        r.whole_file, r.job_id, r.update_time, r.delete_horizon))
             else:
                 cur.execute(f"INSERT INTO file_references (table_id, {_REF_COLUMNS}) SELECT %s, * FROM unnest("
                             "%s::text[], %s::text[], %s::bigint[], %s::boolean[], %s::boolean[], %s::text[],"
-                            " %s::bigint[])", (table_id, *_ref_columns(self.r_ins)))
+                            " %s::bigint[], %s::bigint[])", (table_id, *_ref_columns(self.r_ins)))
 
         if self.p_upd:
             cur.execute("DELETE FROM partitions WHERE table_id = %s AND partition_id = ANY(%s)",
@@ -107,10 +124,10 @@ class _Diff:
         if self.r_upd:
             cur.execute("UPDATE file_references r SET record_count = u.record_count,"
                         " count_approximate = u.count_approximate, whole_file = u.whole_file, job_id = u.job_id,"
-                        " update_time = u.update_time"
+                        " update_time = u.update_time, delete_horizon = u.delete_horizon"
                         " FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::boolean[], %s::boolean[],"
-                        " %s::text[], %s::bigint[]) AS u(filename, partition_id, record_count, count_approximate,"
-                        " whole_file, job_id, update_time)"
+                        " %s::text[], %s::bigint[], %s::bigint[]) AS u(filename, partition_id, record_count,"
+                        " count_approximate, whole_file, job_id, update_time, delete_horizon)"
                         " WHERE r.table_id = %s AND r.filename = u.filename AND r.partition_id = u.partition_id",
                         (*_ref_columns(self.r_upd), table_id))
 
@@ -120,7 +137,7 @@ def _write_diff(cur: psycopg.Cursor[Any], table_id: str, before: TableState, aft
 def _ref_columns(refs: Sequence[FileReference]) -> tuple[list[Any], ...]:
     return ([r.filename for r in refs], [r.partition_id for r in refs], [r.record_count for r in refs],
             [r.count_approximate for r in refs], [r.whole_file for r in refs], [r.job_id for r in refs],
-            [r.update_time for r in refs])
+            [r.update_time for r in refs], [r.delete_horizon for r in refs])
 
 def _insert_partitions(cur: psycopg.Cursor[Any], table_id: str, parts: Sequence[Partition]) -> None:
     cur.executemany(f"INSERT INTO partitions (table_id, {_PARTITION_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
@@ -134,7 +151,7 @@ def log_change(cur: psycopg.Cursor[Any], table_id: str, diff: _Diff) -> None:
     partition and no reference)."""
     pids = {*diff.p_del, *(p.id for p in diff.p_ins), *(p.id for p in diff.p_upd)}
     names = {*(k[0] for k in diff.r_del), *(r.filename for r in diff.r_ins), *(r.filename for r in diff.r_upd)}
-    if not pids and not names:
+    if not pids and not names and not diff.tombstones_changed:
         return
     if len(pids) + len(names) > MAX_LISTED:
         cur.execute("INSERT INTO state_changes (table_id, xid, applied_ms, all_rows)"

@@ -11,6 +11,7 @@ from typing import Any, Iterator, Optional, Sequence
 import psycopg
 
 from statestore.catalog import TableInfo
+from statestore.deletes import Tombstone
 from statestore.errors import TableNotFoundError
 from statestore.files import FileRecord, FileReference
 from statestore.ingest_requests import IngestRequest
@@ -21,7 +22,12 @@ from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.transactions import Touches
 
-_REF_COLUMNS = "filename, partition_id, record_count, count_approximate, whole_file, job_id, update_time"
+_REF_COLUMNS = ("filename, partition_id, record_count, count_approximate, whole_file, job_id, update_time,"
+                " delete_horizon")
+
+#: one row: the table's delete count and its live tombstones as a JSON array
+_TOMBSTONES = ("SELECT t.delete_count, (SELECT COALESCE(json_agg(d.body ORDER BY d.number), '[]'::json)"
+               " FROM table_deletes d WHERE d.table_id = t.table_id) FROM tables t WHERE t.table_id = %s")
 
 _PARTITION_COLUMNS = "partition_id, parent_id, child_ids, is_leaf, dimension, region"
 
@@ -95,19 +101,26 @@ def _read_fragment(conn: psycopg.Connection[Any], table_id: str,
     if touches.filenames:
         files = conn.execute(
             "SELECT f.filename, f.update_time, r.partition_id, r.record_count, r.count_approximate, r.whole_file,"
-            " r.job_id, r.update_time"
+            " r.job_id, r.update_time, r.delete_horizon"
             " FROM files f LEFT JOIN file_references r ON r.table_id = f.table_id AND r.filename = f.filename"
             " WHERE f.table_id = %s AND f.filename = ANY(%b)", (table_id, list(touches.filenames)))
     return partitions, files
 
+def _fill_tombstones(state: TableState, row: Optional[Sequence[Any]]) -> TableState:
+    """Put the row of :data:`_TOMBSTONES` into ``state``."""
+    if row is not None:
+        state.delete_count = int(row[0])
+        state.tombstones = {t.number: t for t in (Tombstone.from_dict(d) for d in row[1])}
+    return state
+
 def _fill_fragment(partitions: Sequence[Sequence[Any]], files_with_refs: Sequence[Sequence[Any]]) -> TableState:
     state = _fill(TableState(), partitions, (), ())
     files, references, by_file = state.files, state.references, state.refs_by_file
-    for name, file_time, pid, count, approximate, whole, job, ref_time in files_with_refs:
+    for name, file_time, pid, count, approximate, whole, job, ref_time, horizon in files_with_refs:
         if name not in files:
             files[name] = FileRecord(name, file_time)
         if pid is not None:
-            references[(name, pid)] = FileReference(name, pid, count, approximate, whole, job, ref_time)
+            references[(name, pid)] = FileReference(name, pid, count, approximate, whole, job, ref_time, horizon)
             parts = by_file.get(name)
             if parts is None:
                 by_file[name] = {pid}
@@ -127,4 +140,5 @@ def _load_all(cur: psycopg.Cursor[Any], table_id: str) -> TableState:
     files = cur.fetchall()
     cur.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s", (table_id,))
     refs = cur.fetchall()
-    return _fill(TableState(), partitions, files, refs)
+    cur.execute(_TOMBSTONES, (table_id,))
+    return _fill_tombstones(_fill(TableState(), partitions, files, refs), cur.fetchone())

@@ -13,7 +13,14 @@ from typing import Any, Optional, Sequence, Union
 import psycopg
 from psycopg import IsolationLevel
 
-from statestore.errors import CommitOutcomeUnknownError, SleeperError, StateStoreUnavailableError, TransactionError
+from statestore.deletes import Tombstone
+from statestore.errors import (
+    CommitOutcomeUnknownError,
+    SleeperError,
+    StateStoreUnavailableError,
+    TableNotFoundError,
+    TransactionError,
+)
 from statestore.files import FileReference
 from statestore.jobs import JobRecord, now_ms
 from statestore.partitions import Partition
@@ -28,6 +35,8 @@ from statestore.postgres.overview import OverviewMixin
 from statestore.postgres.rows import (
     _PARTITION_COLUMNS,
     _REF_COLUMNS,
+    _TOMBSTONES,
+    _fill_tombstones,
     _gc_paused,
     _load_all,
     _partition_from_row,
@@ -131,6 +140,16 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, JobsMixin, LeasesMixin, Ing
 
         return self._run(f"load file references of table {table_id}", fn,
                          isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
+
+    def tombstones(self, table_id: str) -> tuple[int, tuple[Tombstone, ...]]:
+        def fn(cur: psycopg.Cursor[Any]) -> tuple[int, tuple[Tombstone, ...]]:
+            state = _fill_tombstones(TableState(), cur.execute(_TOMBSTONES, (table_id,)).fetchone())
+            if cur.rowcount == 0:
+                raise TableNotFoundError(f"no table with id {table_id}")
+            return state.delete_count, tuple(sorted(state.tombstones.values(), key=lambda t: t.number))
+
+        return self._run(f"read the tombstones of table {table_id}", fn, isolation=IsolationLevel.REPEATABLE_READ,
+                         read_only=True)
 
     def prune_commit_ids(self, table_id: str, before_ms: int) -> int:
         """See :meth:`StateStore.prune_commit_ids`; also forgets the table's change log

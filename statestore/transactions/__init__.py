@@ -19,6 +19,7 @@ from typing import Any
 
 from statestore.errors import TransactionError
 from statestore.transactions.base import Touches, Transaction, now_ms
+from statestore.transactions.deletes import DeleteRecords, DropTombstones
 from statestore.transactions.files import (
     AddFiles,
     AssignJobIds,
@@ -32,7 +33,8 @@ from statestore.transactions.files import (
 from statestore.transactions.partitions import InitialisePartitions, SplitPartition
 
 __all__ = [
-    "TRANSACTION_TYPES", "AddFiles", "AssignJobIds", "ClearFiles", "DeleteFiles", "InitialisePartitions",
+    "TRANSACTION_TYPES", "AddFiles", "AssignJobIds", "ClearFiles", "DeleteFiles",
+    "DeleteRecords", "DropTombstones", "InitialisePartitions",
     "JobAssignment", "ReplaceFileReferences", "SplitFileReference", "SplitFileReferences", "SplitPartition",
     "Touches", "Transaction", "now_ms", "transaction_from_dict", "transaction_to_dict",
 ]
@@ -40,7 +42,8 @@ __all__ = [
 
 TRANSACTION_TYPES: dict[str, Any] = {
     t.TYPE: t for t in (InitialisePartitions, SplitPartition, AddFiles, SplitFileReferences,
-                        AssignJobIds, ReplaceFileReferences, DeleteFiles, ClearFiles)
+                        AssignJobIds, ReplaceFileReferences, DeleteFiles, ClearFiles, DeleteRecords,
+                        DropTombstones)
 }
 
 

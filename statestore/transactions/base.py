@@ -22,12 +22,14 @@ class Touches:
     """The rows a transaction reads or writes: partitions by id, files by name.
 
     ``whole_table`` asks for the full state (initialising partitions, clearing files).
-    Loading a file loads its record and all its references.
+    Loading a file loads its record and all its references. ``tombstones`` asks for the
+    table's tombstones and delete count (:mod:`statestore.deletes`).
     """
 
     partition_ids: frozenset[str] = frozenset()
     filenames: frozenset[str] = frozenset()
     whole_table: bool = False
+    tombstones: bool = False
 
 
 class Transaction:

@@ -100,6 +100,8 @@ def test(folder: str, runs: list[dict]) -> list[dict]:
         dr = dag.test(run_conf=run.get("conf"), **kwargs)
         result = {"dag_id": run["dag_id"], "state": str(dr.state),
                   "tasks": {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}}
+        if run.get("logical_date"):  # the date the run's data interval starts on, as Airflow gave it
+            result["data_interval_start"] = dr.data_interval_start.date().isoformat()
         events = _asset_events(run["dag_id"], dr.run_id)
         if events:  # only runs that announced commits carry the key
             result["asset_events"] = events

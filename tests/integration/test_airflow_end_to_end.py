@@ -72,7 +72,8 @@ def _airflow(home: Path) -> Iterator[dict[str, Any]]:
     env = {**os.environ, "SLEEPER_HOME": str(home)}
     env.pop("SLEEPER_STATE_STORE_DSN", None)
     log = open(home / "sleeper-airflow.out", "w+")
-    proc = subprocess.Popen([SLEEPER, "airflow", "--port", str(port), "--no-demo"], env=env, stdout=log,
+    proc = subprocess.Popen([SLEEPER, "airflow", "--port", str(port), "--no-demo",
+                             "--users", "admin:admin,viewer:viewer"], env=env, stdout=log,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
@@ -85,7 +86,8 @@ def _airflow(home: Path) -> Iterator[dict[str, Any]]:
         url, user, password = match.groups()
         token = httpx.post(f"{url}/auth/token", json={"username": user, "password": password}, timeout=30)
         assert token.status_code in (200, 201), token.text
-        yield {"url": url, "home": home, "token": token.json()["access_token"]}
+        yield {"url": url, "home": home, "token": token.json()["access_token"],
+               "out": (home / "sleeper-airflow.out").read_text()}
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -168,8 +170,53 @@ def test_the_same_calls_without_a_token_get_401(airflow: dict[str, Any]) -> None
                       json={"logical_date": None}).status_code == 401
 
 
+def test_every_user_named_by_users_gets_a_printed_password_and_a_viewer_may_read_not_write(
+        airflow: dict[str, Any]) -> None:
+    m = re.search(r"other users: viewer password (\S+) \(in ", airflow["out"])
+    assert m, airflow["out"]
+    token = httpx.post(f"{airflow['url']}/auth/token", json={"username": "viewer", "password": m.group(1)},
+                       timeout=30)
+    assert token.status_code in (200, 201), token.text
+    with httpx.Client(base_url=airflow["url"], headers={"Authorization": f"Bearer {token.json()['access_token']}"},
+                      timeout=60) as c:
+        assert [t["name"] for t in c.get("/sleeper/api/v1/tables").json()] == ["events"]
+        assert c.post("/sleeper/api/v1/tables/events/records", json={"records": []}).status_code == 403
+
+
+def test_the_airflow_command_with_only_airflow_home_reaches_the_running_airflow(airflow: dict[str, Any]) -> None:
+    """``sleeper airflow`` writes its settings into airflow.cfg: the ``airflow`` command
+    needs nothing but AIRFLOW_HOME (no stray SQLite database, no migration asked for)."""
+    airflow_home = airflow["home"] / "airflow"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SLEEPER_"))}
+    env["AIRFLOW_HOME"] = str(airflow_home)
+    cli = str(Path(sys.executable).with_name("airflow"))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([cli, *args], env=env, capture_output=True, text=True, timeout=300)
+
+    listed = run("dags", "list", "-o", "plain")
+    assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
+    assert "sleeper_events_compaction" in listed.stdout
+    # a dated DAG (the only kind that backfills), once the DAG processor has it
+    (airflow["home"] / "dated.json").write_text(DAILY_SCHEMA)
+    _sleeper(airflow["home"], "table", "create", "dated", "--schema", str(airflow["home"] / "dated.json"),
+             "--property", "sleeper.table.bulk.import.source=/nowhere/{{ ds }}/")
+    deadline = time.monotonic() + 240
+    while "sleeper_dated_bulk_import" not in run("dags", "list", "-o", "plain").stdout:
+        assert time.monotonic() < deadline, "the dated DAG did not appear in 240 s"
+        time.sleep(5)
+    backfill = run("backfill", "create", "--dag-id", "sleeper_dated_bulk_import", "--from-date", "2026-01-01",
+                   "--to-date", "2026-01-03", "--dry-run")
+    out = backfill.stdout + backfill.stderr
+    assert "migration" not in out.lower(), out[-3000:]
+    assert backfill.returncode == 0, out[-3000:]
+    assert "2026-01-02" in backfill.stdout, out[-3000:]
+    assert not list(airflow_home.glob("*.db")), "no stray SQLite database"
+    _sleeper(airflow["home"], "table", "delete", "dated")
+
+
 # ----- bulk import: backfilled by date through Airflow's own backfill -------------------------------
-DAYS = ("2026-01-01", "2026-01-02", "2026-01-03")
+DAYS = ("2026-01-01", "2026-01-02")
 DAILY_SCHEMA = ('{"rowKeyFields": [{"name": "key", "type": "LongType"}], '
                 '"valueFields": [{"name": "day", "type": "StringType"}]}')
 
@@ -202,7 +249,7 @@ def _backfill(c: Any, dag_id: str, reprocess: str) -> list[dict[str, Any]]:
 
 def test_bulk_import_dates_backfilled_through_the_airflow_api_come_back_exactly_once(
         airflow: dict[str, Any]) -> None:
-    """Issue 10: three dates backfilled with ``POST /api/v2/backfills``, then reprocessed
+    """Issue 10: two dates backfilled with ``POST /api/v2/backfills``, then reprocessed
     with ``reprocess_behavior=completed``: every record of the three days comes back
     exactly once (the import key is the table id plus the date)."""
     home: Path = airflow["home"]
@@ -233,7 +280,7 @@ def test_bulk_import_dates_backfilled_through_the_airflow_api_come_back_exactly_
                 assert len({x["key"] for x in got}) == 2000  # each once
         jobs = c.get("/sleeper/api/v1/tables/daily/jobs", params={"kind": "bulk_import"}).json()
         jobs = jobs["jobs"] if isinstance(jobs, dict) else jobs
-        assert len([j for j in jobs if j["status"] == "committed"]) >= 3
+        assert len([j for j in jobs if j["status"] == "committed"]) >= len(DAYS)
 
 
 def test_a_maintenance_dag_refuses_a_backfill_over_the_airflow_api(airflow: dict[str, Any]) -> None:

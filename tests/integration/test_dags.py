@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -104,8 +105,9 @@ def parse_dags(sleeper_home: Optional[Path], folder: Path = DAGS, cwd: Optional[
 
 
 # ----- fixtures --------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def migrated_airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Migrated once per test session (per xdist worker), copied per test."""
     home = tmp_path_factory.mktemp("airflow-template")
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=_env(home, None), check=True,
                    capture_output=True, timeout=300)
@@ -205,15 +207,15 @@ def test_one_dag_per_table_per_operation_with_schedules_and_params_from_properti
     assert dags["sleeper_events_flush"]["schedule"] == "* * * * * or sleeper://events/buffer"
 
 
-def test_parsing_100_tables_takes_one_catalog_query_and_under_two_seconds(sleeper: Sleeper,
-                                                                          sleeper_home: Path) -> None:
+def test_parsing_100_tables_takes_one_catalog_query(sleeper: Sleeper, sleeper_home: Path) -> None:
+    """The DAG files share one catalog read however many tables there are (what keeps
+    parsing fast; its time is not asserted: a loaded machine says nothing about it)."""
     for i in range(100):
         sleeper.create_table(f"t{i:03d}", SCHEMA)
     result = parse_dags(sleeper_home)
     assert result["import_errors"] == {}
     assert len(result["dags"]) == 100 * len(OPERATIONS)
     assert result["catalog_queries"] == 1  # the DAG files share one read
-    assert result["seconds"] < 2.0, f"parsing 100 tables took {result['seconds']:.2f} s"
 
 
 def test_parsing_context_builds_only_the_dag_being_run(sleeper: Sleeper, sleeper_home: Path) -> None:
@@ -398,54 +400,64 @@ def test_a_run_finding_the_lease_held_is_skipped_and_says_who_holds_it(sleeper: 
     assert sum(1 for f in table.state().file_statuses() if not f.references) == unreferenced
 
 
-SLOW_ITERATOR = """\
+GATED_ITERATOR = """\
+import os
 import time
+from pathlib import Path
 
-def slow(batch):
-    time.sleep(4)
+GATE = Path(os.environ["SLEEPER_TEST_GATE"])
+
+
+def gated(batch):
+    (GATE / "started").touch()
+    deadline = time.monotonic() + 300
+    while not (GATE / "release").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the test never released the compaction")
+        time.sleep(0.05)
     return batch
 """
 
 
-def test_two_compaction_runs_started_together_one_works_the_other_skips(sleeper: Sleeper, sleeper_home: Path,
-                                                                       migrated_airflow_home: Path,
-                                                                       tmp_path: Path) -> None:
-    # Each job sleeps 4 s in a user iterator, so the first run holds its lease long enough
-    # for the second to find it held.
-    module_dir = tmp_path / "iterators"
+def test_two_compaction_runs_at_once_one_works_the_other_skips(sleeper: Sleeper, sleeper_home: Path,
+                                                               migrated_airflow_home: Path, tmp_path: Path) -> None:
+    """The first run's jobs hold in a user iterator until the test releases them (a file
+    as the event between the processes); the second run, started meanwhile, finds the
+    lease held and skips, naming the holder; then the first finishes."""
+    module_dir, gate = tmp_path / "iterators", tmp_path / "gate"
     module_dir.mkdir()
-    (module_dir / "slow_iterator.py").write_text(SLOW_ITERATOR)
-    table = _filled_table(sleeper, "events", **{"sleeper.table.iterator.python": "slow_iterator:slow"})
+    gate.mkdir()
+    (module_dir / "gated_iterator.py").write_text(GATED_ITERATOR)
+    table = _filled_table(sleeper, "events", **{"sleeper.table.iterator.python": "gated_iterator:gated"})
     homes = []
     for i in range(2):
         homes.append(tmp_path / f"airflow-{i}")
         shutil.copytree(migrated_airflow_home, homes[-1])
-    barrier = threading.Barrier(2)
-    results: list[Optional[Runs]] = [None, None]
-
-    def run(i: int) -> None:
-        barrier.wait()
-        proc = _start_runs(homes[i], sleeper_home, [{"dag_id": "sleeper_events_compaction"}],
-                           PYTHONPATH=str(module_dir))
-        results[i] = _finish_runs(proc, 1)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert all(r is not None for r in results)
-    tasks = [r.results[0]["tasks"] for r in results if r is not None]
-    assert all(r.results[0]["state"] == "success" for r in results if r is not None)
-    worked = [i for i, t in enumerate(tasks) if t["run_local"] == "success"]
-    skipped = [i for i, t in enumerate(tasks) if t["create_jobs"] == "skipped"]
-    assert len(worked) == 1 and len(skipped) == 1, tasks
-    loser_log = results[skipped[0]].logs[0]  # type: ignore[union-attr]
+    env = {"PYTHONPATH": str(module_dir), "SLEEPER_TEST_GATE": str(gate)}
+    first = _start_runs(homes[0], sleeper_home, [{"dag_id": "sleeper_events_compaction"}], **env)
+    finished: list[Runs] = []
+    reader = threading.Thread(target=lambda: finished.append(_finish_runs(first, 1)))  # drains its output
+    reader.start()
+    try:
+        deadline = time.monotonic() + 240
+        while not (gate / "started").exists():
+            assert reader.is_alive(), f"the first run ended early: {finished and finished[0].results}"
+            assert time.monotonic() < deadline, "the first run never reached its compaction"
+            time.sleep(0.1)
+        second = _finish_runs(_start_runs(homes[1], sleeper_home, [{"dag_id": "sleeper_events_compaction"}], **env),
+                              1)
+    finally:
+        (gate / "release").touch()
+        reader.join(300)
+    (worked,) = finished
+    assert worked.results[0]["state"] == "success" and second.results[0]["state"] == "success"
+    assert worked.results[0]["tasks"]["run_local"] == "success", worked.results
+    assert second.results[0]["tasks"]["create_jobs"] == "skipped", second.results
     assert f"lease {lease_name(table.info.table_id, 'compaction')} held by sleeper_events_compaction/manual__" \
-        in loser_log
+        in second.logs[0]
     assert set(_references_per_leaf(table).values()) == {1}
     assert len({j.run_id for j in table.jobs(kind="compaction")}) == 1
-    # (not a query: that would apply the slow iterator here too)
+    # (not a query: that would apply the gated iterator here too)
     assert sum(r.record_count for r in table.state().references.values()) == 3000
 
 
@@ -493,15 +505,16 @@ def test_bulk_import_dag_imports_the_runs_date_once_however_often_it_runs(sleepe
                                                  "logical_date": "2026-01-02T00:00:00+00:00"},
                     {"dag_id": "sleeper_events_bulk_import", "logical_date": "2026-01-02T00:00:00+00:00"})
     assert [r["state"] for r in runs.results] == ["success", "success"], runs.logs
-    imported = [day for day in days if f"/raw/{day}/" in runs.logs[0] or f"raw/{day}" in runs.logs[0]]
-    assert len(imported) == 1, f"one date's source was read: {imported}"
+    imported = runs.results[0]["data_interval_start"]
+    assert imported == "2026-01-01", "a daily interval ending at the logical date"
+    assert runs.results[1]["data_interval_start"] == imported
     assert "already imported" in runs.logs[1]
     assert [e["extra"]["rows"] for e in runs.results[0]["asset_events"]] == [3000]
     assert runs.results[0]["asset_events"][0]["extra"]["import_key"]
     assert "asset_events" not in runs.results[1]  # nothing committed: no event
     got = table.query(ranges=[("", None)])
     assert got.num_rows == 3000  # that day's records, once
-    assert sorted(got.column("value").to_pylist()) == sorted(days[imported[0]].column("value").to_pylist())
+    assert sorted(got.column("value").to_pylist()) == sorted(days[imported].column("value").to_pylist())
     (job,) = table.jobs(kind="bulk_import")
     assert job.status == "committed" and job.run_id.startswith("sleeper_events_bulk_import/")
 

@@ -1,6 +1,7 @@
 """The Airflow provider face: the providers manager finds the connection type, hook,
-operators and plugin; the README's own DAG, built from the operators, runs under
-dag.test() against PostgreSQL through a ``sleeper`` connection (no SLEEPER_HOME).
+operators and plugin; the user DAG of docs/usage/your-own-dags.md, built from the
+operators, runs under dag.test() against PostgreSQL through a ``sleeper`` connection (no
+SLEEPER_HOME).
 
 Airflow fixes its configuration at import, so Airflow runs in a subprocess
 (``dag_runner.py``) with its own AIRFLOW_HOME.
@@ -54,10 +55,10 @@ def _result(proc: subprocess.CompletedProcess[str]) -> Any:
 
 
 def readme_user_dag() -> str:
-    """The DAG shown in the README under the ``user-dag`` marker."""
-    text = (REPO / "README.md").read_text()
+    """The DAG shown in docs/usage/your-own-dags.md under the ``user-dag`` marker."""
+    text = (REPO / "docs" / "usage" / "your-own-dags.md").read_text()
     m = re.search(r"<!-- user-dag:[^>]*-->\s*```python\n(.*?)```", text, re.S)
-    assert m, "the README lost its user DAG example"
+    assert m, "docs/usage/your-own-dags.md lost its user DAG example"
     return m.group(1)
 
 
@@ -123,7 +124,7 @@ def test_readme_user_dag_runs_under_dag_test_through_a_sleeper_connection(
                              "value": [f"v{i}" for i in range(n)]}), landing / f"{day}.parquet")
     (dags / "events_daily.py").write_text(readme_user_dag())
 
-    # When the README's DAG runs, with only a sleeper_default connection (no SLEEPER_HOME)
+    # When the documented DAG runs, with only a sleeper_default connection (no SLEEPER_HOME)
     proc = subprocess.run(
         [sys.executable, str(RUNNER), "test", str(dags),
          json.dumps([{"dag_id": "events_daily", "conf": {"landing": str(landing)}}])],

@@ -192,3 +192,29 @@ def test_closing_the_sleeper_closes_its_runners(sleeper):
     sleeper.queries.close()
     with pytest.raises(RuntimeError, match="closed"):
         count(t)
+
+
+def test_refreshing_an_unchanged_table_on_postgresql_takes_one_statement(pg_dsn, tmp_path, monkeypatch):
+    """Counted on the wire (every statement psycopg sends), not by StateStore calls: a
+    query of an unchanged table refreshes its metadata with one statement (the snapshot
+    check of ``statestore.postgres.changes``), not the five of a full incremental read."""
+    import psycopg
+
+    from statestore.postgres import PostgresStateStore
+
+    with Sleeper(state_store=PostgresStateStore(pg_dsn), objects=ObjectStore(str(tmp_path / "data"))) as s:
+        t = s.create_table("t", SCHEMA, split_points=[100])
+        t.ingest(rows(0, 200))
+        assert t.query(keys=[1], buffer=False).num_rows == 1  # the runner now holds a snapshot
+        statements: list[str] = []
+        real = psycopg.Cursor.execute
+
+        def counted(self, query, *args, **kwargs):  # type: ignore[no-untyped-def]
+            statements.append(str(query)[:80])
+            return real(self, query, *args, **kwargs)
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        for k in range(10):
+            assert t.query(keys=[k], buffer=False).num_rows == 1
+        monkeypatch.undo()
+        assert len(statements) == 10, statements
+        assert all("pg_current_snapshot()" in q for q in statements), statements

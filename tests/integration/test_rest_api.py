@@ -453,3 +453,32 @@ def test_a_full_buffer_is_429_and_stores_nothing_until_flushed(client: TestClien
     assert client.post("/tables/events/records", json={"records": [rec("c")]}).status_code == 201
     got = client.get("/tables/events/records", params={"min": '"a"', "max": "null"}).json()
     assert [x["key"] for x in got["records"]] == ["a", "b", "c"]
+
+
+# ----- deletes (issue 22) ------------------------------------------------------------------
+def test_a_delete_by_range_or_key_hides_the_records_and_a_repeated_key_adds_nothing(client: TestClient,
+                                                                                    sleeper: Sleeper) -> None:
+    client.post("/tables/events/records", json={"records": [rec("a"), rec("b"), rec("c", 3), rec("c", 4), rec("q")]})
+    r = client.delete("/tables/events/records", params={"min": '"b"', "max": '"c"'},
+                      headers={"Idempotency-Key": "erase-b"})
+    assert r.status_code == 200 and r.json()["applied"] and r.json()["tombstone"] == 1, r.text
+    again = client.delete("/tables/events/records", params={"min": '"b"', "max": '"c"'},
+                          headers={"Idempotency-Key": "erase-b"})
+    assert again.status_code == 200 and not again.json()["applied"]
+    assert client.delete("/tables/events/records", params={"key": '"c"', "where": "ts = 3"}).status_code == 200
+    got = client.get("/tables/events/records", params={"min": '""'}).json()
+    assert [(x["key"], x["ts"]) for x in got["records"]] == [("a", 1), ("c", 4), ("q", 1)]
+    assert sleeper.table("events").state().delete_count == 2
+
+
+@pytest.mark.parametrize(("params", "fragment"), [
+    ({"min": '"c"', "max": '"c"'}, "empty"),
+    ({"min": '"d"', "max": '"c"'}, "empty"),
+    ({"key": '"c"', "where": "colour = 1"}, "colour"),
+    ({}, "give at least one key"),
+])
+def test_a_bad_delete_is_400_with_one_message_and_deletes_nothing(client: TestClient, sleeper: Sleeper,
+                                                                   params: dict, fragment: str) -> None:
+    r = client.delete("/tables/events/records", params=params)
+    assert r.status_code == 400 and fragment in r.json()["detail"], r.text
+    assert sleeper.table("events").state().delete_count == 0

@@ -25,6 +25,22 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 Record = tuple[int, int, int, str]
 
 
+def _close_gateway() -> None:
+    """Shut the py4j gateway (and its JVM) down now and collect its connections: each
+    logs at INFO when it is closed, which from the garbage collector at interpreter exit
+    goes to logging streams already closed (a ``--- Logging error ---`` after the run)."""
+    import gc
+
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        gateway.shutdown()
+        SparkContext._gateway = SparkContext._jvm = None
+        del gateway
+        gc.collect()
+
+
 @pytest.fixture(scope="module")
 def spark() -> Iterator:
     """A local[2] SparkSession with the sleeper data source registered; its Python
@@ -42,6 +58,7 @@ def spark() -> Iterator:
         yield session
     finally:
         session.stop()
+        _close_gateway()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

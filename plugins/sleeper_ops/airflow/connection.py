@@ -16,6 +16,7 @@ Fields of the connection:
   ``access_key``        S3 credentials (default: the AWS chain)
   ``secret_key``
   ``spark_master``      e.g. ``spark://host:7077`` (default ``local[*]``)
+  ``spark_service``     a standing Spark driver service, e.g. ``http://host:8998``
   ``home``              where relative paths and the embedded server live
   ====================  ==================================================================
 
@@ -31,7 +32,8 @@ from urllib.parse import quote, urlsplit
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
 
-EXTRA_KEYS = ("object_store_uri", "endpoint_url", "region", "access_key", "secret_key", "spark_master", "home")
+EXTRA_KEYS = ("object_store_uri", "endpoint_url", "region", "access_key", "secret_key", "spark_master", "spark_service",
+              "home")
 DEFAULT_DATABASE = "sleeper"
 
 
@@ -73,5 +75,6 @@ def config_from_connection(*, host: Optional[str], port: Optional[int], login: O
             object_store[key] = str(extra[key])
     dsn = postgres_dsn(host, port, login, password, schema) if host else ""
     raw = {"object_store": object_store, "state_store": {"backend": "postgres", "dsn": dsn},
-           "spark": {"master": str(extra.get("spark_master") or "local[*]")}}
+           "spark": {"master": str(extra.get("spark_master") or "local[*]"),
+                     "service": str(extra.get("spark_service") or "")}}
     return SleeperConfig.from_dict(home.absolute(), raw)

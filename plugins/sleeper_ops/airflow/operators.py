@@ -88,7 +88,8 @@ class SleeperBulkImportOperator(SleeperOperator):
     ``s3://``. Imports of the same ``import_key`` add their records once, so a retried
     task or a reprocessed date adds nothing twice; an import key already committed
     succeeds with nothing added. Spark runs on the configuration's ``[spark] master``
-    (the ``sleeper`` connection's extra ``spark_master`` when set).
+    (the ``sleeper`` connection's extra ``spark_master`` when set), or on the standing
+    Spark service its extra ``spark_service`` names.
 
     Args:
         source: a source or a list of them (templated; one string may hold several
@@ -296,7 +297,9 @@ class SleeperCompactionReportOperator(SleeperRunCompactionJobsOperator):
 class SleeperSparkCompactionOperator(_SleeperMixin, SparkSubmitOperator):
     """spark-submit ``spark_apps/compaction.py`` for given jobs, one job a Spark task,
     holding the run's compaction lease while Spark works (see :mod:`sleeper_ops.spark`).
-    The Spark master comes from the Airflow connection ``conn_id`` (spark type). Fails
+    The Spark master comes from the Airflow connection ``conn_id`` (spark type); when the
+    ``sleeper`` connection names a standing Spark service (extra ``spark_service``), the
+    jobs go to that service instead, with no spark-submit. Fails
     if any job failed (its inputs stay assigned; a later run retries it).
 
     Args:
@@ -324,6 +327,12 @@ class SleeperSparkCompactionOperator(_SleeperMixin, SparkSubmitOperator):
             config = sleeper.config
             assert config is not None
             table = sleeper.table(self.table)
+            if config.spark_service is not None:  # the standing Spark service: no spark-submit
+                results = self._run_on_service(sleeper, table, jobs, run, context)
+                records = {j.job_id: sleeper.state_store.get_job(table.info.table_id, j.job_id) for j in jobs}
+                self.lineage = jobs_lineage(sleeper, self.table, jobs)
+                self._report(jobs, results, records)
+                return
             jobs_file, results_file = os.path.join(tmp, "jobs.json"), os.path.join(tmp, "results.json")
             config_file = os.path.join(tmp, "sleeper.toml")
             write_jobs_file(jobs_file, table.name, jobs, table_id=table.info.table_id, run_id=run)
@@ -342,6 +351,21 @@ class SleeperSparkCompactionOperator(_SleeperMixin, SparkSubmitOperator):
             results = read_results_file(results_file, jobs) if os.path.exists(results_file) else {}
             records = {j.job_id: sleeper.state_store.get_job(table.info.table_id, j.job_id) for j in jobs}
             self.lineage = jobs_lineage(sleeper, self.table, jobs)
+        self._report(jobs, results, records)
+
+    def _run_on_service(self, sleeper: Any, table: Any, jobs: list[Any], run: str, context: Any) -> dict[str, Any]:
+        """Run ``jobs`` on the configuration's Spark service, holding the compaction lease."""
+        from sleeper_ops.spark.submit import submit_compaction_batch
+
+        try:
+            with tasks.compaction_lease(sleeper, table, context, release=False):
+                out = submit_compaction_batch(sleeper.config, sleeper.state_store, table.info, jobs, run_id=run)
+        except LeaseHeldError as e:
+            raise SleeperError(f"this run lost its compaction lease between tasks: {e}") from e
+        return {r.job.job_id: r for r in out}
+
+    def _report(self, jobs: list[Any], results: dict[str, Any], records: dict[str, Any]) -> None:
+        """Log the batch; raise SleeperError naming every job that failed or was not reported."""
         failed = []
         for j in jobs:
             r, rec = results.get(j.job_id), records[j.job_id]

@@ -47,6 +47,37 @@ SPARK_POOL_SLOTS = 1
 STOP_TIMEOUT_SECONDS = 60.0
 
 Say = Callable[[str], None]
+#: SimpleAuthManager's roles, least to most.
+ROLES = ("viewer", "user", "op", "admin")
+USERS_VARIABLE = "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"
+
+
+def parse_users(spec: str) -> str:
+    """``admin:Admin,viewer:Viewer`` checked and normalised (``admin:admin,viewer:viewer``)
+    for SimpleAuthManager: each ``name:role`` with a role of :data:`ROLES`, names unique,
+    and ``admin:admin`` among them (start-up signs in as ``admin`` to know Airflow is
+    ready). Raises ConfigError naming the rule."""
+    users: dict[str, str] = {}
+    for part in spec.split(","):
+        name, sep, role = part.strip().partition(":")
+        if not sep or not name or role.lower() not in ROLES or ":" in role:
+            raise ConfigError(f"--users: {part.strip()!r} is not NAME:ROLE with ROLE one of {', '.join(ROLES)}")
+        if name in users:
+            raise ConfigError(f"--users: user {name!r} is named twice")
+        users[name] = role.lower()
+    if users.get("admin") != "admin":
+        raise ConfigError("--users must include admin:admin (start-up signs in as admin to check Airflow is ready)")
+    return ",".join(f"{n}:{r}" for n, r in users.items())
+
+
+def user_passwords(airflow_home: Path) -> dict[str, str]:
+    """Every user's generated password, from SimpleAuthManager's passwords file (empty if
+    it is not there yet)."""
+    try:
+        data = json.loads((airflow_home / PASSWORDS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
 def sqlalchemy_url(dsn: str, database: str) -> str:
@@ -80,8 +111,10 @@ def spark_connection(master: str) -> str:
 
 
 def airflow_environment(config: SleeperConfig, *, state_dsn: str, metadata_url: str, port: int,
-                        base: Optional[dict[str, str]] = None) -> dict[str, str]:
-    """The environment of every Airflow process :func:`run_standalone` starts."""
+                        base: Optional[dict[str, str]] = None, users: Optional[str] = None) -> dict[str, str]:
+    """The environment of every Airflow process :func:`run_standalone` starts; ``users``
+    (as :func:`parse_users` returns it) sets SimpleAuthManager's users, else the
+    environment's :data:`USERS_VARIABLE` (or Airflow's default, ``admin:admin``) stands."""
     env = dict(os.environ if base is None else base)
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
@@ -107,6 +140,8 @@ def airflow_environment(config: SleeperConfig, *, state_dsn: str, metadata_url: 
         "SLEEPER_STATE_STORE_DSN": state_dsn,
         "AIRFLOW_CONN_SLEEPER_SPARK": spark_connection(config.spark_master),
     })
+    if users is not None:
+        env[USERS_VARIABLE] = users
     return env
 
 
@@ -148,12 +183,41 @@ class Ready:
     dags: int
 
 
+#: Settings of :func:`airflow_environment` that are not Airflow configuration options.
+_NOT_CONFIG = ("AIRFLOW_HOME",)
+
+
+def write_airflow_cfg(airflow_home: Path, env: dict[str, str]) -> Path:
+    """Write the Airflow settings of ``env`` (its ``AIRFLOW__SECTION__KEY`` variables) into
+    ``airflow_home/airflow.cfg``, keeping the file's other settings, so the ``airflow``
+    command run with ``AIRFLOW_HOME`` set to that folder (e.g. ``airflow backfill
+    create``) reaches the same metadata database and DAG folder as ``sleeper airflow``.
+    Returns the file's path."""
+    import configparser
+
+    path = airflow_home / "airflow.cfg"
+    cfg = configparser.ConfigParser(interpolation=None)
+    if path.exists():
+        cfg.read(path)
+    for name, value in sorted(env.items()):
+        if not name.startswith("AIRFLOW__") or name in _NOT_CONFIG:
+            continue
+        section, _, key = name[len("AIRFLOW__"):].partition("__")
+        if not key:
+            continue
+        section, key = section.lower(), key.lower()
+        if not cfg.has_section(section):
+            cfg.add_section(section)
+        cfg.set(section, key, value.replace("%", "%%"))  # Airflow reads the file with % interpolation
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:  # it holds the DB URL
+        f.write("# Written by 'sleeper airflow': its settings, for the airflow command with this AIRFLOW_HOME.\n")
+        cfg.write(f)
+    path.chmod(0o600)
+    return path
+
+
 def _admin_password(airflow_home: Path) -> Optional[str]:
-    path = airflow_home / PASSWORDS_FILE
-    try:
-        return json.loads(path.read_text()).get("admin")
-    except (OSError, ValueError):
-        return None
+    return user_passwords(airflow_home).get("admin")
 
 
 def wait_until_ready(port: int, airflow_home: Path, *, alive: Callable[[], bool], timeout: float,
@@ -228,14 +292,16 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 
 def run_standalone(home: Optional[os.PathLike[str] | str] = None, *, port: int = DEFAULT_PORT,
-                   demo: bool = True, ready_timeout: float = 300.0, say: Say = print,
+                   demo: bool = True, users: Optional[str] = None, ready_timeout: float = 300.0, say: Say = print,
                    on_ready: Optional[Callable[[Ready], None]] = None,
                    stop: Optional[Callable[[], bool]] = None) -> int:
     """Run Airflow standalone for the Sleeper at ``home`` until Ctrl-C (see the module
     docstring); returns Airflow's exit code (0 after Ctrl-C).
 
-    ``on_ready`` is called once Airflow is ready; ``stop``, polled every second, ends the
-    run when it returns True (tests)."""
+    ``users``: SimpleAuthManager's users, ``NAME:ROLE,...`` (:func:`parse_users`); every
+    user's password is printed once Airflow is ready. ``on_ready`` is called once Airflow
+    is ready; ``stop``, polled every second, ends the run when it returns True (tests)."""
+    users = parse_users(users) if users is not None else None
     if not port_free(port):
         raise ConfigError(f"port {port} on 127.0.0.1 is in use; choose another with --port")
     if not DAGS_FOLDER.is_dir():
@@ -252,7 +318,8 @@ def run_standalone(home: Optional[os.PathLike[str] | str] = None, *, port: int =
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, _raise_keyboard_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _run(config, port=port, demo=demo, ready_timeout=ready_timeout, say=say, on_ready=on_ready, stop=stop)
+        return _run(config, port=port, demo=demo, users=users, ready_timeout=ready_timeout, say=say,
+                    on_ready=on_ready, stop=stop)
     except KeyboardInterrupt:
         say("interrupted")
         return 130
@@ -261,7 +328,7 @@ def run_standalone(home: Optional[os.PathLike[str] | str] = None, *, port: int =
             signal.signal(sig, handler)
 
 
-def _run(config: SleeperConfig, *, port: int, demo: bool, ready_timeout: float, say: Say,
+def _run(config: SleeperConfig, *, port: int, demo: bool, users: Optional[str], ready_timeout: float, say: Say,
          on_ready: Optional[Callable[[Ready], None]], stop: Optional[Callable[[], bool]]) -> int:
     from sleeper_ops.api import Sleeper
     from statestore.postgres import create_database_if_missing
@@ -274,12 +341,17 @@ def _run(config: SleeperConfig, *, port: int, demo: bool, ready_timeout: float, 
             state_dsn, AIRFLOW_DATABASE)
         if demo:
             ensure_demo_table(sleeper, say)
-        env = airflow_environment(config, state_dsn=state_dsn, metadata_url=metadata_url, port=port)
+        env = airflow_environment(config, state_dsn=state_dsn, metadata_url=metadata_url, port=port, users=users)
         say(f"Airflow home {config.airflow_home}; metadata in database {AIRFLOW_DATABASE!r} of the state store's "
             f"PostgreSQL; log {log_path}")
         with open(log_path, "ab") as log:
             say("migrating the Airflow database ...")
             _airflow(env, "db", "migrate", log=log)
+            # after Airflow's first command has generated airflow.cfg with its secrets (the JWT
+            # secret every component must share), never before
+            cfg = write_airflow_cfg(config.airflow_home, env)
+            say(f"Airflow's settings are in {cfg}: AIRFLOW_HOME={config.airflow_home} airflow ... reaches "
+                "this Airflow")
             _airflow(env, "pools", "set", "spark", str(SPARK_POOL_SLOTS), "spark-submit runs of Sleeper DAGs",
                      log=log)
             say(f"starting Airflow standalone on http://127.0.0.1:{port} ...")
@@ -289,6 +361,9 @@ def _run(config: SleeperConfig, *, port: int, demo: bool, ready_timeout: float, 
                 ready = wait_until_ready(port, config.airflow_home, alive=lambda: proc.poll() is None,
                                          timeout=ready_timeout)
                 say(f"Airflow is ready: {ready.url}  user {ready.user}  password {ready.password or '(unknown)'}")
+                others = other_users_line(config.airflow_home, ready.user)
+                if others:
+                    say(others)
                 say(f"{ready.dags} Sleeper DAGs loaded; table status page: {ready.url}/sleeper/ui/ ; "
                     f"REST API: {ready.url}/sleeper/api/v1 ; Ctrl-C stops")
                 if on_ready is not None:
@@ -304,6 +379,16 @@ def _run(config: SleeperConfig, *, port: int, demo: bool, ready_timeout: float, 
         code = proc.returncode
         say("Airflow stopped" + ("" if code in (0, -signal.SIGINT, -signal.SIGTERM, None) else f" (exit {code})"))
     return 0 if code in (0, -signal.SIGINT, -signal.SIGTERM, None) else int(code)
+
+
+def other_users_line(airflow_home: Path, shown: str) -> str:
+    """``other users: viewer password Y; ops password Z (in <file>)``: the generated
+    passwords of every user but ``shown``, or ``""`` when there is none."""
+    found = {name: password for name, password in user_passwords(airflow_home).items() if name != shown}
+    if not found:
+        return ""
+    listed = "; ".join(f"{name} password {password}" for name, password in found.items())
+    return f"other users: {listed} (in {airflow_home / PASSWORDS_FILE})"
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:

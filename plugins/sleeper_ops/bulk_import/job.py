@@ -192,7 +192,8 @@ def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo,
     expanded = expand_sources(sources, s3)
     files = [path for path, _ in expanded]
     result.files_read = len(files)
-    result.presplits = presplit(state_store, table, files, s3=s3, min_leaves=min_leaves, run_id=run_id)
+    result.presplits = presplit(state_store, objects, table, files, s3=s3, min_leaves=min_leaves,
+                                run_id=run_id)
     partitions = tuple(state_store.partitions(table.table_id))
     rec = (stored or JobRecord.created(table.table_id, job_id, "bulk_import", input_files=len(files)))
     attempt = f"a{rec.attempts + 1}-{uuid.uuid4().hex[:8]}"
@@ -218,6 +219,9 @@ def _run_and_commit(state_store: StateStore, objects: ObjectStore, plan: ImportP
                     started: float) -> BulkImportResult:
     """Run the import's Spark job and commit its outputs (see :func:`bulk_import`)."""
     table, job_id, keys = plan.table, plan.job_id, plan.output_keys
+    # the delete count before Spark reads the sources: a delete committed while the import
+    # runs covers its records (statestore.deletes)
+    horizon = state_store.tombstones(table.table_id)[0]
     try:
         outputs = list(run(plan))
         missing = [o.key for o in outputs if objects.head(o.key) is None]
@@ -228,7 +232,7 @@ def _run_and_commit(state_store: StateStore, objects: ObjectStore, plan: ImportP
         _fail(state_store, rec, f"{type(e).__name__}: {e}")
         raise
     records = sum(o.records for o in outputs)
-    refs = tuple(FileReference(o.key, o.leaf_id, o.records) for o in outputs if o.records)
+    refs = tuple(FileReference(o.key, o.leaf_id, o.records, delete_horizon=horizon) for o in outputs if o.records)
     done = rec.finished(records, records).committed()
     try:
         state_store.commit(table.table_id, AddFiles(refs), job=done, ingest_job_id=ingest_job_id)

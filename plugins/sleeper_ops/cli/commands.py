@@ -1,7 +1,7 @@
 """The ``sleeper`` command: argument parsing and printing only; logic lives in the API.
 
 Errors from bad input exit 1 with a one-line ``error: ...`` message on stderr; a write
-refused because the table's buffer is full exits 75.
+refused because the table's buffer is full exits 75; `report erasure` exits 3 while records remain.
 """
 
 from __future__ import annotations
@@ -13,18 +13,23 @@ from typing import Any, Optional
 
 import click
 
+from sleeper_ops.cli.support import open_sleeper as _sleeper
+from sleeper_ops.cli.tables import table
 from statestore.errors import BufferFullError, SleeperError
 
 #: the exit code of a write refused because the buffer is full (EX_TEMPFAIL: try again later)
 EXIT_BUFFER_FULL = 75
+#: the exit code of ``report erasure`` while some object still holds matching records
+EXIT_NOT_ERASED = 3
 
 
-def _sleeper(ctx: click.Context):  # type: ignore[no-untyped-def]
-    from sleeper_ops.api import Sleeper
+def parse_selection(t: Any, keys: tuple[str, ...], ranges: tuple[tuple[str, str], ...]) -> tuple[list[Any], list[Any]]:
+    """The keys and ranges given as JSON (``--key``, ``--range``), in the table's types."""
+    from sleeper_ops.io.codec import parse_key, parse_range
 
-    if "sleeper" not in ctx.obj:
-        ctx.obj["sleeper"] = ctx.with_resource(Sleeper(ctx.obj["home"]))
-    return ctx.obj["sleeper"]
+    return [parse_key(t.schema, k) for k in keys], [parse_range(t.schema, lo, hi) for lo, hi in ranges]
+
+
 
 
 @click.group()
@@ -37,147 +42,7 @@ def cli(ctx: click.Context, home: str) -> None:
     ctx.obj["home"] = home
 
 
-# ----- table ---------------------------------------------------------------------------
-@cli.group()
-def table() -> None:
-    """Create, list, describe, rename and delete tables."""
-
-
-def _parse_props(props: tuple[str, ...], hint: str = "--property") -> dict[str, str]:
-    out = {}
-    for p in props:
-        k, sep, v = p.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{p!r} is not NAME=VALUE (an empty VALUE clears the property)",
-                                     param_hint=hint)
-        out[k.strip()] = v.strip()
-    return out
-
-
-@table.command("create")
-@click.argument("name")
-@click.option("--schema", "schema_file", required=True, type=click.Path(dir_okay=False),
-              help="Schema JSON file (Sleeper's format).")
-@click.option("--split-points", "split_file", type=click.Path(dir_okay=False),
-              help="One split point per line, for the first row key field.")
-@click.option("--property", "props", multiple=True, metavar="K=V", help="A table property; repeatable.")
-@click.pass_context
-def table_create(ctx: click.Context, name: str, schema_file: str, split_file: Optional[str],
-                 props: tuple[str, ...]) -> None:
-    """Create table NAME."""
-    from sleeper_ops.cli.support import read_schema_file, read_split_points
-
-    schema = read_schema_file(schema_file)
-    points = read_split_points(split_file, schema) if split_file else []
-    t = _sleeper(ctx).create_table(name, schema, points, _parse_props(props))
-    click.echo(f"created table {t.name} ({t.info.table_id}) with {len(points) + 1} leaf partitions")
-
-
-@table.command("list")
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_context
-def table_list(ctx: click.Context, as_json: bool) -> None:
-    """List tables; a table whose name cannot become Airflow DAG ids (it gets no DAGs, so
-    no scheduled maintenance) is reported on stderr, with the rename that fixes it."""
-    import shlex
-
-    from statestore.catalog import table_name_problem
-
-    tables = _sleeper(ctx).tables()
-    if as_json:
-        click.echo(json.dumps([{"name": t.name, "id": t.table_id, "online": t.online} for t in tables]))
-    else:
-        for t in tables:
-            click.echo(f"{t.name}\t{t.table_id}\t{'online' if t.online else 'offline'}")
-    for t in tables:
-        problem = table_name_problem(t.name)
-        if problem is not None:
-            click.echo(f"warning: {problem}; table {t.name!r} gets no Airflow DAGs (no scheduled maintenance, "
-                       f"no REST access) until renamed: sleeper table rename {shlex.quote(t.name)} NEW_NAME", err=True)
-
-
-@table.command("describe")
-@click.argument("name")
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_context
-def table_describe(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Show a table's schema and every property (set ones marked *)."""
-    info = _sleeper(ctx).table(name).info
-    props = info.all_properties()
-    if as_json:
-        click.echo(json.dumps({"name": info.name, "id": info.table_id, "schema": info.schema.to_dict(),
-                               "properties": props, "set": sorted(info.properties)}))
-        return
-    click.echo(f"table {info.name} ({info.table_id}), {'online' if info.online else 'offline'}")
-    click.echo(f"schema: {info.schema.to_json()}")
-    for k, v in props.items():
-        click.echo(f"{'*' if k in info.properties else ' '} {k} = {'' if v is None else v}")
-
-
-@table.command("online")
-@click.argument("name")
-@click.pass_context
-def table_online(ctx: click.Context, name: str) -> None:
-    """Put a table online (splitting, compaction and GC run)."""
-    _sleeper(ctx).set_properties(name, {"sleeper.table.online": "true"})
-    click.echo(f"table {name} is online")
-
-
-@table.command("offline")
-@click.argument("name")
-@click.pass_context
-def table_offline(ctx: click.Context, name: str) -> None:
-    """Take a table offline (maintenance skips it; ingest and queries still work)."""
-    _sleeper(ctx).set_properties(name, {"sleeper.table.online": "false"})
-    click.echo(f"table {name} is offline")
-
-
-@table.command("set")
-@click.argument("name")
-@click.argument("props", nargs=-1, required=True, metavar="NAME=VALUE...")
-@click.pass_context
-def table_set(ctx: click.Context, name: str, props: tuple[str, ...]) -> None:
-    """Set table properties (NAME= with no value clears one). Each is checked before
-    any is set: iterators against the schema, their code imported."""
-    update = _parse_props(props, hint="NAME=VALUE")
-    _sleeper(ctx).set_properties(name, update)
-    _say_changed(name, update)
-
-
-@table.command("unset")
-@click.argument("name")
-@click.argument("keys", nargs=-1, required=True, metavar="PROPERTY...")
-@click.pass_context
-def table_unset(ctx: click.Context, name: str, keys: tuple[str, ...]) -> None:
-    """Clear table properties: each takes its default again."""
-    _sleeper(ctx).unset_properties(name, list(keys))
-    _say_changed(name, dict.fromkeys(keys, ""))
-
-
-def _say_changed(name: str, update: dict[str, str]) -> None:
-    set_ = [f"{k}={v}" for k, v in update.items() if v]
-    cleared = [k for k, v in update.items() if not v]
-    parts = ([f"set {', '.join(set_)}"] if set_ else []) + ([f"cleared {', '.join(cleared)}"] if cleared else [])
-    click.echo(f"table {name}: {'; '.join(parts)}")
-
-
-@table.command("rename")
-@click.argument("old")
-@click.argument("new")
-@click.pass_context
-def table_rename(ctx: click.Context, old: str, new: str) -> None:
-    """Rename table OLD to NEW."""
-    _sleeper(ctx).rename_table(old, new)
-    click.echo(f"renamed table {old} to {new}")
-
-
-@table.command("delete")
-@click.argument("name")
-@click.pass_context
-def table_delete(ctx: click.Context, name: str) -> None:
-    """Delete a table, its metadata and its files."""
-    _sleeper(ctx).delete_table(name)
-    click.echo(f"deleted table {name}")
+cli.add_command(table)
 
 
 # ----- data ----------------------------------------------------------------------------
@@ -296,16 +161,31 @@ def sql(ctx: click.Context, statement: str, fmt: Optional[str], output: Optional
 
 
 @cli.command()
-@click.argument("kind", type=click.Choice(["partitions", "files", "jobs"]))
+@click.argument("kind", type=click.Choice(["partitions", "files", "jobs", "erasure"]))
 @click.argument("table_name", metavar="TABLE")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--limit", default=100, show_default=True, help="Most jobs to list (jobs report).")
+@click.option("--key", "keys", multiple=True, help="Erasure report: a key as JSON.")
+@click.option("--range", "ranges", multiple=True, nargs=2, metavar="MIN MAX",
+              help="Erasure report: [MIN, MAX) on the first row key field, as JSON.")
+@click.option("--where", default=None, metavar="PREDICATE", help="Erasure report: an SQL predicate on any fields.")
 @click.pass_context
-def report(ctx: click.Context, kind: str, table_name: str, as_json: bool, limit: int) -> None:
-    """Report a table's partitions (tree), files or jobs (newest first)."""
+def report(ctx: click.Context, kind: str, table_name: str, as_json: bool, limit: int, keys: tuple[str, ...],
+           ranges: tuple[tuple[str, str], ...], where: Optional[str]) -> None:
+    """Report a table's partitions (tree), files or jobs (newest first); or (erasure)
+    every object still holding records of a --key or --range (and --where), exiting 3
+    until none does."""
     from sleeper_ops import reports as rep
 
     t = _sleeper(ctx).table(table_name)
+    if kind == "erasure":
+        ks, rs = parse_selection(t, keys, ranges)
+        erased = t.erasure_report(keys=ks, ranges=rs, where=where)
+        click.echo(json.dumps(erased.to_dict()) if as_json else erased.render())
+        if not erased.clean:
+            sys.stdout.flush()
+            raise SystemExit(EXIT_NOT_ERASED)
+        return
     if kind == "jobs":
         jobs = t.jobs(limit=limit)
         click.echo(json.dumps(rep.jobs_report(jobs)) if as_json else rep.render_jobs(jobs))
@@ -406,12 +286,16 @@ def ingest_request(ctx: click.Context, table_name: str, files: tuple[str, ...], 
 @click.option("--port", default=8080, show_default=True, help="Port of the Airflow UI and API on 127.0.0.1.")
 @click.option("--demo/--no-demo", default=True, show_default=True,
               help="Create a small demo table if the catalog has no tables.")
+@click.option("--users", default=None, metavar="NAME:ROLE,...",
+              help="Airflow users and roles (viewer, user, op, admin), e.g. admin:admin,viewer:viewer,ops:op; "
+                   "must include admin:admin. Default: $AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS, else admin only.")
 @click.pass_context
-def airflow(ctx: click.Context, port: int, demo: bool) -> None:
-    """Run Airflow standalone with the Sleeper DAGs and plugin until Ctrl-C."""
+def airflow(ctx: click.Context, port: int, demo: bool, users: Optional[str]) -> None:
+    """Run Airflow standalone with the Sleeper DAGs and plugin until Ctrl-C; prints every
+    user's password once Airflow is ready."""
     from sleeper_ops.airflow.standalone import run_standalone
 
-    code = run_standalone(ctx.obj["home"], port=port, demo=demo, say=click.echo)
+    code = run_standalone(ctx.obj["home"], port=port, demo=demo, users=users, say=click.echo)
     if code:
         sys.exit(code)
 

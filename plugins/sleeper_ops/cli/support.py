@@ -11,6 +11,16 @@ from statestore.errors import SchemaError
 from statestore.schema import Schema, key_from_json
 
 
+def open_sleeper(ctx: Any) -> Any:
+    """The command's :class:`~sleeper_ops.api.Sleeper` (a ``click.Context``'s), opened from
+    the home once and closed when the command ends."""
+    from sleeper_ops.api import Sleeper
+
+    if "sleeper" not in ctx.obj:
+        ctx.obj["sleeper"] = ctx.with_resource(Sleeper(ctx.obj["home"]))
+    return ctx.obj["sleeper"]
+
+
 def read_schema_file(path: str) -> Schema:
     try:
         text = open(path, encoding="utf-8").read()

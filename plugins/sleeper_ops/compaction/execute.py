@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sleeper_ops.compaction.jobs import CompactionJob
+from sleeper_ops.engine.deletes import covers_whole, key_bounds
 from sleeper_ops.engine.iterators import BatchFn, IteratorChain
 from sleeper_ops.engine.merge import merge_sorted
 from sleeper_ops.errors import CompactionError
@@ -44,10 +46,12 @@ from sleeper_ops.io.datafile import (
 from sleeper_ops.io.sketches import RowKeySketches
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
+from statestore.deletes import Tombstone
 from statestore.errors import CommitConflictError, TransactionError
 from statestore.files import FileReference
 from statestore.jobs import JobRecord
 from statestore.region import Region
+from statestore.schema import Schema
 from statestore.store import StateStore
 from statestore.transactions import ReplaceFileReferences
 
@@ -90,6 +94,23 @@ def _region_of(state_store: StateStore, table: TableInfo, partition_id: str) -> 
     raise TransactionError(f"partition {partition_id} does not exist")
 
 
+def _not_wholly_deleted(job: CompactionJob, schema: Schema,
+                        objects: ObjectStore) -> tuple[list[str], list[tuple[Tombstone, ...]]]:
+    """The job's inputs with the tombstones to apply to each, leaving out inputs a
+    tombstone without a predicate covers whole (by the Parquet statistics of the first
+    row key field): those are dropped by reference, never read."""
+    inputs, deletes = [], []
+    for name, tombstones in zip(job.inputs, job.input_tombstones()):
+        if tombstones and any(t.where is None for t in tombstones):
+            with objects.open_input(name) as f:
+                bounds = key_bounds(pq.ParquetFile(f).metadata, schema.row_key_names[0])
+            if covers_whole(tombstones, schema, bounds):
+                continue
+        inputs.append(name)
+        deletes.append(tombstones)
+    return inputs, deletes
+
+
 def start_attempt(state_store: StateStore, table: TableInfo, job: CompactionJob,
                   run_id: Optional[str] = None) -> JobRecord:
     """Record a new attempt of ``job`` as started, naming the output key it will write
@@ -121,9 +142,12 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
     missing = [f for f in job.inputs if objects.head(f) is None]
     if missing:
         raise CompactionError(f"job {job.job_id}: input files missing from storage: {', '.join(missing)}")
-    paths, store, url = objects.datafusion_paths(list(job.inputs))
+    inputs, deletes = _not_wholly_deleted(job, schema, objects)
+    if not inputs:  # every input's rows are deleted: the references go, nothing is read or written
+        return JobOutput(job, None, 0, 0, time.perf_counter() - started)
+    paths, store, url = objects.datafusion_paths(inputs)
     merged = merge_sorted(paths, schema, region=None if job.whole_files else region,
-                          object_store=store, store_url=url, batch_size=batch_size)
+                          object_store=store, store_url=url, batch_size=batch_size, deletes=deletes)
     rows_read = 0
 
     def counted() -> Iterator[pa.RecordBatch]:
@@ -137,7 +161,7 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
     stream = counted() if chain.is_empty else chain.apply(counted())
     # Whole input files with no iterators: the output holds exactly the inputs' keys,
     # so merging their sketches gives the output's sketch without touching each key.
-    reuse_sketches = job.whole_files and chain.is_empty
+    reuse_sketches = job.whole_files and chain.is_empty and not job.tombstones
     writer = DataFileWriter(objects, output_key or new_data_key(table.table_id, job.partition_id), schema,
                             ParquetSettings.of(table), sketch_rows=not reuse_sketches)
     try:
@@ -177,7 +201,8 @@ def commit_job(state_store: StateStore, objects: ObjectStore, out: JobOutput,
     if out.output is not None:
         if objects.head(out.output.key) is None:
             return f"output {out.output.key} vanished before the commit"
-        new_ref = FileReference(out.output.key, job.partition_id, out.output.record_count)
+        new_ref = FileReference(out.output.key, job.partition_id, out.output.record_count,
+                                delete_horizon=job.delete_horizon)
     # no caller commit id: every attempt writes a fresh output and commits once; a reply
     # lost mid-commit is retried inside commit() under the id it made
     try:

@@ -26,6 +26,7 @@ from typing import Any, Optional
 
 from sleeper_ops.compaction.strategy import plan_groups, why_no_job
 from statestore.catalog import TableInfo
+from statestore.deletes import Tombstone
 from statestore.errors import TransactionError
 from statestore.files import FileReference
 from statestore.jobs import JobRecord, now_ms
@@ -42,6 +43,12 @@ class CompactionJob:
     needs no partition filter. ``input_records`` is the sum of the references'
     record counts, exact when ``exact_count`` (then the merge must read exactly
     that many records, a check against lost input).
+
+    Deletes (:mod:`statestore.deletes`): ``delete_horizon`` is the table's delete count
+    when the job was made, ``tombstones`` (as dicts) the live tombstones then, and
+    ``input_horizons`` each input's horizon: the merge drops, from each input, the rows
+    of the tombstones numbered above its horizon, and the output gets
+    ``delete_horizon``. A job some tombstone applies to has no exact count.
     """
 
     table_id: str
@@ -51,22 +58,40 @@ class CompactionJob:
     whole_files: bool = True
     input_records: int = 0
     exact_count: bool = False
+    delete_horizon: int = 0
+    input_horizons: tuple[int, ...] = ()
+    tombstones: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["inputs"] = list(self.inputs)
+        d["input_horizons"] = list(self.input_horizons)
+        d["tombstones"] = list(self.tombstones)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CompactionJob:
-        return cls(**{**d, "inputs": tuple(d["inputs"])})
+        return cls(**{**d, "inputs": tuple(d["inputs"]), "input_horizons": tuple(d.get("input_horizons", ())),
+                      "tombstones": tuple(d.get("tombstones", ()))})
+
+    def input_tombstones(self) -> list[tuple[Tombstone, ...]]:
+        """For each input, the tombstones its rows must be dropped by."""
+        live = [Tombstone.from_dict(t) for t in self.tombstones]
+        horizons = self.input_horizons or (0,) * len(self.inputs)
+        return [tuple(t for t in live if t.covers_file(h)) for h in horizons]
 
     @classmethod
-    def of(cls, table_id: str, job_id: str, partition_id: str, refs: list[FileReference]) -> CompactionJob:
+    def of(cls, table_id: str, job_id: str, partition_id: str, refs: list[FileReference],
+           state: Optional[TableState] = None) -> CompactionJob:
+        """The job of ``refs``; with ``state``, carrying the tombstones that apply to them."""
         refs = sorted(refs, key=lambda r: r.filename)
+        count, live = (0, []) if state is None else (state.delete_count, sorted(
+            state.tombstones.values(), key=lambda t: t.number))
+        applying = [t for t in live if any(t.covers_file(r.delete_horizon) for r in refs)]
         return cls(table_id, job_id, partition_id, tuple(r.filename for r in refs),
                    all(r.whole_file for r in refs), sum(r.record_count for r in refs),
-                   all(r.whole_file and not r.count_approximate for r in refs))
+                   all(r.whole_file and not r.count_approximate for r in refs) and not applying,
+                   count, tuple(r.delete_horizon for r in refs), tuple(t.to_dict() for t in applying))
 
 
 @dataclass
@@ -85,8 +110,16 @@ class JobCreation:
     def summary(self) -> str:
         if self.skipped_reason:
             return f"{self.table}: skipped ({self.skipped_reason})"
-        return (f"{self.table}: {self.new} new compaction jobs, {self.retried} retried, "
-                f"{self.pushed_down} references pushed down")
+        return "\n".join([f"{self.table}: {self.new} new compaction jobs, {self.retried} retried, "
+                          f"{self.pushed_down} references pushed down", *self.waiting_lines()])
+
+    def waiting_lines(self, most: int = 10) -> list[str]:
+        """``  leaf P: why`` for the first ``most`` leaves in :attr:`waiting`, then a count of the rest."""
+        waiting = sorted(self.waiting.items())
+        lines = [f"  leaf {pid}: {why}" for pid, why in waiting[:most]]
+        if len(waiting) > most:
+            lines.append(f"  ... and {len(waiting) - most} more leaves with files but no job")
+        return lines
 
 
 def push_down(state_store: StateStore, table: TableInfo, state: TableState) -> int:
@@ -98,7 +131,7 @@ def push_down(state_store: StateStore, table: TableInfo, state: TableState) -> i
             continue
         half = ref.record_count // 2
         children = [FileReference(ref.filename, c, half if i == 0 else ref.record_count - half,
-                                  count_approximate=True, whole_file=False)
+                                  count_approximate=True, whole_file=False, delete_horizon=ref.delete_horizon)
                     for i, c in enumerate(p.child_ids)]
         splits.append(SplitFileReference(ref.filename, ref.partition_id, tuple(children)))
     if splits:
@@ -117,7 +150,7 @@ def stale_jobs(state_store: StateStore, table: TableInfo, state: TableState, *,
     for job_id, refs in sorted(by_job.items()):
         rec = state_store.get_job(table.table_id, job_id)
         if rec is None or rec.status == "failed" or now - rec.last_update_ms >= retry_after_ms:
-            out.append(CompactionJob.of(table.table_id, job_id, refs[0].partition_id, refs))
+            out.append(CompactionJob.of(table.table_id, job_id, refs[0].partition_id, refs, state))
     return out
 
 
@@ -138,7 +171,7 @@ def create_compaction_jobs(state_store: StateStore, table: TableInfo, *, run_id:
         if result.pushed_down or attempt:
             state = state_store.load_state(table.table_id)
         retried = stale_jobs(state_store, table, state, now=now, retry_after_ms=int(retry_after_minutes * 60_000))
-        planned, result.waiting = _plan(table, state)
+        planned, result.waiting = _plan(table, state, now)
         records = [JobRecord.created(table.table_id, j.job_id, "compaction", partition_id=j.partition_id,
                                      input_files=len(j.inputs), run_id=run_id) for j in planned]
         for rec in records:
@@ -159,8 +192,21 @@ def create_compaction_jobs(state_store: StateStore, table: TableInfo, *, run_id:
     return result  # pragma: no cover - the loop returns or raises
 
 
-def _plan(table: TableInfo, state: TableState) -> tuple[list[CompactionJob], dict[str, str]]:
-    """New jobs of every leaf, and why each leaf holding files but getting no job waits."""
+#: the table property bounding how long a deleted record may stay in a file
+PURGE_HOURS = "sleeper.table.delete.purge.hours"
+
+
+def _holds_overdue_deletes(state: TableState, ref: FileReference, before_ms: int) -> bool:
+    """Whether a tombstone made before ``before_ms`` covers ``ref`` and meets its partition."""
+    region = state.partitions[ref.partition_id].region
+    return any(t.covers_file(ref.delete_horizon) and t.created_ms <= before_ms
+               and any(r.overlaps(region) for r in t.regions) for t in state.tombstones.values())
+
+
+def _plan(table: TableInfo, state: TableState, now: Optional[int] = None) -> tuple[list[CompactionJob], dict[str, str]]:
+    """New jobs of every leaf, and why each leaf holding files but getting no job waits;
+    a leaf holding a file with records deleted longer than ``sleeper.table.delete.purge.hours``
+    ago gets a job of those files even when the strategy would wait."""
     unassigned: dict[str, list[FileReference]] = {}
     assigned: dict[str, int] = {}
     for ref in state.references.values():
@@ -170,10 +216,16 @@ def _plan(table: TableInfo, state: TableState) -> tuple[list[CompactionJob], dic
             else:
                 assigned[ref.partition_id] = assigned.get(ref.partition_id, 0) + 1
     jobs, waiting = [], {}
+    purge_before = (now_ms() if now is None else now) - table.get_int(PURGE_HOURS) * 3_600_000
     for pid in sorted(set(unassigned) | set(assigned)):
         groups = plan_groups(table, unassigned.get(pid, []))
+        grouped = {r.filename for g in groups for r in g}
+        overdue = [r for r in unassigned.get(pid, []) if r.filename not in grouped
+                   and _holds_overdue_deletes(state, r, purge_before)]
+        if overdue:
+            groups = [*groups, overdue]
         for group in groups:
-            jobs.append(CompactionJob.of(table.table_id, uuid.uuid4().hex, pid, group))
+            jobs.append(CompactionJob.of(table.table_id, uuid.uuid4().hex, pid, group, state))
         if not groups:
             waiting[pid] = why_no_job(table, unassigned.get(pid, []), assigned.get(pid, 0))
     return jobs, waiting

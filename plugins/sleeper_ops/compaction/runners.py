@@ -63,10 +63,6 @@ def load_batch_runner(name: str) -> BatchRunnerFactory:
     return loaded
 
 
-#: Most leaves whose reason for getting no job a summary lists.
-MAX_WAITING_SHOWN = 10
-
-
 @dataclass
 class CompactionReport:
     """What one compaction run of a table did."""
@@ -104,12 +100,7 @@ class CompactionReport:
         for r in self.results:
             if r.status != "committed":
                 text += f"\n  job {r.job.job_id} {r.status}: {r.reason}"
-        waiting = sorted(self.creation.waiting.items())
-        for pid, why in waiting[:MAX_WAITING_SHOWN]:
-            text += f"\n  leaf {pid}: {why}"
-        if len(waiting) > MAX_WAITING_SHOWN:
-            text += f"\n  ... and {len(waiting) - MAX_WAITING_SHOWN} more leaves with files but no job"
-        return text
+        return "\n".join([text, *self.creation.waiting_lines()])
 
 
 def run_local(state_store: StateStore, objects: ObjectStore, table: TableInfo, jobs: Sequence[CompactionJob], *,

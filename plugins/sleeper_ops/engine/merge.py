@@ -21,6 +21,7 @@ from typing import Any, Generator, Iterator, Optional, Sequence
 import pyarrow as pa
 
 from sleeper_ops.io.arrow_schema import arrow_schema
+from statestore.deletes import Tombstone
 from statestore.region import Region
 from statestore.schema import Schema
 
@@ -55,7 +56,8 @@ def region_filter(region: Region) -> Any:
 
 def merge_sorted(paths: Sequence[str], schema: Schema, *, region: Optional[Region] = None,
                  object_store: Any = None, store_url: Optional[str] = None,
-                 batch_size: int = 16384, read_ahead: int = 4) -> Generator[pa.RecordBatch, None, None]:
+                 batch_size: int = 16384, read_ahead: int = 4,
+                 deletes: Sequence[Sequence[Tombstone]] = ()) -> Generator[pa.RecordBatch, None, None]:
     """Yield the rows of the sorted Parquet (or Arrow IPC, ``.arrow``) files at ``paths``
     in key order.
 
@@ -65,6 +67,8 @@ def merge_sorted(paths: Sequence[str], schema: Schema, *, region: Optional[Regio
     thread at most that many batches ahead of the consumer: an error in the merge
     is raised to the consumer, and closing the generator early stops the thread
     (after the batch it is merging). ``read_ahead=0`` merges in the consumer's thread.
+    ``deletes``: for each input, the tombstones whose rows are dropped from it (a
+    filter on that input's scan, which keeps its order).
     """
     if not paths:
         return
@@ -76,7 +80,7 @@ def merge_sorted(paths: Sequence[str], schema: Schema, *, region: Optional[Regio
     target = arrow_schema(schema)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for b in _merged_frame(ctx, paths, schema, region).execute_stream():
+        for b in _merged_frame(ctx, paths, schema, region, deletes).execute_stream():
             rb = b.to_pyarrow()
             if rb.schema != target:
                 rb = pa.Table.from_batches([rb]).cast(target).combine_chunks().to_batches()[0]
@@ -139,7 +143,28 @@ def _ahead(items: Iterator[Any], depth: int) -> Iterator[Any]:
         worker.join()
 
 
-def _merged_frame(ctx: Any, paths: Sequence[str], schema: Schema, region: Optional[Region] = None) -> Any:
+def tombstone_filter(df: Any, tombstones: Sequence[Tombstone]) -> Any:
+    """A DataFusion predicate over ``df``'s columns keeping the rows no tombstone matches
+    (the rule of :mod:`sleeper_ops.engine.deletes`)."""
+    from datafusion import functions as f
+    from datafusion import lit
+
+    hit = None
+    for t in tombstones:
+        key = None
+        for region in t.regions:
+            r = region_filter(region)
+            key = r if key is None else key | r
+        if key is None:
+            continue
+        if t.where is not None:
+            key = key & f.coalesce(df.parse_sql_expr(f"({t.where})"), lit(False))
+        hit = key if hit is None else hit | key
+    return None if hit is None else ~hit
+
+
+def _merged_frame(ctx: Any, paths: Sequence[str], schema: Schema, region: Optional[Region] = None,
+                  deletes: Sequence[Sequence[Tombstone]] = ()) -> Any:
     """A DataFrame of the files at ``paths`` (sort order declared), filtered and sorted by key."""
     from datafusion import col
 
@@ -154,6 +179,9 @@ def _merged_frame(ctx: Any, paths: Sequence[str], schema: Schema, region: Option
         else:
             ctx.register_parquet(f"input_{i}", p, file_sort_order=[key_order()], schema=arrow_schema(schema))
         t = ctx.table(f"input_{i}")
+        keep = tombstone_filter(t, deletes[i]) if i < len(deletes) and deletes[i] else None
+        if keep is not None:
+            t = t.filter(keep)
         df = t if df is None else df.union(t)
     assert df is not None
     if region is not None:

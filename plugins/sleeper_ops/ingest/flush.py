@@ -34,15 +34,17 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import pyarrow as pa
 
+from sleeper_ops.engine.deletes import covering_entry, filter_batches
 from sleeper_ops.ingest.buffer import buffer_limits, decode
 from sleeper_ops.ingest.standard import IngestRunner
 from sleeper_ops.io.storage import ObjectStore, S3Options
 from statestore.buffer import BufferSnapshot, BufferStats
 from statestore.catalog import TableInfo
+from statestore.deletes import Tombstone
 from statestore.errors import BookkeepingError
 from statestore.jobs import JobRecord
 from statestore.store import StateStore
@@ -85,10 +87,11 @@ def flush_due(stats: BufferStats, now_ms: int, *, flush_records: int, flush_age_
     return None
 
 
-def _batches(snapshot: BufferSnapshot) -> Iterator[pa.RecordBatch]:
+def _batches(snapshot: BufferSnapshot, tombstones: Sequence[Tombstone]) -> Iterator[pa.RecordBatch]:
+    """The entries' records without the rows of the tombstones covering each entry."""
     for entry in snapshot.entries:
         assert entry.data is not None
-        yield from decode(entry.data).to_batches()
+        yield from filter_batches(decode(entry.data).to_batches(), covering_entry(tombstones, entry.seq))
 
 
 def flush_buffer(state_store: StateStore, objects: ObjectStore, table: TableInfo, *,
@@ -111,11 +114,15 @@ def flush_buffer(state_store: StateStore, objects: ObjectStore, table: TableInfo
                                            max_entries=state_store.buffer_max_flush_entries)
         if not snapshot.entries:
             break
+        # read after the entries: a tombstone committed later numbers above the file's
+        # horizon and covers every entry read (statestore.deletes)
+        horizon, tombstones = state_store.tombstones(table.table_id)
         job = JobRecord.created(table.table_id, uuid.uuid4().hex, "flush", run_id=run_id)
         runner = IngestRunner(state_store, objects, table, s3=s3, threads=threads, job=job, run_id=run_id,
-                              buffer_seqs=snapshot.seqs, max_chunk_rows=max(per_round, snapshot.rows))
+                              buffer_seqs=snapshot.seqs, max_chunk_rows=max(per_round, snapshot.rows),
+                              delete_horizon=horizon)
         try:
-            done = runner.ingest_batches(_batches(snapshot))
+            done = runner.ingest_batches(_batches(snapshot, tombstones))
         except BookkeepingError:
             lost += 1
             result.lost_rounds += 1

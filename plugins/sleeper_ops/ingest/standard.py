@@ -131,8 +131,13 @@ class IngestRunner:
                  max_chunk_rows: int = 4_000_000, max_chunk_bytes: int = 512 << 20,
                  spill_dir: Optional[str] = None, s3: Optional[S3Options] = None, threads: int = 2,
                  job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,
-                 run_id: Optional[str] = None, buffer_seqs: Sequence[int] = ()):
+                 run_id: Optional[str] = None, buffer_seqs: Sequence[int] = (),
+                 delete_horizon: Optional[int] = None):
+        """``delete_horizon``: the table's delete count the input was read at, stamped on
+        every file written (:mod:`statestore.deletes`); None: read when the ingest starts,
+        before its input, so a delete committed while it runs covers its records."""
         self.state_store, self.objects, self.table = state_store, objects, table
+        self.delete_horizon = delete_horizon
         self.schema = table.schema
         self.max_chunk_rows, self.max_chunk_bytes = max_chunk_rows, max_chunk_bytes
         self.spill_dir, self.s3, self.threads = spill_dir, s3, threads
@@ -158,6 +163,8 @@ class IngestRunner:
         docstring for what is kept and what is deleted on failure)."""
         start = time.perf_counter()
         result = IngestResult()
+        horizon = (self.delete_horizon if self.delete_horizon is not None
+                   else self.state_store.tombstones(self.table.table_id)[0])
         attempt = _Attempt(self.state_store, self.table, self.job, self.run_id)
         tree = PartitionTree(self.state_store.partitions(self.table.table_id))
         written: list[tuple[str, WrittenFile]] = []
@@ -166,7 +173,7 @@ class IngestRunner:
         try:
             try:
                 written = self._read_and_write(batches, tree, attempt, spill_root, result, progress)
-                refs = [FileReference(w.key, pid, w.record_count) for pid, w in written]
+                refs = [FileReference(w.key, pid, w.record_count, delete_horizon=horizon) for pid, w in written]
                 missing = [w.key for _, w in written if self.objects.head(w.key) is None]
                 if missing:
                     raise IngestError(f"table {self.table.name}: output files vanished before the commit "

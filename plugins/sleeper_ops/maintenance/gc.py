@@ -25,7 +25,8 @@ and a commit checks its outputs exist before committing. Scratch files of an att
 (:func:`scratch_root`: bulk import's sorted runs, left behind by a killed driver) are
 swept by the same rules, once no job in flight names that attempt.
 
-A run that deletes also forgets commit ids older than
+A run that deletes also forgets delete tombstones that no longer cover any row
+(:func:`~sleeper_ops.maintenance.deletes.drop_spent_tombstones`), commit ids older than
 :data:`~statestore.store.COMMIT_ID_RETENTION_MS`, and the idempotency keys of client
 writes older than ``sleeper.table.write.idempotency.hours``
 (:mod:`statestore.client_writes`).
@@ -44,6 +45,7 @@ from typing import Callable, Optional
 from sleeper_ops.io.attempts import named_key
 from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.io.storage import ObjectStore
+from sleeper_ops.maintenance.deletes import drop_spent_tombstones
 from statestore.catalog import TableInfo
 from statestore.client_writes import IDEMPOTENCY_HOURS
 from statestore.errors import SleeperError, TransactionError
@@ -72,6 +74,8 @@ class GCReport:
         commits: ``DeleteFiles`` commits made.
         refused: ``(file, reason)`` of files whose ``DeleteFiles`` the state store
             refused (e.g. already forgotten by a concurrent run); their objects are gone.
+        tombstones_dropped: numbers of the delete tombstones forgotten because nothing
+            they cover holds rows any more (:mod:`sleeper_ops.maintenance.deletes`).
     """
 
     table: str
@@ -82,6 +86,7 @@ class GCReport:
     commits: int = 0
     refused: list[tuple[str, str]] = field(default_factory=list)
     waiting: Optional[Waiting] = None
+    tombstones_dropped: list[int] = field(default_factory=list)
 
     def summary(self) -> str:
         """What was (or would be) deleted, then what waits and when the next is due (when
@@ -93,6 +98,8 @@ class GCReport:
                f" and {_files(len(self.orphans_deleted), 'orphan object')}")
         if self.refused:
             out += f", {len(self.refused)} refused by the state store"
+        if self.tombstones_dropped:
+            out += f", dropped {len(self.tombstones_dropped)} spent delete tombstones"
         if self.waiting is not None:
             out += self.waiting.describe()
         return out
@@ -213,6 +220,7 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
                 progress(len(batch))
         state_store.prune_commit_ids(table.table_id, now - COMMIT_ID_RETENTION_MS)
         state_store.prune_client_writes(table.table_id, now - table.get_int(IDEMPOTENCY_HOURS) * 3_600_000)
+        report.tombstones_dropped = drop_spent_tombstones(state_store, table, now)
     if orphans:
         report.orphans_deleted = sweep_orphans(state_store, objects, table, dry_run=dry_run, now_ms=now,
                                                progress=progress, threads=threads)

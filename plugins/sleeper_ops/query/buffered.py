@@ -14,7 +14,8 @@ count at the refresh. If the count read now differs, the query plans again (rare
 when a flush commits during a query). So every query sees each record once: in a file
 or in the buffer.
 
-A backend without a write buffer (DynamoDB, for now) has an empty buffer here.
+Every backend keeps a write buffer (PostgreSQL rows, DynamoDB items, the in-memory store's
+dict), so every query reads one.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sleeper_ops.engine.deletes import covering_entry, without_deleted
 from sleeper_ops.engine.leaves import region_mask
 from sleeper_ops.io.arrow_schema import arrow_schema, empty_table, sort_keys
+from statestore.deletes import Tombstone
 from statestore.errors import NotSupportedError
 from statestore.region import Region
 from statestore.schema import Schema
@@ -74,7 +77,7 @@ class BufferedRows:
         self._lock = threading.Lock()
         self._entries: dict[int, pa.Table] = {}
         self._sorted: Optional[SortedRows] = None
-        self._sorted_seqs: tuple[int, ...] = ()
+        self._sorted_seqs: tuple[Any, ...] = ()
         #: the flush count the last read saw (None: none yet)
         self.flushes: Optional[int] = None
         self._supported = True
@@ -82,8 +85,9 @@ class BufferedRows:
     def _empty(self) -> SortedRows:
         return SortedRows.of(empty_table(self.target), self.schema.key_names[0])
 
-    def read(self) -> tuple[SortedRows, int]:
-        """The buffer's records now, in key order, and the table's flush count then."""
+    def read(self, tombstones: Sequence[Tombstone] = ()) -> tuple[SortedRows, int]:
+        """The buffer's records now, in key order, without the rows of ``tombstones``
+        covering their entries, and the table's flush count then."""
         if not self._supported:
             return self._empty(), 0
         with self._lock:
@@ -100,13 +104,15 @@ class BufferedRows:
             seqs = snap.seqs
             for gone in set(self._entries) - set(seqs):
                 del self._entries[gone]
-            if self._sorted is None or seqs != self._sorted_seqs:
-                parts = [self._entries[q] for q in seqs if q in self._entries]
+            seen = (seqs, tuple(t.number for t in tombstones))
+            if self._sorted is None or seen != self._sorted_seqs:
+                parts = [without_deleted(self._entries[q], covering_entry(tombstones, q))
+                         for q in seqs if q in self._entries]
                 table = pa.concat_tables(parts) if parts else empty_table(self.target)
                 if table.num_rows > 1:
                     table = table.take(pc.sort_indices(table, sort_keys=sort_keys(self.schema)))
                 self._sorted = SortedRows.of(table.combine_chunks(), self.schema.key_names[0])
-                self._sorted_seqs = seqs
+                self._sorted_seqs = seen
             self.flushes = snap.flushes
             return self._sorted, snap.flushes
 

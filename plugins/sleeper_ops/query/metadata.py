@@ -32,6 +32,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 from statestore.catalog import TableInfo
 from statestore.changes import TableChanges
+from statestore.deletes import Tombstone
 from statestore.files import FileReference
 from statestore.partitions import Partition
 from statestore.region import Region
@@ -55,6 +56,8 @@ class TableMetadata:
         self.references: dict[str, dict[str, FileReference]] = {}  # partition id -> filename -> reference
         self._partitions_of_file: dict[str, set[str]] = {}
         self._root: Optional[Partition] = None
+        #: the table's live tombstones by number (:mod:`statestore.deletes`)
+        self.tombstones: dict[int, Tombstone] = {}
         #: reads of the state store so far, and how many answered with the whole state
         self.refreshes = 0
         self.full_loads = 0
@@ -74,6 +77,8 @@ class TableMetadata:
     def _apply(self, ch: TableChanges) -> None:
         self.refreshes += 1
         self.table = ch.table
+        if ch.tombstones is not None:
+            self.tombstones = {t.number: t for t in ch.tombstones}
         if ch.unchanged:
             self._token = ch.token
             return

@@ -27,9 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sleeper_ops.engine.deletes import covering_file, without_deleted
 from sleeper_ops.engine.iterators import BatchFn, IteratorChain
+from sleeper_ops.engine.key_regions import exact_key_region, range_region  # noqa: F401 - re-exported
 from sleeper_ops.engine.leaves import region_mask
-from sleeper_ops.errors import QueryError
 from sleeper_ops.io.arrow_schema import arrow_schema, empty_table, sort_keys
 from sleeper_ops.io.datafile import FILE_CACHE, ParquetFileCache
 from sleeper_ops.io.storage import ObjectStore
@@ -37,56 +38,10 @@ from sleeper_ops.query.buffered import BufferedRows
 from sleeper_ops.query.metadata import TableMetadata
 from sleeper_ops.query.stream import PendingSource, limited, merge_sources
 from statestore.catalog import TableInfo
-from statestore.errors import SchemaError
+from statestore.deletes import Tombstone
 from statestore.files import FileReference
 from statestore.region import Range, Region
-from statestore.schema import Schema, check_key_value, min_value
 from statestore.store import StateStore
-
-
-def _successor(key_type: str, v: Any) -> Optional[Any]:
-    """The least value greater than ``v`` (None if ``v`` is the greatest)."""
-    if key_type in ("IntType", "LongType"):
-        limit = 2**31 - 1 if key_type == "IntType" else 2**63 - 1
-        return None if v == limit else v + 1
-    if key_type == "StringType":
-        return v + "\x00"
-    return v + b"\x00"
-
-
-def exact_key_region(schema: Schema, key: Sequence[Any]) -> Region:
-    """The region holding exactly ``key`` (one value per row key field, or a prefix)."""
-    fields = schema.row_key_fields
-    if not 1 <= len(key) <= len(fields):
-        raise QueryError(f"a key needs 1 to {len(fields)} values (row key fields "
-                         f"{', '.join(schema.row_key_names)}), got {len(key)}")
-    ranges = []
-    for i, f in enumerate(fields):
-        if i < len(key):
-            try:
-                v = check_key_value(f.type, key[i], f.name)  # type: ignore[arg-type]
-            except SchemaError as e:
-                raise QueryError(str(e)) from e
-            ranges.append(Range(f.name, v, _successor(f.type, v)))  # type: ignore[arg-type]
-        else:
-            ranges.append(Range(f.name, min_value(f.type), None))  # type: ignore[arg-type]
-    return Region(tuple(ranges))
-
-
-def range_region(schema: Schema, lo: Any, hi: Optional[Any]) -> Region:
-    """``[lo, hi)`` on the first row key field (``hi=None``: unbounded); others unbounded."""
-    first = schema.row_key_fields[0]
-    try:
-        lo = check_key_value(first.type, lo, first.name)  # type: ignore[arg-type]
-        if hi is not None:
-            hi = check_key_value(first.type, hi, first.name)  # type: ignore[arg-type]
-    except SchemaError as e:
-        raise QueryError(str(e)) from e
-    if hi is not None and hi <= lo:
-        raise QueryError(f"range [{lo!r}, {hi!r}) is empty: the maximum must be greater than the minimum")
-    ranges = [Range(first.name, lo, hi)]
-    ranges += [Range(f.name, min_value(f.type), None) for f in schema.row_key_fields[1:]]  # type: ignore[arg-type]
-    return Region(tuple(ranges))
 
 
 def _intersect(a: Region, b: Region) -> Optional[Region]:
@@ -109,6 +64,15 @@ class _Task:
     ref: FileReference
     region: Region  # query region ∩ partition region
     exclude: tuple[Region, ...] = ()  # earlier query regions: their rows are returned by their own tasks
+    deletes: tuple[Tombstone, ...] = ()  # tombstones covering the file whose regions meet the task's
+
+
+class _Tasks(list[_Task]):
+    """A query's tasks, and the table's live tombstones in the state they were planned on."""
+
+    def __init__(self, tombstones: tuple[Tombstone, ...]) -> None:
+        super().__init__()
+        self.tombstones = tombstones
 
 
 class QueryRunner:
@@ -157,14 +121,16 @@ class QueryRunner:
         if self._owns_pool:
             self._pool.shutdown(wait=False)
 
-    def _tasks(self, regions: Sequence[Region]) -> list[_Task]:
+    def _tasks(self, regions: Sequence[Region]) -> _Tasks:
         """One task per file reference and (disjoint) query region it may hold rows of,
-        planned on the table's metadata brought up to date now (read-your-writes)."""
+        planned on the table's metadata brought up to date now (read-your-writes), each
+        with the tombstones that hide rows of it; with the table's live tombstones then."""
         disjoint = _disjoint(regions)
 
-        def plan(meta: TableMetadata) -> list[_Task]:
+        def plan(meta: TableMetadata) -> _Tasks:
             self._current_plan(meta)
-            tasks: list[_Task] = []
+            live = tuple(meta.tombstones[n] for n in sorted(meta.tombstones))
+            tasks = _Tasks(live)
             for i, region in enumerate(disjoint):
                 exclude = tuple(r for r in disjoint[:i] if r.overlaps(region))
                 for part in meta.overlapping(region):
@@ -174,8 +140,9 @@ class QueryRunner:
                     inter = _intersect(region, part.region)
                     if inter is None:
                         continue
+                    near = tuple(t for t in live if any(r.overlaps(inter) for r in t.regions))
                     for ref in refs:
-                        tasks.append(_Task(ref, inter, exclude))
+                        tasks.append(_Task(ref, inter, exclude, covering_file(near, ref.delete_horizon)))
             return tasks
 
         return self.metadata.plan(plan)
@@ -191,7 +158,7 @@ class QueryRunner:
         while True:
             before = self.buffered.flushes
             tasks = self._tasks(regions)
-            rows, flushes = self.buffered.read()
+            rows, flushes = self.buffered.read(tasks.tombstones)
             if before == flushes:
                 table = self.buffered.in_regions(rows, regions)
                 return tasks, table.cast(self.target) if table.schema != self.target else table
@@ -278,7 +245,7 @@ class QueryRunner:
         mask = region_mask(table, task.region)
         for other in task.exclude:
             mask = pc.and_(mask, pc.invert(region_mask(table, other)))
-        table = table.filter(mask)
+        table = without_deleted(table.filter(mask), task.deletes)
         if table.schema != self.target:
             table = table.cast(self.target)
         return table

@@ -31,6 +31,7 @@ import tomli_w
 from sleeper_ops.compaction.execute import JobResult
 from sleeper_ops.compaction.jobs import CompactionJob
 from sleeper_ops.config import SleeperConfig
+from sleeper_ops.errors import IngestError
 from sleeper_ops.io.storage import S3Options
 from statestore.errors import SleeperError
 
@@ -43,6 +44,10 @@ FILE_FORMAT_VERSION = 1
 
 class SparkBatchError(SleeperError):
     """A batch could not be run on Spark (bad arguments, unreadable jobs file, Spark failed)."""
+
+
+class BulkImportError(IngestError):
+    """A bulk import did not commit (Spark failed, or the driver refused it)."""
 
 
 @dataclass(frozen=True)
@@ -115,19 +120,31 @@ def read_jobs_file(uri: str, s3: Optional[S3Options] = None) -> JobsFile:
         raise SparkBatchError(f"{uri} is not a valid jobs file: {e!r}") from e
 
 
+def results_document(results: Sequence[JobResult], error: Optional[str] = None) -> dict[str, Any]:
+    """What became of each job, as plain data (the results file's content, also what the
+    Spark service answers); ``error`` says why the batch as a whole failed."""
+    return {"version": FILE_FORMAT_VERSION, "error": error, "results": [
+        {"job_id": r.job.job_id, "status": r.status, "rows_read": r.rows_read, "rows_written": r.rows_written,
+         "seconds": r.seconds, "output": r.output, "reason": r.reason} for r in results]}
+
+
 def write_results_file(uri: str, results: Sequence[JobResult], *, s3: Optional[S3Options] = None,
                        error: Optional[str] = None) -> None:
     """Write what became of each job; ``error`` says why the batch as a whole failed."""
-    _write_json(uri, {"version": FILE_FORMAT_VERSION, "error": error, "results": [
-        {"job_id": r.job.job_id, "status": r.status, "rows_read": r.rows_read, "rows_written": r.rows_written,
-         "seconds": r.seconds, "output": r.output, "reason": r.reason} for r in results]}, s3)
+    _write_json(uri, results_document(results, error), s3)
 
 
 def read_results_file(uri: str, jobs: Sequence[CompactionJob], *,
                       s3: Optional[S3Options] = None) -> dict[str, JobResult]:
     """The results of ``jobs`` found in a file written by :func:`write_results_file`,
     by job id (jobs the file does not mention are missing from the answer)."""
-    doc = _read_json(uri, "results", s3)
+    return results_from_document(_read_json(uri, "results", s3), jobs, uri)
+
+
+def results_from_document(doc: dict[str, Any], jobs: Sequence[CompactionJob], where: str) -> dict[str, JobResult]:
+    """The results of ``jobs`` in a :func:`results_document` (read from ``where``), by job id."""
+    if not isinstance(doc, dict) or doc.get("version") != FILE_FORMAT_VERSION:
+        raise SparkBatchError(f"{where} is not a version {FILE_FORMAT_VERSION} results document")
     by_id = {j.job_id: j for j in jobs}
     out: dict[str, JobResult] = {}
     try:
@@ -137,7 +154,7 @@ def read_results_file(uri: str, jobs: Sequence[CompactionJob], *,
                 out[job.job_id] = JobResult(job, d["status"], int(d["rows_read"]), int(d["rows_written"]),
                                             float(d["seconds"]), d.get("output"), d.get("reason"))
     except (KeyError, TypeError, ValueError) as e:
-        raise SparkBatchError(f"{uri} is not a valid results file: {e!r}") from e
+        raise SparkBatchError(f"{where} is not a valid results document: {e!r}") from e
     return out
 
 

@@ -125,6 +125,32 @@ def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536, 
     return run
 
 
+def import_on(spark: Any, sleeper: Any, table_name: str, sources: Sequence[str], *, import_key: Optional[str],
+              run_id: Optional[str] = None, ingest_job_id: Optional[str] = None,
+              shuffle: str = "runs") -> dict[str, Any]:
+    """One bulk import into ``table_name`` on ``spark`` with ``sleeper``'s stores (a
+    :class:`~sleeper_ops.api.Sleeper`): what both this driver's :func:`main` and the
+    Spark service (:mod:`sleeper_ops.spark.service`) run.
+
+    Returns ``{"result": asdict(BulkImportResult) | None, "error": str | None,
+    "driver_seconds": float}``; an import refused or failed with a SleeperError comes
+    back as ``error``; any other failure (Spark's) is raised, the job recorded failed.
+    """
+    started = time.perf_counter()
+    outcome: dict[str, Any]
+    try:
+        table = sleeper.state_store.get_table(table_name)
+        run = spark_runner(spark, sleeper.objects, shuffle=shuffle)
+        result = bulk_import(sleeper.state_store, sleeper.objects, table, sources, run=run, import_key=import_key,
+                             run_id=run_id, s3=sleeper.s3, ingest_job_id=ingest_job_id)
+        outcome = {"result": asdict(result), "error": None}
+    except SleeperError as e:
+        logger.error("%s", e)
+        outcome = {"result": None, "error": f"{type(e).__name__}: {e}"}
+    outcome["driver_seconds"] = time.perf_counter() - started
+    return outcome
+
+
 def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="spark_apps/bulk_import.py",
                                 description="Bulk import files into a Sleeper table on Spark, in one commit.")
@@ -152,23 +178,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from sleeper_ops.spark.batch_files import read_config_file
 
     config = read_config_file(args.config_file) if args.config_file is not None else None
-    outcome: dict[str, Any]
     with (Sleeper(config=config) if config is not None else Sleeper(home=args.home)) as sleeper:
         spark = SparkSession.builder.appName(f"sleeper-bulk-import-{args.table}").getOrCreate()
-        started = time.perf_counter()
         try:
-            table = sleeper.state_store.get_table(args.table)
-            run = spark_runner(spark, sleeper.objects, shuffle=args.shuffle)
-            result = bulk_import(sleeper.state_store, sleeper.objects, table, args.source, run=run,
-                                 import_key=args.import_key, run_id=args.run_id, s3=sleeper.s3,
-                                 ingest_job_id=args.ingest_job_id)
-            outcome = {"result": asdict(result), "error": None}
-        except SleeperError as e:
-            logger.error("%s", e)
-            outcome = {"result": None, "error": f"{type(e).__name__}: {e}"}
+            outcome = import_on(spark, sleeper, args.table, args.source, import_key=args.import_key,
+                                run_id=args.run_id, ingest_job_id=args.ingest_job_id, shuffle=args.shuffle)
         finally:
             spark.stop()
-        outcome["driver_seconds"] = time.perf_counter() - started
     if args.results_file is not None:
         with open(args.results_file, "w") as f:
             json.dump(outcome, f)

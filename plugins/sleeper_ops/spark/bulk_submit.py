@@ -1,5 +1,7 @@
 """Bulk import runner ``spark``, the submitter: one spark-submit of
-``spark_apps/bulk_import.py`` per import (the driver: :mod:`sleeper_ops.spark.bulk_driver`).
+``spark_apps/bulk_import.py`` per import (the driver: :mod:`sleeper_ops.spark.bulk_driver`),
+or, when the configuration names a standing Spark service (``[spark] service``), a job
+sent to it (:mod:`sleeper_ops.spark.service_client`).
 
 :func:`submit_bulk_import` writes the configuration to a private file, runs
 spark-submit on ``config.spark_master``, streams Spark's log to this module's logger
@@ -17,8 +19,8 @@ import time
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from sleeper_ops.bulk_import.job import BulkImportResult, import_job_id
-from sleeper_ops.errors import ConfigError, IngestError
-from sleeper_ops.spark.batch_files import write_config_file
+from sleeper_ops.errors import ConfigError
+from sleeper_ops.spark.batch_files import BulkImportError, write_config_file
 from sleeper_ops.spark.submit import find_spark_submit, run_spark_submit, spark_app_path, spark_conf, spark_environment
 
 if TYPE_CHECKING:
@@ -27,10 +29,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 APP_NAME = "bulk_import.py"
-
-
-class BulkImportError(IngestError):
-    """A bulk import did not commit (Spark failed, or the driver refused it)."""
+__all__ = ["BulkImportError", "submit_bulk_import"]
 
 
 def submit_bulk_import(config: SleeperConfig, table: TableInfo, sources: Sequence[str], *,
@@ -50,6 +49,11 @@ def submit_bulk_import(config: SleeperConfig, table: TableInfo, sources: Sequenc
     import uuid
 
     key = import_key or uuid.uuid4().hex
+    if config.spark_service is not None:  # a standing driver: no spark-submit
+        from sleeper_ops.spark.service_client import submit_bulk_import as on_service
+
+        return on_service(config, table, sources, import_key=key, run_id=run_id, shuffle=shuffle,
+                          ingest_job_id=ingest_job_id, timeout=timeout)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sleeper-bulk-import-") as tmp:
         config_file, results_file = os.path.join(tmp, "sleeper.toml"), os.path.join(tmp, "result.json")

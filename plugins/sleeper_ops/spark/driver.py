@@ -135,6 +135,13 @@ def run_compaction_batch(spark_context: Any, state_store: StateStore, objects: O
     return outcome
 
 
+def check_jobs_of(table: TableInfo, jobs: Sequence[CompactionJob]) -> None:
+    """Raise SparkBatchError unless every job of ``jobs`` is a job of ``table``."""
+    wrong = [j.job_id for j in jobs if j.table_id != table.table_id]
+    if wrong:
+        raise SparkBatchError(f"jobs {', '.join(wrong[:5])} are not jobs of table {table.name} ({table.table_id})")
+
+
 def _run_job(spark_context: Any, state_store: StateStore, objects: ObjectStore, fn: Any, item: dict[str, Any],
              rec: JobRecord, job: CompactionJob, description: str) -> tuple[JobResult, Optional[str]]:
     """Run one job as its own Spark job (job group), commit the output of the attempt
@@ -234,10 +241,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 batch = read_jobs_file(args.jobs_file, s3)
                 run_id = args.run_id or batch.run_id
                 jobs = list(batch.jobs)
-                wrong = [j.job_id for j in jobs if j.table_id != table.table_id]
-                if wrong:
-                    raise SparkBatchError(f"jobs {', '.join(wrong[:5])} are not jobs of table {table.name} "
-                                          f"({table.table_id})")
+                check_jobs_of(table, jobs)
             else:
                 run_id = args.run_id
                 jobs = create_compaction_jobs(sleeper.state_store, table, run_id=run_id).jobs

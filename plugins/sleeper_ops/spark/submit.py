@@ -169,7 +169,7 @@ def run_spark_submit(cmd: list[str], env: Mapping[str, str], timeout: Optional[f
     return code, "\n".join(tail)[-LOG_TAIL_CHARS:]
 
 
-def _unreported(state_store: StateStore, table: TableInfo, job: CompactionJob, reason: str) -> JobResult:
+def unreported_result(state_store: StateStore, table: TableInfo, job: CompactionJob, reason: str) -> JobResult:
     """The result of a job the Spark driver did not report: committed if its status
     record says so, else recorded failed with ``reason``."""
     try:
@@ -194,11 +194,18 @@ def submit_compaction_batch(config: SleeperConfig, state_store: StateStore, tabl
     private temporary directory, removed afterwards) and commits each job;
     ``state_store`` is used here only to record jobs the driver did not report (see the
     module docstring). ``spark_submit`` overrides the executable, ``conf`` adds Spark
-    settings, ``timeout`` (seconds) kills a batch that runs too long.
+    settings, ``timeout`` (seconds) kills a batch that runs too long. When
+    ``config.spark_service`` is set, the batch goes to that standing service instead
+    (:mod:`sleeper_ops.spark.service_client`; ``spark_submit`` and ``conf`` unused).
     """
     if not jobs:
         return []
     jobs = list(jobs)
+    if config.spark_service is not None:  # a standing driver: no spark-submit
+        from sleeper_ops.spark.service_client import compaction_results
+
+        reported, why = compaction_results(config, table, jobs, run_id=run_id, timeout=timeout)
+        return [reported.get(j.job_id) or unreported_result(state_store, table, j, why) for j in jobs]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sleeper-spark-compaction-") as tmp:
         jobs_file, results_file = os.path.join(tmp, "jobs.json"), os.path.join(tmp, "results.json")
@@ -219,7 +226,7 @@ def submit_compaction_batch(config: SleeperConfig, state_store: StateStore, tabl
                 results = read_results_file(results_file, jobs)
             except SparkBatchError as e:
                 reason = f"{reason}; {e}"
-    out = [results.get(j.job_id) or _unreported(state_store, table, j, reason) for j in jobs]
+    out = [results.get(j.job_id) or unreported_result(state_store, table, j, reason) for j in jobs]
     logger.info("%s: %d compaction jobs on Spark (%s) in %.1f s: %d committed, %d failed", table.name, len(jobs),
                 config.spark_master, time.perf_counter() - started, sum(r.status == "committed" for r in out),
                 sum(r.status == "failed" for r in out))

@@ -10,6 +10,7 @@ POST     /tables/{t}/ingest-requests    ``{"files": [...]}``: queue files for th
 GET      /tables/{t}/ingest-requests    the table's requests (``?status=``, ``?limit=``)
 POST     /tables/{t}/records            ``{"records": [...]}``: into the write buffer (201 once durable, 429 full)
 GET      /tables/{t}/records            ``?key=`` (repeatable) and/or ``?min=&max=``
+DELETE   /tables/{t}/records            ``?key=``/``?min=&max=`` [``&where=``]: delete them (one commit)
 GET      /tables                        every table (the requester may read)
 GET      /tables/{t}                    one table, every property with its default
 GET      /tables/{t}/partitions         the partition tree, with files and records (paged)
@@ -68,6 +69,7 @@ from fastapi.responses import StreamingResponse
 from sleeper_ops.errors import QueryError
 from sleeper_ops.web.metrics import add_metrics_route
 from sleeper_ops.web.rest_auth import TableFilter
+from sleeper_ops.web.rest_deletes import add_delete_routes
 from sleeper_ops.web.rest_errors import sleeper_error, validation_error
 from sleeper_ops.web.rest_models import (
     ErrorOut,
@@ -341,6 +343,7 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
             raise
         return StreamingResponse(in_threads(records_body(first, batches, limit)), media_type="application/json")
 
+    add_delete_routes(app, table, _parse_range)
     return app
 
 

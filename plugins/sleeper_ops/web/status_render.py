@@ -17,6 +17,7 @@ from urllib.parse import quote
 from sleeper_ops.reports import partitions_report, region_text
 from sleeper_ops.web.status_charts import _e, _time, jobs_chart_svg, leaf_records_svg, rate_chart_svg
 from statestore.jobs import JobRecord
+from statestore.properties import OPERATIONS
 
 if TYPE_CHECKING:
     from statestore.catalog import TableInfo
@@ -165,6 +166,12 @@ def _files_table(overview: TableOverview) -> str:
                                    "<th>job</th></tr>" + "".join(rows) + "</table>" if rows else "") + more)
 
 
+def _dag_operations(info: TableInfo) -> list[str]:
+    """The operations the table has a DAG of: every maintenance DAG, and the dated bulk
+    import when ``sleeper.table.bulk.import.source`` is set."""
+    return [op for op in OPERATIONS if op != "bulk_import" or info.get("sleeper.table.bulk.import.source")]
+
+
 def render_table(info: TableInfo, overview: TableOverview, jobs: Sequence[JobRecord], *,
                  now: Optional[int] = None) -> str:
     """The page of one table (see the module docstring), from its overview (at most
@@ -175,7 +182,7 @@ def render_table(info: TableInfo, overview: TableOverview, jobs: Sequence[JobRec
     failed = summary.jobs_by_status.get("failed", 0)
     props = ", ".join(f"{_e(k)}={_e(v)}" for k, v in sorted(info.properties.items())) or "defaults only"
     dag_links = " · ".join(f"<a target='_top' href='../../../dags/sleeper_{quote(info.name, safe='')}_{op}'>{op}</a>"
-                           for op in ("split", "compaction", "gc", "ingest_batcher"))
+                           for op in _dag_operations(info))
     body = [
         "<nav><a href='../'>← all tables</a></nav>",
         f"<h1>{_e(info.name)} {badge}</h1><div class='muted mono'>{_e(info.table_id)}</div>",

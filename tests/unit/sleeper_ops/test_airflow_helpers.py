@@ -88,3 +88,50 @@ def test_port_free_sees_a_listener() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         assert not port_free(s.getsockname()[1])
+
+
+def test_users_are_checked_and_normalised_for_simple_auth_manager():
+    from sleeper_ops.airflow.standalone import parse_users
+
+    assert parse_users("admin:Admin, viewer:Viewer,ops:OP") == "admin:admin,viewer:viewer,ops:op"
+    for bad, why in [("admin:admin,bob", "'bob' is not NAME:ROLE"), ("admin:admin,bob:boss", "'bob:boss'"),
+                     ("admin:admin,admin:viewer", "named twice"), ("viewer:viewer", "must include admin:admin")]:
+        with pytest.raises(ConfigError, match=why):
+            parse_users(bad)
+
+
+def test_the_users_reach_airflow_and_every_password_is_printed(tmp_path):
+    from sleeper_ops.airflow.standalone import (
+        PASSWORDS_FILE,
+        USERS_VARIABLE,
+        airflow_environment,
+        other_users_line,
+    )
+
+    config = SleeperConfig.load(tmp_path)
+    env = airflow_environment(config, state_dsn="host=x", metadata_url="postgresql+psycopg://x/airflow", port=8080,
+                              base={USERS_VARIABLE: "admin:admin"}, users="admin:admin,viewer:viewer")
+    assert env[USERS_VARIABLE] == "admin:admin,viewer:viewer"
+    kept = airflow_environment(config, state_dsn="host=x", metadata_url="u", port=8080, base={USERS_VARIABLE: "a:b"})
+    assert kept[USERS_VARIABLE] == "a:b", "without --users the environment's setting stands"
+    assert other_users_line(tmp_path, "admin") == ""
+    (tmp_path / PASSWORDS_FILE).write_text('{"admin": "p1", "viewer": "p2", "ops": "p3"}')
+    assert other_users_line(tmp_path, "admin") == \
+        f"other users: viewer password p2; ops password p3 (in {tmp_path / PASSWORDS_FILE})"
+
+
+def test_the_airflow_settings_are_written_to_airflow_cfg_keeping_the_others(tmp_path):
+    import configparser
+
+    from sleeper_ops.airflow.standalone import write_airflow_cfg
+
+    (tmp_path / "airflow.cfg").write_text("[core]\ndags_folder = /old\nfernet_key = kept\n[webserver]\nx = 1\n")
+    path = write_airflow_cfg(tmp_path, {"AIRFLOW__CORE__DAGS_FOLDER": "/repo/dags", "AIRFLOW_HOME": str(tmp_path),
+                                        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql+psycopg://u:p%2F@h/airflow",
+                                        "SLEEPER_HOME": "/s", "PATH": "/bin"})
+    cfg = configparser.ConfigParser()  # Airflow reads it with % interpolation
+    cfg.read(path)
+    assert cfg.get("core", "dags_folder") == "/repo/dags" and cfg.get("core", "fernet_key") == "kept"
+    assert cfg.get("database", "sql_alchemy_conn") == "postgresql+psycopg://u:p%2F@h/airflow"
+    assert cfg.get("webserver", "x") == "1" and not cfg.has_option("core", "home")
+    assert path.stat().st_mode & 0o077 == 0, "it holds the database URL: the owner's only"

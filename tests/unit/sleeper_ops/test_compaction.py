@@ -103,6 +103,8 @@ def test_compaction_that_makes_no_job_names_each_leafs_reason(sleeper):
     assert lines[1:] == [f"  leaf {leaf}: 3 files (10, 100, 1,000 records): sizeratio merges 2 to 12 files, "
                          "smallest first, once 3 x the largest is at most their total; none do yet "
                          "(smaller files must add up to the larger)"]
+    creation = create_compaction_jobs(sleeper.state_store, t.info)  # what the Airflow task logs
+    assert creation.summary().splitlines()[1:] == lines[1:]
 
 
 # ----- job creation -------------------------------------------------------------------

@@ -49,6 +49,16 @@ def test_table_page_shows_every_partition_and_the_jobs(table) -> None:
     assert "split on key" in page
 
 
+def test_the_table_page_links_every_dag_of_the_table(sleeper) -> None:
+    t = sleeper.create_table("events", SCHEMA)
+    page = render_table(t.info, overview_of(t.state()), [])
+    for op in ("split", "compaction", "gc", "ingest_batcher", "flush"):
+        assert f"/dags/sleeper_events_{op}'" in page
+    assert "_bulk_import" not in page
+    sleeper.set_properties("events", {"sleeper.table.bulk.import.source": "s3://raw/{{ ds }}/"})
+    assert "/dags/sleeper_events_bulk_import'" in render_table(sleeper.table("events").info, overview_of(t.state()), [])
+
+
 def test_names_and_reasons_are_escaped(sleeper) -> None:
     # a name from before table names were checked (the state store itself takes any name)
     schema = Schema.from_dict(SCHEMA)

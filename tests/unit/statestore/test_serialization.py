@@ -17,6 +17,8 @@ from statestore import (
     AssignJobIds,
     ClearFiles,
     DeleteFiles,
+    DeleteRecords,
+    DropTombstones,
     FileReference,
     InitialisePartitions,
     JobAssignment,
@@ -56,6 +58,9 @@ EXAMPLES: dict[str, Transaction] = {
                                                      FileReference("out", "left", 200), 1_700_000_000_003),
     "delete_files": DeleteFiles(("a", "b")),
     "clear_files": ClearFiles(),
+    "delete_records": DeleteRecords((_BYTES_TREE[1].region, _BYTES_TREE[2].region), "n > 3 AND b <> X'00'", 41,
+                                    1_700_000_000_004),
+    "drop_tombstones": DropTombstones((1, 3)),
 }
 
 
@@ -98,6 +103,12 @@ def test_bytes_keys_survive_the_round_trip_as_bytes():
 def test_unknown_transaction_type_is_refused(raw):
     with pytest.raises(TransactionError, match="unknown transaction type"):
         transaction_from_dict(raw)
+
+
+def test_references_with_a_delete_horizon_round_trip_and_without_one_keep_their_old_form():
+    ref = FileReference("f", "p", 3, delete_horizon=4)
+    assert FileReference.from_dict(json.loads(json.dumps(ref.to_dict()))) == ref
+    assert "delete_horizon" not in FileReference("f", "p", 3).to_dict()
 
 
 def test_transactions_are_frozen():

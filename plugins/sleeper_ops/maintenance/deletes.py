@@ -1,0 +1,142 @@
+"""Deleting records (issue 22): :func:`delete_records` commits one
+:class:`~statestore.transactions.DeleteRecords` transaction, and
+:func:`drop_spent_tombstones` forgets tombstones nothing they cover holds any more.
+
+The rule of what a delete removes is in :mod:`statestore.deletes`: every matching
+record of a file committed before it, of an ingest job or bulk import already reading
+when it commits, and of every write to the buffer that returned before it was asked;
+records of a write, ingest job or bulk import that starts after it stay. Readers hide
+the records at once; compaction removes them from the files
+(``sleeper.table.delete.purge.hours`` bounds how long that may take).
+
+A delete may carry an idempotency key (REST ``Idempotency-Key``, ``--request-id``):
+it is the delete's commit id, so a repeat within
+:data:`~statestore.store.COMMIT_ID_RETENTION_MS` adds no second tombstone.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from sleeper_ops.engine.deletes import DeleteInputError, check_where
+from sleeper_ops.engine.key_regions import exact_key_region, range_region
+from sleeper_ops.errors import QueryError
+from statestore.catalog import TableInfo
+from statestore.client_writes import check_key
+from statestore.errors import NotSupportedError
+from statestore.region import Region
+from statestore.schema import Schema
+from statestore.state import TableState
+from statestore.store import StateStore
+from statestore.transactions import DeleteRecords, DropTombstones
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """One delete: its tombstone's number (None when a repeat of an idempotency key
+    found it applied already), the buffer sequence number it covers up to, and what
+    it matches."""
+
+    tombstone: Optional[int]
+    buffer_seq: int
+    regions: tuple[Region, ...]
+    where: Optional[str]
+
+    @property
+    def applied(self) -> bool:
+        return self.tombstone is not None
+
+    def summary(self) -> str:
+        if not self.applied:
+            return "already deleted (a repeat of this idempotency key): nothing more to do"
+        return (f"delete {self.tombstone} committed: matching records are hidden from every read now and "
+                "purged from files by compaction")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tombstone": self.tombstone, "applied": self.applied, "buffer_seq": self.buffer_seq,
+                "regions": [r.to_dict() for r in self.regions], "where": self.where}
+
+
+def delete_regions(schema: Schema, keys: Sequence[Any] = (),
+                   ranges: Sequence[tuple[Any, Optional[Any]]] = ()) -> tuple[Region, ...]:
+    """The regions of ``keys`` (a value or a tuple of row key values) and ``ranges``
+    (``[lo, hi)`` on the first row key field; ``hi`` None: unbounded). Raises
+    :class:`DeleteInputError` in one line for none, a bad value, or an empty or
+    inverted range."""
+    out: list[Region] = []
+    try:
+        for k in keys:
+            out.append(exact_key_region(schema, list(k) if isinstance(k, (tuple, list)) else [k]))
+        for lo, hi in ranges:
+            out.append(range_region(schema, lo, hi))
+    except DeleteInputError:
+        raise
+    except QueryError as e:
+        raise DeleteInputError(str(e)) from None
+    if not out:
+        raise DeleteInputError("give a key or a range to delete (--key K or --range LO HI)")
+    return tuple(out)
+
+
+def delete_records(state_store: StateStore, table: TableInfo, *, keys: Sequence[Any] = (),
+                   ranges: Sequence[tuple[Any, Optional[Any]]] = (), where: Optional[str] = None,
+                   request_id: Optional[str] = None) -> DeleteResult:
+    """Delete the records with ``keys`` or in ``ranges`` (and matching ``where``, an
+    SQL predicate on any fields) committed before this call, in one commit."""
+    regions = delete_regions(table.schema, keys, ranges)
+    where = check_where(table.schema, where)
+    commit_id = None if request_id is None else "delete:" + check_key(request_id)
+    seq = state_store.buffer_high_water(table.table_id)
+    applied = state_store.commit(table.table_id, DeleteRecords(regions, where, seq), commit_id=commit_id)
+    number = None
+    if applied:  # the newest tombstone of this content is ours (another delete may have followed)
+        count, live = state_store.tombstones(table.table_id)
+        mine = [t.number for t in live if t.regions == regions and t.where == where and t.buffer_seq == seq]
+        number = max(mine) if mine else count
+    return DeleteResult(number, seq, regions, where)
+
+
+def spent_tombstones(state: TableState, buffer_seqs: Sequence[int], *, running_since_ms: Optional[int] = None,
+                     now_ms: int, settle_ms: int) -> list[int]:
+    """The tombstones no longer covering any data: no reference with a horizon below
+    the tombstone's number lies in a partition meeting its regions, no buffer entry (of
+    ``buffer_seqs``, the buffer's entries now) is numbered at most its ``buffer_seq``, no
+    job still running began before it (``running_since_ms``: when the oldest did; an
+    ingest or bulk import that read before the delete commits files it covers), and it
+    is at least ``settle_ms`` old (a job that keeps no record has ended by then)."""
+    lowest_entry = min(buffer_seqs, default=None)
+    out = []
+    for t in state.tombstones.values():
+        if lowest_entry is not None and lowest_entry <= t.buffer_seq:
+            continue
+        if (running_since_ms is not None and running_since_ms <= t.created_ms) or now_ms - t.created_ms < settle_ms:
+            continue
+        covered = any(t.covers_file(r.delete_horizon)
+                      and any(g.overlaps(state.partitions[r.partition_id].region) for g in t.regions)
+                      for r in state.references.values())
+        if not covered:
+            out.append(t.number)
+    return sorted(out)
+
+
+def drop_spent_tombstones(state_store: StateStore, table: TableInfo, now_ms: Optional[int] = None) -> list[int]:
+    """Forget the table's spent tombstones (:func:`spent_tombstones`; settled after
+    ``sleeper.table.gc.job.abandon.minutes``); returns their numbers. The jobs and the
+    buffer are read before the state, so a job or an entry that commits files in
+    between is seen either way (still running or buffered, or in a file the state names)."""
+    if not state_store.tombstones(table.table_id)[1]:
+        return []
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    running = [j.created_ms for j in state_store.list_jobs(table.table_id) if not j.final]
+    try:
+        seqs = state_store.read_buffer(table.table_id).seqs
+    except NotSupportedError:
+        seqs = ()
+    state = state_store.load_state(table.table_id)
+    spent = spent_tombstones(state, seqs, running_since_ms=min(running, default=None), now_ms=now,
+                             settle_ms=table.get_int("sleeper.table.gc.job.abandon.minutes") * 60_000)
+    if spent:
+        state_store.commit(table.table_id, DropTombstones(tuple(spent)))
+    return spent

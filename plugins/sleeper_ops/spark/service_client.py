@@ -1,0 +1,170 @@
+"""The client of the standing Spark service (:mod:`sleeper_ops.spark.service`): what the
+``spark`` bulk import and compaction runners do when the configuration names a
+service (``[spark] service``, or the connection extra ``spark_service``) instead of
+running a spark-submit each.
+
+Guarantees, as the spark-submit runners give them:
+
+* A submission carries an id of the client's; a submission whose reply was lost is
+  sent again under the same id, and the service runs it once.
+* **A lost job is decided by the state store.** If the service restarts (its
+  ``instance`` changes, or it no longer knows the job) or stays unreachable for
+  :data:`LOST_AFTER_SECONDS`, the job's driver is gone: a bulk import is reported
+  committed if its import key's job record is committed, else failed (importing the
+  same key again adds its records once); each compaction job is reported as its
+  status record says (committed, else recorded failed), as when a spark-submit dies.
+* A failed job raises (bulk import: :class:`~sleeper_ops.spark.batch_files.BulkImportError`)
+  or comes back failed (compaction) with the service's reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+import uuid
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+from sleeper_ops.spark.batch_files import BulkImportError, SparkBatchError, results_from_document
+
+if TYPE_CHECKING:
+    from sleeper_ops.bulk_import.job import BulkImportResult
+    from sleeper_ops.compaction.execute import JobResult
+    from sleeper_ops.compaction.jobs import CompactionJob
+    from sleeper_ops.config import SleeperConfig
+    from statestore.catalog import TableInfo
+
+logger = logging.getLogger(__name__)
+
+#: how long the service may stay unreachable before its jobs count as lost
+LOST_AFTER_SECONDS = 60.0
+#: how long one status request waits on the service for its job to end
+WAIT_SECONDS = 10.0
+REQUEST_TIMEOUT = 30.0
+
+
+class JobLostError(SparkBatchError):
+    """The service no longer has the job (it restarted) or cannot be reached."""
+
+
+def _call(url: str, method: str = "GET", body: Optional[dict[str, Any]] = None,
+          timeout: float = REQUEST_TIMEOUT) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON answer); OSError when the service cannot be reached."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        try:
+            doc = json.loads(e.read())
+        except ValueError:
+            doc = {"error": f"HTTP {e.code} {e.reason}"}
+        return e.code, doc
+
+
+def config_document(config: SleeperConfig) -> dict[str, Any]:
+    """``config`` as a job request carries it (its absolute home and its sections)."""
+    return {"home": str(config.home.absolute()), **config.to_dict()}
+
+
+def run_on_service(service: str, request: dict[str, Any], *, timeout: Optional[float] = None) -> dict[str, Any]:
+    """Submit ``request`` (an ``id`` is added) and wait for its end; the job's final
+    status. Raises :class:`JobLostError` (see the module docstring) or SparkBatchError
+    when the service refuses the request, or when ``timeout`` seconds pass (the job
+    then still runs on the service)."""
+    request = {"id": uuid.uuid4().hex, **request}
+    job_id = request["id"]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    unreachable_since: Optional[float] = None
+    instance: Optional[str] = None
+    submitted = False
+    while True:
+        try:
+            if not submitted:
+                code, doc = _call(f"{service}/jobs", "POST", request)
+                if code not in (200, 202):
+                    raise SparkBatchError(f"the Spark service at {service} refused the job: {doc.get('error')}")
+                submitted, instance = True, doc.get("instance")
+            else:
+                code, doc = _call(f"{service}/jobs/{job_id}?wait={WAIT_SECONDS:g}",
+                                  timeout=WAIT_SECONDS + REQUEST_TIMEOUT)
+                if code == 404 or (instance is not None and doc.get("instance") != instance):
+                    raise JobLostError(f"the Spark service at {service} lost job {job_id} (it restarted)")
+                if code != 200:
+                    raise SparkBatchError(f"the Spark service at {service} answered {code}: {doc.get('error')}")
+            unreachable_since = None
+            if doc.get("state") in ("succeeded", "failed"):
+                return doc
+        except OSError as e:
+            now = time.monotonic()
+            unreachable_since = unreachable_since or now
+            if now - unreachable_since > LOST_AFTER_SECONDS:
+                raise JobLostError(f"the Spark service at {service} is unreachable ({e}); job {job_id} "
+                                   f"{'may have run' if submitted else 'was not submitted'}") from e
+            time.sleep(1.0)
+        if deadline is not None and time.monotonic() > deadline:
+            raise SparkBatchError(f"job {job_id} on the Spark service at {service} did not end within "
+                                  f"{timeout:g} s; it still runs there")
+
+
+def submit_bulk_import(config: SleeperConfig, table: TableInfo, sources: Sequence[str], *,
+                       import_key: str, run_id: Optional[str] = None, shuffle: str = "runs",
+                       ingest_job_id: Optional[str] = None, timeout: Optional[float] = None) -> BulkImportResult:
+    """One bulk import on ``config.spark_service``; its result (when the job is lost,
+    ``config``'s state store says whether it committed).
+
+    Raises:
+        BulkImportError: the import failed or was lost uncommitted (the reason says which).
+    """
+    from sleeper_ops.bulk_import.job import BulkImportResult, import_job_id
+
+    assert config.spark_service is not None
+    started = time.perf_counter()
+    request = {"kind": "bulk_import", "table": table.name, "config": config_document(config),
+               "sources": list(sources), "import_key": import_key, "run_id": run_id, "shuffle": shuffle,
+               "ingest_job_id": ingest_job_id}
+    what = f"bulk import into {table.name} (import key {import_key!r}, job {import_job_id(table, import_key)})"
+    try:
+        doc = run_on_service(config.spark_service, request, timeout=timeout)
+    except JobLostError as e:
+        from sleeper_ops.api import Sleeper
+
+        with Sleeper(config=config) as sleeper:
+            rec = sleeper.state_store.get_job(table.table_id, import_job_id(table, import_key))
+        if rec is not None and rec.status == "committed":
+            logger.warning("%s: %s, but its commit had landed", what, e)
+            return BulkImportResult(table.name, import_key, rec.job_id, "committed", records=rec.rows_written,
+                                    files_written=list(rec.outputs or ()))
+        raise BulkImportError(f"{what} failed: {e}; not committed when checked (importing the same key again "
+                              "adds its records once)") from e
+    except SparkBatchError as e:
+        raise BulkImportError(f"{what} failed: {e}") from e
+    outcome = doc.get("outcome") or {}
+    if doc["state"] != "succeeded" or outcome.get("result") is None:
+        raise BulkImportError(f"{what} failed: {doc.get('error') or outcome.get('error')}")
+    result = BulkImportResult(**outcome["result"])
+    logger.info("%s (%.1f s including the service's queue)", result.summary(), time.perf_counter() - started)
+    return result
+
+
+def compaction_results(config: SleeperConfig, table: TableInfo, jobs: Sequence[CompactionJob], *,
+                       run_id: Optional[str] = None,
+                       timeout: Optional[float] = None) -> tuple[dict[str, JobResult], str]:
+    """Run ``jobs`` (already assigned) on ``config.spark_service``: the results the
+    service reported, by job id, and the reason to record for any job it did not
+    report (:func:`sleeper_ops.spark.submit.submit_compaction_batch` records those as
+    their status records say)."""
+    assert config.spark_service is not None
+    request = {"kind": "compaction", "table": table.name, "config": config_document(config),
+               "jobs": [j.to_dict() for j in jobs], "run_id": run_id}
+    try:
+        doc = run_on_service(config.spark_service, request, timeout=timeout)
+    except SparkBatchError as e:
+        return {}, str(e)
+    outcome = doc.get("outcome")
+    results = results_from_document(outcome, jobs, f"the Spark service at {config.spark_service}") \
+        if outcome is not None else {}
+    return results, f"the Spark service failed the batch: {doc.get('error')}"

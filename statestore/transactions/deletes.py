@@ -1,0 +1,80 @@
+"""Transactions on tombstones (:mod:`statestore.deletes`): delete records, and forget
+tombstones once nothing they cover can hold their rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+from statestore.deletes import Tombstone
+from statestore.errors import TransactionError
+from statestore.region import Region
+from statestore.state import TableState
+from statestore.transactions.base import Touches, Transaction, now_ms
+
+
+@dataclass(frozen=True)
+class DeleteRecords(Transaction):
+    """Delete the records in ``regions`` (matching ``where``, when given) committed
+    before this transaction: it adds tombstone number ``delete_count + 1``, covering
+    every file whose horizon is below it and every buffer entry numbered at most
+    ``buffer_seq``. Refused when no region is given or a region is empty."""
+
+    TYPE: ClassVar[str] = "delete_records"
+    regions: tuple[Region, ...]
+    where: Optional[str] = None
+    buffer_seq: int = 0
+    update_time: int = field(default_factory=now_ms)
+
+    def touches(self) -> Touches:
+        return Touches(tombstones=True)
+
+    def validate(self, state: TableState) -> None:
+        if not self.regions:
+            raise TransactionError("delete records: no key range given")
+        for region in self.regions:
+            for r in region.ranges:
+                if r.max is not None and not r.min < r.max:
+                    raise TransactionError(f"delete records: the range [{r.min!r}, {r.max!r}) of {r.field} is empty")
+
+    def apply(self, state: TableState) -> None:
+        state.delete_count += 1
+        n = state.delete_count
+        state.tombstones[n] = Tombstone(n, self.regions, self.where, self.buffer_seq, self.update_time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "update_time": self.update_time, "regions": [r.to_dict() for r in self.regions],
+                "where": self.where, "buffer_seq": self.buffer_seq}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DeleteRecords:
+        return cls(tuple(Region.from_dict(r) for r in d["regions"]), d.get("where"), d.get("buffer_seq", 0),
+                   d["update_time"])
+
+
+@dataclass(frozen=True)
+class DropTombstones(Transaction):
+    """Forget tombstones that no longer cover any row (compaction purged them and no
+    covered buffer entry is left). The delete count stays. Refused if any is unknown."""
+
+    TYPE: ClassVar[str] = "drop_tombstones"
+    numbers: tuple[int, ...]
+
+    def touches(self) -> Touches:
+        return Touches(tombstones=True)
+
+    def validate(self, state: TableState) -> None:
+        for n in self.numbers:
+            if n not in state.tombstones:
+                raise TransactionError(f"drop tombstones: tombstone {n} does not exist")
+
+    def apply(self, state: TableState) -> None:
+        for n in self.numbers:
+            state.tombstones.pop(n, None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "numbers": list(self.numbers)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DropTombstones:
+        return cls(tuple(d["numbers"]))
