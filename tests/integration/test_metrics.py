@@ -109,3 +109,26 @@ def test_commit_retries_are_counted_per_table_since_the_process_started(sleeper:
     COMMIT_RETRIES.add(tid, 3)  # what a backend does on each retried commit
     with TestClient(create_app(lambda: sleeper)) as client:
         assert scrape(client)[("sleeper_commit_retries_total", "events")] == before + 3
+
+
+def test_a_commit_retried_after_a_serialization_failure_is_counted(sleeper: Sleeper,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import psycopg
+
+    from statestore.postgres import store as pg_store
+
+    real = pg_store._commit_attempt
+    failures = [1]
+
+    def conflicting_once(*args: object, **kwargs: object) -> object:
+        if failures:
+            failures.pop()
+            raise psycopg.errors.SerializationFailure("could not serialize access")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pg_store, "_commit_attempt", conflicting_once)
+    events = sleeper.table("events")
+    before = sleeper.state_store.commit_retries(events.info.table_id)
+    events.ingest(batch(0, 10))
+    assert sleeper.state_store.commit_retries(events.info.table_id) == before + 1
+    assert events.query(ranges=[(0, None)]).num_rows == 10
