@@ -112,6 +112,8 @@ def test_tables_the_user_may_not_read_are_hidden_and_refused(responses: dict[str
     assert status == 403 and "not allowed to read table 'secret'" in body["detail"]
     status, body = responses["no_dag_access"]
     assert status == 403 and "read access to Airflow DAGs" in body["detail"]
+    status, lists_t, lists_secret = responses["filtered_metrics"]
+    assert status == 200 and lists_t and not lists_secret, "GET /metrics covers only the tables the user may read"
     status, lists_t, lists_secret = responses["filtered_status_index"]
     assert status == 200 and lists_t and not lists_secret, "the status page hides 'secret' as GET /tables does"
 
@@ -238,6 +240,8 @@ def _child() -> None:  # pragma: no cover - runs in a subprocess
 
         am.is_authorized_dag = hide_secret  # type: ignore[method-assign]
         call("filtered_tables", "GET", "/tables", headers=viewer)
+        m = c.get(PREFIX + "/metrics", headers=viewer)
+        out["filtered_metrics"] = [m.status_code, 'table="t"' in m.text, 'table="secret"' in m.text]
         page = c.get("/sleeper/ui/", headers=viewer)
         out["filtered_status_index"] = [page.status_code, "tables/t'" in page.text, "secret" in page.text]
         call("secret_table", "GET", "/tables/secret", headers=viewer)
