@@ -272,3 +272,17 @@ def test_postgres_gc_prunes_old_change_log_rows_only(pg_store, pg_dsn):
     with psycopg.connect(pg_dsn) as conn:
         left = conn.execute("SELECT filenames FROM state_changes WHERE table_id = %s", (table_id,)).fetchall()
     assert left == [(["b"],)]
+
+
+def test_the_transaction_number_only_grows_and_covers_every_returned_commit(store: StateStore) -> None:
+    tid = new_table(store)
+    numbers = [store.transaction_number(tid)]
+    for i in range(3):
+        store.commit(tid, AddFiles((ref(f"f{i}", "L"),), T1))
+        numbers.append(store.transaction_number(tid))
+    assert numbers == sorted(numbers) and len(set(numbers)) == 4, f"grows with each commit: {numbers}"
+    assert store.transaction_number(tid) == numbers[-1], "no commit: no change"
+    store.prune_commit_ids(tid, before_ms=10**15)  # pruning the change log does not move it back
+    assert store.transaction_number(tid) >= numbers[-1]
+    with pytest.raises(TableNotFoundError):
+        store.transaction_number("no-such-table")
