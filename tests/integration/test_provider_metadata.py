@@ -80,3 +80,27 @@ def test_connection_test_reaches_both_stores_and_names_the_one_that_failed(
     monkeypatch.setattr(Sleeper, "tables", lost)
     ok, message = SleeperHook().test_connection()
     assert not ok and message == "state store unreachable: connection refused", message
+
+
+def _task_context() -> dict:
+    import datetime
+    import types
+
+    ts = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
+    run = types.SimpleNamespace(dag_id="d", run_id="r", logical_date=ts, run_after=ts, clear_number=0, conf={})
+    ti = types.SimpleNamespace(dag_id="d", task_id="import", try_number=1, map_index=-1, logical_date=ts,
+                               dag_run=run, run_id="r")
+    ti.get_template_context = lambda: {"dag_run": run, "ti": ti}
+    return {"ti": ti, "dag_run": run}
+
+
+def test_spark_jobs_get_the_openlineage_parent_only_when_switched_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.providers.common.compat.sdk import conf
+
+    from sleeper_ops.airflow.lineage import spark_lineage_conf
+
+    assert spark_lineage_conf(_task_context()) == {}, "off by default, as in the apache-spark provider"
+    monkeypatch.setattr(conf, "getboolean", lambda section, key, fallback=False: key == "spark_inject_parent_job_info")
+    props = spark_lineage_conf(_task_context())
+    assert props["spark.openlineage.parentJobName"] == "d.import"
+    assert props["spark.openlineage.rootParentJobName"] == "d" and props["spark.openlineage.parentRunId"]

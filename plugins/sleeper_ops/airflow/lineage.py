@@ -108,3 +108,23 @@ def jobs_lineage(sleeper: Sleeper, table: str, jobs: Sequence[Any]) -> TaskLinea
 def compaction_lineage(t: Any, report: Any) -> TaskLineage:
     """The lineage of a one-task compaction run (its :class:`CompactionReport`)."""
     return jobs_lineage(t.sleeper, t.name, [r.job for r in report.results])
+
+
+def spark_lineage_conf(context: Any) -> dict[str, str]:
+    """The Spark properties a Sleeper Spark job gets so its own OpenLineage events name
+    this task as their parent and reach the same transport: what the apache-spark
+    provider's ``SparkSubmitOperator`` injects, under the same switches
+    (``[openlineage] spark_inject_parent_job_info`` and ``spark_inject_transport_info``,
+    both off by default)."""
+    from airflow.providers.common.compat.openlineage.utils.spark import (
+        inject_parent_job_information_into_spark_properties,
+        inject_transport_information_into_spark_properties,
+    )
+    from airflow.providers.common.compat.sdk import conf
+
+    props: dict[str, str] = {}
+    if conf.getboolean("openlineage", "spark_inject_parent_job_info", fallback=False):
+        props = inject_parent_job_information_into_spark_properties(props, context)
+    if conf.getboolean("openlineage", "spark_inject_transport_info", fallback=False):
+        props = inject_transport_information_into_spark_properties(props, context)
+    return props

@@ -35,7 +35,7 @@ from sleeper_ops.airflow.assets import (  # noqa: F401 - table_asset and commits
     with_commit_outlets,
 )
 from sleeper_ops.airflow.hook import SleeperHook
-from sleeper_ops.airflow.lineage import compaction_lineage, jobs_lineage, note
+from sleeper_ops.airflow.lineage import compaction_lineage, jobs_lineage, note, spark_lineage_conf
 from sleeper_ops.airflow.operator_base import SleeperOperator, _SleeperMixin
 from sleeper_ops.errors import ConfigError
 from statestore.errors import LeaseHeldError, SleeperError
@@ -113,7 +113,10 @@ class SleeperBulkImportOperator(SleeperOperator):
             raise ConfigError(f"nothing to bulk import into {self.table}: no source given")
         run_id = tasks.run_label(context)
         with self.hook.get_conn() as sleeper:
-            result = sleeper.table(self.table).bulk_import(sources, import_key=self.import_key or None, run_id=run_id)
+            lineage_conf = spark_lineage_conf(context)  # the Spark job's OpenLineage parent, when switched on
+            options: dict[str, Any] = {"conf": lineage_conf} if lineage_conf else {}
+            result = sleeper.table(self.table).bulk_import(sources, import_key=self.import_key or None, run_id=run_id,
+                                                           **options)
             extra = commit_extra(sleeper, self.table, files=len(result.files_written), rows=result.records,
                                  import_key=result.import_key)
             self.lineage = note(sleeper, self.table, inputs=sources, rows=result.records,
