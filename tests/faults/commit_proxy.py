@@ -13,12 +13,18 @@ DESIGN.md section 10; with ``after=False`` nothing was committed. One drop per a
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
 from typing import Optional
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+#: a Parse message of the frontend protocol: (statement name, query)
+_PARSE = re.compile(rb"P.{4}([^\x00]*)\x00([^\x00]*)\x00", re.DOTALL)
+#: a Bind message: the statement name it runs (after the portal name)
+_BIND = re.compile(rb"B.{4}[^\x00]*\x00([^\x00]+)\x00", re.DOTALL)
 
 
 class CommitDroppingProxy:
@@ -98,9 +104,22 @@ class CommitDroppingProxy:
             return sock
         return socket.create_connection((host, port))
 
-    def _take_arming(self, data: bytes, seen: list[bool]) -> Optional[bool]:
-        """``seen[0]``: this connection sent the marker since its last COMMIT."""
+    def _sends_marker(self, data: bytes, prepared: dict[bytes, bytes]) -> bool:
+        """Whether ``data`` runs a statement holding the marker: as text, or by the name of
+        a statement prepared with it on this connection (``prepared``: name -> query;
+        psycopg prepares a statement it runs often, then sends only its name)."""
+        for name, query in _PARSE.findall(data):
+            if name:
+                prepared[name] = query
         if self._marker in data:
+            return True
+        return any(self._marker in prepared.get(name, b"") for name in _BIND.findall(data))
+
+    def _take_arming(self, data: bytes, seen: list[bool],
+                     prepared: Optional[dict[bytes, bytes]] = None) -> Optional[bool]:
+        """``seen[0]``: this connection sent the marker since its last COMMIT;
+        ``prepared``: the statements it prepared, by name."""
+        if self._sends_marker(data, prepared if prepared is not None else {}):
             seen[0] = True
         if self._commit not in data:
             return None
@@ -115,12 +134,13 @@ class CommitDroppingProxy:
 
     def _client_to_server(self, client: socket.socket, server: socket.socket, cut: threading.Event) -> None:
         seen = [False]
+        prepared: dict[bytes, bytes] = {}
         try:
             while True:
                 data = client.recv(65536)
                 if not data:
                     break
-                after = self._take_arming(data, seen)
+                after = self._take_arming(data, seen, prepared)
                 if after is None:
                     server.sendall(data)
                     continue

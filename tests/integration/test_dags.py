@@ -420,7 +420,8 @@ def gated(batch):
 
 
 def test_two_compaction_runs_at_once_one_works_the_other_skips(sleeper: Sleeper, sleeper_home: Path,
-                                                               migrated_airflow_home: Path, tmp_path: Path) -> None:
+                                                               migrated_airflow_home: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The first run's jobs hold in a user iterator until the test releases them (a file
     as the event between the processes); the second run, started meanwhile, finds the
     lease held and skips, naming the holder; then the first finishes."""
@@ -428,6 +429,9 @@ def test_two_compaction_runs_at_once_one_works_the_other_skips(sleeper: Sleeper,
     module_dir.mkdir()
     gate.mkdir()
     (module_dir / "gated_iterator.py").write_text(GATED_ITERATOR)
+    # the property is checked (its module imported) when set, here as in the DAG runs
+    monkeypatch.syspath_prepend(str(module_dir))
+    monkeypatch.setenv("SLEEPER_TEST_GATE", str(gate))
     table = _filled_table(sleeper, "events", **{"sleeper.table.iterator.python": "gated_iterator:gated"})
     homes = []
     for i in range(2):
