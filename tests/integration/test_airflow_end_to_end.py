@@ -140,11 +140,11 @@ def test_ingest_request_batcher_compaction_and_read_back_over_rest(airflow: dict
 
         _run_dag(c, "sleeper_events_ingest_batcher")
         _run_dag(c, "sleeper_events_flush")
-        files = c.get("/sleeper/api/v1/tables/events/files").json()
+        files = c.get("/sleeper/api/v1/tables/events/files").json()["files"]
         assert len(files) == 2, files  # the batcher's and the flush's
 
         _run_dag(c, "sleeper_events_compaction")
-        files = c.get("/sleeper/api/v1/tables/events/files").json()
+        files = c.get("/sleeper/api/v1/tables/events/files").json()["files"]
         live = [f for f in files if f["references"]]
         assert len(live) == 1, files
         jobs = c.get("/sleeper/api/v1/tables/events/jobs").json()
@@ -316,7 +316,7 @@ def test_the_flush_dag_runs_when_the_buffer_passes_its_threshold(airflow: dict[s
                      lambda b: any(run["state"] == "success" for run in b["dag_runs"]),
                      what="an asset-triggered flush run")["dag_runs"]
         assert {run["run_type"] for run in runs} == {"asset_triggered"}, runs
-        files = c.get("/sleeper/api/v1/tables/watched/files").json()
+        files = c.get("/sleeper/api/v1/tables/watched/files").json()["files"]
         assert sum(ref["records"] for f in files for ref in f["references"]) == 150
         jobs = c.get("/sleeper/api/v1/tables/watched/jobs", params={"kind": "flush"}).json()
         assert [j["status"] for j in jobs] == ["committed"]

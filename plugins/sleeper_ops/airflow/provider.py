@@ -24,6 +24,7 @@ _CONN_FIELDS = (
     ("access_key", "S3 access key", "empty: the AWS credential chain", _TEXT),
     ("secret_key", "S3 secret key", "empty: the AWS credential chain", _SECRET),
     ("spark_master", "Spark master", "e.g. spark://host:7077; default local[*]", _TEXT),
+    ("spark_service", "Spark service", "e.g. http://127.0.0.1:8998 (sleeper cluster); empty: spark-submit", _TEXT),
     ("home", "Sleeper home", "where relative paths and the embedded server live", _TEXT),
 )
 
