@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -31,11 +32,21 @@ def readme_python() -> str:
     return m.group(1)
 
 
-@pytest.mark.integration
-def test_the_readme_tour_runs_line_by_line(tmp_path: Path) -> None:
+@pytest.fixture
+def tour_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A user's environment: the venv on PATH, a fresh SLEEPER_HOME, no other SLEEPER_
+    setting (so the embedded server outlives each command, as it does for users); the
+    server is stopped afterwards, so the test leaves none behind."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLEEPER_")}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["SLEEPER_HOME"] = str(tmp_path / ".sleeper")
+    yield env
+    subprocess.run([str(BIN / "sleeper"), "server", "stop"], cwd=tmp_path, env=env, capture_output=True, timeout=120)
+
+
+@pytest.mark.integration
+def test_the_readme_tour_runs_line_by_line(tmp_path: Path, tour_env: dict[str, str]) -> None:
+    env = tour_env
     lines = tour_lines()
     assert lines[0] == ". .venv/bin/activate", "the tour starts by activating the venv (the test puts it on PATH)"
     outputs = []
@@ -69,10 +80,8 @@ RUN_MARK = re.compile(r"<!-- run: [^>]*-->\s*```[a-z]*\n(.*?)```", re.S)
 
 
 @pytest.mark.integration
-def test_the_marked_commands_of_the_task_pages_run(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLEEPER_")}
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["SLEEPER_HOME"] = str(tmp_path / ".sleeper")
+def test_the_marked_commands_of_the_task_pages_run(tmp_path: Path, tour_env: dict[str, str]) -> None:
+    env = tour_env
     tour = tour_lines()
     setup = tour[1:4]  # the tour's schema.json, splits.txt and rows.jsonl
     create = [line for line in tour if line.startswith(("sleeper table create", "sleeper ingest"))]
