@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from sleeper_ops.metrics import TableMetrics, table_metrics
+from sleeper_ops.web.rest_auth import readable_tables
 
 if TYPE_CHECKING:
     from sleeper_ops.api import Sleeper
@@ -78,8 +79,6 @@ def add_metrics_route(app: FastAPI, sleeper_provider: Callable[[], Sleeper],
         """Every readable table's figures in the Prometheus text format (label ``table``)."""
         sleeper = sleeper_provider()
         infos = sleeper.tables()
-        if table_filter is not None:
-            readable = set(table_filter(request, [i.name for i in infos]))
-            infos = [i for i in infos if i.name in readable]
+        infos = readable_tables(request, infos, table_filter)
         figures = {i.name: table_metrics(sleeper.state_store, i) for i in infos}
         return Response(render(figures), media_type=CONTENT_TYPE_LATEST)

@@ -68,7 +68,7 @@ from fastapi.responses import StreamingResponse
 
 from sleeper_ops.errors import QueryError
 from sleeper_ops.web.metrics import add_metrics_route
-from sleeper_ops.web.rest_auth import TableFilter
+from sleeper_ops.web.rest_auth import TableFilter, readable_tables
 from sleeper_ops.web.rest_deletes import add_delete_routes
 from sleeper_ops.web.rest_errors import sleeper_error, validation_error
 from sleeper_ops.web.rest_models import (
@@ -222,9 +222,7 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
     def list_tables(request: Request) -> list[TableOut]:
         """Every table the requester may read, by name."""
         infos = sleeper_provider().tables()
-        if table_filter is not None:
-            readable = set(table_filter(request, [i.name for i in infos]))
-            infos = [i for i in infos if i.name in readable]
+        infos = readable_tables(request, infos, table_filter)
         return [_table_out(info) for info in infos]
 
     @app.get("/tables/{t}", response_model=TableOut, tags=["tables"])

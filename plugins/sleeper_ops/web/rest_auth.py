@@ -21,11 +21,23 @@ from typing import TYPE_CHECKING, Callable, Collection, Literal, Optional, Seque
 if TYPE_CHECKING:
     from starlette.requests import Request
 
+    from statestore.catalog import TableInfo
+
 Action = Literal["read", "write"]
 #: Given a request (already authenticated and authorised) and table names, the names
 #: the requester may read.
 TableFilter = Callable[["Request", Sequence[str]], Collection[str]]
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def readable_tables(request: Request, infos: Sequence[TableInfo],
+                    table_filter: Optional[TableFilter]) -> list[TableInfo]:
+    """The tables of ``infos`` the requester may read, in their order (all of them when
+    there is no ``table_filter``)."""
+    if table_filter is None:
+        return list(infos)
+    readable = set(table_filter(request, [i.name for i in infos]))
+    return [i for i in infos if i.name in readable]
 
 
 @dataclass(frozen=True)

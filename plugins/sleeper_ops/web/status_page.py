@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from starlette.requests import Request
 
-from sleeper_ops.web.rest_auth import TableFilter
+from sleeper_ops.web.rest_auth import TableFilter, readable_tables
 from sleeper_ops.web.status_render import MAX_FILE_ROWS, TableSummary, render_index, render_refused, render_table
 
 if TYPE_CHECKING:
@@ -70,9 +70,7 @@ def create_status_app(sleeper_provider: Callable[[], Sleeper], *,
     def index(request: Request) -> HTMLResponse:
         sleeper = sleeper_provider()
         infos = sleeper.tables()
-        if table_filter is not None:
-            readable = set(table_filter(request, [i.name for i in infos]))
-            infos = [i for i in infos if i.name in readable]
+        infos = readable_tables(request, infos, table_filter)
         out = []
         for info in infos:
             overview = sleeper.state_store.overview(info.table_id, file_limit=0)
