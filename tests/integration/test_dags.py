@@ -428,11 +428,11 @@ def test_two_compaction_runs_at_once_one_works_the_other_skips(sleeper: Sleeper,
     module_dir, gate = tmp_path / "iterators", tmp_path / "gate"
     module_dir.mkdir()
     gate.mkdir()
-    (module_dir / "gated_iterator.py").write_text(GATED_ITERATOR)
+    (module_dir / "dag_gated_iterator.py").write_text(GATED_ITERATOR)  # a name no other test module imports
     # the property is checked (its module imported) when set, here as in the DAG runs
     monkeypatch.syspath_prepend(str(module_dir))
     monkeypatch.setenv("SLEEPER_TEST_GATE", str(gate))
-    table = _filled_table(sleeper, "events", **{"sleeper.table.iterator.python": "gated_iterator:gated"})
+    table = _filled_table(sleeper, "events", **{"sleeper.table.iterator.python": "dag_gated_iterator:gated"})
     homes = []
     for i in range(2):
         homes.append(tmp_path / f"airflow-{i}")
