@@ -27,6 +27,7 @@ import pytest
 from sleeper_ops import Sleeper
 from sleeper_ops.maintenance.leases import OperationLease, lease_name
 from tests.aging import age_files
+from tests.integration.dag_server import run_in_server
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -91,8 +92,15 @@ def _finish_runs(proc: subprocess.Popen[str], n: int) -> Runs:
 
 
 def run_dags(airflow_home: Path, sleeper_home: Path, *runs: dict[str, Any], **extra: str) -> Runs:
-    """dag.test() each of ``runs`` ({"dag_id": ..., "conf": {...}}) in one subprocess."""
-    return _finish_runs(_start_runs(airflow_home, sleeper_home, list(runs), **extra), len(runs))
+    """dag.test() each of ``runs`` ({"dag_id": ..., "conf": {...}}) in turn: in this
+    worker's DAG server for ``airflow_home`` (:mod:`dag_server`), or in a subprocess of
+    their own when ``extra`` sets what Airflow or Python read only at start-up."""
+    if any(k.startswith("AIRFLOW") or k == "PYTHONPATH" for k in extra):
+        return _finish_runs(_start_runs(airflow_home, sleeper_home, list(runs), **extra), len(runs))
+    out = run_in_server(DAGS, airflow_home, _env(airflow_home, None),
+                        {"SLEEPER_HOME": str(sleeper_home), **extra}, list(runs))
+    result = _result(subprocess.CompletedProcess([], 0, out, ""))
+    return Runs(result, _split_logs(out, len(runs)))
 
 
 def parse_dags(sleeper_home: Optional[Path], folder: Path = DAGS, cwd: Optional[Path] = None,
@@ -114,10 +122,13 @@ def migrated_airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
-@pytest.fixture
-def airflow_home(migrated_airflow_home: Path, tmp_path: Path) -> Path:
-    """A migrated AIRFLOW_HOME (SQLite) of this test's own."""
-    home = tmp_path / "airflow"
+@pytest.fixture(scope="session")
+def airflow_home(migrated_airflow_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated AIRFLOW_HOME (SQLite) that the DAG tests of this worker share, one after
+    another, through one DAG server: each test's runs are its own (their own run ids,
+    tables in the test's own Sleeper home), and a rerun at a logical date replaces the
+    earlier run, as ``dag.test()`` does."""
+    home = tmp_path_factory.mktemp("airflow-shared") / "airflow"
     shutil.copytree(migrated_airflow_home, home)
     return home
 
