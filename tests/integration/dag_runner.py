@@ -11,7 +11,8 @@ fixed at import, so every scenario gets a fresh interpreter with its own environ
     python dag_runner.py serve DAGS_FOLDER
         Like ``test``, for many requests in one interpreter (Airflow imported and its
         in-process execution API built once, not once per test): each line on stdin is a
-        JSON request {"env": {...}, "runs": [...]}; the environment is reset to the
+        JSON request {"env": {...}, "runs": [...]} (or {"env": ..., "parse": FOLDER,
+        "cwd": DIR} for what ``parse`` answers); the environment is reset to the
         server's own plus ``env`` (SLEEPER_HOME and the like, never AIRFLOW_* settings,
         which Airflow reads at import), the catalog cache is cleared, the folder is parsed
         afresh and the runs are made as ``test`` makes them. Each answer ends with a line
@@ -25,20 +26,27 @@ import json
 import sys
 import time
 
+_calls = [0]
+
 
 def _count_catalog_queries() -> list[int]:
-    calls = [0]
+    """The number of catalog (list_tables) queries since this call, in ``[0]``; the
+    counting wrappers are installed once per process."""
     from statestore import memory, postgres
 
     for cls in (postgres.PostgresStateStore, memory.InMemoryStateStore):
         original = cls.list_tables
+        if getattr(original, "_counted", False):
+            continue
 
         def counted(self, _original=original):  # type: ignore[no-untyped-def]
-            calls[0] += 1
+            _calls[0] += 1
             return _original(self)
 
+        counted._counted = True  # type: ignore[attr-defined]
         cls.list_tables = counted  # type: ignore[method-assign]
-    return calls
+    _calls[0] = 0
+    return _calls
 
 
 def _schedule(timetable) -> str:  # type: ignore[no-untyped-def]
@@ -124,7 +132,7 @@ def serve(folder: str) -> None:
 
     from sleeper_ops.airflow.dag_factory import clear_catalog_cache
 
-    base = dict(os.environ)
+    base, home = dict(os.environ), os.getcwd()
     given: set[str] = set()
     for line in sys.stdin:
         request = json.loads(line)
@@ -137,7 +145,9 @@ def serve(folder: str) -> None:
         os.environ.update(request["env"])
         clear_catalog_cache()
         try:
-            print("RESULT " + json.dumps(test(folder, request["runs"]), default=str), flush=True)
+            os.chdir(request.get("cwd") or home)
+            result = parse(request["parse"]) if "parse" in request else test(folder, request["runs"])
+            print("RESULT " + json.dumps(result, default=str), flush=True)
         except BaseException:  # the test reads the traceback; the server serves on
             traceback.print_exc(file=sys.stdout)
         print("=== DONE ===", flush=True)

@@ -41,11 +41,11 @@ class DagServer:
             self.lines.put(line)
         self.lines.put(None)  # the server exited
 
-    def request(self, env: dict[str, str], runs: list[dict], timeout: float) -> str:
-        """The output of ``runs`` made with ``env`` set, up to the server's end marker.
-        Raises AssertionError when the server exits or takes longer than ``timeout``."""
+    def request(self, request: dict, timeout: float) -> str:
+        """The output of ``request`` (see ``dag_runner.py serve``), up to the server's end
+        marker. Raises AssertionError when the server exits or takes longer than ``timeout``."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"env": env, "runs": runs}) + "\n")
+        self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         out: list[str] = []
         while True:
@@ -79,11 +79,23 @@ def run_in_server(folder: Path, airflow_home: Path, base_env: dict[str, str], en
                   runs: list[dict], timeout: float = 300) -> str:
     """Make ``runs`` in the server for ``airflow_home`` (started with ``base_env``), with
     ``env`` set for these runs only; the runs' output."""
+    return _server(folder, airflow_home, base_env).request({"env": env, "runs": runs}, timeout)
+
+
+def parse_in_server(folder: Path, airflow_home: Path, base_env: dict[str, str], env: dict[str, str],
+                    cwd: Path, timeout: float = 300) -> str:
+    """Parse ``folder`` as ``dag_runner.py parse`` does, in the server for ``airflow_home``,
+    with ``env`` set and ``cwd`` the working directory for this parse only; its output."""
+    return _server(folder, airflow_home, base_env).request({"env": env, "parse": str(folder), "cwd": str(cwd)},
+                                                          timeout)
+
+
+def _server(folder: Path, airflow_home: Path, base_env: dict[str, str]) -> DagServer:
     key = str(airflow_home)
     server = _servers.get(key)
     if server is None or server.proc.poll() is not None:
         server = _servers[key] = DagServer(folder, airflow_home, base_env)
-    return server.request(env, runs, timeout)
+    return server
 
 
 @atexit.register

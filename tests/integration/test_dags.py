@@ -27,7 +27,7 @@ import pytest
 from sleeper_ops import Sleeper
 from sleeper_ops.maintenance.leases import OperationLease, lease_name
 from tests.aging import age_files
-from tests.integration.dag_server import run_in_server
+from tests.integration.dag_server import parse_in_server, run_in_server
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -103,12 +103,15 @@ def run_dags(airflow_home: Path, sleeper_home: Path, *runs: dict[str, Any], **ex
     return Runs(result, _split_logs(out, len(runs)))
 
 
-def parse_dags(sleeper_home: Optional[Path], folder: Path = DAGS, cwd: Optional[Path] = None,
+def parse_dags(airflow_home: Path, sleeper_home: Optional[Path], folder: Path = DAGS, cwd: Optional[Path] = None,
                **extra: str) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, str(RUNNER), "parse", str(folder)], cwd=cwd,
-                          env=_env(None, sleeper_home, **extra), capture_output=True, text=True, timeout=300)
-    result = _result(proc)
-    result["log"] = proc.stdout + proc.stderr
+    """What ``dag_runner.py parse`` answers for ``folder``, parsed in this worker's DAG
+    server with ``extra`` and SLEEPER_HOME (unless None) set, and ``cwd`` (default: the
+    Airflow home) the working directory; ``log``: the parse's output."""
+    env = {**extra, **({"SLEEPER_HOME": str(sleeper_home)} if sleeper_home else {})}
+    out = parse_in_server(folder, airflow_home, _env(airflow_home, None), env, cwd or airflow_home)
+    result = _result(subprocess.CompletedProcess([], 0, out, ""))
+    result["log"] = out
     return result
 
 
@@ -175,20 +178,20 @@ def _references_per_leaf(table: Any) -> dict[str, int]:
 
 
 # ----- parsing -----------------------------------------------------------------------------------
-def test_dag_files_import_without_a_sleeper_home(tmp_path: Path) -> None:
-    result = parse_dags(None, cwd=tmp_path)
+def test_dag_files_import_without_a_sleeper_home(airflow_home: Path, tmp_path: Path) -> None:
+    result = parse_dags(airflow_home, None, cwd=tmp_path)
     assert result["import_errors"] == {}
     assert result["dags"] == {}
     assert "no Sleeper configuration" in result["log"]
 
 
-def test_one_dag_per_table_per_operation_with_schedules_and_params_from_properties(sleeper: Sleeper,
-                                                                                  sleeper_home: Path) -> None:
+def test_one_dag_per_table_per_operation_with_schedules_and_params_from_properties(
+        sleeper: Sleeper, sleeper_home: Path, airflow_home: Path) -> None:
     sleeper.create_table("events", SCHEMA)
     sleeper.create_table("logs", SCHEMA, properties={"sleeper.table.schedule.compaction": "none",
                                                      "sleeper.table.schedule.gc": "@hourly",
                                                      "sleeper.table.compaction.runner": "spark"})
-    result = parse_dags(sleeper_home)
+    result = parse_dags(airflow_home, sleeper_home)
     assert result["import_errors"] == {}
     dags = result["dags"]
     assert sorted(dags) == sorted(f"sleeper_{t}_{op}" for t in ("events", "logs") for op in OPERATIONS)
@@ -218,33 +221,35 @@ def test_one_dag_per_table_per_operation_with_schedules_and_params_from_properti
     assert dags["sleeper_events_flush"]["schedule"] == "* * * * * or sleeper://events/buffer"
 
 
-def test_parsing_100_tables_takes_one_catalog_query(sleeper: Sleeper, sleeper_home: Path) -> None:
+def test_parsing_100_tables_takes_one_catalog_query(sleeper: Sleeper, sleeper_home: Path, airflow_home: Path) -> None:
     """The DAG files share one catalog read however many tables there are (what keeps
     parsing fast; its time is not asserted: a loaded machine says nothing about it)."""
     for i in range(100):
         sleeper.create_table(f"t{i:03d}", SCHEMA)
-    result = parse_dags(sleeper_home)
+    result = parse_dags(airflow_home, sleeper_home)
     assert result["import_errors"] == {}
     assert len(result["dags"]) == 100 * len(OPERATIONS)
     assert result["catalog_queries"] == 1  # the DAG files share one read
 
 
-def test_parsing_context_builds_only_the_dag_being_run(sleeper: Sleeper, sleeper_home: Path) -> None:
+def test_parsing_context_builds_only_the_dag_being_run(sleeper: Sleeper, sleeper_home: Path,
+                                                       airflow_home: Path) -> None:
     for name in ("a", "b"):
         sleeper.create_table(name, SCHEMA)
-    result = parse_dags(sleeper_home, _AIRFLOW_PARSING_CONTEXT_DAG_ID="sleeper_b_gc")
+    result = parse_dags(airflow_home, sleeper_home, _AIRFLOW_PARSING_CONTEXT_DAG_ID="sleeper_b_gc")
     assert list(result["dags"]) == ["sleeper_b_gc"]
     assert result["catalog_queries"] == 1
 
 
-def test_an_unreachable_catalog_breaks_only_the_sleeper_dag_files(sleeper_home: Path, tmp_path: Path) -> None:
+def test_an_unreachable_catalog_breaks_only_the_sleeper_dag_files(sleeper_home: Path, airflow_home: Path,
+                                                                  tmp_path: Path) -> None:
     folder = tmp_path / "dags"
     shutil.copytree(DAGS, folder)
     (folder / "other_dag.py").write_text(textwrap.dedent("""\
         from airflow.sdk import DAG
         dag = DAG("someone_elses_dag", schedule=None)
         """))
-    result = parse_dags(sleeper_home, folder,
+    result = parse_dags(airflow_home, sleeper_home, folder,
                         SLEEPER_STATE_STORE_DSN=f"postgresql://nobody@/sleeper?host={tmp_path / 'no-server'}")
     assert list(result["dags"]) == ["someone_elses_dag"]
     assert sorted(Path(f).name for f in result["import_errors"]) == sorted(
@@ -507,7 +512,7 @@ def test_bulk_import_dag_imports_the_runs_date_once_however_often_it_runs(sleepe
         "sleeper.table.bulk.import.source": f"{raw}/{{{{ data_interval_start | ds }}}}/",
         "sleeper.table.bulk.import.min.leaf.partitions": "2"})
     sleeper.create_table("plain", SCHEMA)
-    parsed = parse_dags(sleeper_home)
+    parsed = parse_dags(airflow_home, sleeper_home)
     assert "sleeper_events_bulk_import" in parsed["dags"] and "sleeper_plain_bulk_import" not in parsed["dags"]
     assert parsed["dags"]["sleeper_events_bulk_import"]["schedule"] == "0 0 * * *"  # @daily
     assert parsed["dags"]["sleeper_events_bulk_import"]["timetable"] == "CronDataIntervalTimetable"
