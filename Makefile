@@ -44,13 +44,19 @@ lint: install
 # The tests in parallel (pytest-xdist, TEST_WORKERS processes: they mostly wait on
 # subprocesses and servers, so more workers than cores), each module whole on one worker
 # (--dist loadfile: a module-scoped Airflow server or Spark session starts once; xdist's
-# loadgroup does not group under pytest 9). Prints the slowest tests and the total time.
+# loadgroup does not group under pytest 9). The lint runs meanwhile (mypy is a minute of
+# one core), its output printed after the tests'; either failing fails the target.
+# Prints the slowest tests and the total time.
 TEST_WORKERS ?= 4
-test:
-	@start=$$(date +%s); \
-	$(MAKE) --no-print-directory lint browser && \
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15; \
-	rc=$$?; echo "make test: $$(( $$(date +%s) - start )) s in all (lint and tests), exit $$rc"; exit $$rc
+PYTEST_ARGS ?=
+test: install browser
+	@start=$$(date +%s); lintlog=$$(mktemp); \
+	( $(MAKE) --no-print-directory lint >$$lintlog 2>&1; echo $$? >>$$lintlog.rc ) & \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS); \
+	rc=$$?; wait; lrc=$$(cat $$lintlog.rc); \
+	if [ "$$lrc" != 0 ]; then echo "lint failed (exit $$lrc):"; cat $$lintlog; [ $$rc != 0 ] || rc=$$lrc; fi; \
+	rm -f $$lintlog $$lintlog.rc; \
+	echo "make test: $$(( $$(date +%s) - start )) s in all (lint and tests), exit $$rc"; exit $$rc
 
 test-unit: install
 	$(BIN)/python -m pytest -q tests/unit
