@@ -49,6 +49,9 @@ lint: install
 # Prints the slowest tests and the total time.
 TEST_WORKERS ?= 4
 PYTEST_ARGS ?=
+# Byte code is written (a test run starts hundreds of Python processes; an environment
+# that sets PYTHONDONTWRITEBYTECODE would have each compile our modules afresh).
+test: export PYTHONDONTWRITEBYTECODE :=
 test: install browser
 	@start=$$(date +%s); lintlog=$$(mktemp); \
 	( $(MAKE) --no-print-directory lint >$$lintlog 2>&1; echo $$? >>$$lintlog.rc ) & \
