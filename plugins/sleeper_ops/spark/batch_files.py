@@ -31,7 +31,7 @@ import tomli_w
 from sleeper_ops.compaction.execute import JobResult
 from sleeper_ops.compaction.jobs import CompactionJob
 from sleeper_ops.config import SleeperConfig
-from sleeper_ops.errors import IngestError
+from sleeper_ops.errors import ConfigError, IngestError
 from sleeper_ops.io.storage import S3Options
 from statestore.errors import SleeperError
 
@@ -170,5 +170,20 @@ def write_config_file(path: str | Path, config: SleeperConfig) -> None:
 
 def read_config_file(path: str | Path) -> SleeperConfig:
     """Read a file written by :func:`write_config_file` (see
-    :meth:`~sleeper_ops.config.SleeperConfig.from_file`); ConfigError if it is not one."""
-    return SleeperConfig.from_file(path)
+    :meth:`~sleeper_ops.config.SleeperConfig.from_file`), or an ``s3://`` configuration
+    object (an EMR Serverless job's, :mod:`sleeper_ops.spark.emr_serverless`: read with
+    the AWS credential chain; its home is the working directory unless it names one);
+    ConfigError if it is not one."""
+    uri = str(path)
+    if not uri.startswith("s3://"):
+        return SleeperConfig.from_file(path)
+    import tomllib
+
+    fs, key = _filesystem(uri, None)
+    try:
+        with fs.open_input_stream(key) as f:
+            raw = tomllib.loads(f.read().decode())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot read the configuration {uri}: {e}") from e
+    home = raw.pop("home", None)
+    return SleeperConfig.from_dict(Path(home) if isinstance(home, str) else Path.cwd(), raw)
