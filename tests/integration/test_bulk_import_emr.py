@@ -145,8 +145,8 @@ def _task_and_context(sleeper: Sleeper, table: str, day: datetime) -> tuple[Any,
 
 def _start(task: Any, context: dict[str, Any]) -> Any:
     """``execute`` up to its deferral: the job started; returns the trigger."""
-    from airflow.sdk.exceptions import TaskDeferred
     from airflow.providers.amazon.aws.triggers.emr import EmrServerlessStartJobTrigger
+    from airflow.sdk.exceptions import TaskDeferred
 
     with pytest.raises(TaskDeferred) as deferred:
         task.execute(context)

@@ -36,7 +36,6 @@ from sleeper_ops.errors import ConfigError, IngestError
 from sleeper_ops.io.storage import S3Options
 from statestore.errors import SleeperError
 
-
 #: Version of the jobs and results file formats; readers refuse other versions.
 FILE_FORMAT_VERSION = 1
 
