@@ -112,8 +112,12 @@ def bulk_import(ctx: click.Context, table_name: Optional[str], sources: tuple[st
         from sleeper_ops.config import SleeperConfig
         from sleeper_ops.spark.emr_serverless import build_package
 
-        for uri in build_package(package, SleeperConfig.load(ctx.obj["home"]), environment=environment):
+        for uri in build_package(package, SleeperConfig.load(ctx.obj["home"], create=False),
+                                 environment=environment):
             click.echo(uri)
+        if environment is None:
+            click.echo(f"note: no --environment given: jobs expect {package.rstrip('/')}/environment.tar.gz "
+                       "(docs/deploy.md says how to build it)", err=True)
         return
     if table_name is None or not sources:
         raise click.UsageError("give TABLE and SOURCES (or --package DEST)")

@@ -189,7 +189,6 @@ def build_package(dest: str, config: SleeperConfig, *, environment: Optional[str
     or a directory), reached with ``config``'s S3 options; ``environment`` is a local
     ``.tar.gz`` to upload as the environment. Returns the URIs written. Each object is
     one whole PUT, so a job never reads half of one."""
-    store = ObjectStore(dest, config.s3 if dest.startswith("s3://") else None)
     objects: dict[str, bytes] = {
         ENTRY_POINT: spark_app_path(ENTRY_POINT).read_bytes(),
         LIBRARY: library_zip(),
@@ -201,6 +200,7 @@ def build_package(dest: str, config: SleeperConfig, *, environment: Optional[str
         if not env.is_file():
             raise ConfigError(f"the environment archive {environment} is not a file")
         objects[ENVIRONMENT] = env.read_bytes()
+    store = ObjectStore(dest, config.s3 if dest.startswith("s3://") else None)
     for key, data in objects.items():
         store.put(key, data)
     return [f"{dest.rstrip('/')}/{key}" for key in objects]

@@ -62,3 +62,18 @@ def test_every_table_property_the_deploy_docs_cite_exists(page):
     unknown = {name for name, star in cited if not (any(d.startswith(name + ".") for d in PROPERTY_DEFS) if star
                                                     else name in PROPERTY_DEFS)}
     assert cited and not unknown, unknown
+
+
+def test_bulk_import_package_refuses_a_table_and_a_local_object_store(tmp_path, capsys):
+    from tests.unit.sleeper_ops.cli_runner import invoke_cli
+
+    code, _, err = invoke_cli(capsys, "--home", str(tmp_path), "bulk-import", "events", "--package", str(tmp_path))
+    assert code != 0 and "--package takes no TABLE" in err
+    code, _, err = invoke_cli(capsys, "--home", str(tmp_path), "bulk-import", "--package", str(tmp_path / "pkg"))
+    assert code == 1 and "no configuration at" in err
+    (tmp_path / "sleeper.toml").write_text('[object_store]\nuri = "data"\n')
+    code, _, err = invoke_cli(capsys, "--home", str(tmp_path), "bulk-import", "--package", str(tmp_path / "pkg"))
+    assert code == 1 and "not on S3: an EMR Serverless job cannot reach it" in err
+    assert not (tmp_path / "pkg").exists()
+    code, _, err = invoke_cli(capsys, "--home", str(tmp_path), "bulk-import")
+    assert code != 0 and "give TABLE and SOURCES" in err
