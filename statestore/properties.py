@@ -111,11 +111,33 @@ def _callable_path(v: str) -> None:
         raise ValueError("expected module.path:function")
 
 
+_ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]+$")
+
+
+def _role_arn(v: str) -> None:
+    if not _ROLE_ARN_RE.match(v):
+        raise ValueError("expected an IAM role ARN, arn:aws:iam::ACCOUNT:role/NAME")
+
+
+def _s3_prefix(v: str) -> None:
+    if not v.startswith("s3://") or len(v.rstrip("/")) <= len("s3://"):
+        raise ValueError("expected an s3://bucket/prefix URI")
+
+
 def _schedule(v: str) -> None:
     if v in CRON_PRESETS:
         return
     if len(v.split()) != 5:
         raise ValueError(f"expected a 5-field cron expression or one of {', '.join(CRON_PRESETS)}")
+
+
+BULK_IMPORT_PLATFORMS = ("spark", "emr_serverless")
+BULK_IMPORT_PLATFORM = "sleeper.table.bulk.import.platform"
+#: the EMR Serverless settings of a table whose bulk import platform is ``emr_serverless``
+#: (named after Sleeper's ``sleeper.bulk.import.emr.serverless.*`` instance properties)
+EMR_APPLICATION_ID = "sleeper.table.bulk.import.emr.serverless.application.id"
+EMR_EXECUTION_ROLE = "sleeper.table.bulk.import.emr.serverless.execution.role.arn"
+EMR_PACKAGE = "sleeper.table.bulk.import.emr.serverless.package"
 
 
 @dataclass(frozen=True)
@@ -174,6 +196,18 @@ _DEFS = [
                 "A bulk import into an empty table with fewer leaf partitions splits it first (into a table "
                 "with data: in proportion to the import's share), at medians of the table and the input.",
                 _positive_int),
+    PropertyDef("sleeper.table.bulk.import.platform", "spark",
+                "Where the dated bulk import DAG runs Spark: spark (the configuration's Spark master or "
+                "service) or emr_serverless (an EMR Serverless job; needs the three emr.serverless properties).",
+                _choice(*BULK_IMPORT_PLATFORMS)),
+    PropertyDef(EMR_APPLICATION_ID, None, "The EMR Serverless application (Spark) that runs bulk imports.",
+                _non_empty),
+    PropertyDef(EMR_EXECUTION_ROLE, None,
+                "The IAM role an EMR Serverless bulk import job runs as (reads the sources and the package, "
+                "writes the table's files and its state store).", _role_arn),
+    PropertyDef(EMR_PACKAGE, None,
+                "Where 'sleeper bulk-import --package' put the job's entry point, library and configuration "
+                "(s3://bucket/prefix).", _s3_prefix),
     PropertyDef("sleeper.table.ingest.batcher.job.min.size", "1G", "Smallest ingest batcher job (bytes).", _size),
     PropertyDef("sleeper.table.ingest.batcher.job.max.size", "5G", "Largest ingest batcher job (bytes).", _size),
     PropertyDef("sleeper.table.ingest.batcher.bulk.import.min.size", "2G",
@@ -200,6 +234,7 @@ _DEFS = [
                 "jobs for files holding records deleted longer ago, even when the strategy would not.",
                 _non_negative_int),
 ]
+EMR_PROPERTIES = (EMR_APPLICATION_ID, EMR_EXECUTION_ROLE, EMR_PACKAGE)
 _DEFAULT_SCHEDULES = {"split": "*/10 * * * *", "compaction": "*/5 * * * *", "gc": "*/15 * * * *",
                       "ingest_batcher": "* * * * *", "flush": "* * * * *", "bulk_import": "@daily"}
 for _op in OPERATIONS:
@@ -221,7 +256,9 @@ def check_combination(props: Mapping[str, str]) -> None:
     * the orphan grace must exceed the compaction job retry time: a job retried after
       that long may still be writing the output of its first attempt, which the job's
       record no longer names once the retry has named its own;
-    * the job abandon time must be at least the orphan grace.
+    * the job abandon time must be at least the orphan grace;
+    * bulk import on ``emr_serverless`` needs the EMR application, execution role and
+      package properties (the DAG could not build its job request otherwise).
     """
     eff = effective_properties(props)
     grace, retry, abandon = (int(eff[n] or 0) for n in (GRACE, RETRY, ABANDON))
@@ -230,6 +267,10 @@ def check_combination(props: Mapping[str, str]) -> None:
                             "retry may still be writing an output that no job names any more")
     if abandon < grace:
         raise PropertyError(f"{ABANDON}={abandon} must be at least {GRACE}={grace}")
+    if eff[BULK_IMPORT_PLATFORM] == "emr_serverless":
+        missing = [n for n in EMR_PROPERTIES if not eff[n]]
+        if missing:
+            raise PropertyError(f"{BULK_IMPORT_PLATFORM}=emr_serverless needs {' and '.join(missing)}")
 
 
 def check_backend_limits(props: Mapping[str, str], limits: Mapping[str, tuple[int, str]], backend: str) -> None:

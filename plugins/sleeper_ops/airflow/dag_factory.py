@@ -10,7 +10,11 @@ For every table in the catalog that gives a DAG ``sleeper_<table>_<operation>``:
 ``ingest_batcher``     ``ingest_batcher`` (one task)
 ``flush``              ``flush`` (one task): the write buffer into files
 ``bulk_import``        ``bulk_import`` (one task), only for tables whose property
-                       ``sleeper.table.bulk.import.source`` is set
+                       ``sleeper.table.bulk.import.source`` is set: the provider's
+                       Spark operator, or the amazon provider's deferrable
+                       ``EmrServerlessStartJobOperator`` when the table's
+                       ``sleeper.table.bulk.import.platform`` is ``emr_serverless``
+                       (:mod:`sleeper_ops.airflow.emr`)
 =====================  =============================================================
 
 The ``bulk_import`` DAG is dated: its timetable is a data-interval cron
@@ -59,6 +63,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from sleeper_ops.airflow import tasks
 from sleeper_ops.errors import ConfigError
 from statestore.catalog import table_name_problem
+from statestore.properties import BULK_IMPORT_PLATFORM
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -261,11 +266,23 @@ def _bulk_import_dag(table: TableInfo) -> DAG:
                "runs. Backfill past dates with Airflow's backfill.",
         default_args={"owner": "sleeper", "retries": 2, "retry_delay": timedelta(minutes=2)},
     )
+    if table.get(BULK_IMPORT_PLATFORM) == "emr_serverless":
+        from sleeper_ops.airflow.emr import emr_bulk_import_task
+
+        emr_bulk_import_task(dag, table, sources=str(table.get(BULK_IMPORT_SOURCE)),
+                             import_key=import_key_template(table), max_active_tis_per_dag=1)
+        return dag
     ops.SleeperBulkImportOperator(
         task_id="bulk_import", dag=dag, table=table.name, source=str(table.get(BULK_IMPORT_SOURCE)),
-        import_key=f"{table.table_id}/{{{{ data_interval_start.isoformat() }}}}", max_active_tis_per_dag=1,
-        pool=SPARK_POOL)
+        import_key=import_key_template(table), max_active_tis_per_dag=1, pool=SPARK_POOL)
     return dag
+
+
+def import_key_template(table: TableInfo) -> str:
+    """The import key of a dated bulk import run, an Airflow template: the table id and
+    the run's data interval start. The same on every platform, so a date imports once
+    even across a change of ``sleeper.table.bulk.import.platform``."""
+    return f"{table.table_id}/{{{{ data_interval_start.isoformat() }}}}"
 
 
 def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
