@@ -84,6 +84,15 @@ def _choice(*options: str) -> Callable[[str], None]:
     return check
 
 
+def _fraction(v: str) -> None:
+    try:
+        f = float(v)
+    except ValueError:
+        raise ValueError("expected a number from 0 to 1") from None
+    if not 0 <= f <= 1:
+        raise ValueError("expected a number from 0 to 1")
+
+
 def _size(v: str) -> None:
     parse_size(v)
 
@@ -199,6 +208,10 @@ _DEFS = [
                 "A deleted record stays in a data file at most about this long: compaction job creation makes "
                 "jobs for files holding records deleted longer ago, even when the strategy would not.",
                 _non_negative_int),
+    PropertyDef("sleeper.table.ageoff.rewrite.fraction", "0.5",
+                "With the age-off iterator set, compaction job creation makes a job of a file once more than "
+                "this fraction of its records have expired (garbage collection drops files wholly expired "
+                "without a rewrite).", _fraction),
 ]
 _DEFAULT_SCHEDULES = {"split": "*/10 * * * *", "compaction": "*/5 * * * *", "gc": "*/15 * * * *",
                       "ingest_batcher": "* * * * *", "flush": "* * * * *", "bulk_import": "@daily"}
