@@ -139,3 +139,23 @@ def test_a_manifest_cut_short_counts_as_no_export(t, tmp_path) -> None:  # type:
     (dest / MANIFEST).write_text('{"table": "t", "export_ke')
     m = t.export(str(dest), export_key="k").manifest
     assert read_manifest(ObjectStore(str(dest))) == m
+
+
+def test_the_erasure_report_lists_exports_made_before_a_delete_until_their_owner_removes_them(
+        sleeper, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+    t = sleeper.create_table("e", SCHEMA, split_points=[100])
+    t.ingest(_rows(0, 200))
+    before = t.export(str(tmp_path / "before"), export_key="before").manifest
+    t.delete(ranges=[(120, 130)])
+    t.export(str(tmp_path / "after"), export_key="after")  # made after the delete: holds none of them
+    t.sleeper.set_properties("e", {"sleeper.table.delete.purge.hours": "0"})
+    t.compact()
+    t.gc(now_ms=4_000_000_000_000)
+    report = t.erasure_report(ranges=[(120, 130)])
+    held = [(h.kind, h.name, h.rows) for h in report.held]
+    leaf = next(f for f in before.files if f.leaf != before.files[0].leaf)  # the leaf [100, None)
+    assert held == [("export file", str(tmp_path / "before" / leaf.key), 10)]
+    assert report.exports_checked == 2 and "a copy outside the table: remove it" in report.render()
+    shutil.rmtree(tmp_path / "before")
+    assert t.erasure_report(ranges=[(120, 130)]).clean
