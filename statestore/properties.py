@@ -20,7 +20,7 @@ from statestore.errors import PropertyError
 
 _SIZE_RE = re.compile(r"^([0-9]+)([KMGT]?)$", re.IGNORECASE)
 _SIZE_MULT = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush", "bulk_import")
+OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush", "bulk_import", "export")
 CRON_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "none")
 
 
@@ -179,6 +179,10 @@ _DEFS = [
     PropertyDef("sleeper.table.bulk.import.source", None,
                 "Where the table's dated bulk import DAG reads: a template on the run's data interval, e.g. "
                 "s3://raw/events/{{ data_interval_start | ds }}/ (several separated by commas).", _non_empty),
+    PropertyDef("sleeper.table.export.destination", None,
+                "Where the table's dated export DAG writes: a directory or s3:// prefix, a template on the run's "
+                "data interval, e.g. s3://exports/events/{{ data_interval_start | ds }}/ (one export a date).",
+                _non_empty),
     PropertyDef("sleeper.table.bulk.import.min.leaf.partitions", "64",
                 "A bulk import into an empty table with fewer leaf partitions splits it first (into a table "
                 "with data: in proportion to the import's share), at medians of the table and the input.",
@@ -214,7 +218,8 @@ _DEFS = [
                 "without a rewrite).", _fraction),
 ]
 _DEFAULT_SCHEDULES = {"split": "*/10 * * * *", "compaction": "*/5 * * * *", "gc": "*/15 * * * *",
-                      "ingest_batcher": "* * * * *", "flush": "* * * * *", "bulk_import": "@daily"}
+                      "ingest_batcher": "* * * * *", "flush": "* * * * *", "bulk_import": "@daily",
+                      "export": "@daily"}
 for _op in OPERATIONS:
     _DEFS.append(PropertyDef(f"sleeper.table.schedule.{_op}", _DEFAULT_SCHEDULES[_op],
                              f"Airflow schedule of the {_op} DAG (cron or preset, 'none' for manual only).", _schedule))
