@@ -86,6 +86,9 @@ def test_an_export_holds_exactly_the_whole_table_query_on_each_backend(backend) 
     assert m.transaction == s.state_store.transaction_number(t.info.table_id)
     again = t.export(dest, export_key="2026-11-24")
     assert not again.written and again.manifest == m
+    t.delete(ranges=[(0, 10)])  # the export, made before, still holds those 10 records
+    held = [(h.kind, h.rows) for h in t.erasure_report(ranges=[(0, 10)]).held]
+    assert ("export file", 10) in held and sum(n for k, n in held if k == "export file") == 10
 
 
 def test_a_crashed_export_reruns_to_the_exact_records_on_each_backend(backend, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -159,3 +159,16 @@ def test_the_erasure_report_lists_exports_made_before_a_delete_until_their_owner
     assert report.exports_checked == 2 and "a copy outside the table: remove it" in report.render()
     shutil.rmtree(tmp_path / "before")
     assert t.erasure_report(ranges=[(120, 130)]).clean
+
+
+def test_an_export_killed_without_a_record_of_its_end_does_not_keep_spent_tombstones(sleeper) -> None:  # type: ignore[no-untyped-def]
+    from statestore.jobs import JobRecord
+
+    t = sleeper.create_table("k", SCHEMA)
+    t.ingest(_rows(0, 20))
+    killed = JobRecord(t.info.table_id, "export-killed", "export", created_ms=1).started("a killed run")
+    sleeper.state_store.put_job(killed)  # started before the delete, never ended: the process was killed
+    t.delete(ranges=[(0, 5)])
+    sleeper.set_properties("k", {"sleeper.table.delete.purge.hours": "0"})
+    t.compact()
+    assert t.gc(now_ms=4_000_000_000_000).tombstones_dropped == [1]
