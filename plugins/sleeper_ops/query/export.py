@@ -182,6 +182,10 @@ def _export(state_store: StateStore, runner: QueryRunner, table: TableInfo, dest
             where: Optional[str], key: str, buffer: bool, write_leaves: LeavesWriter,
             now_ms: Optional[int]) -> ExportManifest:
     """Plan on one state, write every leaf under attempt-unique names, commit the manifest."""
+    # The plan is exactly at ``at`` when no commit changed partitions or references while
+    # it was taken (the number read before and after agree); under a stream of commits
+    # that never lets them agree, the last plan is recorded with the number read after it
+    # (the plan is at most that state, and at least the one read before).
     for _ in range(PLAN_ATTEMPTS):
         before = state_store.transaction_number(table.table_id)
         plan = runner.leaf_plan(region, buffer=buffer)
