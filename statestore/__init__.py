@@ -32,6 +32,7 @@ from statestore.transactions import (
     ClearFiles,
     DeleteFiles,
     DeleteRecords,
+    DropFileReferences,
     DropTombstones,
     InitialisePartitions,
     JobAssignment,
@@ -45,7 +46,7 @@ from statestore.transactions import (
 
 __all__ = [
     "AddFiles", "AssignJobIds", "ClearFiles", "CommitConflictError", "DeleteFiles",
-    "DeleteRecords", "DropTombstones", "Tombstone", "Field", "FileRecord",
+    "DeleteRecords", "DropFileReferences", "DropTombstones", "Tombstone", "Field", "FileRecord",
     "FileReference", "FileReferenceError", "FileStatus", "InMemoryStateStore", "InitialisePartitions",
     "JobAssignment", "JobRecord", "Lease", "LeaseHeldError", "ListType", "MapType", "Partition", "PartitionError",
     "PartitionTree",

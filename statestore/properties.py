@@ -20,7 +20,7 @@ from statestore.errors import PropertyError
 
 _SIZE_RE = re.compile(r"^([0-9]+)([KMGT]?)$", re.IGNORECASE)
 _SIZE_MULT = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush", "bulk_import")
+OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush", "bulk_import", "export")
 CRON_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "none")
 
 
@@ -82,6 +82,15 @@ def _choice(*options: str) -> Callable[[str], None]:
         if v not in options:
             raise ValueError(f"expected one of {', '.join(options)}")
     return check
+
+
+def _fraction(v: str) -> None:
+    try:
+        f = float(v)
+    except ValueError:
+        raise ValueError("expected a number from 0 to 1") from None
+    if not 0 <= f <= 1:
+        raise ValueError("expected a number from 0 to 1")
 
 
 def _size(v: str) -> None:
@@ -192,6 +201,10 @@ _DEFS = [
     PropertyDef("sleeper.table.bulk.import.source", None,
                 "Where the table's dated bulk import DAG reads: a template on the run's data interval, e.g. "
                 "s3://raw/events/{{ data_interval_start | ds }}/ (several separated by commas).", _non_empty),
+    PropertyDef("sleeper.table.export.destination", None,
+                "Where the table's dated export DAG writes: a directory or s3:// prefix, a template on the run's "
+                "data interval, e.g. s3://exports/events/{{ data_interval_start | ds }}/ (one export a date).",
+                _non_empty),
     PropertyDef("sleeper.table.bulk.import.min.leaf.partitions", "64",
                 "A bulk import into an empty table with fewer leaf partitions splits it first (into a table "
                 "with data: in proportion to the import's share), at medians of the table and the input.",
@@ -233,10 +246,15 @@ _DEFS = [
                 "A deleted record stays in a data file at most about this long: compaction job creation makes "
                 "jobs for files holding records deleted longer ago, even when the strategy would not.",
                 _non_negative_int),
+    PropertyDef("sleeper.table.ageoff.rewrite.fraction", "0.5",
+                "With the age-off iterator set, compaction job creation makes a job of a file once more than "
+                "this fraction of its records have expired (garbage collection drops files wholly expired "
+                "without a rewrite).", _fraction),
 ]
 EMR_PROPERTIES = (EMR_APPLICATION_ID, EMR_EXECUTION_ROLE, EMR_PACKAGE)
 _DEFAULT_SCHEDULES = {"split": "*/10 * * * *", "compaction": "*/5 * * * *", "gc": "*/15 * * * *",
-                      "ingest_batcher": "* * * * *", "flush": "* * * * *", "bulk_import": "@daily"}
+                      "ingest_batcher": "* * * * *", "flush": "* * * * *", "bulk_import": "@daily",
+                      "export": "@daily"}
 for _op in OPERATIONS:
     _DEFS.append(PropertyDef(f"sleeper.table.schedule.{_op}", _DEFAULT_SCHEDULES[_op],
                              f"Airflow schedule of the {_op} DAG (cron or preset, 'none' for manual only).", _schedule))

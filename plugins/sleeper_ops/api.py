@@ -320,6 +320,27 @@ class Table:
         return erasure_report(self.sleeper.state_store, self.sleeper.objects, self._fresh(), keys=keys,
                               ranges=ranges, where=where)
 
+    @_by_name
+    def export(self, destination: str, *, range: Optional[tuple[Any, Optional[Any]]] = None,
+               where: Optional[str] = None, export_key: Optional[str] = None, runner: str = "local",
+               buffer: bool = True, run_id: Optional[str] = None) -> Any:
+        """Export the records (in ``range`` ``[lo, hi)``, matching ``where``) to
+        ``destination`` (a directory or ``s3://`` prefix) as one sorted Parquet file per
+        leaf and a ``_manifest.json``; idempotent per ``export_key``. Returns an
+        :class:`~sleeper_ops.query.export.ExportResult`; see :mod:`sleeper_ops.query.export`."""
+        from sleeper_ops.query.export import check_export, export_table, load_leaves_writer
+
+        info = self._fresh()
+        lo, hi = range if range is not None else (None, None)
+        check_export(info.schema, lo, hi, where, export_key)  # before the destination is made
+        options = {} if runner == "local" else {"config": self.sleeper.config, "table": info.name}
+        writer = load_leaves_writer(runner, **options)
+        holder = run_id or f"export-{os.getpid()}-{id(self)}"
+        return export_table(self.sleeper.state_store, self._shared_runner(()), info,
+                            ObjectStore(destination, self.sleeper.s3), lo=lo, hi=hi, where=where,
+                            export_key=export_key, buffer=buffer, run_id=run_id, write_leaves=writer,
+                            lease=lambda op: self.exclusive(op, holder))
+
     # ----- maintenance ----------------------------------------------------------------
     def _fresh(self) -> TableInfo:
         """The catalog entry as it is now (properties may have changed since opening)."""

@@ -34,7 +34,7 @@ DAGS = REPO / "dags"
 RUNNER = Path(__file__).with_name("dag_runner.py")
 BIN = Path(sys.executable).parent
 OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush")
-OPTIONAL_OPERATIONS = ("bulk_import",)  # a DAG only for tables with a bulk import source
+OPTIONAL_OPERATIONS = ("bulk_import", "export")  # a DAG only for tables with a source / a destination
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
           "sortKeyFields": [{"name": "ts", "type": "LongType"}],

@@ -15,6 +15,8 @@ For every table in the catalog that gives a DAG ``sleeper_<table>_<operation>``:
                        ``EmrServerlessStartJobOperator`` when the table's
                        ``sleeper.table.bulk.import.platform`` is ``emr_serverless``
                        (:mod:`sleeper_ops.airflow.emr`)
+``export``             ``export`` (one task), only for tables whose property
+                       ``sleeper.table.export.destination`` is set
 =====================  =============================================================
 
 The ``bulk_import`` DAG is dated: its timetable is a data-interval cron
@@ -24,7 +26,11 @@ The ``bulk_import`` DAG is dated: its timetable is a data-interval cron
 plus the interval's start, so a retried, repeated or reprocessed date imports once.
 Runs queue behind each other (one active run and task instance at a time) and never
 skip; Airflow's own backfill (``airflow backfill create``, ``POST /api/v2/backfills``)
-fills past dates. The maintenance DAGs refuse backfill runs (``allowed_run_types``).
+fills past dates. The ``export`` DAG is dated the same way (``sleeper.table.schedule.export``,
+default ``@daily``): its destination is ``sleeper.table.export.destination`` rendered on
+the interval and its export key the table id plus the interval's start, so a retried
+or backfilled date answers "already exported" and writes nothing
+(:mod:`sleeper_ops.query.export`). The maintenance DAGs refuse backfill runs (``allowed_run_types``).
 
 Schedules come from the table property ``sleeper.table.schedule.<operation>`` (a cron
 expression or preset; ``none``: manual runs only); the compaction DAG also runs when
@@ -74,8 +80,9 @@ log = logging.getLogger(__name__)
 
 OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush")
 #: Operations with a DAG only for some tables (see :func:`has_dag`).
-OPTIONAL_OPERATIONS = ("bulk_import",)
+OPTIONAL_OPERATIONS = ("bulk_import", "export")
 BULK_IMPORT_SOURCE = "sleeper.table.bulk.import.source"
+EXPORT_DESTINATION = "sleeper.table.export.destination"
 DAG_ID_PREFIX = "sleeper_"
 #: Tags every Sleeper DAG carries (plus the operation and ``table:<name>``).
 TAG = "sleeper"
@@ -102,8 +109,11 @@ def table_name_of(dag_id: str, operation: str) -> Optional[str]:
 
 
 def has_dag(table: TableInfo, operation: str) -> bool:
-    """Whether ``table`` has a DAG of ``operation`` (bulk import: when its source is set)."""
-    return operation != "bulk_import" or bool(table.get(BULK_IMPORT_SOURCE))
+    """Whether ``table`` has a DAG of ``operation`` (bulk import: when its source is
+    set; export: when its destination is)."""
+    if operation == "bulk_import":
+        return bool(table.get(BULK_IMPORT_SOURCE))
+    return operation != "export" or bool(table.get(EXPORT_DESTINATION))
 
 
 def schedule_of(table: TableInfo, operation: str) -> Optional[str]:
@@ -177,8 +187,8 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
     """The DAG of one operation of one table (see the module docstring)."""
     from airflow.sdk import DAG, Param
 
-    if operation == "bulk_import":
-        return _bulk_import_dag(table)
+    if operation in OPTIONAL_OPERATIONS:
+        return _dated_dag(table, operation)
     params: dict[str, Any] = {}
     if operation == "gc":
         params["dry_run"] = Param(False, type="boolean", description="Only list the files GC would delete.")
@@ -244,37 +254,52 @@ def _flush_schedule(table: TableInfo) -> Any:
 MAINTENANCE_RUN_TYPES = ("scheduled", "manual", "asset_triggered", "operator_triggered")
 
 
-def _bulk_import_dag(table: TableInfo) -> DAG:
+def _dated_dag(table: TableInfo, operation: str) -> DAG:
+    """The dated DAG of ``bulk_import`` or ``export``: one run per data interval, keyed by
+    the table id and the interval's start (see the module docstring)."""
     from airflow.sdk import DAG
     from airflow.timetables.interval import CronDataIntervalTimetable
 
     from sleeper_ops.airflow import operators as ops
 
-    cron = schedule_of(table, "bulk_import") or "@daily"
+    cron = schedule_of(table, operation) or "@daily"
+    key = import_key_template(table)  # the table id and the interval start, for imports and exports alike
+    if operation == "bulk_import":
+        what = (f"**bulk import** of table `{table.name}` (id `{table.table_id}`), from "
+                f"`{table.get(BULK_IMPORT_SOURCE)}` (property `{BULK_IMPORT_SOURCE}`)")
+        once = "The import key is the table id and the interval's start: a date imports once however often it runs."
+    else:
+        what = (f"**export** of table `{table.name}` (id `{table.table_id}`), to "
+                f"`{table.get(EXPORT_DESTINATION)}` (property `{EXPORT_DESTINATION}`)")
+        once = ("The export key is the table id and the interval's start: a date exports once however often it "
+                "runs (a repeat answers 'already exported').")
     dag = DAG(
-        dag_id_for(table.name, "bulk_import"),
+        dag_id_for(table.name, operation),
         schedule=CronDataIntervalTimetable(cron, timezone="UTC"),
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
         is_paused_upon_creation=False,
-        tags=[TAG, "bulk_import", f"table:{table.name}"],
-        doc_md=f"Sleeper **bulk import** of table `{table.name}` (id `{table.table_id}`), one run per data "
-               f"interval of `{cron}` (property `sleeper.table.schedule.bulk_import`), from "
-               f"`{table.get(BULK_IMPORT_SOURCE)}` (property `{BULK_IMPORT_SOURCE}`) rendered on the interval. "
-               "The import key is the table id and the interval's start: a date imports once however often it "
-               "runs. Backfill past dates with Airflow's backfill.",
+        tags=[TAG, operation, f"table:{table.name}"],
+        doc_md=f"Sleeper {what} rendered on the interval, one run per data interval of `{cron}` (property "
+               f"`sleeper.table.schedule.{operation}`). {once} Backfill past dates with Airflow's backfill.",
         default_args={"owner": "sleeper", "retries": 2, "retry_delay": timedelta(minutes=2)},
     )
-    if table.get(BULK_IMPORT_PLATFORM) == "emr_serverless":
+    if operation == "bulk_import" and table.get(BULK_IMPORT_PLATFORM) == "emr_serverless":
         from sleeper_ops.airflow.emr import emr_bulk_import_task
 
         emr_bulk_import_task(dag, table, sources=str(table.get(BULK_IMPORT_SOURCE)),
-                             import_key=import_key_template(table), max_active_tis_per_dag=1)
-        return dag
-    ops.SleeperBulkImportOperator(
-        task_id="bulk_import", dag=dag, table=table.name, source=str(table.get(BULK_IMPORT_SOURCE)),
-        import_key=import_key_template(table), max_active_tis_per_dag=1, pool=SPARK_POOL)
+                             import_key=key, max_active_tis_per_dag=1)
+    elif operation == "bulk_import":
+        ops.SleeperBulkImportOperator(
+            task_id="bulk_import", dag=dag, table=table.name, source=str(table.get(BULK_IMPORT_SOURCE)),
+            import_key=key, max_active_tis_per_dag=1, pool=SPARK_POOL)
+    else:
+        from sleeper_ops.airflow.export_operator import SleeperExportOperator
+
+        SleeperExportOperator(task_id="export", dag=dag, table=table.name,
+                              destination=str(table.get(EXPORT_DESTINATION)), export_key=key,
+                              max_active_tis_per_dag=1)
     return dag
 
 
