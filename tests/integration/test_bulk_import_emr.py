@@ -73,26 +73,12 @@ def aws() -> Iterator[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def spark(aws: dict[str, Any]) -> Iterator[Any]:
     """The local stand-in for EMR's Spark: its Python workers get the same credential chain."""
-    pyspark_sql = pytest.importorskip("pyspark.sql")
-    from tests.integration.test_spark_reader import _close_gateway
+    pytest.importorskip("pyspark.sql")
+    from tests.spark_session import local_session
 
-    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    builder = (pyspark_sql.SparkSession.builder.master("local[2]").appName("sleeper-emr-test")
-               .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1"))
-    for k in (*AWS_ENV, "AWS_ENDPOINT_URL"):
-        builder = builder.config(f"spark.executorEnv.{k}", os.environ[k])
-    session = builder.getOrCreate()
-    try:
+    conf = {f"spark.executorEnv.{k}": os.environ[k] for k in (*AWS_ENV, "AWS_ENDPOINT_URL")}
+    with local_session("sleeper-emr-test", **conf) as session:
         yield session
-    finally:
-        session.stop()
-        _close_gateway()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.fixture(scope="module")

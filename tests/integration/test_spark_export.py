@@ -12,7 +12,6 @@ from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.export import rows_of
 from tests.integration.test_spark_compaction import SCHEMA, open_sleeper, rows
 from tests.integration.test_spark_reader import _records
-from tests.integration.test_spark_reader import spark as spark
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
