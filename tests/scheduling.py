@@ -21,12 +21,17 @@ from typing import Any, Callable
 
 from xdist.scheduler import LoadFileScheduling
 
-#: modules that share one session-scoped fixture (the ``spark`` session of
-#: tests/integration/conftest.py), run one after another on one worker
+#: modules that share a session-scoped fixture of tests/integration/conftest.py (the
+#: ``spark`` session; the ``airflow_home`` whose DAG server runs their DAGs), run one
+#: after another on one worker
 GROUPS: dict[str, str] = {
     "tests/integration/test_spark_reader.py": "spark-session",
     "tests/integration/test_spark_reader_deletes.py": "spark-session",
     "tests/integration/test_spark_export.py": "spark-session",
+    "tests/integration/test_bulk_import_emr.py": "spark-session",
+    "tests/integration/test_dags.py": "dag-server",
+    "tests/integration/test_export_dag.py": "dag-server",
+    "tests/integration/test_dynamodb_dags.py": "dag-server",
 }
 
 #: seconds per module (or group) in a full ``make test`` run; ordering only
@@ -34,10 +39,10 @@ SECONDS: dict[str, float] = {
     "tests/integration/test_airflow_end_to_end.py": 300,
     "tests/system/test_readme_tour.py": 180,
     "tests/integration/test_bulk_import.py": 180,
-    "tests/integration/test_dags.py": 170,
+    "dag-server": 210,
     "tests/integration/test_fault_matrix.py": 150,
     "tests/integration/test_spark_compaction.py": 130,
-    "spark-session": 130,
+    "spark-session": 170,
     "tests/integration/test_install.py": 110,
     "tests/integration/test_cli_postgres.py": 100,
     "tests/integration/test_deletes_walkthrough.py": 90,
@@ -52,7 +57,6 @@ SECONDS: dict[str, float] = {
     "tests/integration/test_embedded_server.py": 55,
     "tests/integration/test_spark_attempts.py": 55,
     "tests/system/test_demo.py": 50,
-    "tests/integration/test_bulk_import_emr.py": 50,
 }
 
 

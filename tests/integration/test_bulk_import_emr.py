@@ -71,14 +71,17 @@ def aws() -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def spark(aws: dict[str, Any]) -> Iterator[Any]:
-    """The local stand-in for EMR's Spark: its Python workers get the same credential chain."""
-    pytest.importorskip("pyspark.sql")
-    from tests.spark_session import local_session
-
-    conf = {f"spark.executorEnv.{k}": os.environ[k] for k in (*AWS_ENV, "AWS_ENDPOINT_URL")}
-    with local_session("sleeper-emr-test", **conf) as session:
-        yield session
+def emr_spark(aws: dict[str, Any], spark: Any) -> Iterator[Any]:
+    """The local stand-in for EMR's Spark (the worker's shared session): its Python
+    workers get the same credential chain while this module runs."""
+    env = spark.sparkContext.environment
+    saved = dict(env)
+    env.update({k: os.environ[k] for k in (*AWS_ENV, "AWS_ENDPOINT_URL")})
+    try:
+        yield spark
+    finally:
+        env.clear()
+        env.update(saved)
 
 
 @pytest.fixture(scope="module")
@@ -235,14 +238,14 @@ def test_the_dated_dag_starts_the_emr_job_with_the_entry_point_arguments_and_imp
     assert trigger.return_value["application_id"] == aws["app"]
 
 
-def test_an_emr_job_that_succeeds_commits_once_and_a_retried_job_of_the_date_adds_nothing(sleeper, aws, spark):
+def test_an_emr_job_that_succeeds_commits_once_and_a_retried_job_of_the_date_adds_nothing(sleeper, aws, emr_spark):
     t = _emr_table(sleeper, "succeeds", aws["app"])
     expected = _upload(aws, "succeeds", "2026-01-02")
     day = datetime(2026, 1, 2, tzinfo=UTC)
 
     task, context = _task_and_context(sleeper, "succeeds", day)
     trigger = _start(task, context)
-    assert _play_emr(aws, trigger.return_value["job_id"], spark) == 0
+    assert _play_emr(aws, trigger.return_value["job_id"], emr_spark) == 0
     assert _complete(task, context, trigger) == trigger.return_value["job_id"]
     assert sum(ids(t).values()) == expected and set(ids(t).values()) == {1}
     (job,) = t.jobs(kind="bulk_import")
@@ -252,14 +255,14 @@ def test_an_emr_job_that_succeeds_commits_once_and_a_retried_job_of_the_date_add
     task, context = _task_and_context(sleeper, "succeeds", day)
     again = _start(task, context)
     assert again.return_value["job_id"] != trigger.return_value["job_id"]
-    assert _play_emr(aws, again.return_value["job_id"], spark) == 0  # "already imported": exit 0
+    assert _play_emr(aws, again.return_value["job_id"], emr_spark) == 0  # "already imported": exit 0
     _complete(task, context, again)
     assert sum(ids(t).values()) == expected and set(ids(t).values()) == {1}
     assert [j.status for j in t.jobs(kind="bulk_import")] == ["committed"]
     assert len(t.state().references) == len({r.filename for r in t.state().references.values()}) <= 2
 
 
-def test_an_emr_job_that_fails_mid_import_commits_nothing_and_leaves_no_file(sleeper, aws, spark):
+def test_an_emr_job_that_fails_mid_import_commits_nothing_and_leaves_no_file(sleeper, aws, emr_spark):
     from airflow.exceptions import AirflowException
 
     t = _emr_table(sleeper, "fails", aws["app"], min_leaves=1)  # no pre-split: the failure is in the Spark job
@@ -269,7 +272,7 @@ def test_an_emr_job_that_fails_mid_import_commits_nothing_and_leaves_no_file(sle
     day = datetime(2026, 1, 3, tzinfo=UTC)
     task, context = _task_and_context(sleeper, "fails", day)
     trigger = _start(task, context)
-    assert _play_emr(aws, trigger.return_value["job_id"], spark) != 0
+    assert _play_emr(aws, trigger.return_value["job_id"], emr_spark) != 0
     with pytest.raises(AirflowException, match="EMR Serverless job failed"):
         _complete(task, context, trigger)
     assert sum(ids(t).values()) == 0

@@ -116,26 +116,6 @@ def parse_dags(airflow_home: Path, sleeper_home: Optional[Path], folder: Path = 
 
 
 # ----- fixtures --------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def migrated_airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Migrated once per test session (per xdist worker), copied per test."""
-    home = tmp_path_factory.mktemp("airflow-template")
-    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=_env(home, None), check=True,
-                   capture_output=True, timeout=300)
-    return home
-
-
-@pytest.fixture(scope="session")
-def airflow_home(migrated_airflow_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A migrated AIRFLOW_HOME (SQLite) that the DAG tests of this worker share, one after
-    another, through one DAG server: each test's runs are its own (their own run ids,
-    tables in the test's own Sleeper home), and a rerun at a logical date replaces the
-    earlier run, as ``dag.test()`` does."""
-    home = tmp_path_factory.mktemp("airflow-shared") / "airflow"
-    shutil.copytree(migrated_airflow_home, home)
-    return home
-
-
 @pytest.fixture
 def sleeper_home(tmp_path: Path, pg_dsn: str) -> Path:
     home = tmp_path / "sleeper"

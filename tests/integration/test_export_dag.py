@@ -17,8 +17,6 @@ from sleeper_ops import Sleeper
 from sleeper_ops.io.export_manifest import read_manifest
 from sleeper_ops.io.storage import ObjectStore
 from tests.integration.test_dags import SCHEMA, _rows, parse_dags, run_dags
-from tests.integration.test_dags import airflow_home as airflow_home
-from tests.integration.test_dags import migrated_airflow_home as migrated_airflow_home
 from tests.integration.test_dags import sleeper as sleeper
 from tests.integration.test_dags import sleeper_home as sleeper_home
 
@@ -32,7 +30,7 @@ def test_export_dag_exports_the_runs_date_once_however_often_it_runs(sleeper: Sl
         "sleeper.table.export.destination": f"{out}/{{{{ data_interval_start | ds }}}}"})
     table.ingest(_rows(500, seed=1))
     sleeper.create_table("plain", SCHEMA)
-    parsed = parse_dags(sleeper_home)
+    parsed = parse_dags(airflow_home, sleeper_home)
     assert "sleeper_events_export" in parsed["dags"] and "sleeper_plain_export" not in parsed["dags"]
     dag = parsed["dags"]["sleeper_events_export"]
     assert dag["timetable"] == "CronDataIntervalTimetable" and dag["schedule"] == "0 0 * * *"
