@@ -111,6 +111,15 @@ def _callable_path(v: str) -> None:
         raise ValueError("expected module.path:function")
 
 
+def _iso_time(v: str) -> None:
+    from datetime import datetime
+
+    try:
+        datetime.fromisoformat(v)
+    except ValueError:
+        raise ValueError("expected an ISO 8601 date or time, e.g. 2026-03-01 or 2026-03-01T06:00") from None
+
+
 def _schedule(v: str) -> None:
     if v in CRON_PRESETS:
         return
@@ -170,6 +179,10 @@ _DEFS = [
     PropertyDef("sleeper.table.bulk.import.source", None,
                 "Where the table's dated bulk import DAG reads: a template on the run's data interval, e.g. "
                 "s3://raw/events/{{ data_interval_start | ds }}/ (several separated by commas).", _non_empty),
+    PropertyDef("sleeper.table.bulk.import.start", None,
+                "The dated bulk import DAG's first run is for the first interval starting at or after this UTC "
+                "date or time (ISO 8601, e.g. 2026-03-01); set to the time of setting the source when not given. "
+                "Backfills may still run earlier dates.", _iso_time),
     PropertyDef("sleeper.table.bulk.import.min.leaf.partitions", "64",
                 "A bulk import into an empty table with fewer leaf partitions splits it first (into a table "
                 "with data: in proportion to the import's share), at medians of the table and the input.",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Mapping, O
 
 import pyarrow as pa
 
+from sleeper_ops.bulk_import.dated import BULK_IMPORT_SOURCE, with_import_start
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.engine.iterators import ITERATOR_PROPERTIES, check_iterator_properties
 from sleeper_ops.errors import QueryError
@@ -102,7 +103,7 @@ class Sleeper:
             schema = Schema.from_json(schema)
         elif not isinstance(schema, Schema):
             schema = Schema.from_dict(schema)
-        props = validate_properties(properties or {})
+        props = validate_properties(with_import_start({}, properties or {}))
         check_iterator_properties(schema, props)
         partitions = partitions_from_split_points(schema, split_points or ())
         info = self.state_store.create_table(name, schema, partitions, props)
@@ -120,8 +121,10 @@ class Sleeper:
         against the table's schema (their user code imported), so a table never holds a
         property its queries or maintenance would fail on."""
         update = validate_values(properties)
-        if any(update.get(k) for k in ITERATOR_PROPERTIES):
-            check_iterator_properties(self.state_store.get_table(name).schema, update)
+        if any(update.get(k) for k in ITERATOR_PROPERTIES) or update.get(BULK_IMPORT_SOURCE):
+            current = self.state_store.get_table(name)
+            check_iterator_properties(current.schema, update)
+            update = with_import_start(current.properties, update)
         return self.state_store.update_properties(name, update)
 
     def unset_properties(self, name: str, names: Sequence[str]) -> TableInfo:

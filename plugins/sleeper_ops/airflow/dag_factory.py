@@ -244,12 +244,14 @@ def _bulk_import_dag(table: TableInfo) -> DAG:
     from airflow.timetables.interval import CronDataIntervalTimetable
 
     from sleeper_ops.airflow import operators as ops
+    from sleeper_ops.bulk_import.dated import BULK_IMPORT_START, import_start
 
     cron = schedule_of(table, "bulk_import") or "@daily"
     dag = DAG(
         dag_id_for(table.name, "bulk_import"),
         schedule=CronDataIntervalTimetable(cron, timezone="UTC"),
-        start_date=START_DATE,
+        # the first interval at or after the start (set when the source was): none already past
+        start_date=import_start(table.get(BULK_IMPORT_START)) or START_DATE,
         catchup=False,
         max_active_runs=1,
         is_paused_upon_creation=False,
