@@ -244,29 +244,38 @@ def _bulk_import_dag(table: TableInfo) -> DAG:
     from airflow.timetables.interval import CronDataIntervalTimetable
 
     from sleeper_ops.airflow import operators as ops
-    from sleeper_ops.bulk_import.dated import BULK_IMPORT_START, import_start
+    from sleeper_ops.airflow.import_wait import SleeperImportInputSensor
+    from sleeper_ops.bulk_import.dated import BULK_IMPORT_START, BULK_IMPORT_WAIT_HOURS, import_start, wait_hours
 
     cron = schedule_of(table, "bulk_import") or "@daily"
+    start = import_start(table.get(BULK_IMPORT_START))
     dag = DAG(
         dag_id_for(table.name, "bulk_import"),
         schedule=CronDataIntervalTimetable(cron, timezone="UTC"),
-        # the first interval at or after the start (set when the source was): none already past
-        start_date=import_start(table.get(BULK_IMPORT_START)) or START_DATE,
+        # the first interval at or after the start (set when the source was): none already past;
+        # backfills still run earlier dates
+        start_date=start or START_DATE,
         catchup=False,
         max_active_runs=1,
         is_paused_upon_creation=False,
         tags=[TAG, "bulk_import", f"table:{table.name}"],
         doc_md=f"Sleeper **bulk import** of table `{table.name}` (id `{table.table_id}`), one run per data "
                f"interval of `{cron}` (property `sleeper.table.schedule.bulk_import`), from "
-               f"`{table.get(BULK_IMPORT_SOURCE)}` (property `{BULK_IMPORT_SOURCE}`) rendered on the interval. "
+               f"`{table.get(BULK_IMPORT_SOURCE)}` (property `{BULK_IMPORT_SOURCE}`) rendered on the interval, "
+               f"from the first interval starting at or after {start or START_DATE} (property "
+               f"`{BULK_IMPORT_START}`). A run waits up to {wait_hours(table.properties):g} h for its input "
+               f"(property `{BULK_IMPORT_WAIT_HOURS}`), then fails naming what is missing. "
                "The import key is the table id and the interval's start: a date imports once however often it "
                "runs. Backfill past dates with Airflow's backfill.",
         default_args={"owner": "sleeper", "retries": 2, "retry_delay": timedelta(minutes=2)},
     )
-    ops.SleeperBulkImportOperator(
-        task_id="bulk_import", dag=dag, table=table.name, source=str(table.get(BULK_IMPORT_SOURCE)),
-        import_key=f"{table.table_id}/{{{{ data_interval_start.isoformat() }}}}", max_active_tis_per_dag=1,
-        pool=SPARK_POOL)
+    source = str(table.get(BULK_IMPORT_SOURCE))
+    import_key = f"{table.table_id}/{{{{ data_interval_start.isoformat() }}}}"
+    wait = SleeperImportInputSensor(task_id="wait_for_input", dag=dag, table=table.name, source=source,
+                                    import_key=import_key, wait_hours=wait_hours(table.properties))
+    run = ops.SleeperBulkImportOperator(task_id="bulk_import", dag=dag, table=table.name, source=source,
+                                        import_key=import_key, max_active_tis_per_dag=1, pool=SPARK_POOL)
+    wait >> run
     return dag
 
 

@@ -50,8 +50,10 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [{"integration-name": "Sleeper", "python-modules": [_OPERATORS,
                                                                          "sleeper_ops.airflow.operator_base"]}],
         "triggers": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.triggers",
-                                                                          "sleeper_ops.airflow.readiness"]}],
-        "sensors": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.readiness"]}],
+                                                                          "sleeper_ops.airflow.readiness",
+                                                                          "sleeper_ops.airflow.import_wait"]}],
+        "sensors": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.readiness",
+                                                                         "sleeper_ops.airflow.import_wait"]}],
         "connection-types": [{
             "connection-type": "sleeper",
             "hook-class-name": f"{_HOOK}.SleeperHook",
