@@ -20,7 +20,6 @@ from sleeper_ops.bulk_import.dated import BULK_IMPORT_SOURCE, with_import_start
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.engine.iterators import ITERATOR_PROPERTIES, check_iterator_properties
 from sleeper_ops.errors import QueryError
-from sleeper_ops.ingest.standard import IngestResult, IngestRunner, Progress
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.runner import DEFAULT_BATCH_ROWS, QueryRunner, exact_key_region, range_region
 from sleeper_ops.query.shared import SharedRunners
@@ -37,6 +36,7 @@ from statestore.store import StateStore
 
 if TYPE_CHECKING:
     from sleeper_ops.compaction.runners import BatchRunner, CompactionReport
+    from sleeper_ops.ingest.standard import IngestResult, Progress
 
 
 class Sleeper:
@@ -204,6 +204,8 @@ class Table:
     def ingest(self, source: Sequence[str] | pa.Table | Iterable[pa.RecordBatch], *,
                progress: Optional[Progress] = None, **options: Any) -> IngestResult:
         """Ingest files (paths or s3:// URIs), an Arrow table, or conformed record batches."""
+        from sleeper_ops.ingest.standard import IngestRunner
+
         runner = IngestRunner(self.sleeper.state_store, self.sleeper.objects, self.info, s3=self.sleeper.s3,
                               **options)
         if isinstance(source, pa.Table):
