@@ -100,11 +100,25 @@ class EmbeddedPostgres:
     def _stop_locked(self) -> None:
         server, self._server = self._server, None
         if server is not None:
+            held = -1
+            if not isinstance(server, _Joined) and server.cleanup_mode is not None:
+                from statestore.postgres import idle_stop
+
+                # processes that joined on the quick path are not the wheel's handles: while any
+                # is there, leave the server running (the watcher stops it once idle)
+                lock = idle_stop.lock_out_clients(self.data_dir)
+                if lock is None:
+                    server.cleanup_mode = None
+                else:
+                    held = lock
             try:
                 server.cleanup()
             except Exception as e:
                 raise StateStoreUnavailableError(
                     f"could not stop the embedded PostgreSQL in {self.data_dir}: {e}") from e
+            finally:
+                if held >= 0:
+                    os.close(held)
             forget_exit_handler(server)
 
     def __enter__(self) -> EmbeddedPostgres:

@@ -120,9 +120,9 @@ def hold_client_lock(data_dir: Path) -> int:
     return fd
 
 
-def _no_lock_clients(data_dir: Path) -> Optional[int]:
-    """The descriptor of ``clients.lock`` held exclusively (no process holds it shared),
-    or None when some process does."""
+def lock_out_clients(data_dir: Path) -> Optional[int]:
+    """The descriptor of ``clients.lock`` held exclusively (no process holds it shared;
+    none can join on the quick path until it is closed), or None when some process does."""
     fd = os.open(Path(data_dir) / CLIENTS_LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -220,7 +220,7 @@ def stop_if_idle(data_dir: Path) -> bool:
         info = _postmaster(data_dir)
         if info is None:
             return True
-        held = _no_lock_clients(data_dir)
+        held = lock_out_clients(data_dir)
         if held is None:  # a process joined it on the quick path
             return False
         try:

