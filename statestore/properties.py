@@ -133,6 +133,24 @@ def _s3_prefix(v: str) -> None:
         raise ValueError("expected an s3://bucket/prefix URI")
 
 
+def _iso_time(v: str) -> None:
+    from datetime import datetime
+
+    try:
+        datetime.fromisoformat(v)
+    except ValueError:
+        raise ValueError("expected an ISO 8601 date or time, e.g. 2026-03-01 or 2026-03-01T06:00") from None
+
+
+def _positive_hours(v: str) -> None:
+    try:
+        hours = float(v)
+    except ValueError:
+        raise ValueError("expected a number of hours, e.g. 6 or 0.5") from None
+    if not hours > 0 or hours == float("inf"):
+        raise ValueError("must be a positive number of hours")
+
+
 def _schedule(v: str) -> None:
     if v in CRON_PRESETS:
         return
@@ -205,6 +223,14 @@ _DEFS = [
                 "Where the table's dated export DAG writes: a directory or s3:// prefix, a template on the run's "
                 "data interval, e.g. s3://exports/events/{{ data_interval_start | ds }}/ (one export a date).",
                 _non_empty),
+    PropertyDef("sleeper.table.bulk.import.start", None,
+                "The dated bulk import DAG's first run is for the first interval starting at or after this UTC "
+                "date or time (ISO 8601, e.g. 2026-03-01); set to the time of setting the source when not given. "
+                "Backfills may still run earlier dates.", _iso_time),
+    PropertyDef("sleeper.table.bulk.import.wait.hours", "6",
+                "A dated bulk import run whose source has no input files yet waits for them this many hours "
+                "(in Airflow's triggerer, holding no worker slot), then fails saying what it found missing.",
+                _positive_hours),
     PropertyDef("sleeper.table.bulk.import.min.leaf.partitions", "64",
                 "A bulk import into an empty table with fewer leaf partitions splits it first (into a table "
                 "with data: in proportion to the import's share), at medians of the table and the input.",

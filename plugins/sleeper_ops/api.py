@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Mapping, O
 
 import pyarrow as pa
 
+from sleeper_ops.bulk_import.dated import BULK_IMPORT_SOURCE, with_import_start
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.engine.iterators import ITERATOR_PROPERTIES, check_iterator_properties
 from sleeper_ops.errors import QueryError
-from sleeper_ops.ingest.standard import IngestResult, IngestRunner, Progress
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.runner import DEFAULT_BATCH_ROWS, QueryRunner, exact_key_region, range_region
 from sleeper_ops.query.shared import SharedRunners
@@ -36,6 +36,7 @@ from statestore.store import StateStore
 
 if TYPE_CHECKING:
     from sleeper_ops.compaction.runners import BatchRunner, CompactionReport
+    from sleeper_ops.ingest.standard import IngestResult, Progress
 
 
 class Sleeper:
@@ -102,7 +103,7 @@ class Sleeper:
             schema = Schema.from_json(schema)
         elif not isinstance(schema, Schema):
             schema = Schema.from_dict(schema)
-        props = validate_properties(properties or {})
+        props = validate_properties(with_import_start({}, properties or {}))
         check_iterator_properties(schema, props)
         partitions = partitions_from_split_points(schema, split_points or ())
         info = self.state_store.create_table(name, schema, partitions, props)
@@ -120,8 +121,10 @@ class Sleeper:
         against the table's schema (their user code imported), so a table never holds a
         property its queries or maintenance would fail on."""
         update = validate_values(properties)
-        if any(update.get(k) for k in ITERATOR_PROPERTIES):
-            check_iterator_properties(self.state_store.get_table(name).schema, update)
+        if any(update.get(k) for k in ITERATOR_PROPERTIES) or update.get(BULK_IMPORT_SOURCE):
+            current = self.state_store.get_table(name)
+            check_iterator_properties(current.schema, update)
+            update = with_import_start(current.properties, update)
         return self.state_store.update_properties(name, update)
 
     def unset_properties(self, name: str, names: Sequence[str]) -> TableInfo:
@@ -201,6 +204,8 @@ class Table:
     def ingest(self, source: Sequence[str] | pa.Table | Iterable[pa.RecordBatch], *,
                progress: Optional[Progress] = None, **options: Any) -> IngestResult:
         """Ingest files (paths or s3:// URIs), an Arrow table, or conformed record batches."""
+        from sleeper_ops.ingest.standard import IngestRunner
+
         runner = IngestRunner(self.sleeper.state_store, self.sleeper.objects, self.info, s3=self.sleeper.s3,
                               **options)
         if isinstance(source, pa.Table):

@@ -490,6 +490,7 @@ def test_bulk_import_dag_imports_the_runs_date_once_however_often_it_runs(sleepe
         pq.write_table(days[day], raw / day / "events.parquet")
     table = sleeper.create_table("events", SCHEMA, properties={
         "sleeper.table.bulk.import.source": f"{raw}/{{{{ data_interval_start | ds }}}}/",
+        "sleeper.table.bulk.import.start": "2026-01-01",  # manual runs of earlier dates run no task
         "sleeper.table.bulk.import.min.leaf.partitions": "2"})
     sleeper.create_table("plain", SCHEMA)
     parsed = parse_dags(airflow_home, sleeper_home)
@@ -519,6 +520,30 @@ def test_bulk_import_dag_imports_the_runs_date_once_however_often_it_runs(sleepe
     assert job.status == "committed" and job.run_id.startswith("sleeper_events_bulk_import/")
 
 
+def test_a_dated_run_without_input_waits_for_it_then_fails_with_one_line(sleeper: Sleeper, sleeper_home: Path,
+                                                                       airflow_home: Path, tmp_path: Path) -> None:
+    """Issue 23 item 5: a date with no input yet waits in the deferrable sensor (its
+    trigger runs in line under dag.test()) up to sleeper.table.bulk.import.wait.hours,
+    then the run fails with one line naming the table, the date and the source; the
+    import never starts (no job record), and no retry waits again."""
+    table = sleeper.create_table("events", SCHEMA, properties={
+        "sleeper.table.bulk.import.source": f"{tmp_path / 'raw'}/{{{{ data_interval_start | ds }}}}/",
+        "sleeper.table.bulk.import.start": "2026-01-01",
+        "sleeper.table.bulk.import.wait.hours": "0.0005"})  # 1.8 s
+    started = time.monotonic()
+    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_bulk_import",
+                                                 "logical_date": "2026-01-02T00:00:00+00:00"})
+    assert runs.results[0]["state"] == "failed", runs.logs
+    assert runs.results[0]["tasks"] == {"wait_for_input": "failed", "bulk_import": "upstream_failed"}
+    line = (f"table events: no input for the bulk import of 2026-01-01 after waiting 0.0005 h "
+            f"(sleeper.table.bulk.import.wait.hours): {tmp_path / 'raw'}/2026-01-01/: no input files "
+            "(.parquet, .csv or .jsonl) found")
+    assert line in runs.logs[0]
+    assert "running trigger in line" in runs.logs[0], "it deferred"
+    assert time.monotonic() - started < 120, "one wait, no retries"
+    assert table.jobs(kind="bulk_import") == []
+
+
 def test_airflow_dags_test_of_a_bulk_import_date_with_only_the_two_homes_set(sleeper: Sleeper, sleeper_home: Path,
                                                                             tmp_path: Path) -> None:
     """Issue 10 item 5: ``airflow db migrate`` then ``airflow dags test
@@ -530,6 +555,7 @@ def test_airflow_dags_test_of_a_bulk_import_date_with_only_the_two_homes_set(sle
         pq.write_table(_rows(2500, seed=9 + i), tmp_path / "raw" / day / "events.parquet")
     table = sleeper.create_table("events", SCHEMA, properties={
         "sleeper.table.bulk.import.source": f"{tmp_path / 'raw'}/{{{{ data_interval_start | ds }}}}/",
+        "sleeper.table.bulk.import.start": "2026-01-01",  # a manual run of a date before the start runs no task
         "sleeper.table.bulk.import.min.leaf.partitions": "2"})
     airflow_home = tmp_path / "airflow-plain"
     shutil.copytree(DAGS, airflow_home / "dags")

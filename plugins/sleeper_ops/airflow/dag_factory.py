@@ -261,13 +261,19 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
     from airflow.timetables.interval import CronDataIntervalTimetable
 
     from sleeper_ops.airflow import operators as ops
+    from sleeper_ops.airflow.import_wait import SleeperImportInputSensor
+    from sleeper_ops.bulk_import.dated import BULK_IMPORT_START, BULK_IMPORT_WAIT_HOURS, import_start, wait_hours
 
     cron = schedule_of(table, operation) or "@daily"
     key = import_key_template(table)  # the table id and the interval start, for imports and exports alike
+    start = import_start(table.get(BULK_IMPORT_START)) if operation == "bulk_import" else None
     if operation == "bulk_import":
         what = (f"**bulk import** of table `{table.name}` (id `{table.table_id}`), from "
                 f"`{table.get(BULK_IMPORT_SOURCE)}` (property `{BULK_IMPORT_SOURCE}`)")
-        once = "The import key is the table id and the interval's start: a date imports once however often it runs."
+        once = (f"The first run is for the first interval starting at or after {start or START_DATE} (property "
+                f"`{BULK_IMPORT_START}`). A run waits up to {wait_hours(table.properties):g} h for its input "
+                f"(property `{BULK_IMPORT_WAIT_HOURS}`), then fails naming what is missing. The import key is the "
+                "table id and the interval's start: a date imports once however often it runs.")
     else:
         what = (f"**export** of table `{table.name}` (id `{table.table_id}`), to "
                 f"`{table.get(EXPORT_DESTINATION)}` (property `{EXPORT_DESTINATION}`)")
@@ -276,7 +282,9 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
     dag = DAG(
         dag_id_for(table.name, operation),
         schedule=CronDataIntervalTimetable(cron, timezone="UTC"),
-        start_date=START_DATE,
+        # the first interval at or after the start (set when the source was): none already past;
+        # backfills still run earlier dates
+        start_date=start or START_DATE,
         catchup=False,
         max_active_runs=1,
         is_paused_upon_creation=False,
@@ -285,21 +293,24 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
                f"`sleeper.table.schedule.{operation}`). {once} Backfill past dates with Airflow's backfill.",
         default_args={"owner": "sleeper", "retries": 2, "retry_delay": timedelta(minutes=2)},
     )
-    if operation == "bulk_import" and table.get(BULK_IMPORT_PLATFORM) == "emr_serverless":
-        from sleeper_ops.airflow.emr import emr_bulk_import_task
-
-        emr_bulk_import_task(dag, table, sources=str(table.get(BULK_IMPORT_SOURCE)),
-                             import_key=key, max_active_tis_per_dag=1)
-    elif operation == "bulk_import":
-        ops.SleeperBulkImportOperator(
-            task_id="bulk_import", dag=dag, table=table.name, source=str(table.get(BULK_IMPORT_SOURCE)),
-            import_key=key, max_active_tis_per_dag=1, pool=SPARK_POOL)
-    else:
+    if operation == "export":
         from sleeper_ops.airflow.export_operator import SleeperExportOperator
 
         SleeperExportOperator(task_id="export", dag=dag, table=table.name,
                               destination=str(table.get(EXPORT_DESTINATION)), export_key=key,
                               max_active_tis_per_dag=1)
+        return dag
+    source = str(table.get(BULK_IMPORT_SOURCE))
+    wait = SleeperImportInputSensor(task_id="wait_for_input", dag=dag, table=table.name, source=source,
+                                    import_key=key, wait_hours=wait_hours(table.properties))
+    if table.get(BULK_IMPORT_PLATFORM) == "emr_serverless":
+        from sleeper_ops.airflow.emr import emr_bulk_import_task
+
+        run = emr_bulk_import_task(dag, table, sources=source, import_key=key, max_active_tis_per_dag=1)
+    else:
+        run = ops.SleeperBulkImportOperator(task_id="bulk_import", dag=dag, table=table.name, source=source,
+                                            import_key=key, max_active_tis_per_dag=1, pool=SPARK_POOL)
+    wait >> run
     return dag
 
 

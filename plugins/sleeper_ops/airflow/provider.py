@@ -51,8 +51,10 @@ def get_provider_info() -> dict[str, Any]:
                                                                          "sleeper_ops.airflow.operator_base",
                                                                          "sleeper_ops.airflow.export_operator"]}],
         "triggers": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.triggers",
-                                                                          "sleeper_ops.airflow.readiness"]}],
-        "sensors": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.readiness"]}],
+                                                                          "sleeper_ops.airflow.readiness",
+                                                                          "sleeper_ops.airflow.import_wait"]}],
+        "sensors": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.readiness",
+                                                                         "sleeper_ops.airflow.import_wait"]}],
         "connection-types": [{
             "connection-type": "sleeper",
             "hook-class-name": f"{_HOOK}.SleeperHook",

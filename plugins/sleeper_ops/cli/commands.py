@@ -13,8 +13,8 @@ from typing import Any, Optional
 
 import click
 
+from sleeper_ops.cli.lazy import LazyGroup
 from sleeper_ops.cli.support import open_sleeper as _sleeper
-from sleeper_ops.cli.tables import table
 from statestore.errors import BufferFullError, SleeperError
 
 #: the exit code of a write refused because the buffer is full (EX_TEMPFAIL: try again later)
@@ -32,7 +32,13 @@ def parse_selection(t: Any, keys: tuple[str, ...], ranges: tuple[tuple[str, str]
 
 
 
-@click.group()
+#: commands in modules of their own, imported only when run (or listed by --help)
+LAZY_SUBCOMMANDS = {"table": "sleeper_ops.cli.tables:table", "server": "sleeper_ops.cli.server:server",
+                    "delete": "sleeper_ops.cli.deletes:delete", "export": "sleeper_ops.cli.export:export",
+                    "cluster": "sleeper_ops.cli.cluster:cluster"}
+
+
+@click.group(cls=LazyGroup, lazy_subcommands=LAZY_SUBCOMMANDS)
 @click.option("--home", envvar="SLEEPER_HOME", default=".sleeper", show_default=True,
               help="Directory holding sleeper.toml (env SLEEPER_HOME).")
 @click.pass_context
@@ -41,8 +47,6 @@ def cli(ctx: click.Context, home: str) -> None:
     ctx.ensure_object(dict)
     ctx.obj["home"] = home
 
-
-cli.add_command(table)
 
 
 # ----- data ----------------------------------------------------------------------------
