@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
@@ -56,7 +57,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     the end, Ctrl-C and the check that nothing it started is left."""
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (make redis)")
-    work = tmp_path_factory.mktemp("cluster-shape")
+    # the embedded PostgreSQL's user (root runs it as another) must reach its folder: not under pytest's 0700 tmp
+    work = Path(tempfile.mkdtemp(prefix="sleeper-cluster-")) if os.geteuid() == 0 else \
+        tmp_path_factory.mktemp("cluster-shape")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLEEPER_", "AIRFLOW"))}
     out = open(work / "cluster.out", "w+")
     started = time.monotonic()
@@ -95,6 +98,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     assert "SIGINT received: stopped the cluster" in text
     left = _processes_using(str(work / "w"))
     assert left == [], f"processes left behind by sleeper cluster: {left}"
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def _sleeper(home: str, *args: str) -> str:

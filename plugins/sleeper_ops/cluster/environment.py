@@ -83,9 +83,14 @@ class ClusterLayout:
     log_ports: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     bucket: str = BUCKET
     file_process_interval: int = 30
+    #: the address the API server binds (default ``api_host``) and the URL users open
+    #: (default :attr:`api_url`): differ in containers
+    api_bind: Optional[str] = None
+    public_url: Optional[str] = None
 
     @property
     def api_url(self) -> str:
+        """Where the other processes reach the API server (and its Execution API)."""
         return f"http://{self.api_host}:{self.api_port}"
 
 
@@ -148,8 +153,10 @@ def process_environment(layout: ClusterLayout, role: str) -> dict[str, str]:
     if role in CONTROL_ROLES:
         env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = layout.metadata_url
     if role == "api-server":
-        env.update({"AIRFLOW__API__HOST": layout.api_host, "AIRFLOW__API__PORT": str(layout.api_port),
-                    "AIRFLOW__API__BASE_URL": layout.api_url, "SLEEPER_HOME": layout.client_home})
+        env.update({"AIRFLOW__API__HOST": layout.api_bind or layout.api_host,
+                    "AIRFLOW__API__PORT": str(layout.api_port),
+                    "AIRFLOW__API__BASE_URL": layout.public_url or layout.api_url,
+                    "SLEEPER_HOME": layout.client_home})
     elif role == "dag-processor":
         env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = str(layout.file_process_interval)
         env["AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL"] = str(layout.file_process_interval)
@@ -163,7 +170,7 @@ def role_command(role: str, layout: ClusterLayout) -> list[str]:
     if role in WORKER_ROLES:
         return ["celery", "worker", "--celery-hostname", f"{role}@%h", "--concurrency", str(WORKER_CONCURRENCY)]
     if role == "api-server":
-        return ["api-server", "--host", layout.api_host, "--port", str(layout.api_port)]
+        return ["api-server", "--host", layout.api_bind or layout.api_host, "--port", str(layout.api_port)]
     if role in ROLES:
         return [role]
     raise ValueError(f"unknown role {role!r}: expected one of {', '.join(ROLES)}")
@@ -190,3 +197,29 @@ def client_config(layout: ClusterLayout) -> dict[str, Any]:
     if layout.spark_service:
         spark["service"] = layout.spark_service
     return {"object_store": {"uri": f"s3://{layout.bucket}/data", **s3}, "state_store": state, "spark": spark}
+
+
+#: the docker-compose.yaml service of each role
+COMPOSE_SERVICES = {"scheduler": "airflow-scheduler", "dag-processor": "airflow-dag-processor",
+                    "triggerer": "airflow-triggerer", "api-server": "airflow-apiserver",
+                    "worker-1": "airflow-worker-1", "worker-2": "airflow-worker-2"}
+#: the other services of docker-compose.yaml, each the counterpart of a process of ``sleeper cluster``
+COMPOSE_SUPPORT_SERVICES = ("postgres", "redis", "moto", "spark-master", "spark-worker-1", "spark-worker-2",
+                            "spark-service", "airflow-init")
+#: placeholders for a laptop, as docker-compose.yaml carries them (change them before anything else)
+COMPOSE_SECRETS = {"jwt_secret": "change-me-jwt-secret-of-at-least-thirty-two-bytes",
+                   "api_secret_key": "change-me-api-secret-key",
+                   "fernet_key": "Y2hhbmdlLW1lLWZlcm5ldC1rZXktb2YtMzItYnl0ZXM="}
+
+
+def compose_layout() -> ClusterLayout:
+    """The layout docker-compose.yaml describes: each service under its compose name, the
+    API server published on 127.0.0.1:8080, the placeholder secrets."""
+    return ClusterLayout(
+        state_store="dynamodb", api_host="airflow-apiserver", api_port=8080, api_bind="0.0.0.0",
+        public_url="http://127.0.0.1:8080", broker_url="redis://redis:6379/0", result_backend="redis://redis:6379/1",
+        metadata_url="postgresql+psycopg://sleeper:sleeper@postgres:5432/airflow", aws_endpoint="http://moto:5000",
+        aws_region="us-east-1", aws_access_key="sleeper", aws_secret_key="sleeper-secret",
+        dags_folder="/opt/sleeper-airflow/dags", client_home="/opt/sleeper", spark_master="spark://spark-master:7077",
+        spark_service="http://spark-service:8998", homes=dict.fromkeys(ROLES, "/opt/airflow"),
+        log_ports=dict.fromkeys(ROLES, (8793, 8794)), file_process_interval=30, **COMPOSE_SECRETS)
