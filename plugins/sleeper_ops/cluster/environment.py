@@ -222,4 +222,6 @@ def compose_layout() -> ClusterLayout:
         aws_region="us-east-1", aws_access_key="sleeper", aws_secret_key="sleeper-secret",
         dags_folder="/opt/sleeper-airflow/dags", client_home="/opt/sleeper", spark_master="spark://spark-master:7077",
         spark_service="http://spark-service:8998", homes=dict.fromkeys(ROLES, "/opt/airflow"),
-        log_ports=dict.fromkeys(ROLES, (8793, 8794)), file_process_interval=30, **COMPOSE_SECRETS)
+        log_ports=dict.fromkeys(ROLES, (8793, 8794)), file_process_interval=30,
+        jwt_secret=COMPOSE_SECRETS["jwt_secret"], api_secret_key=COMPOSE_SECRETS["api_secret_key"],
+        fernet_key=COMPOSE_SECRETS["fernet_key"])
