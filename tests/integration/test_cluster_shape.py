@@ -113,8 +113,9 @@ def test_a_dag_run_on_a_celery_worker_flushes_cli_writes_into_the_dynamodb_clust
     home = cluster["client_home"]
     Path(home, "schema.json").write_text(json.dumps(SCHEMA))
     Path(home, "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
-    _sleeper(home, "table", "create", TABLE, "--schema", str(Path(home, "schema.json")),
-             "--property", "sleeper.table.schedule.flush=none")
+    manual_only = [arg for op in ("flush", "split", "compaction", "gc", "ingest_batcher")
+                   for arg in ("--property", f"sleeper.table.schedule.{op}=none")]
+    _sleeper(home, "table", "create", TABLE, "--schema", str(Path(home, "schema.json")), *manual_only)
     _sleeper(home, "write", TABLE, str(Path(home, "records.jsonl")))
     assert _sleeper(home, "query", TABLE, "--range", '""', "null", "--no-buffer") == ""  # only in the buffer yet
 

@@ -77,19 +77,23 @@ def wait_until(check: Callable[[], bool], what: str, deadline: float, alive: Cal
         time.sleep(0.5)
 
 
-def stop_group(piece: Piece, grace: float = STOP_GRACE_SECONDS) -> None:
-    """Stop ``piece``'s process group: SIGTERM, SIGKILL to what is left after ``grace``."""
-    pgid = piece.process.pid
-    _signal_group(pgid, signal.SIGTERM)
+def stop_groups(pieces: Sequence[Piece], grace: float = STOP_GRACE_SECONDS) -> None:
+    """Stop the process groups of ``pieces`` together: SIGTERM to each, then SIGKILL to
+    what is left of any after ``grace`` seconds."""
+    for piece in pieces:
+        _signal_group(piece.process.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and _group_alive(pgid):
-        piece.process.poll()  # reap the leader so it does not count as alive
+    while time.monotonic() < deadline and any(_group_alive(p.process.pid) for p in pieces):
+        for piece in pieces:
+            piece.process.poll()  # reap each leader so it does not count as alive
         time.sleep(0.2)
-    _signal_group(pgid, signal.SIGKILL)
-    try:
-        piece.process.wait(10.0)
-    except subprocess.TimeoutExpired:
-        pass
+    for piece in pieces:
+        _signal_group(piece.process.pid, signal.SIGKILL)
+    for piece in pieces:
+        try:
+            piece.process.wait(10.0)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def _signal_group(pgid: int, sig: int) -> None:

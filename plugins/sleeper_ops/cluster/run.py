@@ -21,8 +21,9 @@ workers say they are ready. It also writes ``work/client/sleeper.toml``: a Sleep
 that reaches the same stores (for the CLI and the API server's Sleeper plugin).
 
 When the ``with`` block ends, however it ends, everything is stopped in the reverse
-order, each process by its process group (:func:`~sleeper_ops.cluster.processes.stop_group`),
-and the embedded PostgreSQL last.
+order (Spark, then Airflow's processes together, then moto and Redis), each process by
+its process group (:func:`~sleeper_ops.cluster.processes.stop_groups`), and the embedded
+PostgreSQL last.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import tomli_w
 
 from sleeper_ops.airflow.standalone import DAGS_FOLDER, SPARK_POOL_SLOTS, sqlalchemy_url, user_passwords
 from sleeper_ops.cluster import environment as envs
-from sleeper_ops.cluster.processes import clean_environment, start_process, stop_group, wait_for_log, wait_until
+from sleeper_ops.cluster.processes import clean_environment, start_process, stop_groups, wait_for_log, wait_until
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.spark.cluster import Piece, StandingCluster, free_port, standing_cluster
 
@@ -186,8 +187,10 @@ def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int 
 
 
 def _stop_pieces(pieces: list[Piece]) -> None:
-    for piece in reversed(pieces):
-        stop_group(piece)
+    """Airflow's processes together, then moto and Redis (which they use until they stop)."""
+    airflow = [p for p in pieces if p.name.startswith("airflow")]
+    stop_groups(airflow)
+    stop_groups([p for p in pieces if p not in airflow])
 
 
 def _write_client_home(layout: envs.ClusterLayout) -> None:
