@@ -41,4 +41,5 @@ def cluster(ctx: click.Context, state_store: str, port: int, spark: bool, spark_
         for line in ready_lines(c):
             click.echo(line)
         why = stopped(c)
-    click.echo(f"{why}: stopped the cluster")
+    killed = f" (killed after the grace period: {', '.join(c.killed)})" if c.killed else ""
+    click.echo(f"{why}: stopped the cluster{killed}")

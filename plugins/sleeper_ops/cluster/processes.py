@@ -77,9 +77,9 @@ def wait_until(check: Callable[[], bool], what: str, deadline: float, alive: Cal
         time.sleep(0.5)
 
 
-def stop_groups(pieces: Sequence[Piece], grace: float = STOP_GRACE_SECONDS) -> None:
+def stop_groups(pieces: Sequence[Piece], grace: float = STOP_GRACE_SECONDS) -> list[str]:
     """Stop the process groups of ``pieces`` together: SIGTERM to each, then SIGKILL to
-    what is left of any after ``grace`` seconds."""
+    what is left of any after ``grace`` seconds; the names of those killed so."""
     for piece in pieces:
         _signal_group(piece.process.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
@@ -87,6 +87,7 @@ def stop_groups(pieces: Sequence[Piece], grace: float = STOP_GRACE_SECONDS) -> N
         for piece in pieces:
             piece.process.poll()  # reap each leader so it does not count as alive
         time.sleep(0.2)
+    killed = [p.name for p in pieces if _group_alive(p.process.pid)]
     for piece in pieces:
         _signal_group(piece.process.pid, signal.SIGKILL)
     for piece in pieces:
@@ -94,6 +95,7 @@ def stop_groups(pieces: Sequence[Piece], grace: float = STOP_GRACE_SECONDS) -> N
             piece.process.wait(10.0)
         except subprocess.TimeoutExpired:
             pass
+    return killed
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -64,6 +64,8 @@ class RunningCluster:
     spark: Optional[StandingCluster] = None
     admin_password: Optional[str] = None
     started_seconds: float = 0.0
+    #: processes that did not stop on SIGTERM within the grace period and were killed
+    killed: list[str] = field(default_factory=list)
 
     @property
     def client_home(self) -> Path:
@@ -72,7 +74,7 @@ class RunningCluster:
     def describe(self) -> list[str]:
         """One line per process: name, where it answers, process id and log."""
         every = self.pieces + (self.spark.pieces if self.spark is not None else [])
-        return [f"{p.name:<14} {p.url:<30} pid {p.process.pid:<8} log {p.log}" for p in every]
+        return [f"{p.name:<22} {p.url:<30} pid {p.process.pid:<8} log {p.log}" for p in every]
 
     def dead(self) -> Optional[str]:
         """``the <name> exited with code N (see <log>)`` for the first process gone, else None."""
@@ -84,7 +86,7 @@ class RunningCluster:
 
 
 def _secret() -> str:
-    return secrets.token_urlsafe(32)
+    return secrets.token_urlsafe(64)  # 86 characters: above the 64 bytes SHA-512 HMAC wants
 
 
 def _layout(work: Path, state_store: str, *, api_port: int, redis_port: int, moto_port: int, pg_dsn: str,
@@ -143,7 +145,7 @@ def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int 
         layout = _layout(work, state_store, api_port=api_port, redis_port=free_port(HOST), moto_port=free_port(HOST),
                          pg_dsn=pg.dsn_for("sleeper"), spark=spark)
         cluster = RunningCluster(layout, work)
-        stack.callback(_stop_pieces, cluster.pieces)
+        stack.callback(_stop_pieces, cluster)
         redis_port = layout.broker_url.rsplit(":", 1)[1].split("/")[0]
         redis = start_process("redis", layout.broker_url, [
             redis_server(), "--port", redis_port, "--bind", HOST, "--save", "", "--appendonly", "no",
@@ -186,11 +188,11 @@ def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int 
         yield cluster
 
 
-def _stop_pieces(pieces: list[Piece]) -> None:
+def _stop_pieces(cluster: RunningCluster) -> None:
     """Airflow's processes together, then moto and Redis (which they use until they stop)."""
-    airflow = [p for p in pieces if p.name.startswith("airflow")]
-    stop_groups(airflow)
-    stop_groups([p for p in pieces if p not in airflow])
+    airflow = [p for p in cluster.pieces if p.name.startswith("airflow")]
+    cluster.killed += stop_groups(airflow)
+    cluster.killed += stop_groups([p for p in cluster.pieces if p not in airflow])
 
 
 def _write_client_home(layout: envs.ClusterLayout) -> None:
