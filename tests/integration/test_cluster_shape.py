@@ -61,6 +61,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     work = Path(tempfile.mkdtemp(prefix="sleeper-cluster-")) if os.geteuid() == 0 else \
         tmp_path_factory.mktemp("cluster-shape")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLEEPER_", "AIRFLOW"))}
+    # A user's shell may name a Sleeper of its own: no cluster process may use it (a task or
+    # DAG parse that did would fail on its unreachable state store).
+    decoy = work / "decoy"
+    decoy.mkdir()
+    (decoy / "sleeper.toml").write_text('[state_store]\ndsn = "postgresql://nobody@127.0.0.1:9/none"\n')
+    env.update(SLEEPER_HOME=str(decoy), SLEEPER_STATE_STORE_DSN="postgresql://nobody@127.0.0.1:9/none")
     out = open(work / "cluster.out", "w+")
     started = time.monotonic()
     proc = subprocess.Popen([SLEEPER, "--home", str(work / "home"), "cluster", "--state-store", "dynamodb",
@@ -83,6 +89,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
                 info["api"], info["password"] = parts[1], parts[5]
             if line.startswith("the CLI on this cluster: SLEEPER_HOME="):
                 info["client_home"] = line.split("SLEEPER_HOME=", 1)[1].split()[0]
+            if line.strip().startswith("airflow worker-"):
+                info[line.split()[1]] = line.split(" pid ")[1].split()[0]
         yield info
     finally:
         if proc.poll() is None:
@@ -107,6 +115,11 @@ def _sleeper(home: str, *args: str) -> str:
     p = subprocess.run([SLEEPER, *args], env=env, cwd=home, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, f"sleeper {' '.join(args)}: exit {p.returncode}: {p.stderr}"
     return p.stdout
+
+
+def test_the_celery_workers_work_in_folders_of_their_own(cluster):
+    for worker in ("worker-1", "worker-2"):
+        assert os.readlink(f"/proc/{cluster[worker]}/cwd") == str(Path(cluster["work"], worker))
 
 
 def test_a_dag_run_on_a_celery_worker_flushes_cli_writes_into_the_dynamodb_cluster(cluster):

@@ -178,7 +178,7 @@ def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int 
                 work / "spark", workers=2, cores=1, memory=spark_memory, master_port=int(layout.spark_master
                                                                                             .rsplit(":", 1)[1]),
                 service_port=int(str(layout.spark_service).rsplit(":", 1)[1]), host=HOST,
-                timeout=max(1.0, deadline - time.monotonic())))
+                timeout=max(1.0, deadline - time.monotonic()), base_env=base))
             cluster.spark = spark_cluster
         for piece in airflow_pieces:
             if "worker" in piece.name:
