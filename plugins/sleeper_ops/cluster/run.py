@@ -7,7 +7,8 @@ under ``work`` (its working directory, ``HOME`` and, for Airflow, ``AIRFLOW_HOME
 2. one moto server serving S3 (bucket :data:`~sleeper_ops.cluster.environment.BUCKET`)
    and DynamoDB (:mod:`sleeper_ops.cluster.moto_server`);
 3. the embedded PostgreSQL: Airflow's metadata database and, with
-   ``state_store="postgres"``, the state store;
+   ``state_store="postgres"``, the state store, both created empty at each start (moto
+   keeps nothing, so state left from a former run would name lost files);
 4. Airflow with the CeleryExecutor: the scheduler, the DAG processor, the triggerer,
    the API server and two Celery workers, each given its environment by
    :func:`~sleeper_ops.cluster.environment.process_environment` and nothing of the
@@ -126,7 +127,6 @@ def redis_server() -> str:
 def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int = 8080, spark: bool = True,
                     spark_memory: str = "1g", timeout: float = 300.0) -> Iterator[RunningCluster]:
     """Start the shape (see the module docstring); yield it running; stop it all."""
-    from statestore.postgres import create_database_if_missing
     from statestore.postgres.embedded import EmbeddedPostgres
 
     if state_store not in envs.STATE_STORES:
@@ -136,12 +136,13 @@ def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int 
     work = Path(work).absolute()
     work.mkdir(parents=True, exist_ok=True)
     base = clean_environment()
-    pg = EmbeddedPostgres(work / "pg", database="airflow", cleanup_mode="stop")
+    pg = EmbeddedPostgres(work / "pg", database="postgres", cleanup_mode="stop")
     airflow_pieces: list[Piece] = []
     with contextlib.ExitStack() as stack:
         stack.callback(pg.stop)
-        pg_dsn = pg.start()
-        create_database_if_missing(pg_dsn, "sleeper")
+        pg.start()
+        for database in ("airflow", "sleeper"):  # moto keeps nothing: neither may the databases
+            _fresh_database(pg.admin_dsn, database)
         layout = _layout(work, state_store, api_port=api_port, redis_port=free_port(HOST), moto_port=free_port(HOST),
                          pg_dsn=pg.dsn_for("sleeper"), spark=spark)
         cluster = RunningCluster(layout, work)
@@ -159,11 +160,16 @@ def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int 
         _write_client_home(layout)
         for home in layout.homes.values():
             Path(home).mkdir(parents=True, exist_ok=True)
-        migrate_env = {**base, **envs.process_environment(layout, "scheduler")}
+        init_env = {**base, **envs.process_environment(layout, "scheduler")}
+        airflow_cli = str(Path(sys.executable).parent / "airflow")
         with open(work / "airflow-init.log", "wb") as log:
-            for args in (["db", "migrate"], ["pools", "set", "spark", str(SPARK_POOL_SLOTS), "Spark jobs"]):
-                subprocess.run([str(Path(sys.executable).parent / "airflow"), *args], env=migrate_env,
-                               cwd=layout.homes["scheduler"], check=True, stdout=log, stderr=subprocess.STDOUT)
+            subprocess.run([airflow_cli, "db", "migrate"], env=init_env, cwd=layout.homes["scheduler"], check=True,
+                           stdout=log, stderr=subprocess.STDOUT)
+        # the pool only matters once a Spark task is queued: made while the components start
+        pool = start_process("airflow pools set", "", [airflow_cli, "pools", "set", "spark", str(SPARK_POOL_SLOTS),
+                                                        "Spark jobs"], log=work / "airflow-pool.log", env=init_env,
+                             cwd=Path(layout.homes["scheduler"]))
+        stack.callback(stop_groups, [pool])
         for role in envs.ROLES:
             env = {**base, **envs.process_environment(layout, role)}
             url = layout.api_url if role == "api-server" else layout.broker_url if role in envs.WORKER_ROLES else ""
@@ -184,8 +190,20 @@ def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int 
             if "worker" in piece.name:
                 wait_for_log(piece, r"worker-\d@\S+ ready", deadline)
         cluster.admin_password = _wait_for_airflow(layout, deadline, cluster.dead)
+        if pool.process.wait(max(1.0, deadline - time.monotonic())) != 0:
+            raise ConfigError(f"airflow pools set failed (see {pool.log})")
         cluster.started_seconds = time.monotonic() - started
         yield cluster
+
+
+def _fresh_database(admin_dsn: str, database: str) -> None:
+    """Drop ``database`` if a former run left it, and create it empty."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
 
 
 def _stop_pieces(cluster: RunningCluster) -> None:
