@@ -28,8 +28,8 @@ def test_stop_kills_a_group_that_ignores_sigterm_with_the_children_it_forked(tmp
     deadline = time.monotonic() + 30
     children = [int(wait_for_log(p, r"child \d+", deadline).split()[1]) for p in (stubborn, polite)]
     started = time.monotonic()
-    assert stop_groups([stubborn, polite], grace=1.0) == ["stubborn"]
-    assert time.monotonic() - started < 15
+    assert stop_groups([stubborn, polite], grace=5.0) == ["stubborn"]
+    assert time.monotonic() - started < 20
     assert [pid for pid in [*children, stubborn.process.pid, polite.process.pid] if _alive(pid)] == []
 
 
