@@ -52,7 +52,9 @@ Parsing costs one catalog query (``list_tables``), shared by the DAG files parse
 one process within :data:`CATALOG_MAX_AGE_SECONDS`, and no other I/O. When a task runs,
 Airflow's parsing context names its DAG, and only that DAG is built.
 
-Without a Sleeper configuration (``SLEEPER_HOME`` unset and no ``./.sleeper``) the files
+The catalog is that of ``SLEEPER_HOME`` (or ``./.sleeper``); without one, that of the
+Airflow connection ``sleeper_default`` (how a DAG processor or Celery worker with no
+Sleeper files of its own finds it, see ``sleeper cluster``). With neither the files
 define no DAGs and log why. A catalog that cannot be read raises from the DAG file, so
 Airflow shows it as that file's import error; other DAG files are unaffected.
 """
@@ -67,6 +69,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from sleeper_ops.airflow import tasks
+from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
 from statestore.catalog import table_name_problem
 from statestore.properties import BULK_IMPORT_PLATFORM
@@ -127,17 +130,19 @@ _cache_lock = threading.Lock()
 _cache: dict[str, tuple[float, list[TableInfo]]] = {}
 
 
-def read_catalog(home: Path, *, max_age_seconds: float = CATALOG_MAX_AGE_SECONDS) -> list[TableInfo]:
-    """The tables of the Sleeper at ``home``: one ``list_tables`` query, reused by this
-    process for ``max_age_seconds``. Raises what the state store raises."""
-    key = str(home)
+def read_catalog(source: Path | SleeperConfig, *,
+                 max_age_seconds: float = CATALOG_MAX_AGE_SECONDS) -> list[TableInfo]:
+    """The tables of the Sleeper at home ``source`` (or of configuration ``source``): one
+    ``list_tables`` query, reused by this process for ``max_age_seconds``. Raises what the
+    state store raises."""
+    key = str(source)
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None and time.monotonic() - hit[0] < max_age_seconds:
             return hit[1]
         from sleeper_ops.api import Sleeper
 
-        with Sleeper(home) as sleeper:
+        with (Sleeper(config=source) if isinstance(source, SleeperConfig) else Sleeper(source)) as sleeper:
             tables = sleeper.tables()
         _cache[key] = (time.monotonic(), tables)
         return tables
@@ -165,14 +170,11 @@ def build_dags(operation: str, *, home: Optional[Path] = None) -> dict[str, DAG]
         only_table = table_name_of(wanted, operation)
         if only_table is None:
             return {}
-    if home is None:
-        try:
-            home = tasks.configured_home()
-        except ConfigError as e:
-            log.warning("Sleeper DAGs (%s): none defined: %s", operation, e)
-            return {}
+    source: Optional[Path | SleeperConfig] = home if home is not None else catalog_source(operation)
+    if source is None:
+        return {}
     dags = {}
-    for table in read_catalog(home):
+    for table in read_catalog(source):
         if (only_table is not None and table.name != only_table) or not has_dag(table, operation):
             continue
         problem = table_name_problem(table.name)
@@ -181,6 +183,21 @@ def build_dags(operation: str, *, home: Optional[Path] = None) -> dict[str, DAG]
             continue
         dags[dag_id_for(table.name, operation)] = build_dag(table, operation)
     return dags
+
+
+def catalog_source(operation: str) -> Optional[Path | SleeperConfig]:
+    """Where this process reads the catalog: ``SLEEPER_HOME`` (or ``./.sleeper``), else the
+    configuration of the connection ``sleeper_default``; None (logged) with neither."""
+    try:
+        return tasks.configured_home()
+    except ConfigError as no_home:
+        from sleeper_ops.airflow.hook import SleeperHook, connection_exists
+
+        if connection_exists(SleeperHook.default_conn_name):
+            return SleeperHook().get_config()
+        log.warning("Sleeper DAGs (%s): none defined: %s, and no Airflow connection %r", operation, no_home,
+                    SleeperHook.default_conn_name)
+        return None
 
 
 def build_dag(table: TableInfo, operation: str) -> DAG:

@@ -26,6 +26,10 @@ _CONN_FIELDS = (
     ("spark_master", "Spark master", "e.g. spark://host:7077; default local[*]", _TEXT),
     ("spark_service", "Spark service", "e.g. http://127.0.0.1:8998 (sleeper cluster); empty: spark-submit", _TEXT),
     ("home", "Sleeper home", "where relative paths and the embedded server live", _TEXT),
+    ("state_store", "State store", "postgres (the fields above) or dynamodb; default postgres", _TEXT),
+    ("dynamodb_table_prefix", "DynamoDB table prefix", "default sleeper-", _TEXT),
+    ("aws_conn_id", "AWS connection", "its region, endpoint and keys reach S3 and DynamoDB (dynamodb: "
+                                      "default aws_default)", _TEXT),
 )
 
 

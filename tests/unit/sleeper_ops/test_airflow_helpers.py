@@ -159,3 +159,26 @@ def _restriction(dag):  # type: ignore[no-untyped-def]
     from airflow.timetables.base import TimeRestriction
 
     return TimeRestriction(earliest=dag.start_date, latest=None, catchup=False)
+
+def test_the_hook_reads_aws_settings_through_the_amazon_providers_aws_base_hook(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A worker with no Sleeper files: sleeper_default names DynamoDB, aws_default holds the
+    region, endpoint and keys; DAG parsing reads the catalog from the connection."""
+    import json
+
+    from sleeper_ops.airflow.dag_factory import catalog_source
+    from sleeper_ops.airflow.hook import SleeperHook, aws_settings
+
+    monkeypatch.delenv("SLEEPER_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
+        "conn_type": "aws", "login": "AKEY1", "password": "SKEY1",
+        "extra": {"region_name": "eu-west-2", "endpoint_url": "http://127.0.0.1:5999"}}))
+    monkeypatch.setenv("AIRFLOW_CONN_SLEEPER_DEFAULT", json.dumps({
+        "conn_type": "sleeper", "extra": {"state_store": "dynamodb", "object_store_uri": "s3://sleeper-data/data"}}))
+    assert aws_settings("aws_default") == {"region": "eu-west-2", "endpoint_url": "http://127.0.0.1:5999",
+                                           "access_key": "AKEY1", "secret_key": "SKEY1"}
+    config = SleeperHook().get_config()
+    assert config.state_store_backend == "dynamodb" and config.dynamodb.endpoint_url == "http://127.0.0.1:5999"
+    assert config.s3 is not None and config.s3.access_key == "AKEY1"
+    assert catalog_source("split") == config
