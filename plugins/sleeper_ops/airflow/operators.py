@@ -31,6 +31,7 @@ from sleeper_ops.airflow.assets import (  # noqa: F401 - table_asset and commits
     commits_alias,
     emit_commit_event,
     key_range_of,
+    key_range_of_partitions,
     table_asset,
     with_commit_outlets,
 )
@@ -118,7 +119,8 @@ class SleeperBulkImportOperator(SleeperOperator):
             result = sleeper.table(self.table).bulk_import(sources, import_key=self.import_key or None, run_id=run_id,
                                                            **options)
             extra = commit_extra(sleeper, self.table, files=len(result.files_written), rows=result.records,
-                                 import_key=result.import_key)
+                                 import_key=result.import_key,
+                                 key_range=key_range_of_partitions(sleeper, self.table, result.partitions))
             self.lineage = note(sleeper, self.table, inputs=sources, rows=result.records,
                                 files=len(result.files_written))
         log.info("%s", result.summary())
@@ -208,7 +210,8 @@ class SleeperFlushOperator(SleeperOperator):
 
         def run(t: Any, run_id: str) -> Any:
             results.append(t.flush(run_id=run_id))
-            extras.append(commit_extra(t.sleeper, t.name, files=results[-1].files, rows=results[-1].records))
+            extras.append(commit_extra(t.sleeper, t.name, files=results[-1].files, rows=results[-1].records,
+                                       key_range=key_range_of_partitions(t.sleeper, t.name, results[-1].partitions)))
             self.lineage = note(t.sleeper, t.name, reads_table=True, rows=results[-1].records,
                                 files=results[-1].files)
             return results[-1]
