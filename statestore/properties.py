@@ -174,6 +174,9 @@ _DEFS = [
                 "A bulk import into an empty table with fewer leaf partitions splits it first (into a table "
                 "with data: in proportion to the import's share), at medians of the table and the input.",
                 _positive_int),
+    PropertyDef("sleeper.table.spark.deferrable", "false",
+                "The generated DAGs' bulk import and Spark compaction tasks submit to the standing Spark service "
+                "and wait in Airflow's triggerer, not in a worker slot (true or false).", _bool),
     PropertyDef("sleeper.table.ingest.batcher.job.min.size", "1G", "Smallest ingest batcher job (bytes).", _size),
     PropertyDef("sleeper.table.ingest.batcher.job.max.size", "5G", "Largest ingest batcher job (bytes).", _size),
     PropertyDef("sleeper.table.ingest.batcher.bulk.import.min.size", "2G",

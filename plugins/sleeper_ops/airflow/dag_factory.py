@@ -71,6 +71,7 @@ OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush")
 #: Operations with a DAG only for some tables (see :func:`has_dag`).
 OPTIONAL_OPERATIONS = ("bulk_import",)
 BULK_IMPORT_SOURCE = "sleeper.table.bulk.import.source"
+SPARK_DEFERRABLE = "sleeper.table.spark.deferrable"
 DAG_ID_PREFIX = "sleeper_"
 #: Tags every Sleeper DAG carries (plus the operation and ``table:<name>``).
 TAG = "sleeper"
@@ -264,8 +265,14 @@ def _bulk_import_dag(table: TableInfo) -> DAG:
     ops.SleeperBulkImportOperator(
         task_id="bulk_import", dag=dag, table=table.name, source=str(table.get(BULK_IMPORT_SOURCE)),
         import_key=f"{table.table_id}/{{{{ data_interval_start.isoformat() }}}}", max_active_tis_per_dag=1,
-        pool=SPARK_POOL)
+        pool=SPARK_POOL, deferrable=spark_deferrable(table))
     return dag
+
+
+def spark_deferrable(table: TableInfo) -> bool:
+    """Whether the table's Spark tasks defer (``sleeper.table.spark.deferrable``):
+    submit to the Spark service and wait in the triggerer, not in a worker slot."""
+    return str(table.get(SPARK_DEFERRABLE) or "false").lower() == "true"
 
 
 def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
@@ -288,7 +295,8 @@ def _compaction_tasks(dag: DAG, table: TableInfo) -> None:
                                                      runner="{{ params.runner }}")
     run_local = ops.SleeperRunCompactionJobsOperator(task_id=tasks.RUN_LOCAL_TASK, dag=dag, table=table.name)
     run_spark = ops.SleeperSparkCompactionOperator(task_id=tasks.RUN_SPARK_TASK, dag=dag, table=table.name,
-                                                   conn_id=SPARK_CONN_ID, pool=SPARK_POOL)
+                                                   conn_id=SPARK_CONN_ID, pool=SPARK_POOL,
+                                                   deferrable=spark_deferrable(table))
     report = ops.SleeperCompactionReportOperator(task_id="report", dag=dag, table=table.name)
     create >> [run_local, run_spark] >> report
     report.as_teardown(setups=create)
