@@ -132,3 +132,53 @@ def test_a_commit_retried_after_a_serialization_failure_is_counted(sleeper: Slee
     events.ingest(batch(0, 10))
     assert sleeper.state_store.commit_retries(events.info.table_id) == before + 1
     assert events.query(ranges=[(0, None)]).num_rows == 10
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    from tests.integration.statestore.conftest import serial_moto_server
+
+    with pytest.MonkeyPatch.context() as mp, serial_moto_server() as url:
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        yield url
+
+
+def test_commits_that_lose_the_race_on_dynamodb_count_one_retry_each(moto_url: str, tmp_path: Path) -> None:
+    """Two committers on one DynamoDB table: before each of the loser's first three
+    writes the winner commits, taking the log number the loser read, so DynamoDB
+    cancels the loser's write three times; its fourth try applies. The counter rises by
+    exactly 3, and every file of both committers is in the table once."""
+    from statestore.dynamodb import open_dynamodb
+    from statestore.files import FileReference
+    from statestore.transactions import AddFiles
+    from tests.integration.statestore.conftest import dynamodb_options
+
+    options = dynamodb_options(moto_url, tmp_path / "blobs")
+    loser, winner = open_dynamodb(**options), open_dynamodb(**options)
+    s = Sleeper(state_store=loser, objects=ObjectStore(str(tmp_path / "data")))
+    tid = s.create_table("events", SCHEMA).info.table_id
+    root = next(iter(s.table("events").state().partitions))
+    client = loser._dynamo.client
+    real = client.transact_write_items
+    writes, wins = [0], 3
+
+    def the_winner_commits_first(**kwargs: object) -> object:
+        writes[0] += 1
+        if writes[0] <= wins:
+            assert winner.commit(tid, AddFiles((FileReference(f"winner-{writes[0]}.parquet", root, 10),)))
+        return real(**kwargs)
+
+    client.transact_write_items = the_winner_commits_first
+    try:
+        with TestClient(create_app(lambda: s)) as web:
+            before = scrape(web)[("sleeper_commit_retries_total", "events")]
+            assert loser.commit(tid, AddFiles((FileReference("loser.parquet", root, 5),)))
+            after = scrape(web)[("sleeper_commit_retries_total", "events")]
+        assert (writes[0], after - before) == (wins + 1, wins)
+        state = open_dynamodb(**options).load_state(tid)
+        assert sorted(state.files) == ["loser.parquet", "winner-1.parquet", "winner-2.parquet", "winner-3.parquet"]
+        assert sum(r.record_count for r in state.references.values()) == 35
+    finally:
+        client.transact_write_items = real
+        s.close()
+        winner.close()
