@@ -182,3 +182,54 @@ def test_commits_that_lose_the_race_on_dynamodb_count_one_retry_each(moto_url: s
         client.transact_write_items = real
         s.close()
         winner.close()
+
+
+def test_the_status_page_plots_the_backlog_each_scrape_and_page_read_saw(sleeper: Sleeper, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read of /metrics or of the table's page is a sample; the page's backlog
+    charts carry the samples' values, which are the figures /metrics gave each time."""
+    import html
+    import json
+    import re
+
+    import pyarrow.parquet as pq
+
+    from sleeper_ops.metrics import BACKLOG, BACKLOG_FIELDS
+    from sleeper_ops.web.status_page import create_status_app
+
+    monkeypatch.setattr(BACKLOG, "min_gap_ms", 0)  # keep every sample, however close
+    events = sleeper.table("events")
+    names = {"buffer_records": "sleeper_buffer_records", "ingest_requests_pending": "sleeper_ingest_requests_pending",
+             "compaction_jobs_pending": "sleeper_compaction_jobs_pending",
+             "gc_files_pending": "sleeper_gc_files_pending", "buffer_oldest_seconds": "sleeper_buffer_oldest_seconds"}
+    seen: dict[str, list[float]] = {f: [] for f in BACKLOG_FIELDS}
+    with TestClient(create_app(lambda: sleeper)) as rest, TestClient(create_status_app(lambda: sleeper)) as ui:
+        def step() -> None:
+            got = scrape(rest)
+            for f in BACKLOG_FIELDS:
+                seen[f].append(got[(names[f], "events")])
+
+        step()
+        events.ingest(batch(0, 100))
+        events.ingest(batch(100, 200))
+        events.write([{"id": 1000 + i, "v": "w"} for i in range(7)])
+        for i in range(2):
+            pq.write_table(batch(300 + i * 10, 310 + i * 10), tmp_path / f"req-{i}.parquet")
+        events.ingest_request([str(tmp_path / f"req-{i}.parquet") for i in range(2)])
+        step()
+        events.flush()
+        events.compact()
+        step()
+        page = ui.get("/tables/events")
+    assert page.status_code == 200
+    charts = {m.group(1): json.loads(html.unescape(m.group(2)))
+              for m in re.finditer(r"aria-label='backlog: (\w+)' data-values='([^']*)'", page.text)}
+    assert set(charts) == set(BACKLOG_FIELDS)
+    for f in BACKLOG_FIELDS:
+        assert charts[f][:3] == seen[f], f  # the three scrapes, then the page's own read
+        assert len(charts[f]) == 4
+    assert charts["buffer_records"] == [0, 7, 0, 0]
+    assert charts["gc_files_pending"][2:] == [expected(sleeper, "events")["sleeper_gc_files_pending"]] * 2
+    assert charts["gc_files_pending"][2] > 0, "compaction left its inputs for GC"
+    assert charts["compaction_jobs_pending"] == [0, 0, 0, 0]
+    assert charts["ingest_requests_pending"] == [0, 2, 2, 2], "queued, no batcher ran"
