@@ -5,7 +5,8 @@ test's choosing instead of a SparkSession, so deferrable tasks can be tested wit
 
 * :func:`in_process_executor`: a bulk import runs the real job
   (:func:`sleeper_ops.bulk_import.job.bulk_import`: job record, outputs named first,
-  one commit by import key) with a simple in-process runner in place of Spark's;
+  one commit by import key) with a simple in-process runner in place of Spark's; a
+  compaction batch runs on the local runner (job records, one commit per job);
 * :func:`spark_submit_executor`: each job runs as the blocking path without a service
   would, one spark-submit (real Spark on ``local[2]``).
 
@@ -78,6 +79,14 @@ def in_process_executor(gates: dict[str, threading.Event],
         req = job.request
         with Sleeper(config=_config(job)) as sleeper:
             table = sleeper.state_store.get_table(job.table)
+            if job.kind == "compaction":  # the jobs run by the local runner, committed as on Spark
+                from sleeper_ops.compaction.jobs import CompactionJob
+                from sleeper_ops.compaction.runners import run_local
+                from sleeper_ops.spark.batch_files import results_document
+
+                jobs = [CompactionJob.from_dict(d) for d in req.get("jobs") or []]
+                return results_document(run_local(sleeper.state_store, sleeper.objects, table, jobs,
+                                                  run_id=req.get("run_id")))
             result = bulk_import(sleeper.state_store, sleeper.objects, table, req["sources"],
                                  run=_local_runner(sleeper.objects), import_key=req.get("import_key"),
                                  run_id=req.get("run_id"))

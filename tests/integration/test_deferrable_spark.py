@@ -133,3 +133,33 @@ def test_a_service_restart_loses_the_job_and_the_state_store_decides_neither_twi
     assert [e["extra"]["rows"] for e in result.results[2]["asset_events"]] == [100]
     assert _records(sleeper) == 200, "each day once"
     assert sorted(j.status for j in sleeper.table("events").jobs(kind="bulk_import")) == ["committed", "committed"]
+
+
+def test_the_generated_compaction_dag_defers_its_spark_batch_when_the_table_says_so(
+        sleeper: Sleeper, sleeper_home: Path, airflow_home: Path) -> None:
+    """``sleeper.table.spark.deferrable=true``: the compaction DAG's ``run_spark`` task
+    sends the batch to the service and defers; while the batch is held, the run keeps the
+    table's compaction lease; resumed, it reports every job committed."""
+    from sleeper_ops.maintenance.leases import lease_name
+
+    table = dag_tests._filled_table(sleeper, "events", **{"sleeper.table.spark.deferrable": "true"})
+    gate = threading.Event()
+    with serve(in_process_executor({"events": gate})) as (url, service):
+        _use_service(sleeper_home, url)
+        proc = dag_tests._start_runs(airflow_home, sleeper_home,
+                                     [{"dag_id": "sleeper_events_compaction", "conf": {"runner": "spark"}}])
+        try:
+            wait_for(lambda: service._jobs, 120, "the batch to reach the service")
+            lease = sleeper.state_store.get_lease(lease_name(table.info.table_id, "compaction"))
+            assert lease is not None and lease.holder.startswith("sleeper_events_compaction/"), lease
+        finally:
+            gate.set()
+        runs = dag_tests._finish_runs(proc, 1)
+    assert runs.results[0]["state"] == "success", runs.logs[0][-3000:]
+    assert runs.results[0]["tasks"]["run_spark"] == "success"
+    assert "[DAG TEST] running trigger in line" in runs.logs[0], "run_spark deferred"
+    assert [j["kind"] for j in (j.request for j in service._jobs.values())] == ["compaction"]
+    assert set(dag_tests._references_per_leaf(table).values()) == {1}
+    assert table.query(ranges=[("", None)]).num_rows == 3000
+    assert {j.status for j in table.jobs(kind="compaction")} == {"committed"}
+    assert sleeper.state_store.get_lease(lease_name(table.info.table_id, "compaction")) is None, "released by report"
