@@ -247,6 +247,9 @@ _DEFS = [
     PropertyDef(EMR_PACKAGE, None,
                 "Where 'sleeper bulk-import --package' put the job's entry point, library and configuration "
                 "(s3://bucket/prefix).", _s3_prefix),
+    PropertyDef("sleeper.table.spark.deferrable", "false",
+                "The generated DAGs' bulk import and Spark compaction tasks submit to the standing Spark service "
+                "and wait in Airflow's triggerer, not in a worker slot (true or false).", _bool),
     PropertyDef("sleeper.table.ingest.batcher.job.min.size", "1G", "Smallest ingest batcher job (bytes).", _size),
     PropertyDef("sleeper.table.ingest.batcher.job.max.size", "5G", "Largest ingest batcher job (bytes).", _size),
     PropertyDef("sleeper.table.ingest.batcher.bulk.import.min.size", "2G",

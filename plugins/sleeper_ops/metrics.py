@@ -8,10 +8,15 @@ stops at :data:`LIST_LIMIT` (an alert threshold is far below it).
 
 ``commit_retries`` counts the commits of the table tried again in this process since
 it started (:meth:`statestore.store.StateStore.commit_retries`).
+
+:data:`BACKLOG` keeps the backlog figures (:data:`BACKLOG_FIELDS`) of each read over
+time, bounded, for the status page's plot (:func:`sample_metrics`).
 """
 
 from __future__ import annotations
 
+import collections
+import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Optional
@@ -66,3 +71,59 @@ def table_metrics(store: StateStore, info: TableInfo, now_ms: Optional[int] = No
         jobs_failed=sum(1 for j in jobs if j.status == "failed"),
         gc_files_pending=view.unreferenced,
         commit_retries=store.commit_retries(tid))
+
+
+# ----- the backlog over time -------------------------------------------------------------------
+#: The backlog figures the status page plots over time (fields of :class:`TableMetrics`).
+BACKLOG_FIELDS = ("buffer_records", "buffer_oldest_seconds", "ingest_requests_pending", "compaction_jobs_pending",
+                  "gc_files_pending")
+
+
+@dataclass(frozen=True)
+class BacklogSample:
+    """A table's backlog figures at ``at_ms`` (milliseconds since the epoch)."""
+
+    at_ms: int
+    values: tuple[float, ...]  # in the order of BACKLOG_FIELDS
+
+    def value(self, field: str) -> float:
+        return self.values[BACKLOG_FIELDS.index(field)]
+
+
+class BacklogHistory:
+    """The backlog figures of each table over time, in this process's memory: a sample
+    each time a table's metrics are read (a ``/metrics`` scrape, the table's status
+    page), samples less than ``min_gap_ms`` apart replacing each other, at most
+    ``keep`` per table (the oldest dropped first). A restart starts it afresh; a
+    Prometheus server scraping ``/metrics`` keeps the long history."""
+
+    def __init__(self, keep: int = 360, min_gap_ms: int = 10_000) -> None:
+        self.keep, self.min_gap_ms = keep, min_gap_ms
+        self._samples: dict[str, collections.deque[BacklogSample]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, table_id: str, m: TableMetrics, at_ms: int) -> None:
+        sample = BacklogSample(at_ms, tuple(float(getattr(m, f)) for f in BACKLOG_FIELDS))
+        with self._lock:
+            series = self._samples.setdefault(table_id, collections.deque(maxlen=self.keep))
+            if series and at_ms - series[-1].at_ms < self.min_gap_ms:
+                series[-1] = sample
+            else:
+                series.append(sample)
+
+    def samples(self, table_id: str) -> list[BacklogSample]:
+        with self._lock:
+            return list(self._samples.get(table_id, ()))
+
+
+#: The process's backlog history, fed by :func:`sample_metrics`.
+BACKLOG = BacklogHistory()
+
+
+def sample_metrics(store: StateStore, info: TableInfo, now_ms: Optional[int] = None,
+                   history: Optional[BacklogHistory] = None) -> TableMetrics:
+    """:func:`table_metrics`, also recorded as a sample of ``history`` (default :data:`BACKLOG`)."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    m = table_metrics(store, info, now_ms)
+    (history or BACKLOG).record(info.table_id, m, now_ms)
+    return m

@@ -9,6 +9,7 @@ without a token get 401.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,13 +18,18 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import tomllib
 from pathlib import Path
 from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import tomli_w
+
+from tests.integration.spark_service_double import job_times, serve, spark_submit_executor
 
 httpx = pytest.importorskip("httpx")
 
@@ -53,13 +59,20 @@ def airflow() -> Iterator[dict[str, Any]]:
     # Not under pytest's basetemp: concurrent pytest sessions rotate it, and the
     # embedded PostgreSQL's user must be able to reach its data directory.
     root = Path(tempfile.mkdtemp(prefix="sleeper-airflow-e2e-"))
+    gates: dict[str, threading.Event] = {}
     try:
-        yield from _airflow(root / "home")
+        # Spark jobs go through the Spark service's API (a spark-submit each, on local[2]),
+        # so a deferrable task can defer on it and a test can hold a table's job at a gate.
+        with serve(spark_submit_executor(gates)) as (url, service):
+            for af in _airflow(root / "home", spark_service=url):
+                yield {**af, "spark_service": service, "spark_gates": gates}
     finally:
+        for gate in gates.values():
+            gate.set()
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _airflow(home: Path) -> Iterator[dict[str, Any]]:
+def _airflow(home: Path, spark_service: str) -> Iterator[dict[str, Any]]:
     home.mkdir()
     (home / "schema.json").write_text(SCHEMA)
     none = [f"--property=sleeper.table.schedule.{op}=none"
@@ -68,6 +81,9 @@ def _airflow(home: Path) -> Iterator[dict[str, Any]]:
              "--property", "sleeper.table.ingest.batcher.job.min.size=1",
              "--property", "sleeper.table.write.buffer.flush.age.seconds=3600",
              "--property", "sleeper.table.compaction.strategy=basic", *none)
+    raw = tomllib.loads((home / "sleeper.toml").read_text())
+    raw["spark"] = {**raw.get("spark", {}), "service": spark_service}
+    (home / "sleeper.toml").write_text(tomli_w.dumps(raw))
     port = _free_port()
     env = {**os.environ, "SLEEPER_HOME": str(home)}
     env.pop("SLEEPER_STATE_STORE_DSN", None)
@@ -320,3 +336,88 @@ def test_the_flush_dag_runs_when_the_buffer_passes_its_threshold(airflow: dict[s
         assert sum(ref["records"] for f in files for ref in f["references"]) == 150
         jobs = c.get("/sleeper/api/v1/tables/watched/jobs", params={"kind": "flush"}).json()
         assert [j["status"] for j in jobs] == ["committed"]
+
+
+def test_a_deferred_bulk_import_frees_the_spark_slot_for_another_task_before_its_job_ends(
+        airflow: dict[str, Any]) -> None:
+    """Issue 21: the ``spark`` pool has one slot. Table ``waiting``'s bulk import is
+    deferrable (``sleeper.table.spark.deferrable=true``); its job is held at a gate on the
+    Spark service. While it is deferred, table ``other``'s bulk import (the same pool, not
+    deferrable) runs its Spark job and succeeds; only then is the gate opened and the
+    deferred import resumes in a worker and commits. Each table ends with exactly its
+    day's 2,000 records."""
+    home: Path = airflow["home"]
+    gates, service = airflow["spark_gates"], airflow["spark_service"]
+    gates["waiting"] = threading.Event()
+    (home / "daily.json").write_text(DAILY_SCHEMA)
+    days = [time.strftime("%Y-%m-%d", time.gmtime(time.time() - d * 86400)) for d in range(3)]
+    timeline: list[tuple[float, str]] = []
+    t0, t_wall = time.monotonic(), time.time()
+
+    def note(what: str) -> None:
+        timeline.append((round(time.monotonic() - t0, 1), what))
+
+    def create(name: str, *props: str) -> str:
+        raw = home / "ingest" / name
+        for day in days:  # the scheduler's run reads its interval's date
+            (raw / day).mkdir(parents=True, exist_ok=True)
+            pq.write_table(_day_rows(day), raw / day / "events.parquet")
+        none = [f"--property=sleeper.table.schedule.{op}=none"
+                for op in ("split", "compaction", "gc", "ingest_batcher", "flush")]
+        _sleeper(home, "table", "create", name, "--schema", str(home / "daily.json"),
+                 "--property", f"sleeper.table.bulk.import.source={raw}/{{{{ data_interval_start | ds }}}}/",
+                 "--property", "sleeper.table.bulk.import.min.leaf.partitions=1", *props, *none)
+        return f"sleeper_{name}_bulk_import"
+
+    def task(c: Any, dag_id: str) -> dict[str, Any]:
+        runs = c.get(f"/api/v2/dags/{dag_id}/dagRuns").json()["dag_runs"]
+        if not runs:
+            return {}
+        r = c.get(f"/api/v2/dags/{dag_id}/dagRuns/{runs[0]['dag_run_id']}/taskInstances/bulk_import")
+        return r.json() if r.status_code == 200 else {}
+
+    with _client(airflow) as c:
+        assert c.get("/api/v2/pools/spark").json()["slots"] == 1
+        waiting = create("waiting", "--property", "sleeper.table.spark.deferrable=true")
+        _wait(c, f"/api/v2/dags/{waiting}", lambda d: d.get("dag_id") == waiting, what="the waiting DAG")
+        note("waiting: DAG parsed")
+        _wait(c, "/api/v2/pools/spark", lambda p: task(c, waiting).get("state") == "deferred", timeout=300,
+              what="the waiting import to defer")
+        note("waiting: bulk_import deferred (its Spark job held at the gate)")
+        pool = c.get("/api/v2/pools/spark").json()
+        assert (pool["include_deferred"], pool["open_slots"]) == (False, 1), f"a deferred task takes no slot: {pool}"
+        other = create("other")
+        _wait(c, f"/api/v2/dags/{other}", lambda d: d.get("dag_id") == other, what="the other DAG")
+        note("other: DAG parsed")
+        done = _wait(c, "/api/v2/pools/spark", lambda p: task(c, other).get("state") in ("success", "failed"),
+                     timeout=400, what="the other import to end")
+        other_ti = task(c, other)
+        note(f"other: bulk_import {other_ti['state']} (ran {other_ti['start_date']} .. {other_ti['end_date']})")
+        assert done and other_ti["state"] == "success", other_ti
+        waiting_ti = task(c, waiting)
+        assert waiting_ti["state"] == "deferred", "still waiting for its Spark job"
+        held = [j for j in job_times(service) if j["table"] == "waiting"]
+        assert [j["ended"] for j in held] == [None], "its Spark job has not ended"
+        opened = time.time()
+        gates["waiting"].set()
+        note("gate opened: the waiting Spark job runs")
+        _wait(c, "/api/v2/pools/spark", lambda p: task(c, waiting).get("state") in ("success", "failed"),
+              timeout=400, what="the waiting import to end")
+        waiting_ti = task(c, waiting)
+        note(f"waiting: bulk_import {waiting_ti['state']} (ended {waiting_ti['end_date']})")
+        assert waiting_ti["state"] == "success", waiting_ti
+        job = next(j for j in job_times(service) if j["table"] == "waiting")
+        other_job = next(j for j in job_times(service) if j["table"] == "other")
+        assert job["submitted"] < other_job["submitted"] < other_job["ended"] < opened < job["ended"], \
+            "the other Spark job ran, start to end, while the deferred import's job was held"
+        at = {k: round(v - t_wall, 1) for k, v in (("waiting submitted", job["submitted"]),
+                                                   ("other submitted", other_job["submitted"]),
+                                                   ("other ended", other_job["ended"]), ("gate opened", opened),
+                                                   ("waiting ended", job["ended"]))}
+        note(f"Spark service jobs, seconds since the test started: {at}")
+        for name in ("waiting", "other"):
+            r = c.get(f"/sleeper/api/v1/tables/{name}/records",
+                      params={"min": "0", "max": str(10**13), "limit": 100_000})
+            got = r.json()["records"]
+            assert len(got) == 2000 and len({x["key"] for x in got}) == 2000, (name, len(got))
+    print("TIMELINE " + json.dumps(timeline))

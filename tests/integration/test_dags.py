@@ -350,7 +350,7 @@ def test_ingest_batcher_dag_ingests_requested_files(sleeper: Sleeper, sleeper_ho
 
 def test_flush_dag_files_the_buffered_records_once_and_announces_them(sleeper: Sleeper, sleeper_home: Path,
                                                                      airflow_home: Path) -> None:
-    table = sleeper.create_table("events", SCHEMA, split_points=["key-050000"])
+    table = sleeper.create_table("events", SCHEMA, split_points=["key-050000", "zzz"])  # none at or above zzz
     for seed in range(3):
         table.write(_rows(400, seed))
     runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_flush"},
@@ -358,11 +358,12 @@ def test_flush_dag_files_the_buffered_records_once_and_announces_them(sleeper: S
     assert [r["state"] for r in runs.results] == ["success", "success"], runs.logs
     assert table.buffer_stats().rows == 0
     assert table.query(ranges=[("", None)], buffer=False).num_rows == 1200
-    assert sorted(_references_per_leaf(table).values()) == [1, 1], "one file per leaf"
+    assert sorted(_references_per_leaf(table).values()) == [0, 1, 1], "one file per leaf written to"
     ((event),) = runs.results[0]["asset_events"]
     assert event["uri"] == "sleeper://events/"
     assert event["extra"] == {"table": "events", "files": 2, "rows": 1200,
-                              "transaction": sleeper.state_store.transaction_number(table.info.table_id)}
+                              "transaction": sleeper.state_store.transaction_number(table.info.table_id),
+                              "key_range": {"field": "key", "min": "", "max": "zzz"}}, "the two leaves written to"
     assert "asset_events" not in runs.results[1]  # nothing buffered: nothing committed, no event
     (job,) = table.jobs(kind="flush")
     assert job.status == "committed" and job.run_id.startswith("sleeper_events_flush/")

@@ -132,3 +132,104 @@ def test_a_commit_retried_after_a_serialization_failure_is_counted(sleeper: Slee
     events.ingest(batch(0, 10))
     assert sleeper.state_store.commit_retries(events.info.table_id) == before + 1
     assert events.query(ranges=[(0, None)]).num_rows == 10
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    from tests.integration.statestore.conftest import serial_moto_server
+
+    with pytest.MonkeyPatch.context() as mp, serial_moto_server() as url:
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        yield url
+
+
+def test_commits_that_lose_the_race_on_dynamodb_count_one_retry_each(moto_url: str, tmp_path: Path) -> None:
+    """Two committers on one DynamoDB table: before each of the loser's first three
+    writes the winner commits, taking the log number the loser read, so DynamoDB
+    cancels the loser's write three times; its fourth try applies. The counter rises by
+    exactly 3, and every file of both committers is in the table once."""
+    from statestore.dynamodb import open_dynamodb
+    from statestore.files import FileReference
+    from statestore.transactions import AddFiles
+    from tests.integration.statestore.conftest import dynamodb_options
+
+    options = dynamodb_options(moto_url, tmp_path / "blobs")
+    loser, winner = open_dynamodb(**options), open_dynamodb(**options)
+    s = Sleeper(state_store=loser, objects=ObjectStore(str(tmp_path / "data")))
+    tid = s.create_table("events", SCHEMA).info.table_id
+    root = next(iter(s.table("events").state().partitions))
+    client = loser._dynamo.client
+    real = client.transact_write_items
+    writes, wins = [0], 3
+
+    def the_winner_commits_first(**kwargs: object) -> object:
+        writes[0] += 1
+        if writes[0] <= wins:
+            assert winner.commit(tid, AddFiles((FileReference(f"winner-{writes[0]}.parquet", root, 10),)))
+        return real(**kwargs)
+
+    client.transact_write_items = the_winner_commits_first
+    try:
+        with TestClient(create_app(lambda: s)) as web:
+            before = scrape(web)[("sleeper_commit_retries_total", "events")]
+            assert loser.commit(tid, AddFiles((FileReference("loser.parquet", root, 5),)))
+            after = scrape(web)[("sleeper_commit_retries_total", "events")]
+        assert (writes[0], after - before) == (wins + 1, wins)
+        state = open_dynamodb(**options).load_state(tid)
+        assert sorted(state.files) == ["loser.parquet", "winner-1.parquet", "winner-2.parquet", "winner-3.parquet"]
+        assert sum(r.record_count for r in state.references.values()) == 35
+    finally:
+        client.transact_write_items = real
+        s.close()
+        winner.close()
+
+
+def test_the_status_page_plots_the_backlog_each_scrape_and_page_read_saw(sleeper: Sleeper, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read of /metrics or of the table's page is a sample; the page's backlog
+    charts carry the samples' values, which are the figures /metrics gave each time."""
+    import html
+    import json
+    import re
+
+    import pyarrow.parquet as pq
+
+    from sleeper_ops.metrics import BACKLOG, BACKLOG_FIELDS
+    from sleeper_ops.web.status_page import create_status_app
+
+    monkeypatch.setattr(BACKLOG, "min_gap_ms", 0)  # keep every sample, however close
+    events = sleeper.table("events")
+    names = {"buffer_records": "sleeper_buffer_records", "ingest_requests_pending": "sleeper_ingest_requests_pending",
+             "compaction_jobs_pending": "sleeper_compaction_jobs_pending",
+             "gc_files_pending": "sleeper_gc_files_pending", "buffer_oldest_seconds": "sleeper_buffer_oldest_seconds"}
+    seen: dict[str, list[float]] = {f: [] for f in BACKLOG_FIELDS}
+    with TestClient(create_app(lambda: sleeper)) as rest, TestClient(create_status_app(lambda: sleeper)) as ui:
+        def step() -> None:
+            got = scrape(rest)
+            for f in BACKLOG_FIELDS:
+                seen[f].append(got[(names[f], "events")])
+
+        step()
+        events.ingest(batch(0, 100))
+        events.ingest(batch(100, 200))
+        events.write([{"id": 1000 + i, "v": "w"} for i in range(7)])
+        for i in range(2):
+            pq.write_table(batch(300 + i * 10, 310 + i * 10), tmp_path / f"req-{i}.parquet")
+        events.ingest_request([str(tmp_path / f"req-{i}.parquet") for i in range(2)])
+        step()
+        events.flush()
+        events.compact()
+        step()
+        page = ui.get("/tables/events")
+    assert page.status_code == 200
+    charts = {m.group(1): json.loads(html.unescape(m.group(2)))
+              for m in re.finditer(r"aria-label='backlog: (\w+)' data-values='([^']*)'", page.text)}
+    assert set(charts) == set(BACKLOG_FIELDS)
+    for f in BACKLOG_FIELDS:
+        assert charts[f][:3] == seen[f], f  # the three scrapes, then the page's own read
+        assert len(charts[f]) == 4
+    assert charts["buffer_records"] == [0, 7, 0, 0]
+    assert charts["gc_files_pending"][2:] == [expected(sleeper, "events")["sleeper_gc_files_pending"]] * 2
+    assert charts["gc_files_pending"][2] > 0, "compaction left its inputs for GC"
+    assert charts["compaction_jobs_pending"] == [0, 0, 0, 0]
+    assert charts["ingest_requests_pending"] == [0, 2, 2, 2], "queued, no batcher ran"

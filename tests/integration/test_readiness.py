@@ -99,3 +99,25 @@ def test_the_trigger_fires_once_the_records_are_visible(sleeper: Sleeper, sleepe
     event = asyncio.run(wait())
     assert event.payload == {"status": "visible", "table": "events"}  # type: ignore[attr-defined]
     assert visible(sleeper, "events", min_records=50, min_transaction=before + 1)
+
+
+def test_a_deferrable_sensor_waits_in_its_trigger_until_the_rows_are_visible(
+        sleeper: Sleeper, sleeper_home: Path, airflow_home: Path, tmp_path: Path) -> None:
+    """The sensor finds 300 rows of the 420 it waits for, defers; its trigger polls (inline
+    under dag.test()) and finds them missing; only then are 120 more ingested; the trigger
+    fires and the sensor succeeds."""
+    sleeper.create_table("events", dag_tests.SCHEMA).ingest(_rows("x", 300))
+    path = tmp_path / "later.parquet"
+    pq.write_table(_rows("b", 120), path)
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    shutil.copy(HERE / "readiness_dags.py", dags)
+    proc = subprocess.run([sys.executable, str(HERE / "run_deferred_sensor.py"), str(dags), str(path), "420"],
+                          cwd=airflow_home, env=dag_tests._env(airflow_home, sleeper_home,
+                                                               AIRFLOW__CORE__DAGS_FOLDER=str(dags)),
+                          capture_output=True, text=True, timeout=300)
+    result = dag_tests._result(proc)
+    assert (result["run"], result["wait"]) == ("success", "success"), proc.stdout[-3000:]
+    assert "[DAG TEST] running trigger in line" in proc.stdout, "the sensor deferred"
+    assert result["polls"][0] is False and result["polls"][-1] is True, result["polls"]
+    assert sleeper.table("events").query(ranges=[("", None)]).num_rows == 420

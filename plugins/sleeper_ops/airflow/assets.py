@@ -61,7 +61,13 @@ def with_commit_outlets(kwargs: dict[str, Any]) -> dict[str, Any]:
 def key_range_of(sleeper: Sleeper, table: str, refs: Sequence[FileReference]) -> Optional[dict[str, Any]]:
     """The union of the regions (first row key field) of the partitions ``refs`` are on,
     from the table's partitions (not its files); None when ``refs`` is empty."""
-    wanted = {r.partition_id for r in refs}
+    return key_range_of_partitions(sleeper, table, [r.partition_id for r in refs])
+
+
+def key_range_of_partitions(sleeper: Sleeper, table: str, partition_ids: Sequence[str]) -> Optional[dict[str, Any]]:
+    """The union of the regions (first row key field) of the partitions ``partition_ids``
+    (one read of the table's partitions); None when none is given or none exists."""
+    wanted = set(partition_ids)
     if not wanted:
         return None
     t = sleeper.table(table)

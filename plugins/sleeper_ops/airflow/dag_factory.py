@@ -86,6 +86,7 @@ OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush")
 OPTIONAL_OPERATIONS = ("bulk_import", "export")
 BULK_IMPORT_SOURCE = "sleeper.table.bulk.import.source"
 EXPORT_DESTINATION = "sleeper.table.export.destination"
+SPARK_DEFERRABLE = "sleeper.table.spark.deferrable"
 DAG_ID_PREFIX = "sleeper_"
 #: Tags every Sleeper DAG carries (plus the operation and ``table:<name>``).
 TAG = "sleeper"
@@ -326,7 +327,8 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
         run = emr_bulk_import_task(dag, table, sources=source, import_key=key, max_active_tis_per_dag=1)
     else:
         run = ops.SleeperBulkImportOperator(task_id="bulk_import", dag=dag, table=table.name, source=source,
-                                            import_key=key, max_active_tis_per_dag=1, pool=SPARK_POOL)
+                                            import_key=key, max_active_tis_per_dag=1, pool=SPARK_POOL,
+                                            deferrable=spark_deferrable(table))
     wait >> run
     return dag
 
@@ -336,6 +338,12 @@ def import_key_template(table: TableInfo) -> str:
     the run's data interval start. The same on every platform, so a date imports once
     even across a change of ``sleeper.table.bulk.import.platform``."""
     return f"{table.table_id}/{{{{ data_interval_start.isoformat() }}}}"
+
+
+def spark_deferrable(table: TableInfo) -> bool:
+    """Whether the table's Spark tasks defer (``sleeper.table.spark.deferrable``):
+    submit to the Spark service and wait in the triggerer, not in a worker slot."""
+    return str(table.get(SPARK_DEFERRABLE) or "false").lower() == "true"
 
 
 def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
@@ -358,7 +366,8 @@ def _compaction_tasks(dag: DAG, table: TableInfo) -> None:
                                                      runner="{{ params.runner }}")
     run_local = ops.SleeperRunCompactionJobsOperator(task_id=tasks.RUN_LOCAL_TASK, dag=dag, table=table.name)
     run_spark = ops.SleeperSparkCompactionOperator(task_id=tasks.RUN_SPARK_TASK, dag=dag, table=table.name,
-                                                   conn_id=SPARK_CONN_ID, pool=SPARK_POOL)
+                                                   conn_id=SPARK_CONN_ID, pool=SPARK_POOL,
+                                                   deferrable=spark_deferrable(table))
     report = ops.SleeperCompactionReportOperator(task_id="report", dag=dag, table=table.name)
     create >> [run_local, run_spark] >> report
     report.as_teardown(setups=create)

@@ -98,6 +98,8 @@ class BulkImportResult:
     seconds: float = 0.0
     presplits: int = 0
     reason: Optional[str] = None
+    #: the leaf partitions the files were written into (in the order of ``files_written``)
+    partitions: list[str] = field(default_factory=list)
 
     @property
     def rows_per_second(self) -> float:
@@ -253,6 +255,7 @@ def _run_and_commit(state_store: StateStore, objects: ObjectStore, plan: ImportP
         raise
     result.status, result.records = "committed", records
     result.files_written = [r.filename for r in refs]
+    result.partitions = [r.partition_id for r in refs]
     result.seconds = time.perf_counter() - started
     return result
 

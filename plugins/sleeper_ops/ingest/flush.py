@@ -65,6 +65,8 @@ class FlushResult:
     lost_rounds: int = 0
     seconds: float = 0.0
     job_ids: list[str] = field(default_factory=list)
+    #: the partitions the files were written into (each once)
+    partitions: list[str] = field(default_factory=list)
 
     @property
     def records_per_second(self) -> float:
@@ -133,6 +135,7 @@ def flush_buffer(state_store: StateStore, objects: ObjectStore, table: TableInfo
         result.records += done.records
         result.entries += len(snapshot.entries)
         result.files += len(done.files)
+        result.partitions = list(dict.fromkeys([*result.partitions, *(r.partition_id for r in done.files)]))
         result.rounds += 1
         if done.job_id:
             result.job_ids.append(done.job_id)

@@ -13,6 +13,9 @@ Guarantees, as the spark-submit runners give them:
   committed if its import key's job record is committed, else failed (importing the
   same key again adds its records once); each compaction job is reported as its
   status record says (committed, else recorded failed), as when a spark-submit dies.
+* :func:`submit_job` and :func:`poll_job` are the same calls one at a time, for a
+  caller that waits elsewhere (a deferred Airflow task's trigger); the outcome is then
+  :func:`bulk_import_outcome` / :func:`compaction_outcome` of what the polling saw.
 * A failed job raises (bulk import: :class:`~sleeper_ops.spark.batch_files.BulkImportError`)
   or comes back failed (compaction) with the service's reason.
 """
@@ -25,7 +28,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from sleeper_ops.spark.batch_files import BulkImportError, SparkBatchError, results_from_document
 
@@ -70,84 +73,150 @@ def config_document(config: SleeperConfig) -> dict[str, Any]:
     return {"home": str(config.home.absolute()), **config.to_dict()}
 
 
+def submit_job(service: str, request: dict[str, Any]) -> tuple[str, Optional[str]]:
+    """Send ``request`` (an ``id`` is added unless it has one) without waiting for the
+    job: (the job's id, the service's ``instance``). A reply lost to an unreachable
+    service is sent again under the same id (the service runs it once) until
+    :data:`LOST_AFTER_SECONDS` pass. Raises SparkBatchError when the service refuses
+    the request or stays unreachable (then the job may or may not be queued)."""
+    request = {"id": uuid.uuid4().hex, **request}
+    unreachable_since: Optional[float] = None
+    while True:
+        try:
+            code, doc = _call(f"{service}/jobs", "POST", request)
+        except OSError as e:
+            now = time.monotonic()
+            unreachable_since = unreachable_since or now
+            if now - unreachable_since > LOST_AFTER_SECONDS:
+                raise SparkBatchError(f"the Spark service at {service} is unreachable ({e}); job {request['id']} "
+                                      "was not submitted") from e
+            time.sleep(1.0)
+            continue
+        if code not in (200, 202):
+            raise SparkBatchError(f"the Spark service at {service} refused the job: {doc.get('error')}")
+        return request["id"], doc.get("instance")
+
+
+def poll_job(service: str, job_id: str, instance: Optional[str], *, wait: float = 0.0) -> Optional[dict[str, Any]]:
+    """The job's final status once it ended (``state`` ``succeeded`` or ``failed``), else
+    None, waiting up to ``wait`` seconds on the service for the end. Raises
+    :class:`JobLostError` when the service no longer knows the job or is not the
+    ``instance`` it was submitted to (it restarted), OSError when it cannot be reached,
+    SparkBatchError for any other refusal."""
+    code, doc = _call(f"{service}/jobs/{job_id}?wait={wait:g}", timeout=wait + REQUEST_TIMEOUT)
+    if code == 404 or (instance is not None and doc.get("instance") != instance):
+        raise JobLostError(f"the Spark service at {service} lost job {job_id} (it restarted)")
+    if code != 200:
+        raise SparkBatchError(f"the Spark service at {service} answered {code}: {doc.get('error')}")
+    return doc if doc.get("state") in ("succeeded", "failed") else None
+
+
 def run_on_service(service: str, request: dict[str, Any], *, timeout: Optional[float] = None) -> dict[str, Any]:
     """Submit ``request`` (an ``id`` is added) and wait for its end; the job's final
     status. Raises :class:`JobLostError` (see the module docstring) or SparkBatchError
     when the service refuses the request, or when ``timeout`` seconds pass (the job
     then still runs on the service)."""
-    request = {"id": uuid.uuid4().hex, **request}
-    job_id = request["id"]
     deadline = None if timeout is None else time.monotonic() + timeout
+    job_id, instance = submit_job(service, request)
     unreachable_since: Optional[float] = None
-    instance: Optional[str] = None
-    submitted = False
     while True:
         try:
-            if not submitted:
-                code, doc = _call(f"{service}/jobs", "POST", request)
-                if code not in (200, 202):
-                    raise SparkBatchError(f"the Spark service at {service} refused the job: {doc.get('error')}")
-                submitted, instance = True, doc.get("instance")
-            else:
-                code, doc = _call(f"{service}/jobs/{job_id}?wait={WAIT_SECONDS:g}",
-                                  timeout=WAIT_SECONDS + REQUEST_TIMEOUT)
-                if code == 404 or (instance is not None and doc.get("instance") != instance):
-                    raise JobLostError(f"the Spark service at {service} lost job {job_id} (it restarted)")
-                if code != 200:
-                    raise SparkBatchError(f"the Spark service at {service} answered {code}: {doc.get('error')}")
+            doc = poll_job(service, job_id, instance, wait=WAIT_SECONDS)
             unreachable_since = None
-            if doc.get("state") in ("succeeded", "failed"):
+            if doc is not None:
                 return doc
         except OSError as e:
             now = time.monotonic()
             unreachable_since = unreachable_since or now
             if now - unreachable_since > LOST_AFTER_SECONDS:
                 raise JobLostError(f"the Spark service at {service} is unreachable ({e}); job {job_id} "
-                                   f"{'may have run' if submitted else 'was not submitted'}") from e
+                                   "may have run") from e
             time.sleep(1.0)
         if deadline is not None and time.monotonic() > deadline:
             raise SparkBatchError(f"job {job_id} on the Spark service at {service} did not end within "
                                   f"{timeout:g} s; it still runs there")
 
 
-def submit_bulk_import(config: SleeperConfig, table: TableInfo, sources: Sequence[str], *,
-                       import_key: str, run_id: Optional[str] = None, shuffle: str = "runs",
-                       ingest_job_id: Optional[str] = None, timeout: Optional[float] = None) -> BulkImportResult:
-    """One bulk import on ``config.spark_service``; its result (when the job is lost,
-    ``config``'s state store says whether it committed).
+def bulk_import_request(config: SleeperConfig, table: TableInfo, sources: Sequence[str], *, import_key: str,
+                        run_id: Optional[str] = None, shuffle: str = "runs",
+                        ingest_job_id: Optional[str] = None) -> dict[str, Any]:
+    """The service's job request for one bulk import."""
+    return {"kind": "bulk_import", "table": table.name, "config": config_document(config), "sources": list(sources),
+            "import_key": import_key, "run_id": run_id, "shuffle": shuffle, "ingest_job_id": ingest_job_id}
+
+
+def bulk_import_outcome(config: SleeperConfig, table: TableInfo, import_key: str,
+                        ended: Union[dict[str, Any], JobLostError, SparkBatchError]) -> BulkImportResult:
+    """The result of a bulk import the service ran: ``ended`` is its final status, or
+    the error that lost it; a lost job is decided by ``config``'s state store (its
+    import key's job committed, else failed).
 
     Raises:
         BulkImportError: the import failed or was lost uncommitted (the reason says which).
     """
     from sleeper_ops.bulk_import.job import BulkImportResult, import_job_id
 
-    assert config.spark_service is not None
-    started = time.perf_counter()
-    request = {"kind": "bulk_import", "table": table.name, "config": config_document(config),
-               "sources": list(sources), "import_key": import_key, "run_id": run_id, "shuffle": shuffle,
-               "ingest_job_id": ingest_job_id}
     what = f"bulk import into {table.name} (import key {import_key!r}, job {import_job_id(table, import_key)})"
-    try:
-        doc = run_on_service(config.spark_service, request, timeout=timeout)
-    except JobLostError as e:
+    if isinstance(ended, JobLostError):
         from sleeper_ops.api import Sleeper
 
         with Sleeper(config=config) as sleeper:
             rec = sleeper.state_store.get_job(table.table_id, import_job_id(table, import_key))
         if rec is not None and rec.status == "committed":
-            logger.warning("%s: %s, but its commit had landed", what, e)
+            logger.warning("%s: %s, but its commit had landed", what, ended)
             return BulkImportResult(table.name, import_key, rec.job_id, "committed", records=rec.rows_written,
                                     files_written=list(rec.outputs or ()))
-        raise BulkImportError(f"{what} failed: {e}; not committed when checked (importing the same key again "
-                              "adds its records once)") from e
-    except SparkBatchError as e:
-        raise BulkImportError(f"{what} failed: {e}") from e
-    outcome = doc.get("outcome") or {}
-    if doc["state"] != "succeeded" or outcome.get("result") is None:
-        raise BulkImportError(f"{what} failed: {doc.get('error') or outcome.get('error')}")
-    result = BulkImportResult(**outcome["result"])
+        raise BulkImportError(f"{what} failed: {ended}; not committed when checked (importing the same key again "
+                              "adds its records once)") from ended
+    if isinstance(ended, SparkBatchError):
+        raise BulkImportError(f"{what} failed: {ended}") from ended
+    outcome = ended.get("outcome") or {}
+    if ended["state"] != "succeeded" or outcome.get("result") is None:
+        raise BulkImportError(f"{what} failed: {ended.get('error') or outcome.get('error')}")
+    return BulkImportResult(**outcome["result"])
+
+
+def submit_bulk_import(config: SleeperConfig, table: TableInfo, sources: Sequence[str], *,
+                       import_key: str, run_id: Optional[str] = None, shuffle: str = "runs",
+                       ingest_job_id: Optional[str] = None, timeout: Optional[float] = None) -> BulkImportResult:
+    """One bulk import on ``config.spark_service``; its result (when the job is lost,
+    ``config``'s state store says whether it committed: :func:`bulk_import_outcome`).
+
+    Raises:
+        BulkImportError: the import failed or was lost uncommitted (the reason says which).
+    """
+    assert config.spark_service is not None
+    started = time.perf_counter()
+    request = bulk_import_request(config, table, sources, import_key=import_key, run_id=run_id, shuffle=shuffle,
+                                  ingest_job_id=ingest_job_id)
+    ended: Union[dict[str, Any], SparkBatchError]
+    try:
+        ended = run_on_service(config.spark_service, request, timeout=timeout)
+    except SparkBatchError as e:  # JobLostError too
+        ended = e
+    result = bulk_import_outcome(config, table, import_key, ended)
     logger.info("%s (%.1f s including the service's queue)", result.summary(), time.perf_counter() - started)
     return result
+
+
+def compaction_request(config: SleeperConfig, table: TableInfo, jobs: Sequence[CompactionJob], *,
+                       run_id: Optional[str] = None) -> dict[str, Any]:
+    """The service's job request for a batch of ``table``'s compaction jobs."""
+    return {"kind": "compaction", "table": table.name, "config": config_document(config),
+            "jobs": [j.to_dict() for j in jobs], "run_id": run_id}
+
+
+def compaction_outcome(config: SleeperConfig, jobs: Sequence[CompactionJob],
+                       ended: Union[dict[str, Any], SparkBatchError]) -> tuple[dict[str, JobResult], str]:
+    """The results the service reported for ``jobs``, by job id, and the reason to
+    record for any job it did not report (``ended``: the batch's final status, or the
+    error that lost it)."""
+    if isinstance(ended, SparkBatchError):
+        return {}, str(ended)
+    outcome = ended.get("outcome")
+    results = results_from_document(outcome, jobs, f"the Spark service at {config.spark_service}") \
+        if outcome is not None else {}
+    return results, f"the Spark service failed the batch: {ended.get('error')}"
 
 
 def compaction_results(config: SleeperConfig, table: TableInfo, jobs: Sequence[CompactionJob], *,
@@ -158,13 +227,10 @@ def compaction_results(config: SleeperConfig, table: TableInfo, jobs: Sequence[C
     report (:func:`sleeper_ops.spark.submit.submit_compaction_batch` records those as
     their status records say)."""
     assert config.spark_service is not None
-    request = {"kind": "compaction", "table": table.name, "config": config_document(config),
-               "jobs": [j.to_dict() for j in jobs], "run_id": run_id}
+    ended: Union[dict[str, Any], SparkBatchError]
     try:
-        doc = run_on_service(config.spark_service, request, timeout=timeout)
+        ended = run_on_service(config.spark_service, compaction_request(config, table, jobs, run_id=run_id),
+                               timeout=timeout)
     except SparkBatchError as e:
-        return {}, str(e)
-    outcome = doc.get("outcome")
-    results = results_from_document(outcome, jobs, f"the Spark service at {config.spark_service}") \
-        if outcome is not None else {}
-    return results, f"the Spark service failed the batch: {doc.get('error')}"
+        ended = e
+    return compaction_outcome(config, jobs, ended)

@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sleeper_ops.metrics import TableMetrics, table_metrics
+from sleeper_ops.metrics import TableMetrics, sample_metrics
 from sleeper_ops.web.rest_auth import readable_tables
 
 if TYPE_CHECKING:
@@ -80,5 +80,5 @@ def add_metrics_route(app: FastAPI, sleeper_provider: Callable[[], Sleeper],
         sleeper = sleeper_provider()
         infos = sleeper.tables()
         infos = readable_tables(request, infos, table_filter)
-        figures = {i.name: table_metrics(sleeper.state_store, i) for i in infos}
+        figures = {i.name: sample_metrics(sleeper.state_store, i) for i in infos}
         return Response(render(figures), media_type=CONTENT_TYPE_LATEST)

@@ -1,6 +1,6 @@
 """The status page's charts, as inline SVG: jobs over time (stacked by kind, failures
-marked), their rows per second, and records per leaf partition against the split
-threshold. Pure functions of job records and partition rows (and the formatting
+marked), their rows per second, records per leaf partition against the split
+threshold, and the backlog figures over time. Pure functions of job records and partition rows (and the formatting
 helpers the pages share)."""
 
 
@@ -12,6 +12,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any, Optional, Sequence
 
+from sleeper_ops.metrics import BACKLOG_FIELDS
 from statestore.jobs import JOB_KINDS, JobRecord, now_ms
 
 #: The job chart shows at least this much time, ending now.
@@ -185,3 +186,43 @@ def leaf_records_svg(partitions: Sequence[dict[str, Any]], threshold: int, *, wi
     parts.append(f"<text x='{left}' y='{height - 4}'>first key</text><text x='{width - right}' y='{height - 4}' "
                  f"text-anchor='end'>last key ({len(leaves)} leaves)</text></svg>")
     return "".join(parts)
+
+
+BACKLOG_LABELS = {"buffer_records": "buffered records", "buffer_oldest_seconds": "oldest buffered write (s)",
+                  "ingest_requests_pending": "ingest requests pending",
+                  "compaction_jobs_pending": "compaction jobs pending", "gc_files_pending": "files awaiting GC"}
+
+
+def backlog_charts_svg(samples: Sequence[Any], *, width: int = 172, height: int = 96) -> str:
+    """The backlog over time: one small line chart per figure of
+    :data:`sleeper_ops.metrics.BACKLOG_FIELDS` (samples: ``BacklogSample``), its newest
+    value in the title; each chart carries its values (``data-values``, oldest first)."""
+    if not samples:
+        return "<p class='muted'>No samples yet (one is taken each time this page or /metrics is read).</p>"
+    t0, t1 = samples[0].at_ms, samples[-1].at_ms
+    span = max(t1 - t0, 1)
+    left, right, pad_top, bottom = 6, 6, 30, 16
+    pw, ph = width - left - right, height - pad_top - bottom
+    out = ["<div class='cards'>"]
+    for field in BACKLOG_FIELDS:
+        values = [s.value(field) for s in samples]
+        top = max(max(values), 1.0)
+        points = [(left + ((s.at_ms - t0) / span * pw if t1 > t0 else pw / 2), pad_top + ph - v / top * ph, s, v)
+                  for s, v in zip(samples, values)]
+        parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
+                 f"aria-label='backlog: {field}' data-values='{_e(json.dumps(values))}'>",
+                 f"<text x='{left}' y='12'>{_e(BACKLOG_LABELS.get(field, field))}</text>",
+                 f"<text x='{left}' y='26' font-weight='bold'>{_count(values[-1])}</text>",
+                 f"<line class='axis' x1='{left}' x2='{width - right}' y1='{pad_top + ph}' y2='{pad_top + ph}'/>"]
+        if len(points) > 1:
+            path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _, _ in points)
+            parts.append(f"<polyline points='{path}' fill='none' stroke='{KIND_COLOURS['compaction']}' "
+                         "stroke-width='1.5'/>")
+        for x, y, s, v in points:
+            parts.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='2' fill='{KIND_COLOURS['compaction']}'>"
+                         f"<title>{_e(_time(s.at_ms))}: {_count(v)}</title></circle>")
+        parts.append(f"<text x='{left}' y='{height - 3}'>{_e(_time(t0)[11:])}</text><text x='{width - right}' "
+                     f"y='{height - 3}' text-anchor='end'>{_e(_time(t1)[11:])}</text></svg>")
+        out.append("".join(parts))
+    out.append("</div>")
+    return "".join(out)

@@ -10,8 +10,11 @@ fetched from elsewhere (charts are inline SVG, so it works with no internet):
   by status;
 * ``/tables/{name}`` - one table: records per leaf partition across the key space
   (against the split threshold), the partition tree with files and records per
-  partition, jobs plotted over time (stacked by kind, failures marked) and their rows/s,
-  the latest jobs, and the file references.
+  partition, the backlog figures over time (buffered records and their age, pending
+  ingest requests, pending compaction jobs, files awaiting GC: sampled whenever this page
+  or ``/metrics`` is read, :data:`sleeper_ops.metrics.BACKLOG`), jobs plotted over time
+  (stacked by kind, failures marked) and their rows/s, the latest jobs, and the file
+  references.
 
 Authentication is whatever ``auth_dependency`` enforces (the plugin passes Airflow's:
 the UI's ``_token`` cookie or a bearer token); a refused request gets a small HTML page
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from starlette.requests import Request
 
+from sleeper_ops.metrics import BACKLOG, sample_metrics
 from sleeper_ops.web.rest_auth import TableFilter, readable_tables
 from sleeper_ops.web.status_render import MAX_FILE_ROWS, TableSummary, render_index, render_refused, render_table
 
@@ -87,6 +91,7 @@ def create_status_app(sleeper_provider: Callable[[], Sleeper], *,
             raise HTTPException(404, str(e)) from None
         overview = sleeper.state_store.overview(info.table_id, file_limit=MAX_FILE_ROWS)
         records = sleeper.state_store.list_jobs(info.table_id, limit=jobs)
-        return HTMLResponse(render_table(info, overview, records))
+        sample_metrics(sleeper.state_store, info)  # this read is a sample of the backlog too
+        return HTMLResponse(render_table(info, overview, records, backlog=BACKLOG.samples(info.table_id)))
 
     return app

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from urllib.parse import quote
 
 from sleeper_ops.reports import partitions_report, region_text
-from sleeper_ops.web.status_charts import _e, _time, jobs_chart_svg, leaf_records_svg, rate_chart_svg
+from sleeper_ops.web.status_charts import (
+    _e,
+    _time,
+    backlog_charts_svg,
+    jobs_chart_svg,
+    leaf_records_svg,
+    rate_chart_svg,
+)
 from statestore.jobs import JobRecord
 from statestore.properties import OPERATIONS
 
@@ -175,9 +182,10 @@ def _dag_operations(info: TableInfo) -> list[str]:
 
 
 def render_table(info: TableInfo, overview: TableOverview, jobs: Sequence[JobRecord], *,
-                 now: Optional[int] = None) -> str:
+                 now: Optional[int] = None, backlog: Sequence[Any] = ()) -> str:
     """The page of one table (see the module docstring), from its overview (at most
-    :data:`MAX_FILE_ROWS` files listed)."""
+    :data:`MAX_FILE_ROWS` files listed) and its backlog samples
+    (:class:`sleeper_ops.metrics.BacklogSample`, oldest first)."""
     rows = partitions_report(overview)
     summary = TableSummary.of(info, overview, jobs)
     badge = "<span class='badge online'>online</span>" if info.online else "<span class='badge offline'>offline</span>"
@@ -194,6 +202,7 @@ def render_table(info: TableInfo, overview: TableOverview, jobs: Sequence[JobRec
         f"<div class='card'><b>{summary.leaves}</b>leaf partitions of {summary.partitions}</div>"
         f"<div class='card'><b>{summary.files:,}</b>files ({summary.references:,} references)</div>"
         f"<div class='card'><b>{len(jobs):,}</b>jobs{f' ({failed} failed)' if failed else ''}</div></div>",
+        "<h2>Backlog over time</h2>", backlog_charts_svg(backlog),
         "<h2>Records per leaf partition</h2>",
         leaf_records_svg(rows, info.get_int("sleeper.table.partition.splitting.threshold")),
         "<h2>Jobs over time</h2>", jobs_chart_svg(jobs, now=now), rate_chart_svg(jobs),

@@ -29,3 +29,7 @@ with DAG("downstream", schedule=[table_asset("events")]):
         return rows
 
     wait >> read()
+
+with DAG("wait_for_rows", schedule=None):
+    SleeperVisibleSensor(task_id="wait", table="events", min_records="{{ dag_run.conf['records'] }}", deferrable=True,
+                         poke_interval=1, timeout=120)
