@@ -1,17 +1,15 @@
 """The standing Spark service's HTTP API (:mod:`sleeper_ops.spark.service`, the real
 server and job bookkeeping) served from the test's process with an executor of the
 test's choosing instead of a SparkSession, so deferrable tasks can be tested without a
-76 s standing cluster:
+76 s standing cluster.
 
-* :func:`in_process_executor`: a bulk import runs the real job
-  (:func:`sleeper_ops.bulk_import.job.bulk_import`: job record, outputs named first,
-  one commit by import key) with a simple in-process runner in place of Spark's; a
-  compaction batch runs on the local runner (job records, one commit per job);
-* :func:`spark_submit_executor`: each job runs as the blocking path without a service
-  would, one spark-submit (real Spark on ``local[2]``).
-
-Either can hold a table's jobs at a gate (a :class:`threading.Event`) until the test
-opens it, which is how a test keeps a Spark job running while it watches Airflow.
+:func:`in_process_executor` runs a bulk import as the real job
+(:func:`sleeper_ops.bulk_import.job.bulk_import`: job record, outputs named first, one
+commit by import key) with a simple in-process runner in place of Spark's, and a
+compaction batch on the local runner (job records, one commit per job). It can hold a
+table's jobs at a gate (a :class:`threading.Event`) until the test opens it, which is how
+a test keeps a Spark job running while it watches Airflow. Real Spark behind the service
+is tested in ``test_spark_service``.
 """
 
 from __future__ import annotations
@@ -92,31 +90,6 @@ def in_process_executor(gates: dict[str, threading.Event],
                                  run_id=req.get("run_id"))
         _wait_at(after_commit or {}, job)
         return {"result": asdict(result), "error": None}
-
-    return execute
-
-
-def spark_submit_executor(gates: dict[str, threading.Event]) -> Callable[[ServiceJob], dict[str, Any]]:
-    """Each job as one spark-submit on the configuration's ``[spark] master``."""
-
-    def execute(job: ServiceJob) -> dict[str, Any]:
-        from sleeper_ops.api import Sleeper
-        from sleeper_ops.compaction.jobs import CompactionJob
-        from sleeper_ops.spark.batch_files import results_document
-        from sleeper_ops.spark.bulk_submit import submit_bulk_import
-        from sleeper_ops.spark.submit import submit_compaction_batch
-
-        _wait_at(gates, job)
-        req, config = job.request, _config(job)
-        with Sleeper(config=config) as sleeper:
-            table = sleeper.state_store.get_table(job.table)
-            if job.kind == "bulk_import":
-                result = submit_bulk_import(config, table, req["sources"], import_key=req.get("import_key"),
-                                            run_id=req.get("run_id"))
-                return {"result": asdict(result), "error": None}
-            jobs = [CompactionJob.from_dict(d) for d in req.get("jobs") or []]
-            return results_document(submit_compaction_batch(config, sleeper.state_store, table, jobs,
-                                                            run_id=req.get("run_id")))
 
     return execute
 

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 import tomli_w
 
-from tests.integration.spark_service_double import job_times, serve, spark_submit_executor
+from tests.integration.spark_service_double import in_process_executor, job_times, serve
 
 httpx = pytest.importorskip("httpx")
 
@@ -61,9 +61,12 @@ def airflow() -> Iterator[dict[str, Any]]:
     root = Path(tempfile.mkdtemp(prefix="sleeper-airflow-e2e-"))
     gates: dict[str, threading.Event] = {}
     try:
-        # Spark jobs go through the Spark service's API (a spark-submit each, on local[2]),
-        # so a deferrable task can defer on it and a test can hold a table's job at a gate.
-        with serve(spark_submit_executor(gates)) as (url, service):
+        # Spark jobs go through the Spark service's API, so a deferrable task can defer on it
+        # and a test can hold a table's job at a gate. The service runs each bulk import as
+        # the real job (job record, outputs named first, one commit by import key) with an
+        # in-process runner, not a JVM a job: this module is about Airflow's API and
+        # scheduling; Spark itself runs in test_dags, test_bulk_import and test_spark_service.
+        with serve(in_process_executor(gates)) as (url, service):
             for af in _airflow(root / "home", spark_service=url):
                 yield {**af, "spark_service": service, "spark_gates": gates}
     finally:
@@ -366,6 +369,7 @@ def test_a_deferred_bulk_import_frees_the_spark_slot_for_another_task_before_its
                 for op in ("split", "compaction", "gc", "ingest_batcher", "flush")]
         _sleeper(home, "table", "create", name, "--schema", str(home / "daily.json"),
                  "--property", f"sleeper.table.bulk.import.source={raw}/{{{{ data_interval_start | ds }}}}/",
+                 "--property", f"sleeper.table.bulk.import.start={days[-1]}",  # runs from the oldest day on
                  "--property", "sleeper.table.bulk.import.min.leaf.partitions=1", *props, *none)
         return f"sleeper_{name}_bulk_import"
 
