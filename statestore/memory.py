@@ -13,6 +13,7 @@ from statestore.catalog import TableInfo
 from statestore.changes import TableChanges, is_token_of
 from statestore.client_writes import ClientWrite, ClientWriteRecord
 from statestore.errors import BookkeepingError, BufferFullError, TableExistsError, TableNotFoundError
+from statestore.history import HistoryError, TransactionSummary, fragment_of, replay, summarise
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
 from statestore.jobs import JobRecord, check_job_bookkeeping, now_ms, saves_over
 from statestore.leases import Lease
@@ -45,6 +46,9 @@ class InMemoryStateStore(StateStore):
         self._next_seq = 0  # one sequence for every table, as in PostgreSQL
         self._flushes: dict[str, int] = {}  # table id -> flushes committed
         self._client_writes: dict[str, dict[str, ClientWriteRecord]] = {}  # table id -> key -> record
+        # table id -> the state after create_table, and (summary, transaction) of every commit since
+        self._first_states: dict[str, TableState] = {}
+        self._history: dict[str, list[tuple[TransactionSummary, Transaction]]] = {}
 
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
                      properties: Optional[Mapping[str, str]] = None) -> TableInfo:
@@ -59,6 +63,8 @@ class InMemoryStateStore(StateStore):
             txn.apply(state)
             self._tables[name] = info
             self._states[info.table_id] = state
+            self._first_states[info.table_id] = state.copy()
+            self._history[info.table_id] = []
             self._versions[info.table_id] = 0
             self._changes[info.table_id] = deque(maxlen=CHANGE_HISTORY)
             return info
@@ -108,6 +114,8 @@ class InMemoryStateStore(StateStore):
             self._buffers.pop(info.table_id, None)
             self._flushes.pop(info.table_id, None)
             self._client_writes.pop(info.table_id, None)
+            self._first_states.pop(info.table_id, None)
+            self._history.pop(info.table_id, None)
             return info
 
     def _state(self, table_id: str) -> TableState:
@@ -139,8 +147,12 @@ class InMemoryStateStore(StateStore):
                 raise BookkeepingError(f"write buffer entries {gone[:5]} of table {table_id} are no longer "
                                        "buffered (flushed by another flush)")
             transaction.validate(state)
+            before = fragment_of(state, transaction)
             transaction.apply(state)
             version = self._versions[table_id] = self._versions[table_id] + 1
+            self._history[table_id].append((summarise(version, int(time.time() * 1000), transaction, before,
+                                                      fragment_of(state, transaction),
+                                                      job.job_id if job is not None else None), transaction))
             self._changes[table_id].append((version, transaction.touches()))
             applied[commit_id or uuid.uuid4().hex] = int(time.time() * 1000)
             if job is not None:
@@ -178,6 +190,31 @@ class InMemoryStateStore(StateStore):
         with self._lock:
             self._state(table_id)
             return self._versions[table_id]
+
+    # ----- history (statestore.history): every commit, replayed from the first state ------
+    def history(self, table_id: str, *, limit: int = 20, upto: Optional[int] = None) -> list[TransactionSummary]:
+        with self._lock:
+            self._state(table_id)
+            found = [h for h, _ in reversed(self._history[table_id]) if upto is None or h.number <= upto]
+            return found[:max(0, limit)]
+
+    def history_after(self, table_id: str, number: int) -> Optional[TransactionSummary]:
+        with self._lock:
+            self._state(table_id)
+            return next((h for h, _ in self._history[table_id] if h.number > number), None)
+
+    def number_at(self, table_id: str, time_ms: int) -> Optional[int]:
+        with self._lock:
+            self._state(table_id)
+            return max((h.number for h, _ in self._history[table_id] if h.time_ms <= time_ms), default=None)
+
+    def state_as_of(self, table_id: str, number: int) -> TableState:
+        with self._lock:
+            self._state(table_id)
+            log = self._history[table_id]
+            if not 0 <= number <= len(log):
+                raise HistoryError(f"table {table_id} has no transaction {number}")
+            return replay(self._first_states[table_id].copy(), (t for _, t in log[:number]))
 
     def changes_since(self, table_id: str, since: Any = None) -> TableChanges:
         """See :meth:`StateStore.changes_since`: rows the commits since ``since`` touched
