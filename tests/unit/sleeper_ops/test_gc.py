@@ -343,7 +343,8 @@ def test_gc_keeps_files_a_state_within_the_history_retention_references_and_dele
     assert _gc(sleeper, t, now_ms=NOW + 64 * MINUTE).deleted == [], "a state 64 minutes old is within 60 + 5"
     assert _exists(sleeper, old)
     report = _gc(sleeper, t, now_ms=NOW + 64 * MINUTE, dry_run=True, explain=True)
-    assert "wait out the 5-minute GC delay and 60-minute history retention" in report.summary()
+    assert "waits out the 5-minute GC delay and 60-minute history retention (the first is due in 1 min 0 s)" \
+        in report.summary()
     assert _gc(sleeper, t, now_ms=NOW + 65 * MINUTE + 1).deleted == [old]
     assert not _exists(sleeper, old)
 
