@@ -35,6 +35,14 @@ Guarantees:
   string keys), combined with ``AND``, choose the leaves planned and the rows read, and
   Spark does not evaluate them again. Other filters stay with Spark.
 
+* **As of** (option ``asOf``: a transaction number of ``sleeper history``, or an ISO 8601
+  time). The scan reads the table as it was right after that transaction
+  (:mod:`sleeper_ops.query.as_of`): resolved once, when the scan is planned (a time
+  becomes the number of the last transaction at or before it), and every input
+  partition reads that same state, files only: the write buffer is excluded. A time
+  before the table's history retention, or a number it never had, fails the planning
+  in one line.
+
 Filter pushdown needs ``spark.sql.python.filterPushdown.enabled``; :func:`register` sets it.
 """
 
@@ -131,23 +139,25 @@ class SleeperDataSource(DataSource):
         home, raw = str(cfg.home.absolute()), cfg.to_dict()
         with _open(home, raw) as s:
             key_schema = s.table(self._table()).schema
-        return SleeperReader(self._table(), home, raw, key_schema)
+        as_of = self.options.get("asOf") or self.options.get("asof")
+        return SleeperReader(self._table(), home, raw, key_schema, as_of=str(as_of) if as_of else None)
 
 
 class LeafPartition(InputPartition):
-    """One leaf partition to read: ``regions``, its region cut by the pushed key filters."""
+    """One leaf partition to read: ``regions``, its region cut by the pushed key filters;
+    ``as_of``: the transaction whose state to read (None: the current state and buffer)."""
 
-    def __init__(self, leaf: str, regions: Sequence[Region]):
+    def __init__(self, leaf: str, regions: Sequence[Region], as_of: Optional[int] = None):
         super().__init__(leaf)
-        self.leaf, self.regions = leaf, list(regions)
+        self.leaf, self.regions, self.as_of = leaf, list(regions), as_of
 
 
 class SleeperReader(DataSourceReader):
     """Plans one :class:`LeafPartition` per leaf to read and reads each as record batches.
     Pickled to the executors: holds the configuration, never a connection."""
 
-    def __init__(self, table: str, home: str, raw: dict[str, Any], schema: Schema):
-        self.table, self.home, self.raw, self.key_schema = table, home, raw, schema
+    def __init__(self, table: str, home: str, raw: dict[str, Any], schema: Schema, *, as_of: Optional[str] = None):
+        self.table, self.home, self.raw, self.key_schema, self.as_of = table, home, raw, schema, as_of
         first = schema.row_key_fields[0]
         self.key_field, self.key_type = first.name, str(first.type)
         self.intervals: list[Interval] = everything(schema)
@@ -219,12 +229,18 @@ class SleeperReader(DataSourceReader):
             return [LeafPartition("", [])]
         with _open(self.home, self.raw) as s:
             info = s.state_store.get_table(self.table)
+            if self.as_of is not None:
+                from sleeper_ops.query.as_of import FixedMetadata, resolve
+
+                state = resolve(s.state_store, info, self.as_of)
+                return (FixedMetadata(s.state_store, info, state).plan(
+                    lambda meta: self._plan(meta, False, state.number)) or [LeafPartition("", [])])
             # read before the plan: a flush in between leaves its records in files the plan sees
             buffered = _buffered(s.state_store, info.table_id)
             return (TableMetadata(s.state_store, info.table_id).plan(lambda meta: self._plan(meta, buffered))
                     or [LeafPartition("", [])])
 
-    def _plan(self, meta: Any, buffered: bool) -> list[InputPartition]:
+    def _plan(self, meta: Any, buffered: bool, as_of: Optional[int] = None) -> list[InputPartition]:
         """The leaves to read: those overlapping the intervals with a reference in them or
         an ancestor, or (``buffered``: the write buffer holds records) all of them."""
         by_leaf: dict[str, list[Region]] = {}
@@ -236,7 +252,7 @@ class SleeperReader(DataSourceReader):
                 region = _cut(p.region, cut)
                 if region is not None:
                     by_leaf.setdefault(p.id, []).append(region)
-        return [LeafPartition(leaf, regions) for leaf, regions in sorted(by_leaf.items())]
+        return [LeafPartition(leaf, regions, as_of) for leaf, regions in sorted(by_leaf.items())]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The records of the partition's regions, as Arrow record batches in key order."""
@@ -244,7 +260,14 @@ class SleeperReader(DataSourceReader):
         if not regions:
             return
         with _open(self.home, self.raw) as s:
-            yield from s.table(self.table).query_batches(regions=regions)
+            as_of = getattr(partition, "as_of", None)
+            if as_of is None:
+                yield from s.table(self.table).query_batches(regions=regions)
+                return
+            from sleeper_ops.query.as_of import as_of_runner
+
+            with as_of_runner(s.state_store, s.objects, s.state_store.get_table(self.table), as_of) as runner:
+                yield from runner.stream(regions)
 
 
 def _unbounded(schema: Schema) -> list[Range]:
