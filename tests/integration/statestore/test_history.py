@@ -100,3 +100,47 @@ def test_as_of_refuses_unknown_numbers_old_times_and_replaced_states(store: Stat
         resolve_as_of(store, tid, "t", after[0][0], retention=2 * MINUTE, now_ms=now + 10 * MINUTE)
     # the newest state is never replaced: readable however old
     assert resolve_as_of(store, tid, "t", after[-1][0], retention=0, now_ms=now + 10 * MINUTE).number == after[-1][0]
+
+
+@pytest.mark.integration
+def test_dynamodb_expiry_keeps_the_snapshot_and_log_every_retained_state_needs(moto_endpoint_url, tmp_path,
+                                                                               monkeypatch):
+    """Snapshots every 3 transactions, one body too big for its log item (in the object
+    store), a transaction a minute; expiry 60 minutes after the 20th of 30 keeps exactly
+    what rebuilds the states still retained (60 minutes), and deletes older log items
+    and snapshots."""
+    import uuid
+
+    import statestore.dynamodb.store as dynamo_store
+    from statestore.dynamodb import open_dynamodb
+    from tests.integration.statestore.conftest import dynamodb_options
+
+    clock = [1_800_000_000_000]
+    monkeypatch.setattr(dynamo_store, "_now_ms", lambda: clock[0])
+    store = open_dynamodb(**dynamodb_options(moto_endpoint_url, tmp_path / "blobs"), snapshot_every=3,
+                          snapshot_seconds=10_000, retention_margin=0, retention_seconds=0)
+    try:
+        tid = new_table(store, **{"sleeper.table.history.retention.minutes": "60"})
+        states = {}
+        for i in range(30):
+            clock[0] += MINUTE
+            refs = [FileReference(f"f{i}", "L", i + 1)]
+            if i == 4:  # a body of ~1 MB compressed: stored in the object store, the log item points to it
+                refs += [FileReference(f"{uuid.uuid4().hex}{uuid.uuid4().hex}", "R", 1) for _ in range(15_000)]
+            store.commit(tid, AddFiles(tuple(refs)))
+            states[store.transaction_number(tid)] = (clock[0], store.load_state(tid).canonical())
+        assert any(it.get("body_key") for it in store._dynamo.query("x", "log", "table_id = :t",
+                                                                     {":t": {"S": tid}}))
+        now = clock[0] + 50 * MINUTE  # the retention began 60 minutes before: at the 20th transaction
+        deleted_log, deleted_snapshots = store.expire(tid, now_ms=now)
+        assert deleted_log > 0 and deleted_snapshots > 0
+        retained = [number for number in sorted(states)
+                    if number == max(states) or states[number + 1][0] >= now - 60 * MINUTE]
+        assert retained[0] < 22
+        for number in retained:
+            got = resolve_as_of(store, tid, "t", number, retention=60 * MINUTE, now_ms=now)
+            assert got.state.canonical() == states[number][1], f"as of {number}"
+        with pytest.raises(HistoryError):
+            resolve_as_of(store, tid, "t", 3, retention=60 * MINUTE, now_ms=now)
+    finally:
+        store.close()
