@@ -144,3 +144,17 @@ def test_dynamodb_expiry_keeps_the_snapshot_and_log_every_retained_state_needs(m
             resolve_as_of(store, tid, "t", 3, retention=60 * MINUTE, now_ms=now)
     finally:
         store.close()
+
+
+def test_pruning_forgets_only_history_no_retained_state_needs(store: StateStore):
+    tid = new_table(store, **{"sleeper.table.history.retention.minutes": "60"})
+    after = _work(store, tid)
+    newest = store.history(tid, limit=1)[0]
+    assert store.prune_history(tid, newest.time_ms + 30 * MINUTE) == 0
+    assert [h.number for h in store.history(tid, limit=6)] == [n for n, _ in after][::-1]
+    store.prune_history(tid, newest.time_ms + 61 * MINUTE)
+    later = newest.time_ms + 61 * MINUTE
+    got = resolve_as_of(store, tid, "t", after[-1][0], retention=60 * MINUTE, now_ms=later)
+    assert got.state.canonical() == after[-1][1], "the newest state is always retained"
+    with pytest.raises(HistoryError):
+        resolve_as_of(store, tid, "t", after[0][0], retention=60 * MINUTE, now_ms=later)
