@@ -116,18 +116,25 @@ def summarise(number: int, time_ms: int, txn: Transaction, before: TableState, a
     """The summary of ``txn`` from the state (or fragment) it applied to, ``before``,
     and the one it made, ``after``. ``job_id``: the committing job's, when known;
     else the compaction job named by the transaction, if any."""
-    names = set(before.refs_by_file) | set(after.refs_by_file)
+    had, has = _records_by_file(before), _records_by_file(after)
     added = removed = rec_added = rec_removed = 0
-    for name in names:
-        had, has = before.refs_by_file.get(name), after.refs_by_file.get(name)
-        if has and not had:
+    for name, records in has.items():
+        if name not in had:
             added += 1
-            rec_added += sum(after.references[(name, p)].record_count for p in has)
-        elif had and not has:
+            rec_added += records
+    for name, records in had.items():
+        if name not in has:
             removed += 1
-            rec_removed += sum(before.references[(name, p)].record_count for p in had)
+            rec_removed += records
     return TransactionSummary(number, time_ms, txn.TYPE, added, removed, rec_added, rec_removed,
                               job_id or _job_of(txn), _detail(txn, before, after))
+
+
+def _records_by_file(state: TableState) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for (name, _), ref in state.references.items():
+        out[name] = out.get(name, 0) + ref.record_count
+    return out
 
 
 def _job_of(txn: Transaction) -> Optional[str]:

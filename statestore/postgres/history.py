@@ -42,14 +42,16 @@ def _ref_row(r: FileReference) -> list[Any]:
 
 def undo_of(diff: _Diff, before: TableState) -> dict[str, Any]:
     """What undoes ``diff`` (made from ``before``): before-images of what it deleted or
-    updated, keys of what it inserted."""
+    updated, keys of what it inserted (a file it added stands for all its references)."""
     p_changed = [*diff.p_del, *(p.id for p in diff.p_upd)]
     r_changed = [*diff.r_del, *((r.filename, r.partition_id) for r in diff.r_upd)]
     f_changed = [*diff.f_del, *(f.filename for f in diff.f_upd)]
+    new_files = {f.filename for f in diff.f_ins}
     return {
         "p": [before.partitions[p].to_dict() for p in p_changed], "pi": [p.id for p in diff.p_ins],
         "r": [_ref_row(before.references[k]) for k in r_changed],
-        "ri": [[r.filename, r.partition_id] for r in diff.r_ins],
+        # the references of a file the commit added go with it ("fi"): only others are listed
+        "ri": [[r.filename, r.partition_id] for r in diff.r_ins if r.filename not in new_files],
         "f": [[f, before.files[f].update_time] for f in f_changed], "fi": [f.filename for f in diff.f_ins],
         "t": [before.tombstones[n].to_dict() for n in diff.t_del], "ti": [t.number for t in diff.t_ins],
         "dc": before.delete_count if diff.delete_count is not None else None,
@@ -70,6 +72,8 @@ def undo(state: TableState, record: dict[str, Any]) -> None:
         state.put_reference(FileReference(*row))
     for name in record["fi"]:
         state.files.pop(name, None)
+        for pid in list(state.refs_by_file.get(name, ())):
+            state.remove_reference(name, pid)
     for name, update_time in record["f"]:
         state.files[name] = FileRecord(name, update_time)
     for n in record["ti"]:
