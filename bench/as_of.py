@@ -16,10 +16,12 @@ And the commit cost of the history row: a small compaction commit and an AddFile
 ``--refs`` files, with and without the history row (written by every commit; turned off
 here by replacing the function that writes it).
 
-Files are not read: an as-of query reads its files as a current query does; only the
-metadata read differs.
+(a)-(e) read no file: an as-of query reads its files as a current query does; only the
+metadata read differs. (f) is the whole query, ``Table.query(keys=[k])`` against
+``Table.query(keys=[k], as_of=N)``, on a table of ``--rows`` rows in 16 leaves,
+compacted after a delete of half its records.
 
-    .venv/bin/python bench/as_of.py [--refs 100000] [--commits 500] [--reps 5]
+    .venv/bin/python bench/as_of.py [--refs 100000] [--commits 500] [--reps 5] [--rows 1000000]
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ def main() -> None:
     ap.add_argument("--refs", type=int, default=100_000)
     ap.add_argument("--commits", type=int, default=500)
     ap.add_argument("--reps", type=int, default=5)
-    args = parse_args(ap, refs=2_000, commits=10, reps=2)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    args = parse_args(ap, refs=2_000, commits=10, reps=2, rows=20_000)
 
     from _common import bench_sleeper
 
@@ -114,6 +117,33 @@ def main() -> None:
               f"{small_without * 1000:.1f} ms without: ratio {small_with / small_without:.2f}")
         print(f"(e) AddFiles of {args.refs:,} files: {big_with:.2f} s with history, {big_without:.2f} s without: "
               f"ratio {big_with / big_without:.2f}")
+        _query(s, args.rows, args.reps)
+
+
+def _query(s: Any, rows: int, reps: int) -> None:
+    """(f) an exact-key query of a real table (16 leaves, compacted after a delete),
+    through ``Table.query``, now and as of before the delete."""
+    import random
+
+    from sleeper_ops.demo import SYSTEM_TEST_SCHEMA, generate_rows, split_points
+
+    t = s.create_table("asof", SYSTEM_TEST_SCHEMA, split_points=split_points(15),
+                       properties={"sleeper.table.delete.purge.hours": "0"})
+    data = generate_rows(rows, seed=7)
+    t.ingest(data)
+    before = t.history(1)[0].number
+    keys = data.column("key").to_pylist()
+    t.delete(ranges=[(min(keys), max(keys))], where="timestamp % 2 = 0")
+    t.compact(runner="local")
+    rng = random.Random(1)
+    probe = [rng.choice(keys) for _ in range(reps * 20)]
+    t.query(keys=[probe[0]])
+    t.query(keys=[probe[0]], as_of=before)
+    now = statistics.median([_median(lambda k=k: t.query(keys=[k]), 1) for k in probe])  # type: ignore[misc]
+    old = statistics.median([_median(lambda k=k: t.query(keys=[k], as_of=before), 1)  # type: ignore[misc]
+                             for k in probe])
+    print(f"(f) exact-key query, {rows:,} rows in 16 leaves: p50 {now * 1000:.2f} ms now, "
+          f"{old * 1000:.2f} ms as of before the delete: ratio {old / now:.1f}")
 
 
 if __name__ == "__main__":
