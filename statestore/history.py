@@ -139,7 +139,10 @@ def _records_by_file(state: TableState) -> dict[str, int]:
 
 def _job_of(txn: Transaction) -> Optional[str]:
     job = getattr(txn, "job_id", None)  # a compaction commit names its job
-    return job if isinstance(job, str) else None
+    if isinstance(job, str):
+        return job
+    jobs = sorted({a.job_id for a in getattr(txn, "assignments", ())})  # job assignment: the jobs created
+    return None if not jobs else ",".join(jobs) if len(jobs) <= 3 else f"{len(jobs)} jobs"
 
 
 def _detail(txn: Transaction, before: TableState, after: TableState) -> Optional[str]:

@@ -67,7 +67,7 @@ def test_history_summarises_each_transaction_newest_first(store: StateStore):
         ("delete_files", 0, 0, 0, 0, None),
         ("delete_records", 0, 0, 0, 0, None),
         ("replace_file_references", 1, 2, 15, 15, "j1"),
-        ("assign_job_ids", 0, 0, 0, 0, None),
+        ("assign_job_ids", 0, 0, 0, 0, "j1"),
         ("add_files", 3, 0, 22, 0, None),
     ]
     assert got[1].detail == "forgot 1 unreferenced file"
