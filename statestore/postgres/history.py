@@ -10,8 +10,8 @@
 * :meth:`HistoryMixin.state_as_of` reads, in one REPEATABLE READ transaction, the whole
   current state and the undo records numbered above the one asked for, and undoes them
   newest first (:func:`undo`): the cost is the table's size plus the changes since.
-* :func:`prune_history` forgets rows from the old end once older than the table's
-  retention, never leaving a gap: every row numbered above a kept row is kept.
+* :func:`prune_history` forgets rows from the old end once no retained state needs
+  them, never leaving a gap: every row numbered above a kept row is kept.
 """
 
 from __future__ import annotations
@@ -100,11 +100,15 @@ def log_history(cur: psycopg.Cursor[Any], table_id: str, txn: Transaction, diff:
 
 
 def prune_history(cur: psycopg.Cursor[Any], table_id: str, before_ms: int) -> int:
-    """Forget the table's history rows numbered below the first row applied at or after
-    ``before_ms`` (all but the newest when none is); returns how many."""
-    cur.execute("DELETE FROM table_history WHERE table_id = %(t)s AND number < COALESCE("
-                " (SELECT min(number) FROM table_history WHERE table_id = %(t)s AND applied_ms >= %(ms)s),"
-                " (SELECT max(number) FROM table_history WHERE table_id = %(t)s))", {"t": table_id, "ms": before_ms})
+    """Forget the table's history rows no retained state needs; returns how many. Kept:
+    the newest row applied before ``before_ms`` (the state current when the retention
+    began: its successor is inside it) and every row numbered above it -- and, should
+    committers' clocks disagree, every row numbered above the first applied at or after
+    ``before_ms``."""
+    cur.execute("DELETE FROM table_history WHERE table_id = %(t)s AND number < LEAST("
+                " COALESCE((SELECT max(number) FROM table_history WHERE table_id = %(t)s AND applied_ms < %(ms)s), 0),"
+                " COALESCE((SELECT min(number) FROM table_history WHERE table_id = %(t)s AND applied_ms >= %(ms)s),"
+                " 9223372036854775807))", {"t": table_id, "ms": before_ms})
     return cur.rowcount
 
 

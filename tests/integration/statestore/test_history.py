@@ -158,3 +158,26 @@ def test_pruning_forgets_only_history_no_retained_state_needs(store: StateStore)
     assert got.state.canonical() == after[-1][1], "the newest state is always retained"
     with pytest.raises(HistoryError):
         resolve_as_of(store, tid, "t", after[0][0], retention=60 * MINUTE, now_ms=later)
+
+
+@pytest.mark.integration
+def test_postgres_pruning_keeps_the_state_current_when_the_retention_began(pg_dsn):
+    from statestore.postgres import PostgresStateStore
+
+    with PostgresStateStore(pg_dsn) as store:
+        tid = new_table(store, **{"sleeper.table.history.retention.minutes": "60"})
+        numbers = [n for n, _ in _work(store, tid)]
+        base = 1_800_000_000_000
+
+        def spread(cur) -> None:  # type: ignore[no-untyped-def]
+            for i, number in enumerate(numbers):  # a transaction a minute
+                cur.execute("UPDATE table_history SET applied_ms = %s WHERE table_id = %s AND number = %s",
+                            (base + i * MINUTE, tid, number))
+
+        store._run("spread the history", spread)
+        now = base + 3 * MINUTE + 30_000 + 60 * MINUTE  # the retention began between the 4th and 5th
+        assert store.prune_history(tid, now) == 3
+        got = resolve_as_of(store, tid, "t", numbers[3], retention=60 * MINUTE, now_ms=now)
+        assert got.number == numbers[3], "its successor committed within the retention"
+        with pytest.raises(HistoryError, match="no transaction"):
+            resolve_as_of(store, tid, "t", numbers[2], retention=60 * MINUTE, now_ms=now)
