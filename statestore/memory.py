@@ -13,10 +13,11 @@ from statestore.catalog import TableInfo
 from statestore.changes import TableChanges, is_token_of
 from statestore.client_writes import ClientWrite, ClientWriteRecord
 from statestore.errors import BookkeepingError, BufferFullError, TableExistsError, TableNotFoundError
-from statestore.history import HistoryError, TransactionSummary, fragment_of, replay, summarise
+from statestore.history import TransactionSummary, fragment_of, summarise
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
 from statestore.jobs import JobRecord, check_job_bookkeeping, now_ms, saves_over
 from statestore.leases import Lease
+from statestore.memory_history import MemoryHistoryMixin
 from statestore.partitions import Partition
 from statestore.properties import apply_update, check_combination, validate_properties, validate_values
 from statestore.schema import Schema
@@ -28,7 +29,7 @@ from statestore.transactions import InitialisePartitions, Touches, Transaction
 CHANGE_HISTORY = 10_000
 
 
-class InMemoryStateStore(StateStore):
+class InMemoryStateStore(MemoryHistoryMixin, StateStore):
     """All tables in process memory, one lock for all commits."""
 
     def __init__(self) -> None:
@@ -190,31 +191,6 @@ class InMemoryStateStore(StateStore):
         with self._lock:
             self._state(table_id)
             return self._versions[table_id]
-
-    # ----- history (statestore.history): every commit, replayed from the first state ------
-    def history(self, table_id: str, *, limit: int = 20, upto: Optional[int] = None) -> list[TransactionSummary]:
-        with self._lock:
-            self._state(table_id)
-            found = [h for h, _ in reversed(self._history[table_id]) if upto is None or h.number <= upto]
-            return found[:max(0, limit)]
-
-    def history_after(self, table_id: str, number: int) -> Optional[TransactionSummary]:
-        with self._lock:
-            self._state(table_id)
-            return next((h for h, _ in self._history[table_id] if h.number > number), None)
-
-    def number_at(self, table_id: str, time_ms: int) -> Optional[int]:
-        with self._lock:
-            self._state(table_id)
-            return max((h.number for h, _ in self._history[table_id] if h.time_ms <= time_ms), default=None)
-
-    def state_as_of(self, table_id: str, number: int) -> TableState:
-        with self._lock:
-            self._state(table_id)
-            log = self._history[table_id]
-            if not 0 <= number <= len(log):
-                raise HistoryError(f"table {table_id} has no transaction {number}")
-            return replay(self._first_states[table_id].copy(), (t for _, t in log[:number]))
 
     def changes_since(self, table_id: str, since: Any = None) -> TableChanges:
         """See :meth:`StateStore.changes_since`: rows the commits since ``since`` touched
