@@ -39,7 +39,9 @@ Guarantees:
   time). The scan reads the table as it was right after that transaction
   (:mod:`sleeper_ops.query.as_of`): resolved once, when the scan is planned (a time
   becomes the number of the last transaction at or before it), and every input
-  partition reads that same state, files only: the write buffer is excluded. A time
+  partition reads that same state, files only: the write buffer is excluded. Each input
+  partition carries the part of the state it reads (its leaf's chain of partitions and
+  their references), so the state is rebuilt once, on the driver, not once a task. A time
   before the table's history retention, or a number it never had, fails the planning
   in one line.
 
@@ -69,7 +71,9 @@ from sleeper_ops.errors import ConfigError, QueryError
 from sleeper_ops.query.runner import exact_key_region
 from sleeper_ops.query.sql_keys import Interval, everything, intersect, union
 from statestore.errors import NotSupportedError
+from statestore.history import AsOfState
 from statestore.region import Range, Region
+from statestore.state import TableState
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -145,9 +149,11 @@ class SleeperDataSource(DataSource):
 
 class LeafPartition(InputPartition):
     """One leaf partition to read: ``regions``, its region cut by the pushed key filters;
-    ``as_of``: the transaction whose state to read (None: the current state and buffer)."""
+    ``as_of``: the part of an as-of state it reads (None: the current state and buffer):
+    the leaf, its ancestors and their children, the ancestors' and the leaf's references
+    and the tombstones, taken on the driver, so a task reads no state of its own."""
 
-    def __init__(self, leaf: str, regions: Sequence[Region], as_of: Optional[int] = None):
+    def __init__(self, leaf: str, regions: Sequence[Region], as_of: Optional[AsOfState] = None):
         super().__init__(leaf)
         self.leaf, self.regions, self.as_of = leaf, list(regions), as_of
 
@@ -234,13 +240,13 @@ class SleeperReader(DataSourceReader):
 
                 state = resolve(s.state_store, info, self.as_of)
                 return (FixedMetadata(s.state_store, info, state).plan(
-                    lambda meta: self._plan(meta, False, state.number)) or [LeafPartition("", [])])
+                    lambda meta: self._plan(meta, False, state)) or [LeafPartition("", [])])
             # read before the plan: a flush in between leaves its records in files the plan sees
             buffered = _buffered(s.state_store, info.table_id)
             return (TableMetadata(s.state_store, info.table_id).plan(lambda meta: self._plan(meta, buffered))
                     or [LeafPartition("", [])])
 
-    def _plan(self, meta: Any, buffered: bool, as_of: Optional[int] = None) -> list[InputPartition]:
+    def _plan(self, meta: Any, buffered: bool, as_of: Optional[AsOfState] = None) -> list[InputPartition]:
         """The leaves to read: those overlapping the intervals with a reference in them or
         an ancestor, or (``buffered``: the write buffer holds records) all of them."""
         by_leaf: dict[str, list[Region]] = {}
@@ -252,7 +258,8 @@ class SleeperReader(DataSourceReader):
                 region = _cut(p.region, cut)
                 if region is not None:
                     by_leaf.setdefault(p.id, []).append(region)
-        return [LeafPartition(leaf, regions, as_of) for leaf, regions in sorted(by_leaf.items())]
+        return [LeafPartition(leaf, regions, None if as_of is None else _slice(meta, leaf, as_of))
+                for leaf, regions in sorted(by_leaf.items())]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The records of the partition's regions, as Arrow record batches in key order."""
@@ -264,10 +271,32 @@ class SleeperReader(DataSourceReader):
             if as_of is None:
                 yield from s.table(self.table).query_batches(regions=regions)
                 return
-            from sleeper_ops.query.as_of import as_of_runner
+            from sleeper_ops.query.as_of import FixedMetadata
+            from sleeper_ops.query.runner import QueryRunner
 
-            with as_of_runner(s.state_store, s.objects, s.state_store.get_table(self.table), as_of) as runner:
+            info = s.state_store.get_table(self.table)
+            runner = QueryRunner(s.state_store, s.objects, info, threads=1, buffer=False,
+                                 metadata=FixedMetadata(s.state_store, info, as_of))
+            try:
                 yield from runner.stream(regions)
+            finally:
+                runner.close()
+
+
+def _slice(meta: Any, leaf: str, as_of: AsOfState) -> AsOfState:
+    """The part of ``as_of`` (planned as ``meta``) a read of ``leaf`` needs: the leaf and
+    its ancestors with their references, their children (the walk from the root looks
+    them up), and the tombstones."""
+    chain, p = [], meta.partitions.get(leaf)
+    while p is not None:
+        chain.append(p)
+        p = meta.partitions.get(p.parent_id) if p.parent_id is not None else None
+    parts = {q.id: q for q in chain}
+    for q in chain:
+        parts.update({c: meta.partitions[c] for c in q.child_ids})
+    state = TableState.of(parts.values(), [r for q in chain for r in meta.references_in(q.id)])
+    state.tombstones = dict(meta.tombstones)
+    return AsOfState(as_of.number, as_of.time_ms, state)
 
 
 def _unbounded(schema: Schema) -> list[Range]:
