@@ -208,6 +208,14 @@ def resolve_as_of(store: StateStore, table_id: str, table_name: str, as_of: AsOf
     :class:`HistoryError` a time before the retention (``now_ms - retention``), a
     number the table never had (or whose history is gone), and a state no longer
     retained (see the module docstring)."""
+    number, time_ms = resolve_number(store, table_id, table_name, as_of, retention=retention, now_ms=now_ms)
+    return AsOfState(number, time_ms, store.state_as_of(table_id, number))
+
+
+def resolve_number(store: StateStore, table_id: str, table_name: str, as_of: AsOf, *, retention: int,
+                   now_ms: int) -> tuple[int, int]:
+    """The number and time of the transaction :func:`resolve_as_of` reads the state
+    after, with its refusals; reads a few history entries, not the state."""
     start = now_ms - retention
     if isinstance(as_of, datetime.datetime):
         when = int(as_of.timestamp() * 1000)
@@ -229,7 +237,7 @@ def resolve_as_of(store: StateStore, table_id: str, table_name: str, as_of: AsOf
     if successor is not None and successor.time_ms < start:
         raise HistoryError(f"transaction {number} of table {table_name!r} was replaced at {_iso(successor.time_ms)}, "
                            f"before its {retention // 60_000}-minute history retention ({_iso(start)})")
-    return AsOfState(number, found[0].time_ms, store.state_as_of(table_id, number))
+    return number, found[0].time_ms
 
 
 def replay(base: TableState, transactions: Iterable[Transaction]) -> TableState:

@@ -157,8 +157,8 @@ class Sleeper:
         if as_of is not None:  # every table as of then, buffer excluded (sleeper_ops.query.as_of)
             from sleeper_ops.query.as_of import as_of_runner
 
-            return SqlEngine(self.state_store, lambda info: as_of_runner(self.state_store, self.objects, info,
-                                                                         as_of)).execute(text)
+            return SqlEngine(self.state_store, lambda info: as_of_runner(
+                self.state_store, self.objects, info, as_of, cache=self.queries.as_of_states)).execute(text)
         return SqlEngine(self.state_store, lambda info: contextlib.nullcontext(self.queries.runner(info))).execute(text)
 
 
@@ -288,8 +288,10 @@ class Table:
         if as_of is not None:
             from sleeper_ops.query.as_of import as_of_runner, mark_as_of
 
+            queries = self.sleeper.queries
             with as_of_runner(self.sleeper.state_store, self.sleeper.objects, self._fresh(), as_of,
-                              iterators=iterators) as runner:
+                              iterators=iterators, cache=queries.as_of_states,
+                              pool=queries.runner(self.info)._pool) as runner:
                 assert runner.as_of is not None
                 return mark_as_of(runner.query(rs, buffer=False), runner.as_of)
         try:

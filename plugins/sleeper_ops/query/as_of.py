@@ -22,9 +22,13 @@ resolved inside the retention finds them.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import copy
 import datetime
+import threading
 import time
+from concurrent.futures import Executor
 from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 import pyarrow as pa
@@ -34,7 +38,8 @@ from sleeper_ops.query.metadata import TableMetadata
 from sleeper_ops.query.runner import QueryRunner
 from statestore.catalog import TableInfo
 from statestore.changes import TableChanges
-from statestore.history import AsOf, AsOfState, parse_as_of, resolve_as_of, retention_ms
+from statestore.history import AsOf, AsOfState, parse_as_of, resolve_as_of, resolve_number, retention_ms
+from statestore.state import TableState
 from statestore.store import StateStore
 
 T = TypeVar("T")
@@ -52,11 +57,19 @@ class FixedMetadata(TableMetadata):
 
     def __init__(self, state_store: StateStore, info: TableInfo, as_of: AsOfState) -> None:
         super().__init__(state_store, info.table_id)
+        self.as_of = AsOfState(as_of.number, as_of.time_ms, TableState())  # what it was built from, not kept
         self._apply(TableChanges.whole(info, ("as-of", as_of.number), as_of.state))
 
     def plan(self, fn: Callable[[TableMetadata], T]) -> T:
         with self._lock:
             return fn(self)
+
+    def with_table(self, info: TableInfo) -> FixedMetadata:
+        """The same state with the catalog entry ``info`` (the table's current properties:
+        its iterators apply to as-of reads as they are now); shares the state, read-only."""
+        out = copy.copy(self)
+        out.table, out._lock = info, threading.Lock()
+        return out
 
 
 def as_of_value(value: Any) -> AsOf:
@@ -80,16 +93,49 @@ def resolve(state_store: StateStore, info: TableInfo, as_of: Any, *, now_ms: Opt
                          now_ms=now)
 
 
+class AsOfCache:
+    """The metadata of the last few as-of states read, by table id and transaction
+    number (a state as of a transaction never changes), so repeated as-of reads skip
+    rebuilding it. Thread-safe; holds at most ``size`` states."""
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self._items: collections.OrderedDict[tuple[str, int], FixedMetadata] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, int]) -> Optional[FixedMetadata]:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[str, int], meta: FixedMetadata) -> None:
+        with self._lock:
+            self._items[key] = meta
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
 @contextlib.contextmanager
 def as_of_runner(state_store: StateStore, objects: ObjectStore, info: TableInfo, as_of: Any, *,
-                 now_ms: Optional[int] = None, threads: int = 4,
-                 iterators: Sequence[Any] = ()) -> Iterator[QueryRunner]:
+                 now_ms: Optional[int] = None, threads: int = 4, iterators: Sequence[Any] = (),
+                 cache: Optional[AsOfCache] = None, pool: Optional[Executor] = None) -> Iterator[QueryRunner]:
     """A runner over the table as of ``as_of`` that reads no write buffer, closed on exit;
-    its ``as_of`` attribute is the :class:`~statestore.history.AsOfState` read."""
-    state = resolve(state_store, info, as_of, now_ms=now_ms)
+    its ``as_of`` attribute is the :class:`~statestore.history.AsOfState` read. The
+    refusals are checked on every call; the state comes from ``cache`` when it holds it.
+    ``pool``: threads to read in, shared and left open (default: ``threads`` of its own)."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    number, when = resolve_number(state_store, info.table_id, info.name, as_of_value(as_of),
+                                  retention=retention_ms(info), now_ms=now)
+    meta = cache.get((info.table_id, number)) if cache is not None else None
+    if meta is None:
+        meta = FixedMetadata(state_store, info, AsOfState(number, when, state_store.state_as_of(info.table_id, number)))
+        if cache is not None:
+            cache.put((info.table_id, number), meta)
     runner = QueryRunner(state_store, objects, info, threads=threads, iterators=iterators,
-                         metadata=FixedMetadata(state_store, info, state), buffer=False)
-    runner.as_of = state
+                         metadata=meta.with_table(info), buffer=False, pool=pool)
+    runner.as_of = meta.as_of
     try:
         yield runner
     finally:

@@ -109,7 +109,8 @@ class QueryRunner:
         self.metadata = metadata if metadata is not None else TableMetadata(state_store, table.table_id)
         self.buffered = BufferedRows(state_store, table.table_id, self.schema)
         self.reads_buffer = buffer
-        #: the state an as-of runner reads (:class:`statestore.history.AsOfState`), else None
+        #: the transaction an as-of runner reads (:class:`statestore.history.AsOfState`: its number
+        #: and time; the state itself is in ``metadata``), else None
         self.as_of: Optional[AsOfState] = None
 
     def _current_plan(self, meta: TableMetadata) -> None:

@@ -84,3 +84,22 @@ def test_query_and_sql_as_of_say_on_stderr_that_the_buffer_is_excluded(table, ru
 def test_as_of_refuses_bad_input_in_one_line(table, run, as_of, fragments):  # type: ignore[no-untyped-def]
     assert_one_line_error(run("query", "t", "--key", '"kiwi"', "--as-of", as_of), *fragments)
     assert_one_line_error(run("sql", "SELECT * FROM t", "--as-of", as_of), *fragments)
+
+
+def test_repeated_as_of_reads_rebuild_the_state_once_and_apply_the_current_iterators(sleeper, monkeypatch):
+    schema = {"rowKeyFields": [{"name": "key", "type": "LongType"}], "valueFields": [{"name": "n", "type": "LongType"}]}
+    t = sleeper.create_table("agg", schema)
+    t.ingest(pa.table({"key": pa.array([1], pa.int64()), "n": pa.array([2], pa.int64())}))
+    t.ingest(pa.table({"key": pa.array([1], pa.int64()), "n": pa.array([3], pa.int64())}))
+    number = t.history(1)[0].number
+    t.delete(keys=[1])
+    store, rebuilt = sleeper.state_store, []
+    real = store.state_as_of
+    monkeypatch.setattr(store, "state_as_of", lambda tid, n: rebuilt.append(n) or real(tid, n))
+
+    assert sorted(r["n"] for r in t.query(keys=[1], as_of=number).to_pylist()) == [2, 3]
+    sleeper.set_properties("agg", {"sleeper.table.iterator.aggregation": "sum(n)"})
+    assert sleeper.table("agg").query(keys=[1], as_of=number).to_pylist() == [{"key": 1, "n": 5}]
+    assert rebuilt == [number], "the second read took the state from the cache"
+    with pytest.raises(HistoryError, match="no transaction"):
+        t.query(keys=[1], as_of=number + 100)
