@@ -4,7 +4,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export SLEEPER_HOME ?= .sleeper
 
-.PHONY: install browser demo airflow cluster lint test test-unit bench clean
+.PHONY: install browser redis demo airflow cluster lint test test-unit bench clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -23,6 +23,14 @@ browser:
 	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1)) \
 	  || echo "chromium not installed: the status page screenshot test will skip"; }
 
+# Redis, the Celery broker of sleeper cluster: Debian's redis-server, installed when missing
+# and we are root (sleeper cluster says how to install it when there is none).
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -q --no-install-recommends redis-server >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends redis-server >/dev/null 2>&1)) \
+	  || echo "redis-server not installed: sleeper cluster and its test need it"; }
+
 demo: install
 	$(BIN)/sleeper demo
 
@@ -31,9 +39,12 @@ PORT ?= 8080
 airflow: install
 	$(BIN)/sleeper airflow --port $(PORT)
 
-# A Spark standalone master, 2 workers and the Sleeper Spark service (sleeper cluster); Ctrl-C stops them.
-cluster: install
-	$(BIN)/sleeper cluster
+# The scaled-out shape (sleeper cluster): Airflow with the CeleryExecutor (2 workers, Redis),
+# S3 and DynamoDB on moto (STATE_STORE=postgres: PostgreSQL), a Spark master, 2 workers and
+# the Sleeper Spark service; Ctrl-C stops them all.
+STATE_STORE ?= dynamodb
+cluster: install redis
+	$(BIN)/sleeper cluster --state-store $(STATE_STORE) --port $(PORT)
 
 # ruff, mypy (statestore and sleeper_ops) and the import contracts (docs/LAYERING.md).
 lint: install
@@ -44,13 +55,22 @@ lint: install
 # The tests in parallel (pytest-xdist, TEST_WORKERS processes: they mostly wait on
 # subprocesses and servers, so more workers than cores), each module whole on one worker
 # (--dist loadfile: a module-scoped Airflow server or Spark session starts once; xdist's
-# loadgroup does not group under pytest 9). Prints the slowest tests and the total time.
+# loadgroup does not group under pytest 9). The lint runs meanwhile (mypy is a minute of
+# one core), its output printed after the tests'; either failing fails the target.
+# Prints the slowest tests and the total time.
 TEST_WORKERS ?= 4
-test:
-	@start=$$(date +%s); \
-	$(MAKE) --no-print-directory lint browser && \
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15; \
-	rc=$$?; echo "make test: $$(( $$(date +%s) - start )) s in all (lint and tests), exit $$rc"; exit $$rc
+PYTEST_ARGS ?=
+# Byte code is written (a test run starts hundreds of Python processes; an environment
+# that sets PYTHONDONTWRITEBYTECODE would have each compile our modules afresh).
+test: export PYTHONDONTWRITEBYTECODE :=
+test: install browser redis
+	@start=$$(date +%s); lintlog=$$(mktemp); \
+	( $(MAKE) --no-print-directory lint >$$lintlog 2>&1; echo $$? >>$$lintlog.rc ) & \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS); \
+	rc=$$?; wait; lrc=$$(cat $$lintlog.rc); \
+	if [ "$$lrc" != 0 ]; then echo "lint failed (exit $$lrc):"; cat $$lintlog; [ $$rc != 0 ] || rc=$$lrc; fi; \
+	rm -f $$lintlog $$lintlog.rc; \
+	echo "make test: $$(( $$(date +%s) - start )) s in all (lint and tests), exit $$rc"; exit $$rc
 
 test-unit: install
 	$(BIN)/python -m pytest -q tests/unit

@@ -10,7 +10,7 @@ its history (:meth:`StateStore.state_as_of <statestore.store.StateStore.state_as
 * in memory, by replaying the table's transactions from its first state;
 * on PostgreSQL, by undoing, newest first, the transactions after the one asked for:
   each commit logs the before-images of the rows it changed in ``table_history``
-  (``include/sql/010_table_history.sql``; docs/adr/0006-time-travel.md says why);
+  (``include/sql/010_table_history.sql``; docs/adr/0007-time-travel.md says why);
 * on DynamoDB, by loading the newest snapshot at or before it and replaying the log up
   to it.
 

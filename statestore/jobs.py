@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 
 from statestore.errors import BookkeepingError
 
-JOB_KINDS = ("compaction", "split", "ingest", "bulk_import", "gc", "flush")
+JOB_KINDS = ("compaction", "split", "ingest", "bulk_import", "gc", "flush", "export")
 JOB_STATUSES = ("created", "started", "finished", "committed", "failed")
 
 

@@ -20,7 +20,7 @@ from statestore.errors import PropertyError
 
 _SIZE_RE = re.compile(r"^([0-9]+)([KMGT]?)$", re.IGNORECASE)
 _SIZE_MULT = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush", "bulk_import")
+OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush", "bulk_import", "export")
 CRON_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "none")
 
 
@@ -84,6 +84,15 @@ def _choice(*options: str) -> Callable[[str], None]:
     return check
 
 
+def _fraction(v: str) -> None:
+    try:
+        f = float(v)
+    except ValueError:
+        raise ValueError("expected a number from 0 to 1") from None
+    if not 0 <= f <= 1:
+        raise ValueError("expected a number from 0 to 1")
+
+
 def _size(v: str) -> None:
     parse_size(v)
 
@@ -111,11 +120,51 @@ def _callable_path(v: str) -> None:
         raise ValueError("expected module.path:function")
 
 
+_ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]+$")
+
+
+def _role_arn(v: str) -> None:
+    if not _ROLE_ARN_RE.match(v):
+        raise ValueError("expected an IAM role ARN, arn:aws:iam::ACCOUNT:role/NAME")
+
+
+def _s3_prefix(v: str) -> None:
+    if not v.startswith("s3://") or len(v.rstrip("/")) <= len("s3://"):
+        raise ValueError("expected an s3://bucket/prefix URI")
+
+
+def _iso_time(v: str) -> None:
+    from datetime import datetime
+
+    try:
+        datetime.fromisoformat(v)
+    except ValueError:
+        raise ValueError("expected an ISO 8601 date or time, e.g. 2026-03-01 or 2026-03-01T06:00") from None
+
+
+def _positive_hours(v: str) -> None:
+    try:
+        hours = float(v)
+    except ValueError:
+        raise ValueError("expected a number of hours, e.g. 6 or 0.5") from None
+    if not hours > 0 or hours == float("inf"):
+        raise ValueError("must be a positive number of hours")
+
+
 def _schedule(v: str) -> None:
     if v in CRON_PRESETS:
         return
     if len(v.split()) != 5:
         raise ValueError(f"expected a 5-field cron expression or one of {', '.join(CRON_PRESETS)}")
+
+
+BULK_IMPORT_PLATFORMS = ("spark", "emr_serverless")
+BULK_IMPORT_PLATFORM = "sleeper.table.bulk.import.platform"
+#: the EMR Serverless settings of a table whose bulk import platform is ``emr_serverless``
+#: (named after Sleeper's ``sleeper.bulk.import.emr.serverless.*`` instance properties)
+EMR_APPLICATION_ID = "sleeper.table.bulk.import.emr.serverless.application.id"
+EMR_EXECUTION_ROLE = "sleeper.table.bulk.import.emr.serverless.execution.role.arn"
+EMR_PACKAGE = "sleeper.table.bulk.import.emr.serverless.package"
 
 
 @dataclass(frozen=True)
@@ -170,10 +219,34 @@ _DEFS = [
     PropertyDef("sleeper.table.bulk.import.source", None,
                 "Where the table's dated bulk import DAG reads: a template on the run's data interval, e.g. "
                 "s3://raw/events/{{ data_interval_start | ds }}/ (several separated by commas).", _non_empty),
+    PropertyDef("sleeper.table.export.destination", None,
+                "Where the table's dated export DAG writes: a directory or s3:// prefix, a template on the run's "
+                "data interval, e.g. s3://exports/events/{{ data_interval_start | ds }}/ (one export a date).",
+                _non_empty),
+    PropertyDef("sleeper.table.bulk.import.start", None,
+                "The dated bulk import DAG's first run is for the first interval starting at or after this UTC "
+                "date or time (ISO 8601, e.g. 2026-03-01); set to the time of setting the source when not given. "
+                "Backfills may still run earlier dates.", _iso_time),
+    PropertyDef("sleeper.table.bulk.import.wait.hours", "6",
+                "A dated bulk import run whose source has no input files yet waits for them this many hours "
+                "(in Airflow's triggerer, holding no worker slot), then fails saying what it found missing.",
+                _positive_hours),
     PropertyDef("sleeper.table.bulk.import.min.leaf.partitions", "64",
                 "A bulk import into an empty table with fewer leaf partitions splits it first (into a table "
                 "with data: in proportion to the import's share), at medians of the table and the input.",
                 _positive_int),
+    PropertyDef("sleeper.table.bulk.import.platform", "spark",
+                "Where the dated bulk import DAG runs Spark: spark (the configuration's Spark master or "
+                "service) or emr_serverless (an EMR Serverless job; needs the three emr.serverless properties).",
+                _choice(*BULK_IMPORT_PLATFORMS)),
+    PropertyDef(EMR_APPLICATION_ID, None, "The EMR Serverless application (Spark) that runs bulk imports.",
+                _non_empty),
+    PropertyDef(EMR_EXECUTION_ROLE, None,
+                "The IAM role an EMR Serverless bulk import job runs as (reads the sources and the package, "
+                "writes the table's files and its state store).", _role_arn),
+    PropertyDef(EMR_PACKAGE, None,
+                "Where 'sleeper bulk-import --package' put the job's entry point, library and configuration "
+                "(s3://bucket/prefix).", _s3_prefix),
     PropertyDef("sleeper.table.ingest.batcher.job.min.size", "1G", "Smallest ingest batcher job (bytes).", _size),
     PropertyDef("sleeper.table.ingest.batcher.job.max.size", "5G", "Largest ingest batcher job (bytes).", _size),
     PropertyDef("sleeper.table.ingest.batcher.bulk.import.min.size", "2G",
@@ -204,9 +277,15 @@ _DEFS = [
                 "A deleted record stays in a data file at most about this long: compaction job creation makes "
                 "jobs for files holding records deleted longer ago, even when the strategy would not.",
                 _non_negative_int),
+    PropertyDef("sleeper.table.ageoff.rewrite.fraction", "0.5",
+                "With the age-off iterator set, compaction job creation makes a job of a file once more than "
+                "this fraction of its records have expired (garbage collection drops files wholly expired "
+                "without a rewrite).", _fraction),
 ]
+EMR_PROPERTIES = (EMR_APPLICATION_ID, EMR_EXECUTION_ROLE, EMR_PACKAGE)
 _DEFAULT_SCHEDULES = {"split": "*/10 * * * *", "compaction": "*/5 * * * *", "gc": "*/15 * * * *",
-                      "ingest_batcher": "* * * * *", "flush": "* * * * *", "bulk_import": "@daily"}
+                      "ingest_batcher": "* * * * *", "flush": "* * * * *", "bulk_import": "@daily",
+                      "export": "@daily"}
 for _op in OPERATIONS:
     _DEFS.append(PropertyDef(f"sleeper.table.schedule.{_op}", _DEFAULT_SCHEDULES[_op],
                              f"Airflow schedule of the {_op} DAG (cron or preset, 'none' for manual only).", _schedule))
@@ -226,7 +305,9 @@ def check_combination(props: Mapping[str, str]) -> None:
     * the orphan grace must exceed the compaction job retry time: a job retried after
       that long may still be writing the output of its first attempt, which the job's
       record no longer names once the retry has named its own;
-    * the job abandon time must be at least the orphan grace.
+    * the job abandon time must be at least the orphan grace;
+    * bulk import on ``emr_serverless`` needs the EMR application, execution role and
+      package properties (the DAG could not build its job request otherwise).
     """
     eff = effective_properties(props)
     grace, retry, abandon = (int(eff[n] or 0) for n in (GRACE, RETRY, ABANDON))
@@ -235,6 +316,10 @@ def check_combination(props: Mapping[str, str]) -> None:
                             "retry may still be writing an output that no job names any more")
     if abandon < grace:
         raise PropertyError(f"{ABANDON}={abandon} must be at least {GRACE}={grace}")
+    if eff[BULK_IMPORT_PLATFORM] == "emr_serverless":
+        missing = [n for n in EMR_PROPERTIES if not eff[n]]
+        if missing:
+            raise PropertyError(f"{BULK_IMPORT_PLATFORM}=emr_serverless needs {' and '.join(missing)}")
 
 
 def check_backend_limits(props: Mapping[str, str], limits: Mapping[str, tuple[int, str]], backend: str) -> None:

@@ -122,3 +122,13 @@ def pg_empty_dsn(pg_admin_dsn: str) -> Iterator[str]:
     dsn = _create_database(pg_admin_dsn, name)
     yield dsn
     _drop_database(pg_admin_dsn, name)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadfile`` hands out the heaviest modules first (tests/scheduling.py)."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from tests.scheduling import HeaviestFirstScheduling
+
+    return HeaviestFirstScheduling(config, log)

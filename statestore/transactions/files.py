@@ -243,6 +243,47 @@ class ReplaceFileReferences(Transaction):
 
 
 @dataclass(frozen=True)
+class DropFileReferences(Transaction):
+    """Drop references whose records no read would return any more (every record of
+    the file has aged off), without rewriting anything: each ``(filename,
+    partition_id)`` reference is removed, and a file left with none awaits garbage
+    collection like a compaction input.
+
+    Refused, changing nothing, if any reference no longer exists or is assigned to a
+    compaction job (that job will drop the records itself)."""
+
+    TYPE: ClassVar[str] = "drop_file_references"
+    references: tuple[tuple[str, str], ...]
+    update_time: int = field(default_factory=now_ms)
+
+    def touches(self) -> Touches:
+        return Touches(partition_ids=frozenset(p for _, p in self.references),
+                       filenames=frozenset(f for f, _ in self.references))
+
+    def validate(self, state: TableState) -> None:
+        if len(set(self.references)) != len(self.references):
+            raise FileReferenceError("a reference to drop is named twice")
+        for f, pid in self.references:
+            _require_partition(state, pid)
+            ref = _require_reference(state, f, pid)
+            if ref.job_id is not None:
+                raise FileReferenceError(f"file {f} in partition {pid} is assigned to job {ref.job_id}")
+
+    def apply(self, state: TableState) -> None:
+        for f, pid in self.references:
+            state.remove_reference(f, pid)
+            _touch_file(state, f, self.update_time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "update_time": self.update_time,
+                "references": [{"filename": f, "partition_id": p} for f, p in self.references]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DropFileReferences:
+        return cls(tuple((r["filename"], r["partition_id"]) for r in d["references"]), d["update_time"])
+
+
+@dataclass(frozen=True)
 class DeleteFiles(Transaction):
     """Forget files that garbage collection deleted; refused if any is still referenced."""
 

@@ -8,6 +8,15 @@ fixed at import, so every scenario gets a fresh interpreter with its own environ
     python dag_runner.py test DAGS_FOLDER '[{"dag_id": ..., "conf": {...}, "logical_date": ISO}, ...]'
         Run each DAG with dag.test() in turn (at ``logical_date`` when given); print "=== RUN i ===" before each run's
         log and one JSON line at the end: each run's state and task states.
+    python dag_runner.py serve DAGS_FOLDER
+        Like ``test``, for many requests in one interpreter (Airflow imported and its
+        in-process execution API built once, not once per test): each line on stdin is a
+        JSON request {"env": {...}, "runs": [...]} (or {"env": ..., "parse": FOLDER,
+        "cwd": DIR} for what ``parse`` answers); the environment is reset to the
+        server's own plus ``env`` (SLEEPER_HOME and the like, never AIRFLOW_* settings,
+        which Airflow reads at import), the catalog cache is cleared, the folder is parsed
+        afresh and the runs are made as ``test`` makes them. Each answer ends with a line
+        "=== DONE ===".
     A line "RESULT <json>" carries the answer; everything else is Airflow's log.
 """
 
@@ -17,20 +26,27 @@ import json
 import sys
 import time
 
+_calls = [0]
+
 
 def _count_catalog_queries() -> list[int]:
-    calls = [0]
+    """The number of catalog (list_tables) queries since this call, in ``[0]``; the
+    counting wrappers are installed once per process."""
     from statestore import memory, postgres
 
     for cls in (postgres.PostgresStateStore, memory.InMemoryStateStore):
         original = cls.list_tables
+        if getattr(original, "_counted", False):
+            continue
 
         def counted(self, _original=original):  # type: ignore[no-untyped-def]
-            calls[0] += 1
+            _calls[0] += 1
             return _original(self)
 
+        counted._counted = True  # type: ignore[attr-defined]
         cls.list_tables = counted  # type: ignore[method-assign]
-    return calls
+    _calls[0] = 0
+    return _calls
 
 
 def _schedule(timetable) -> str:  # type: ignore[no-untyped-def]
@@ -110,7 +126,37 @@ def test(folder: str, runs: list[dict]) -> list[dict]:
     return out
 
 
+def serve(folder: str) -> None:
+    import os
+    import traceback
+
+    from sleeper_ops.airflow.dag_factory import clear_catalog_cache
+
+    base, home = dict(os.environ), os.getcwd()
+    given: set[str] = set()
+    for line in sys.stdin:
+        request = json.loads(line)
+        for key in given:  # the last request's variables undone
+            if key in base:
+                os.environ[key] = base[key]
+            else:
+                os.environ.pop(key, None)
+        given = set(request["env"])
+        os.environ.update(request["env"])
+        clear_catalog_cache()
+        try:
+            os.chdir(request.get("cwd") or home)
+            result = parse(request["parse"]) if "parse" in request else test(folder, request["runs"])
+            print("RESULT " + json.dumps(result, default=str), flush=True)
+        except BaseException:  # the test reads the traceback; the server serves on
+            traceback.print_exc(file=sys.stdout)
+        print("=== DONE ===", flush=True)
+
+
 if __name__ == "__main__":
     mode, folder = sys.argv[1], sys.argv[2]
+    if mode == "serve":
+        serve(folder)
+        raise SystemExit(0)
     result = parse(folder) if mode == "parse" else test(folder, json.loads(sys.argv[3]))
     print("RESULT " + json.dumps(result, default=str), flush=True)

@@ -27,13 +27,14 @@ import pytest
 from sleeper_ops import Sleeper
 from sleeper_ops.maintenance.leases import OperationLease, lease_name
 from tests.aging import age_files
+from tests.integration.dag_server import parse_in_server, run_in_server
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
 RUNNER = Path(__file__).with_name("dag_runner.py")
 BIN = Path(sys.executable).parent
 OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush")
-OPTIONAL_OPERATIONS = ("bulk_import",)  # a DAG only for tables with a bulk import source
+OPTIONAL_OPERATIONS = ("bulk_import", "export")  # a DAG only for tables with a source / a destination
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
           "sortKeyFields": [{"name": "ts", "type": "LongType"}],
@@ -91,37 +92,30 @@ def _finish_runs(proc: subprocess.Popen[str], n: int) -> Runs:
 
 
 def run_dags(airflow_home: Path, sleeper_home: Path, *runs: dict[str, Any], **extra: str) -> Runs:
-    """dag.test() each of ``runs`` ({"dag_id": ..., "conf": {...}}) in one subprocess."""
-    return _finish_runs(_start_runs(airflow_home, sleeper_home, list(runs), **extra), len(runs))
+    """dag.test() each of ``runs`` ({"dag_id": ..., "conf": {...}}) in turn: in this
+    worker's DAG server for ``airflow_home`` (:mod:`dag_server`), or in a subprocess of
+    their own when ``extra`` sets what Airflow or Python read only at start-up."""
+    if any(k.startswith("AIRFLOW") or k == "PYTHONPATH" for k in extra):
+        return _finish_runs(_start_runs(airflow_home, sleeper_home, list(runs), **extra), len(runs))
+    out = run_in_server(DAGS, airflow_home, _env(airflow_home, None),
+                        {"SLEEPER_HOME": str(sleeper_home), **extra}, list(runs))
+    result = _result(subprocess.CompletedProcess([], 0, out, ""))
+    return Runs(result, _split_logs(out, len(runs)))
 
 
-def parse_dags(sleeper_home: Optional[Path], folder: Path = DAGS, cwd: Optional[Path] = None,
+def parse_dags(airflow_home: Path, sleeper_home: Optional[Path], folder: Path = DAGS, cwd: Optional[Path] = None,
                **extra: str) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, str(RUNNER), "parse", str(folder)], cwd=cwd,
-                          env=_env(None, sleeper_home, **extra), capture_output=True, text=True, timeout=300)
-    result = _result(proc)
-    result["log"] = proc.stdout + proc.stderr
+    """What ``dag_runner.py parse`` answers for ``folder``, parsed in this worker's DAG
+    server with ``extra`` and SLEEPER_HOME (unless None) set, and ``cwd`` (default: the
+    Airflow home) the working directory; ``log``: the parse's output."""
+    env = {**extra, **({"SLEEPER_HOME": str(sleeper_home)} if sleeper_home else {})}
+    out = parse_in_server(folder, airflow_home, _env(airflow_home, None), env, cwd or airflow_home)
+    result = _result(subprocess.CompletedProcess([], 0, out, ""))
+    result["log"] = out
     return result
 
 
 # ----- fixtures --------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def migrated_airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Migrated once per test session (per xdist worker), copied per test."""
-    home = tmp_path_factory.mktemp("airflow-template")
-    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=_env(home, None), check=True,
-                   capture_output=True, timeout=300)
-    return home
-
-
-@pytest.fixture
-def airflow_home(migrated_airflow_home: Path, tmp_path: Path) -> Path:
-    """A migrated AIRFLOW_HOME (SQLite) of this test's own."""
-    home = tmp_path / "airflow"
-    shutil.copytree(migrated_airflow_home, home)
-    return home
-
-
 @pytest.fixture
 def sleeper_home(tmp_path: Path, pg_dsn: str) -> Path:
     home = tmp_path / "sleeper"
@@ -164,20 +158,20 @@ def _references_per_leaf(table: Any) -> dict[str, int]:
 
 
 # ----- parsing -----------------------------------------------------------------------------------
-def test_dag_files_import_without_a_sleeper_home(tmp_path: Path) -> None:
-    result = parse_dags(None, cwd=tmp_path)
+def test_dag_files_import_without_a_sleeper_home(airflow_home: Path, tmp_path: Path) -> None:
+    result = parse_dags(airflow_home, None, cwd=tmp_path)
     assert result["import_errors"] == {}
     assert result["dags"] == {}
     assert "no Sleeper configuration" in result["log"]
 
 
-def test_one_dag_per_table_per_operation_with_schedules_and_params_from_properties(sleeper: Sleeper,
-                                                                                  sleeper_home: Path) -> None:
+def test_one_dag_per_table_per_operation_with_schedules_and_params_from_properties(
+        sleeper: Sleeper, sleeper_home: Path, airflow_home: Path) -> None:
     sleeper.create_table("events", SCHEMA)
     sleeper.create_table("logs", SCHEMA, properties={"sleeper.table.schedule.compaction": "none",
                                                      "sleeper.table.schedule.gc": "@hourly",
                                                      "sleeper.table.compaction.runner": "spark"})
-    result = parse_dags(sleeper_home)
+    result = parse_dags(airflow_home, sleeper_home)
     assert result["import_errors"] == {}
     dags = result["dags"]
     assert sorted(dags) == sorted(f"sleeper_{t}_{op}" for t in ("events", "logs") for op in OPERATIONS)
@@ -207,33 +201,35 @@ def test_one_dag_per_table_per_operation_with_schedules_and_params_from_properti
     assert dags["sleeper_events_flush"]["schedule"] == "* * * * * or sleeper://events/buffer"
 
 
-def test_parsing_100_tables_takes_one_catalog_query(sleeper: Sleeper, sleeper_home: Path) -> None:
+def test_parsing_100_tables_takes_one_catalog_query(sleeper: Sleeper, sleeper_home: Path, airflow_home: Path) -> None:
     """The DAG files share one catalog read however many tables there are (what keeps
     parsing fast; its time is not asserted: a loaded machine says nothing about it)."""
     for i in range(100):
         sleeper.create_table(f"t{i:03d}", SCHEMA)
-    result = parse_dags(sleeper_home)
+    result = parse_dags(airflow_home, sleeper_home)
     assert result["import_errors"] == {}
     assert len(result["dags"]) == 100 * len(OPERATIONS)
     assert result["catalog_queries"] == 1  # the DAG files share one read
 
 
-def test_parsing_context_builds_only_the_dag_being_run(sleeper: Sleeper, sleeper_home: Path) -> None:
+def test_parsing_context_builds_only_the_dag_being_run(sleeper: Sleeper, sleeper_home: Path,
+                                                       airflow_home: Path) -> None:
     for name in ("a", "b"):
         sleeper.create_table(name, SCHEMA)
-    result = parse_dags(sleeper_home, _AIRFLOW_PARSING_CONTEXT_DAG_ID="sleeper_b_gc")
+    result = parse_dags(airflow_home, sleeper_home, _AIRFLOW_PARSING_CONTEXT_DAG_ID="sleeper_b_gc")
     assert list(result["dags"]) == ["sleeper_b_gc"]
     assert result["catalog_queries"] == 1
 
 
-def test_an_unreachable_catalog_breaks_only_the_sleeper_dag_files(sleeper_home: Path, tmp_path: Path) -> None:
+def test_an_unreachable_catalog_breaks_only_the_sleeper_dag_files(sleeper_home: Path, airflow_home: Path,
+                                                                  tmp_path: Path) -> None:
     folder = tmp_path / "dags"
     shutil.copytree(DAGS, folder)
     (folder / "other_dag.py").write_text(textwrap.dedent("""\
         from airflow.sdk import DAG
         dag = DAG("someone_elses_dag", schedule=None)
         """))
-    result = parse_dags(sleeper_home, folder,
+    result = parse_dags(airflow_home, sleeper_home, folder,
                         SLEEPER_STATE_STORE_DSN=f"postgresql://nobody@/sleeper?host={tmp_path / 'no-server'}")
     assert list(result["dags"]) == ["someone_elses_dag"]
     assert sorted(Path(f).name for f in result["import_errors"]) == sorted(
@@ -494,9 +490,10 @@ def test_bulk_import_dag_imports_the_runs_date_once_however_often_it_runs(sleepe
         pq.write_table(days[day], raw / day / "events.parquet")
     table = sleeper.create_table("events", SCHEMA, properties={
         "sleeper.table.bulk.import.source": f"{raw}/{{{{ data_interval_start | ds }}}}/",
+        "sleeper.table.bulk.import.start": "2026-01-01",  # manual runs of earlier dates run no task
         "sleeper.table.bulk.import.min.leaf.partitions": "2"})
     sleeper.create_table("plain", SCHEMA)
-    parsed = parse_dags(sleeper_home)
+    parsed = parse_dags(airflow_home, sleeper_home)
     assert "sleeper_events_bulk_import" in parsed["dags"] and "sleeper_plain_bulk_import" not in parsed["dags"]
     assert parsed["dags"]["sleeper_events_bulk_import"]["schedule"] == "0 0 * * *"  # @daily
     assert parsed["dags"]["sleeper_events_bulk_import"]["timetable"] == "CronDataIntervalTimetable"
@@ -523,6 +520,30 @@ def test_bulk_import_dag_imports_the_runs_date_once_however_often_it_runs(sleepe
     assert job.status == "committed" and job.run_id.startswith("sleeper_events_bulk_import/")
 
 
+def test_a_dated_run_without_input_waits_for_it_then_fails_with_one_line(sleeper: Sleeper, sleeper_home: Path,
+                                                                       airflow_home: Path, tmp_path: Path) -> None:
+    """Issue 23 item 5: a date with no input yet waits in the deferrable sensor (its
+    trigger runs in line under dag.test()) up to sleeper.table.bulk.import.wait.hours,
+    then the run fails with one line naming the table, the date and the source; the
+    import never starts (no job record), and no retry waits again."""
+    table = sleeper.create_table("events", SCHEMA, properties={
+        "sleeper.table.bulk.import.source": f"{tmp_path / 'raw'}/{{{{ data_interval_start | ds }}}}/",
+        "sleeper.table.bulk.import.start": "2026-01-01",
+        "sleeper.table.bulk.import.wait.hours": "0.0005"})  # 1.8 s
+    started = time.monotonic()
+    runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_bulk_import",
+                                                 "logical_date": "2026-01-02T00:00:00+00:00"})
+    assert runs.results[0]["state"] == "failed", runs.logs
+    assert runs.results[0]["tasks"] == {"wait_for_input": "failed", "bulk_import": "upstream_failed"}
+    line = (f"table events: no input for the bulk import of 2026-01-01 after waiting 0.0005 h "
+            f"(sleeper.table.bulk.import.wait.hours): {tmp_path / 'raw'}/2026-01-01/: no input files "
+            "(.parquet, .csv or .jsonl) found")
+    assert line in runs.logs[0]
+    assert "running trigger in line" in runs.logs[0], "it deferred"
+    assert time.monotonic() - started < 120, "one wait, no retries"
+    assert table.jobs(kind="bulk_import") == []
+
+
 def test_airflow_dags_test_of_a_bulk_import_date_with_only_the_two_homes_set(sleeper: Sleeper, sleeper_home: Path,
                                                                             tmp_path: Path) -> None:
     """Issue 10 item 5: ``airflow db migrate`` then ``airflow dags test
@@ -534,6 +555,7 @@ def test_airflow_dags_test_of_a_bulk_import_date_with_only_the_two_homes_set(sle
         pq.write_table(_rows(2500, seed=9 + i), tmp_path / "raw" / day / "events.parquet")
     table = sleeper.create_table("events", SCHEMA, properties={
         "sleeper.table.bulk.import.source": f"{tmp_path / 'raw'}/{{{{ data_interval_start | ds }}}}/",
+        "sleeper.table.bulk.import.start": "2026-01-01",  # a manual run of a date before the start runs no task
         "sleeper.table.bulk.import.min.leaf.partitions": "2"})
     airflow_home = tmp_path / "airflow-plain"
     shutil.copytree(DAGS, airflow_home / "dags")

@@ -22,8 +22,6 @@ pytestmark = pytest.mark.integration
 
 # the fixtures, shared: a moto server (DynamoDB and S3) with the data bucket; a migrated AIRFLOW_HOME per test
 moto = cli_tests.moto
-migrated_airflow_home = dag_tests.migrated_airflow_home
-airflow_home = dag_tests.airflow_home
 
 
 @pytest.fixture

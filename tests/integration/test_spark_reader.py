@@ -5,10 +5,7 @@ ingested: a list of every record."""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections import Counter
-from typing import Iterator
 
 import pytest
 
@@ -23,47 +20,6 @@ moto_endpoint = spark_tests.moto_endpoint  # the fixture: a moto S3 server on 12
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 Record = tuple[int, int, int, str]
-
-
-def _close_gateway() -> None:
-    """Shut the py4j gateway (and its JVM) down now and collect its connections: each
-    logs at INFO when it is closed, which from the garbage collector at interpreter exit
-    goes to logging streams already closed (a ``--- Logging error ---`` after the run)."""
-    import gc
-
-    from pyspark import SparkContext
-
-    gateway = SparkContext._gateway
-    if gateway is not None:
-        gateway.shutdown()
-        SparkContext._gateway = SparkContext._jvm = None
-        del gateway
-        gc.collect()
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator:
-    """A local[2] SparkSession with the sleeper data source registered; its Python
-    workers run this interpreter."""
-    pyspark_sql = pytest.importorskip("pyspark.sql")
-    from sleeper_ops.spark.datasource import register
-
-    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (pyspark_sql.SparkSession.builder.master("local[2]").appName("sleeper-reader-test")
-               .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-               .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    register(session)
-    try:
-        yield session
-    finally:
-        session.stop()
-        _close_gateway()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _records(table) -> list[Record]:  # type: ignore[no-untyped-def]

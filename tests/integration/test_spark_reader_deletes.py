@@ -9,7 +9,6 @@ import pytest
 
 from tests.integration.test_spark_compaction import SCHEMA, open_sleeper, rows
 from tests.integration.test_spark_reader import _collect, _records
-from tests.integration.test_spark_reader import spark as spark
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -98,8 +98,6 @@ def test_a_failing_bulk_import_on_the_service_says_why_and_commits_nothing(tmp_p
 
 
 # the Airflow fixtures of the DAG tests: a migrated AIRFLOW_HOME of this test's own
-migrated_airflow_home = dag_tests.migrated_airflow_home
-airflow_home = dag_tests.airflow_home
 
 
 def test_the_compaction_dag_sends_its_spark_jobs_to_the_service_the_connection_names(tmp_path, pg_dsn, service,

@@ -10,7 +10,13 @@ For every table in the catalog that gives a DAG ``sleeper_<table>_<operation>``:
 ``ingest_batcher``     ``ingest_batcher`` (one task)
 ``flush``              ``flush`` (one task): the write buffer into files
 ``bulk_import``        ``bulk_import`` (one task), only for tables whose property
-                       ``sleeper.table.bulk.import.source`` is set
+                       ``sleeper.table.bulk.import.source`` is set: the provider's
+                       Spark operator, or the amazon provider's deferrable
+                       ``EmrServerlessStartJobOperator`` when the table's
+                       ``sleeper.table.bulk.import.platform`` is ``emr_serverless``
+                       (:mod:`sleeper_ops.airflow.emr`)
+``export``             ``export`` (one task), only for tables whose property
+                       ``sleeper.table.export.destination`` is set
 =====================  =============================================================
 
 The ``bulk_import`` DAG is dated: its timetable is a data-interval cron
@@ -20,7 +26,11 @@ The ``bulk_import`` DAG is dated: its timetable is a data-interval cron
 plus the interval's start, so a retried, repeated or reprocessed date imports once.
 Runs queue behind each other (one active run and task instance at a time) and never
 skip; Airflow's own backfill (``airflow backfill create``, ``POST /api/v2/backfills``)
-fills past dates. The maintenance DAGs refuse backfill runs (``allowed_run_types``).
+fills past dates. The ``export`` DAG is dated the same way (``sleeper.table.schedule.export``,
+default ``@daily``): its destination is ``sleeper.table.export.destination`` rendered on
+the interval and its export key the table id plus the interval's start, so a retried
+or backfilled date answers "already exported" and writes nothing
+(:mod:`sleeper_ops.query.export`). The maintenance DAGs refuse backfill runs (``allowed_run_types``).
 
 Schedules come from the table property ``sleeper.table.schedule.<operation>`` (a cron
 expression or preset; ``none``: manual runs only); the compaction DAG also runs when
@@ -42,7 +52,9 @@ Parsing costs one catalog query (``list_tables``), shared by the DAG files parse
 one process within :data:`CATALOG_MAX_AGE_SECONDS`, and no other I/O. When a task runs,
 Airflow's parsing context names its DAG, and only that DAG is built.
 
-Without a Sleeper configuration (``SLEEPER_HOME`` unset and no ``./.sleeper``) the files
+The catalog is that of ``SLEEPER_HOME`` (or ``./.sleeper``); without one, that of the
+Airflow connection ``sleeper_default`` (how a DAG processor or Celery worker with no
+Sleeper files of its own finds it, see ``sleeper cluster``). With neither the files
 define no DAGs and log why. A catalog that cannot be read raises from the DAG file, so
 Airflow shows it as that file's import error; other DAG files are unaffected.
 """
@@ -57,8 +69,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from sleeper_ops.airflow import tasks
+from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
 from statestore.catalog import table_name_problem
+from statestore.properties import BULK_IMPORT_PLATFORM
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -69,8 +83,9 @@ log = logging.getLogger(__name__)
 
 OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush")
 #: Operations with a DAG only for some tables (see :func:`has_dag`).
-OPTIONAL_OPERATIONS = ("bulk_import",)
+OPTIONAL_OPERATIONS = ("bulk_import", "export")
 BULK_IMPORT_SOURCE = "sleeper.table.bulk.import.source"
+EXPORT_DESTINATION = "sleeper.table.export.destination"
 DAG_ID_PREFIX = "sleeper_"
 #: Tags every Sleeper DAG carries (plus the operation and ``table:<name>``).
 TAG = "sleeper"
@@ -97,8 +112,11 @@ def table_name_of(dag_id: str, operation: str) -> Optional[str]:
 
 
 def has_dag(table: TableInfo, operation: str) -> bool:
-    """Whether ``table`` has a DAG of ``operation`` (bulk import: when its source is set)."""
-    return operation != "bulk_import" or bool(table.get(BULK_IMPORT_SOURCE))
+    """Whether ``table`` has a DAG of ``operation`` (bulk import: when its source is
+    set; export: when its destination is)."""
+    if operation == "bulk_import":
+        return bool(table.get(BULK_IMPORT_SOURCE))
+    return operation != "export" or bool(table.get(EXPORT_DESTINATION))
 
 
 def schedule_of(table: TableInfo, operation: str) -> Optional[str]:
@@ -112,17 +130,19 @@ _cache_lock = threading.Lock()
 _cache: dict[str, tuple[float, list[TableInfo]]] = {}
 
 
-def read_catalog(home: Path, *, max_age_seconds: float = CATALOG_MAX_AGE_SECONDS) -> list[TableInfo]:
-    """The tables of the Sleeper at ``home``: one ``list_tables`` query, reused by this
-    process for ``max_age_seconds``. Raises what the state store raises."""
-    key = str(home)
+def read_catalog(source: Path | SleeperConfig, *,
+                 max_age_seconds: float = CATALOG_MAX_AGE_SECONDS) -> list[TableInfo]:
+    """The tables of the Sleeper at home ``source`` (or of configuration ``source``): one
+    ``list_tables`` query, reused by this process for ``max_age_seconds``. Raises what the
+    state store raises."""
+    key = str(source)
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None and time.monotonic() - hit[0] < max_age_seconds:
             return hit[1]
         from sleeper_ops.api import Sleeper
 
-        with Sleeper(home) as sleeper:
+        with (Sleeper(config=source) if isinstance(source, SleeperConfig) else Sleeper(source)) as sleeper:
             tables = sleeper.tables()
         _cache[key] = (time.monotonic(), tables)
         return tables
@@ -150,14 +170,11 @@ def build_dags(operation: str, *, home: Optional[Path] = None) -> dict[str, DAG]
         only_table = table_name_of(wanted, operation)
         if only_table is None:
             return {}
-    if home is None:
-        try:
-            home = tasks.configured_home()
-        except ConfigError as e:
-            log.warning("Sleeper DAGs (%s): none defined: %s", operation, e)
-            return {}
+    source: Optional[Path | SleeperConfig] = home if home is not None else catalog_source(operation)
+    if source is None:
+        return {}
     dags = {}
-    for table in read_catalog(home):
+    for table in read_catalog(source):
         if (only_table is not None and table.name != only_table) or not has_dag(table, operation):
             continue
         problem = table_name_problem(table.name)
@@ -168,12 +185,27 @@ def build_dags(operation: str, *, home: Optional[Path] = None) -> dict[str, DAG]
     return dags
 
 
+def catalog_source(operation: str) -> Optional[Path | SleeperConfig]:
+    """Where this process reads the catalog: ``SLEEPER_HOME`` (or ``./.sleeper``), else the
+    configuration of the connection ``sleeper_default``; None (logged) with neither."""
+    try:
+        return tasks.configured_home()
+    except ConfigError as no_home:
+        from sleeper_ops.airflow.hook import SleeperHook, connection_exists
+
+        if connection_exists(SleeperHook.default_conn_name):
+            return SleeperHook().get_config()
+        log.warning("Sleeper DAGs (%s): none defined: %s, and no Airflow connection %r", operation, no_home,
+                    SleeperHook.default_conn_name)
+        return None
+
+
 def build_dag(table: TableInfo, operation: str) -> DAG:
     """The DAG of one operation of one table (see the module docstring)."""
     from airflow.sdk import DAG, Param
 
-    if operation == "bulk_import":
-        return _bulk_import_dag(table)
+    if operation in OPTIONAL_OPERATIONS:
+        return _dated_dag(table, operation)
     params: dict[str, Any] = {}
     if operation == "gc":
         params["dry_run"] = Param(False, type="boolean", description="Only list the files GC would delete.")
@@ -239,33 +271,71 @@ def _flush_schedule(table: TableInfo) -> Any:
 MAINTENANCE_RUN_TYPES = ("scheduled", "manual", "asset_triggered", "operator_triggered")
 
 
-def _bulk_import_dag(table: TableInfo) -> DAG:
+def _dated_dag(table: TableInfo, operation: str) -> DAG:
+    """The dated DAG of ``bulk_import`` or ``export``: one run per data interval, keyed by
+    the table id and the interval's start (see the module docstring)."""
     from airflow.sdk import DAG
     from airflow.timetables.interval import CronDataIntervalTimetable
 
     from sleeper_ops.airflow import operators as ops
+    from sleeper_ops.airflow.import_wait import SleeperImportInputSensor
+    from sleeper_ops.bulk_import.dated import BULK_IMPORT_START, BULK_IMPORT_WAIT_HOURS, import_start, wait_hours
 
-    cron = schedule_of(table, "bulk_import") or "@daily"
+    cron = schedule_of(table, operation) or "@daily"
+    key = import_key_template(table)  # the table id and the interval start, for imports and exports alike
+    start = import_start(table.get(BULK_IMPORT_START)) if operation == "bulk_import" else None
+    if operation == "bulk_import":
+        what = (f"**bulk import** of table `{table.name}` (id `{table.table_id}`), from "
+                f"`{table.get(BULK_IMPORT_SOURCE)}` (property `{BULK_IMPORT_SOURCE}`)")
+        once = (f"The first run is for the first interval starting at or after {start or START_DATE} (property "
+                f"`{BULK_IMPORT_START}`). A run waits up to {wait_hours(table.properties):g} h for its input "
+                f"(property `{BULK_IMPORT_WAIT_HOURS}`), then fails naming what is missing. The import key is the "
+                "table id and the interval's start: a date imports once however often it runs.")
+    else:
+        what = (f"**export** of table `{table.name}` (id `{table.table_id}`), to "
+                f"`{table.get(EXPORT_DESTINATION)}` (property `{EXPORT_DESTINATION}`)")
+        once = ("The export key is the table id and the interval's start: a date exports once however often it "
+                "runs (a repeat answers 'already exported').")
     dag = DAG(
-        dag_id_for(table.name, "bulk_import"),
+        dag_id_for(table.name, operation),
         schedule=CronDataIntervalTimetable(cron, timezone="UTC"),
-        start_date=START_DATE,
+        # the first interval at or after the start (set when the source was): none already past;
+        # backfills still run earlier dates
+        start_date=start or START_DATE,
         catchup=False,
         max_active_runs=1,
         is_paused_upon_creation=False,
-        tags=[TAG, "bulk_import", f"table:{table.name}"],
-        doc_md=f"Sleeper **bulk import** of table `{table.name}` (id `{table.table_id}`), one run per data "
-               f"interval of `{cron}` (property `sleeper.table.schedule.bulk_import`), from "
-               f"`{table.get(BULK_IMPORT_SOURCE)}` (property `{BULK_IMPORT_SOURCE}`) rendered on the interval. "
-               "The import key is the table id and the interval's start: a date imports once however often it "
-               "runs. Backfill past dates with Airflow's backfill.",
+        tags=[TAG, operation, f"table:{table.name}"],
+        doc_md=f"Sleeper {what} rendered on the interval, one run per data interval of `{cron}` (property "
+               f"`sleeper.table.schedule.{operation}`). {once} Backfill past dates with Airflow's backfill.",
         default_args={"owner": "sleeper", "retries": 2, "retry_delay": timedelta(minutes=2)},
     )
-    ops.SleeperBulkImportOperator(
-        task_id="bulk_import", dag=dag, table=table.name, source=str(table.get(BULK_IMPORT_SOURCE)),
-        import_key=f"{table.table_id}/{{{{ data_interval_start.isoformat() }}}}", max_active_tis_per_dag=1,
-        pool=SPARK_POOL)
+    if operation == "export":
+        from sleeper_ops.airflow.export_operator import SleeperExportOperator
+
+        SleeperExportOperator(task_id="export", dag=dag, table=table.name,
+                              destination=str(table.get(EXPORT_DESTINATION)), export_key=key,
+                              max_active_tis_per_dag=1)
+        return dag
+    source = str(table.get(BULK_IMPORT_SOURCE))
+    wait = SleeperImportInputSensor(task_id="wait_for_input", dag=dag, table=table.name, source=source,
+                                    import_key=key, wait_hours=wait_hours(table.properties))
+    if table.get(BULK_IMPORT_PLATFORM) == "emr_serverless":
+        from sleeper_ops.airflow.emr import emr_bulk_import_task
+
+        run = emr_bulk_import_task(dag, table, sources=source, import_key=key, max_active_tis_per_dag=1)
+    else:
+        run = ops.SleeperBulkImportOperator(task_id="bulk_import", dag=dag, table=table.name, source=source,
+                                            import_key=key, max_active_tis_per_dag=1, pool=SPARK_POOL)
+    wait >> run
     return dag
+
+
+def import_key_template(table: TableInfo) -> str:
+    """The import key of a dated bulk import run, an Airflow template: the table id and
+    the run's data interval start. The same on every platform, so a date imports once
+    even across a change of ``sleeper.table.bulk.import.platform``."""
+    return f"{table.table_id}/{{{{ data_interval_start.isoformat() }}}}"
 
 
 def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:

@@ -10,16 +10,21 @@ does not exist, the hook opens the Sleeper configured by ``SLEEPER_HOME`` (see
 :func:`sleeper_ops.airflow.tasks.configured_home`), which is how the generated DAGs
 run with nothing but ``SLEEPER_HOME`` set. Any other failure to read the connection
 is raised, never mistaken for "no connection".
+
+When the connection names an AWS connection (its extra's ``aws_conn_id``; by default
+``aws_default`` for the DynamoDB state store), the region, endpoint and keys for S3 and
+DynamoDB come from that connection through the amazon provider's ``AwsBaseHook``
+(:func:`aws_settings`), so a worker needs nothing but the two connections.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from sleeper_ops.airflow.connection import EXTRA_KEYS, config_from_connection
+from sleeper_ops.airflow.connection import EXTRA_KEYS, aws_conn_id_of, config_from_connection
 from sleeper_ops.config import SleeperConfig, default_home
 
 if TYPE_CHECKING:
@@ -54,8 +59,10 @@ class SleeperHook(BaseHook):
         # the connection form may store its fields as extra__sleeper__<name>
         prefix = f"extra__{self.conn_type}__"
         extra = {k.removeprefix(prefix): v for k, v in conn.extra_dejson.items() if v not in (None, "")}
+        aws_conn_id = aws_conn_id_of(extra)
+        aws = aws_settings(aws_conn_id) if aws_conn_id else None
         return config_from_connection(host=conn.host, port=conn.port, login=conn.login, password=conn.password,
-                                      schema=conn.schema, extra=extra, default_home=default_home())
+                                      schema=conn.schema, extra=extra, default_home=default_home(), aws=aws)
 
     def get_conn(self) -> Sleeper:
         """A new :class:`~sleeper_ops.api.Sleeper`; close it (or use it as a context manager)."""
@@ -82,5 +89,30 @@ class SleeperHook(BaseHook):
         return True, f"state store and object store {sleeper.objects.uri} reached: {n} Sleeper tables"
 
 
-__all__ = ["EXTRA_KEYS", "SleeperHook"]
+def connection_exists(conn_id: str) -> bool:
+    """Whether Airflow knows the connection ``conn_id`` (any other failure is raised)."""
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return False
+    return True
+
+
+def aws_settings(aws_conn_id: str) -> dict[str, Optional[str]]:
+    """``region``, ``endpoint_url``, ``access_key`` and ``secret_key`` of the Airflow AWS
+    connection ``aws_conn_id``, as ``AwsBaseHook`` resolves them (the connection's login,
+    password and extra, else boto3's chain); None where it has none."""
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+    hook = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
+    session = hook.get_session()
+    credentials = session.get_credentials()
+    frozen = credentials.get_frozen_credentials() if credentials is not None else None
+    return {"region": session.region_name or hook.conn_config.region_name,
+            "endpoint_url": hook.conn_config.endpoint_url,
+            "access_key": frozen.access_key if frozen is not None else None,
+            "secret_key": frozen.secret_key if frozen is not None else None}
+
+
+__all__ = ["EXTRA_KEYS", "SleeperHook", "aws_settings", "connection_exists"]
 

@@ -26,6 +26,10 @@ _CONN_FIELDS = (
     ("spark_master", "Spark master", "e.g. spark://host:7077; default local[*]", _TEXT),
     ("spark_service", "Spark service", "e.g. http://127.0.0.1:8998 (sleeper cluster); empty: spark-submit", _TEXT),
     ("home", "Sleeper home", "where relative paths and the embedded server live", _TEXT),
+    ("state_store", "State store", "postgres (the fields above) or dynamodb; default postgres", _TEXT),
+    ("dynamodb_table_prefix", "DynamoDB table prefix", "default sleeper-", _TEXT),
+    ("aws_conn_id", "AWS connection", "its region, endpoint and keys reach S3 and DynamoDB (dynamodb: "
+                                      "default aws_default)", _TEXT),
 )
 
 
@@ -48,10 +52,13 @@ def get_provider_info() -> dict[str, Any]:
                           "tags": ["software"]}],
         "hooks": [{"integration-name": "Sleeper", "python-modules": [_HOOK]}],
         "operators": [{"integration-name": "Sleeper", "python-modules": [_OPERATORS,
-                                                                         "sleeper_ops.airflow.operator_base"]}],
+                                                                         "sleeper_ops.airflow.operator_base",
+                                                                         "sleeper_ops.airflow.export_operator"]}],
         "triggers": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.triggers",
-                                                                          "sleeper_ops.airflow.readiness"]}],
-        "sensors": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.readiness"]}],
+                                                                          "sleeper_ops.airflow.readiness",
+                                                                          "sleeper_ops.airflow.import_wait"]}],
+        "sensors": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.readiness",
+                                                                         "sleeper_ops.airflow.import_wait"]}],
         "connection-types": [{
             "connection-type": "sleeper",
             "hook-class-name": f"{_HOOK}.SleeperHook",

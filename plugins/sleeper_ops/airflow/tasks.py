@@ -186,7 +186,7 @@ def create_compaction_jobs(table_name: str, runner: Optional[str], context: dict
         chosen = chosen_runner(table.info.get("sleeper.table.compaction.runner"), {"runner": runner})
         with ExitStack() as held:
             lease = _take(held, compaction_lease(sleeper, table, context, release=False))
-            creation = create(sleeper.state_store, table.info, run_id=run_label(context))
+            creation = create(sleeper.state_store, table.info, run_id=run_label(context), objects=sleeper.objects)
             # No jobs: nothing follows (the branch skips the runners and the teardown).
             lease.release = not creation.jobs
     log.info("%s", creation.summary())

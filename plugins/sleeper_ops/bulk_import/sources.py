@@ -2,7 +2,8 @@
 
 :func:`expand_sources` turns what the user gave into a sorted list of files with their
 sizes, refusing the whole import (naming every problem) when a source matches nothing,
-is not a supported format or cannot be read.
+is not a supported format or cannot be read; :func:`find_inputs` reports the same
+problems without raising (a dated import waiting for its input asks it).
 """
 
 from __future__ import annotations
@@ -72,6 +73,18 @@ def expand_sources(sources: Sequence[str], s3: Optional[S3Options] = None) -> li
     """
     if not sources:
         raise IngestError("no sources given to import")
+    files, problems = find_inputs(sources, s3)
+    if problems:
+        raise IngestError("nothing imported: " + "; ".join(problems))
+    return files
+
+
+def find_inputs(sources: Sequence[str], s3: Optional[S3Options] = None) -> tuple[list[tuple[str, int]], list[str]]:
+    """The input files the ``sources`` name (as :func:`expand_sources`), and one line per
+    problem: a source that names no input file, cannot be listed, or a file of an
+    unknown type. No sources at all is a problem too."""
+    if not sources:
+        return [], ["no sources given to import"]
     problems: list[str] = []
     files: dict[str, int] = {}
     for source in sources:
@@ -89,9 +102,7 @@ def expand_sources(sources: Sequence[str], s3: Optional[S3Options] = None) -> li
                 problems.append(str(e))
                 continue
             files[path] = size
-    if problems:
-        raise IngestError("nothing imported: " + "; ".join(problems))
-    return sorted(files.items())
+    return sorted(files.items()), problems
 
 
 def pack_files(files: Sequence[str], sizes: Sequence[int], packs: int) -> list[list[str]]:

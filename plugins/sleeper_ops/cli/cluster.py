@@ -1,44 +1,45 @@
-"""``sleeper cluster``: the standing Spark cluster and the Spark service, until Ctrl-C.
+"""``sleeper cluster``: the scaled-out shape on this machine, until Ctrl-C.
 
-Starts, as separate processes (:mod:`sleeper_ops.spark.cluster`), a Spark standalone
-master, its workers and the Sleeper Spark service, prints where each is and the
-``[spark]`` settings that send bulk imports and Spark compactions to them, and stops
-them all on Ctrl-C. Not started yet (issue 20): Airflow with the CeleryExecutor, Redis,
-the moto server.
+Starts (:mod:`sleeper_ops.cluster.run`), as separate processes: Redis, one moto server
+(S3 and DynamoDB), the embedded PostgreSQL, Airflow with the CeleryExecutor (scheduler,
+DAG processor, triggerer, API server, two Celery workers) and the standing Spark
+cluster (master, 2 workers, the Spark service); prints where each is, how to reach it
+from the CLI, and stops it all on Ctrl-C.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import click
 
 
 @click.command()
-@click.option("--workers", default=2, show_default=True, help="Spark workers.")
-@click.option("--cores", default=1, show_default=True, help="Cores of each worker.")
-@click.option("--memory", default="2g", show_default=True, help="Memory of each worker.")
-@click.option("--master-port", default=7077, show_default=True, help="The Spark master's port (0: any free one).")
-@click.option("--service-port", default=8998, show_default=True, help="The Spark service's port (0: any free one).")
-@click.option("--max-jobs", default=2, show_default=True, help="Jobs the service runs at once.")
+@click.option("--state-store", type=click.Choice(["dynamodb", "postgres"]), default="dynamodb", show_default=True,
+              help="dynamodb: S3 and DynamoDB on one moto server; postgres: the embedded PostgreSQL and S3 on moto.")
+@click.option("--port", default=8080, show_default=True, help="The Airflow API server's port (0: any free one).")
+@click.option("--spark/--no-spark", default=True, show_default=True,
+              help="Start the standing Spark cluster (master, 2 workers, the Spark service).")
+@click.option("--spark-memory", default="1g", show_default=True, help="Memory of each Spark worker.")
 @click.option("--work-dir", default=None, type=click.Path(file_okay=False),
-              help="Logs and worker directories (default: SLEEPER_HOME/cluster).")
+              help="The processes' folders and logs (default: SLEEPER_HOME/cluster).")
+@click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for everything to be ready.")
 @click.pass_context
-def cluster(ctx: click.Context, workers: int, cores: int, memory: str, master_port: int, service_port: int,
-            max_jobs: int, work_dir: str | None) -> None:
-    """Run a Spark standalone cluster and the Sleeper Spark service until Ctrl-C."""
-    from sleeper_ops.spark.cluster import free_port, standing_cluster, wait_until_stopped
+def cluster(ctx: click.Context, state_store: str, port: int, spark: bool, spark_memory: str,
+            work_dir: Optional[str], timeout: float) -> None:
+    """Run Airflow (CeleryExecutor, 2 workers), Redis, S3 and DynamoDB (moto) or PostgreSQL,
+    and a standing Spark cluster until Ctrl-C."""
+    from sleeper_ops.cluster.report import ready_lines, until_stopped
+    from sleeper_ops.cluster.run import running_cluster
+    from sleeper_ops.spark.cluster import free_port
 
     work = Path(work_dir) if work_dir else Path(ctx.obj["home"]) / "cluster"
-    click.echo(f"starting a Spark master, {workers} workers and the Spark service (logs in {work}) ...")
-    with standing_cluster(work, workers=workers, cores=cores, memory=memory, max_jobs=max_jobs,
-                          master_port=master_port or free_port(), service_port=service_port) as c:
-        for line in c.describe():
-            click.echo(f"  {line}")
-        click.echo("send bulk imports and Spark compactions here with, in sleeper.toml:\n"
-                   f"  [spark]\n  master = \"{c.master}\"\n  service = \"{c.service}\"\n"
-                   f"or the Airflow connection's extra: {{\"spark_master\": \"{c.master}\", "
-                   f"\"spark_service\": \"{c.service}\"}}\n"
-                   "not started yet: Airflow (CeleryExecutor), Redis, moto. Ctrl-C stops it all.")
-        why = wait_until_stopped(c)
-        click.echo(f"{why}: stopping the cluster")
+    click.echo(f"starting the cluster ({state_store} state store) in {work} ...")
+    with until_stopped() as stopped, running_cluster(work, state_store=state_store, api_port=port or free_port(),
+                                                     spark=spark, spark_memory=spark_memory, timeout=timeout) as c:
+        for line in ready_lines(c):
+            click.echo(line)
+        why = stopped(c)
+    killed = f" (killed after the grace period: {', '.join(c.killed)})" if c.killed else ""
+    click.echo(f"{why}: stopped the cluster{killed}")

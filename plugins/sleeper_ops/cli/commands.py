@@ -13,8 +13,8 @@ from typing import Any, Optional
 
 import click
 
+from sleeper_ops.cli.lazy import LazyGroup
 from sleeper_ops.cli.support import open_sleeper as _sleeper
-from sleeper_ops.cli.tables import table
 from statestore.errors import BufferFullError, SleeperError
 
 #: the exit code of a write refused because the buffer is full (EX_TEMPFAIL: try again later)
@@ -55,7 +55,13 @@ def _say_as_of(result: Any) -> None:
                    f"{BUFFER_NOTE}", err=True)
 
 
-@click.group()
+#: commands in modules of their own, imported only when run (or listed by --help)
+LAZY_SUBCOMMANDS = {"table": "sleeper_ops.cli.tables:table", "server": "sleeper_ops.cli.server:server",
+                    "delete": "sleeper_ops.cli.deletes:delete", "export": "sleeper_ops.cli.export:export",
+                    "cluster": "sleeper_ops.cli.cluster:cluster", "history": "sleeper_ops.cli.history:history"}
+
+
+@click.group(cls=LazyGroup, lazy_subcommands=LAZY_SUBCOMMANDS)
 @click.option("--home", envvar="SLEEPER_HOME", default=".sleeper", show_default=True,
               help="Directory holding sleeper.toml (env SLEEPER_HOME).")
 @click.pass_context
@@ -64,8 +70,6 @@ def cli(ctx: click.Context, home: str) -> None:
     ctx.ensure_object(dict)
     ctx.obj["home"] = home
 
-
-cli.add_command(table)
 
 
 # ----- data ----------------------------------------------------------------------------
@@ -115,13 +119,35 @@ def flush(ctx: click.Context, table_name: str) -> None:
 
 
 @cli.command("bulk-import")
-@click.argument("table_name", metavar="TABLE")
-@click.argument("sources", nargs=-1, required=True)
+@click.argument("table_name", metavar="TABLE", required=False)
+@click.argument("sources", nargs=-1)
 @click.option("--import-key", default=None,
               help="Imports of the same key add their records once (default: a fresh key).")
+@click.option("--package", "package", metavar="DEST", default=None,
+              help="Instead of importing: put the EMR Serverless job's entry point, library (sleeper.zip) and "
+                   "secret-free configuration under DEST (s3://bucket/prefix or a directory).")
+@click.option("--environment", metavar="ARCHIVE", default=None,
+              help="With --package: a venv-pack .tar.gz (Python 3.11 + libraries) to upload as environment.tar.gz.")
 @click.pass_context
-def bulk_import(ctx: click.Context, table_name: str, sources: tuple[str, ...], import_key: Optional[str]) -> None:
-    """Bulk import SOURCES (files, directories or globs; local or s3://) on Spark, in one commit."""
+def bulk_import(ctx: click.Context, table_name: Optional[str], sources: tuple[str, ...], import_key: Optional[str],
+                package: Optional[str], environment: Optional[str]) -> None:
+    """Bulk import SOURCES (files, directories or globs; local or s3://) into TABLE on Spark, in one
+    commit; or, with --package DEST, prepare EMR Serverless bulk imports (docs/deploy.md)."""
+    if package is not None:
+        if table_name is not None or sources or import_key is not None:
+            raise click.UsageError("--package takes no TABLE, SOURCES or --import-key")
+        from sleeper_ops.config import SleeperConfig
+        from sleeper_ops.spark.emr_serverless import build_package
+
+        for uri in build_package(package, SleeperConfig.load(ctx.obj["home"], create=False),
+                                 environment=environment):
+            click.echo(uri)
+        if environment is None:
+            click.echo(f"note: no --environment given: jobs expect {package.rstrip('/')}/environment.tar.gz "
+                       "(docs/deploy.md says how to build it)", err=True)
+        return
+    if table_name is None or not sources:
+        raise click.UsageError("give TABLE and SOURCES (or --package DEST)")
     t = _sleeper(ctx).table(table_name)
     done = t.already_imported(import_key)
     if done is not None:  # said before Spark starts

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from sleeper_ops.compaction.strategy import plan_groups, why_no_job
+from sleeper_ops.engine.ageoff_expiry import REWRITE_FRACTION, cutoff_ms, expired_fraction_over, table_ageoff
+from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
 from statestore.deletes import Tombstone
 from statestore.errors import TransactionError
@@ -156,8 +158,11 @@ def stale_jobs(state_store: StateStore, table: TableInfo, state: TableState, *,
 
 def create_compaction_jobs(state_store: StateStore, table: TableInfo, *, run_id: Optional[str] = None,
                            now: Optional[int] = None, retry_after_minutes: Optional[float] = None,
-                           attempts: int = 3) -> JobCreation:
-    """Push down, find stale jobs to retry, plan and assign new jobs (see the module doc)."""
+                           attempts: int = 3, objects: Optional[ObjectStore] = None) -> JobCreation:
+    """Push down, find stale jobs to retry, plan and assign new jobs (see the module doc).
+    With ``objects`` and the age-off iterator set, a leaf file of which more than
+    ``sleeper.table.ageoff.rewrite.fraction`` of the records have expired gets a job
+    even when the strategy would wait (:func:`aged_files`)."""
     result = JobCreation(table.name)
     if not table.online:
         result.skipped_reason = "table is offline"
@@ -171,7 +176,7 @@ def create_compaction_jobs(state_store: StateStore, table: TableInfo, *, run_id:
         if result.pushed_down or attempt:
             state = state_store.load_state(table.table_id)
         retried = stale_jobs(state_store, table, state, now=now, retry_after_ms=int(retry_after_minutes * 60_000))
-        planned, result.waiting = _plan(table, state, now)
+        planned, result.waiting = _plan(table, state, now, aged_files(objects, table, state, now))
         records = [JobRecord.created(table.table_id, j.job_id, "compaction", partition_id=j.partition_id,
                                      input_files=len(j.inputs), run_id=run_id) for j in planned]
         for rec in records:
@@ -203,10 +208,24 @@ def _holds_overdue_deletes(state: TableState, ref: FileReference, before_ms: int
                and any(r.overlaps(region) for r in t.regions) for t in state.tombstones.values())
 
 
-def _plan(table: TableInfo, state: TableState, now: Optional[int] = None) -> tuple[list[CompactionJob], dict[str, str]]:
+def aged_files(objects: Optional[ObjectStore], table: TableInfo, state: TableState, now: int) -> frozenset[str]:
+    """The unassigned leaf files of which more than ``sleeper.table.ageoff.rewrite.fraction``
+    of the records have expired at ``now`` (exact: :func:`expired_fraction_over`); none
+    without ``objects`` or an age-off iterator."""
+    ageoff = table_ageoff(table) if objects is not None else None
+    if ageoff is None or objects is None:
+        return frozenset()
+    fraction, cutoff = float(table.get(REWRITE_FRACTION) or 0.5), cutoff_ms(ageoff, now)
+    names = {r.filename for r in state.references.values()
+             if r.job_id is None and state.partitions[r.partition_id].is_leaf}
+    return frozenset(n for n in names if expired_fraction_over(objects, n, ageoff, cutoff, fraction))
+
+
+def _plan(table: TableInfo, state: TableState, now: Optional[int] = None,
+          aged: frozenset[str] = frozenset()) -> tuple[list[CompactionJob], dict[str, str]]:
     """New jobs of every leaf, and why each leaf holding files but getting no job waits;
     a leaf holding a file with records deleted longer than ``sleeper.table.delete.purge.hours``
-    ago gets a job of those files even when the strategy would wait."""
+    ago, or one of the ``aged`` files, gets a job of those files even when the strategy would wait."""
     unassigned: dict[str, list[FileReference]] = {}
     assigned: dict[str, int] = {}
     for ref in state.references.values():
@@ -221,7 +240,7 @@ def _plan(table: TableInfo, state: TableState, now: Optional[int] = None) -> tup
         groups = plan_groups(table, unassigned.get(pid, []))
         grouped = {r.filename for g in groups for r in g}
         overdue = [r for r in unassigned.get(pid, []) if r.filename not in grouped
-                   and _holds_overdue_deletes(state, r, purge_before)]
+                   and (r.filename in aged or _holds_overdue_deletes(state, r, purge_before))]
         if overdue:
             groups = [*groups, overdue]
         for group in groups:

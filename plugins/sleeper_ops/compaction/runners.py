@@ -150,7 +150,8 @@ def compact_table(state_store: StateStore, objects: ObjectStore, table: TableInf
     if runner == "spark" and iterators:
         raise ConfigError("the spark runner takes iterators from table properties only, not Python callables")
     started = time.perf_counter()
-    creation = create_compaction_jobs(state_store, table, run_id=run_id, retry_after_minutes=retry_after_minutes)
+    creation = create_compaction_jobs(state_store, table, run_id=run_id, retry_after_minutes=retry_after_minutes,
+                                      objects=objects)
     report = CompactionReport(table.name, runner, creation)
     if on_jobs is not None:
         on_jobs(creation)

@@ -15,16 +15,18 @@ import bisect
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sleeper_ops.io.arrow_schema import arrow_schema
-from sleeper_ops.io.sketches import RowKeySketches
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
 from statestore.schema import Schema
+
+if TYPE_CHECKING:  # datasketches is imported by writers and readers of sketches only, not by queries
+    from sleeper_ops.io.sketches import RowKeySketches
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class DataFileWriter:
     def __init__(self, store: ObjectStore, key: str, schema: Schema, settings: ParquetSettings = ParquetSettings(),
                  *, sketch_rows: bool = True):
         self.store, self.key, self.schema, self.settings = store, key, schema, settings
+        from sleeper_ops.io.sketches import RowKeySketches
+
         self.arrow_schema = arrow_schema(schema)
         self.sketches = RowKeySketches(schema)
         self.sketch_rows = sketch_rows
@@ -142,6 +146,8 @@ def write_data_file(store: ObjectStore, key: str, schema: Schema, data: Iterable
 
 
 def read_sketches(store: ObjectStore, schema: Schema, data_key: str) -> RowKeySketches:
+    from sleeper_ops.io.sketches import RowKeySketches
+
     return RowKeySketches.from_bytes(schema, store.get(sketch_key(data_key)))
 
 

@@ -15,8 +15,6 @@ import sys
 from typing import BinaryIO, Optional
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from sleeper_ops.io.codec import jsonable, row_dicts
 
@@ -31,6 +29,8 @@ def write_results(table: pa.Table, fmt: str, output: Optional[str] = None) -> No
     if fmt == "parquet":
         if output is None:
             raise ValueError("--format parquet needs --output FILE")
+        import pyarrow.parquet as pq
+
         pq.write_table(table, output)
         return
     stream: BinaryIO
@@ -58,6 +58,8 @@ def write_results(table: pa.Table, fmt: str, output: Optional[str] = None) -> No
                 else:
                     cols[f.name] = c
             buf = io.BytesIO()
+            import pyarrow.csv as pacsv
+
             pacsv.write_csv(pa.table(cols), buf)
             stream.write(buf.getvalue())
     finally:

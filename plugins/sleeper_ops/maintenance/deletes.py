@@ -129,7 +129,8 @@ def drop_spent_tombstones(state_store: StateStore, table: TableInfo, now_ms: Opt
     if not state_store.tombstones(table.table_id)[1]:
         return []
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    running = [j.created_ms for j in state_store.list_jobs(table.table_id) if not j.final]
+    # an export writes outside the table, never files a tombstone could cover: it holds nothing up
+    running = [j.created_ms for j in state_store.list_jobs(table.table_id) if not j.final and j.kind != "export"]
     try:
         seqs = state_store.read_buffer(table.table_id).seqs
     except NotSupportedError:

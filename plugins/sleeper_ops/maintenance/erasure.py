@@ -11,11 +11,17 @@ Objects that can hold records, and are all checked:
   ``write_buffer``; in DynamoDB an item or, when large, a blob object). Each is decoded
   and its matching rows counted.
 
+* **exports** (:mod:`sleeper_ops.io.export_manifest`): every committed export the table
+  recorded (a job of kind ``export`` naming its manifest) whose manifest is still there;
+  each file the manifest names that still exists is checked like a data file. An export
+  is a copy outside the table: no delete or compaction reaches it, so the report names
+  it until its owner removes it (or the matching files).
+
 Objects that hold no records, so need no check: the state store's partitions, file
 references and file records (names, counts, key ranges of partitions), PostgreSQL's
 change log, and DynamoDB's transaction log bodies and snapshots (file metadata only:
-the log of a flush names the files, the records went to the files). Files outside the
-table (ingest sources, exports, copies users made) are the users' own.
+the log of a flush names the files, the records went to the files). Other files outside
+the table (ingest sources, copies users made) are the users' own.
 
 A matching row counts whether a delete hides it or not (a record written after the
 delete matches too): the report is clean (``sleeper report erasure`` exits 0) once no
@@ -25,6 +31,7 @@ in between is seen in its file.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -32,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sleeper_ops.engine.deletes import check_where, covering_entry, covering_file, key_bounds, matches
+from sleeper_ops.io.export_manifest import read_manifest
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.maintenance.deletes import delete_regions
 from statestore.catalog import TableInfo
@@ -48,7 +56,7 @@ NO_ROWS = ("state store rows (partitions, file references, file records), the Po
 class HeldObject:
     """An object holding ``rows`` matching records, ``hidden`` of them by deletes."""
 
-    kind: str  # "file", "file awaiting GC" or "buffer entry"
+    kind: str  # "file", "file awaiting GC", "buffer entry" or "export file"
     name: str
     rows: int
     hidden: int
@@ -70,6 +78,7 @@ class ErasureReport:
     files_checked: int = 0
     files_read: int = 0
     buffer_entries_checked: int = 0
+    exports_checked: int = 0
 
     @property
     def clean(self) -> bool:
@@ -79,16 +88,20 @@ class ErasureReport:
         return {"table": self.table, "regions": [r.to_dict() for r in self.regions], "where": self.where,
                 "clean": self.clean, "held": [h.to_dict() for h in self.held],
                 "files_checked": self.files_checked, "files_read": self.files_read,
-                "buffer_entries_checked": self.buffer_entries_checked, "hold_no_records": NO_ROWS}
+                "buffer_entries_checked": self.buffer_entries_checked, "exports_checked": self.exports_checked,
+                "hold_no_records": NO_ROWS}
 
     def render(self) -> str:
         head = (f"{self.table}: checked {self.files_checked} files ({self.files_read} read after their statistics) "
-                f"and {self.buffer_entries_checked} buffer entries")
+                f"and {self.buffer_entries_checked} buffer entries and {self.exports_checked} exports")
         if self.clean:
             return f"{head}: no object holds a matching record (erased)\n({NO_ROWS})"
         lines = [f"{head}: {len(self.held)} objects still hold matching records:"]
         for h in self.held:
             where = f" in {', '.join(h.partitions)}" if h.partitions else ""
+            if h.kind == "export file":
+                lines.append(f"  {h.kind}: {h.name}: {h.rows} records (a copy outside the table: remove it)")
+                continue
             lines.append(f"  {h.kind}: {h.name}{where}: {h.rows} records ({h.hidden} hidden by deletes, "
                          "awaiting compaction or GC)")
         return "\n".join(lines)
@@ -136,7 +149,38 @@ def erasure_report(state_store: StateStore, objects: ObjectStore, table: TableIn
         hidden = hit.num_rows - _visible(hit, covering_file(live, horizon))
         report.held.append(HeldObject("file" if refs else "file awaiting GC", name, hit.num_rows, hidden,
                                       tuple(r.partition_id for r in refs)))
+    _check_exports(state_store, objects, table, regions, probe, report)
     return report
+
+
+def _check_exports(state_store: StateStore, objects: ObjectStore, table: TableInfo, regions: Sequence[Region],
+                   probe: Tombstone, report: ErasureReport) -> None:
+    """Add the files of the table's committed exports that hold matching rows."""
+    first = table.schema.row_key_names[0]
+    for job in state_store.list_jobs(table.table_id, kind="export"):
+        if job.status != "committed" or not job.output:
+            continue
+        root = job.output.rsplit("/", 1)[0]
+        if not root.startswith("s3://") and not os.path.isdir(root):
+            continue  # removed by its owner
+        dest = ObjectStore(root, objects.s3)
+        manifest = read_manifest(dest)
+        if manifest is None or manifest.table_id != table.table_id:
+            continue
+        report.exports_checked += 1
+        for f in manifest.files:
+            if dest.head(f.key) is None:
+                continue
+            with dest.open_input(f.key) as src:
+                pf = pq.ParquetFile(src, pre_buffer=False)
+                bounds = key_bounds(pf.metadata, first)
+                if bounds is not None and not any(r.ranges[0].overlaps(bounds[0], _after(bounds[1]))
+                                                  for r in regions):
+                    continue
+                rows = pf.read()
+            hit = int(rows.filter(matches(rows, probe)).num_rows) if rows.num_rows else 0
+            if hit:
+                report.held.append(HeldObject("export file", dest.uri_of(f.key), hit, 0))
 
 
 def _visible(rows: Any, tombstones: Sequence[Tombstone]) -> int:

@@ -29,6 +29,10 @@ and a commit checks its outputs exist before committing. Scratch files of an att
 (:func:`scratch_root`: bulk import's sorted runs, left behind by a killed driver) are
 swept by the same rules, once no job in flight names that attempt.
 
+Age-off on a clock: with the age-off iterator set, a run first drops the references of
+files whose records have all expired (:mod:`sleeper_ops.maintenance.ageoff`: one
+commit, no rewrite); they are then deleted like any unreferenced file, after the delay.
+
 A run that deletes also forgets delete tombstones that no longer cover any row
 (:func:`~sleeper_ops.maintenance.deletes.drop_spent_tombstones`), commit ids older than
 :data:`~statestore.store.COMMIT_ID_RETENTION_MS`, and the idempotency keys of client
@@ -49,6 +53,7 @@ from typing import Callable, Optional
 from sleeper_ops.io.attempts import named_key
 from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.io.storage import ObjectStore
+from sleeper_ops.maintenance.ageoff import drop_expired_files
 from sleeper_ops.maintenance.deletes import drop_spent_tombstones
 from statestore.catalog import TableInfo
 from statestore.client_writes import IDEMPOTENCY_HOURS
@@ -81,6 +86,8 @@ class GCReport:
             refused (e.g. already forgotten by a concurrent run); their objects are gone.
         tombstones_dropped: numbers of the delete tombstones forgotten because nothing
             they cover holds rows any more (:mod:`sleeper_ops.maintenance.deletes`).
+        aged_off: files whose records had all aged off, their references dropped
+            (:mod:`sleeper_ops.maintenance.ageoff`); ``aged_off_records`` their records.
     """
 
     table: str
@@ -92,6 +99,8 @@ class GCReport:
     refused: list[tuple[str, str]] = field(default_factory=list)
     waiting: Optional[Waiting] = None
     tombstones_dropped: list[int] = field(default_factory=list)
+    aged_off: list[str] = field(default_factory=list)
+    aged_off_records: int = 0
 
     def summary(self) -> str:
         """What was (or would be) deleted, then what waits and when the next is due (when
@@ -105,6 +114,9 @@ class GCReport:
             out += f", {len(self.refused)} refused by the state store"
         if self.tombstones_dropped:
             out += f", dropped {len(self.tombstones_dropped)} spent delete tombstones"
+        if self.aged_off:
+            out += (f", {'would drop' if self.dry_run else 'dropped'} {_files(len(self.aged_off), 'file')} "
+                    f"whose {self.aged_off_records} records had all aged off")
         if self.waiting is not None:
             out += self.waiting.describe()
         return out
@@ -221,6 +233,8 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
         report.skipped_reason = f"table {table.name} is offline"
         return report
     now = _now_ms() if now_ms is None else now_ms
+    aged = drop_expired_files(state_store, objects, table, now, dry_run=dry_run)
+    report.aged_off, report.aged_off_records = aged.files, aged.records
     before = now - keep_unreferenced_ms(table)
     batch_size = table.get_int(BATCH_PROPERTY)
     if dry_run:

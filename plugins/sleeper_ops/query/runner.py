@@ -20,7 +20,7 @@ once ``limit`` rows are out.
 from __future__ import annotations
 
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generator, Iterator, Optional, Sequence
 
 import pyarrow as pa
@@ -139,19 +139,63 @@ class QueryRunner:
             tasks = _Tasks(live)
             for i, region in enumerate(disjoint):
                 exclude = tuple(r for r in disjoint[:i] if r.overlaps(region))
-                for part in meta.overlapping(region):
-                    refs = meta.references_in(part.id)
-                    if not refs:
-                        continue
-                    inter = _intersect(region, part.region)
-                    if inter is None:
-                        continue
-                    near = tuple(t for t in live if any(r.overlaps(inter) for r in t.regions))
-                    for ref in refs:
-                        tasks.append(_Task(ref, inter, exclude, covering_file(near, ref.delete_horizon)))
+                tasks.extend(_region_tasks(meta, region, exclude, live))
             return tasks
 
         return self.metadata.plan(plan)
+
+    def leaf_plan(self, region: Region, *, buffer: bool = True) -> LeafPlan:
+        """Every leaf partition overlapping ``region``, each with the tasks that read
+        its part of ``region`` (its own files and its ancestors', deletes applied) and,
+        with ``buffer``, the write buffer's records in it: all planned on ONE state of
+        the table (one metadata read, no flush between it and the buffer read), so
+        the leaves' rows together are exactly what :meth:`query` of ``region`` would
+        return at that moment, each record in one leaf. :meth:`stream_tasks` reads a
+        leaf's tasks. Bulk export (:mod:`sleeper_ops.query.export`) plans with this."""
+
+        def plan(meta: TableMetadata) -> LeafPlan:
+            self._current_plan(meta)
+            live = tuple(meta.tombstones[n] for n in sorted(meta.tombstones))
+            leaves = []
+            for part in meta.overlapping(region):
+                inter = _intersect(region, part.region) if part.is_leaf else None
+                if inter is not None:
+                    leaves.append(LeafTasks(part.id, inter, tuple(_region_tasks(meta, inter, (), live))))
+            leaves.sort(key=lambda leaf: tuple(r.min for r in leaf.region.ranges))
+            return LeafPlan(tuple(leaves), live)
+
+        if not buffer:
+            return self.metadata.plan(plan)
+        if self.buffered.flushes is None:
+            self.buffered.read()
+        while True:
+            before = self.buffered.flushes
+            planned = self.metadata.plan(plan)
+            rows, flushes = self.buffered.read(planned.tombstones)
+            if before == flushes:
+                return LeafPlan(tuple(replace(leaf, buffered=self._buffered_in(rows, leaf.region))
+                                      for leaf in planned.leaves), planned.tombstones)
+
+    def _buffered_in(self, rows: Any, region: Region) -> Optional[pa.Table]:
+        table = self.buffered.in_regions(rows, [region])
+        if not table.num_rows:
+            return None
+        return table.cast(self.target) if table.schema != self.target else table
+
+    def stream_tasks(self, leaf: LeafTasks, *, batch_rows: int = DEFAULT_BATCH_ROWS
+                     ) -> Generator[pa.RecordBatch, None, None]:
+        """The records of one leaf of a :meth:`leaf_plan`, in key order, after the
+        table's iterators, as :meth:`stream` yields them (the same merge)."""
+        pending = [PendingSource(t.region.ranges[0].min, i, _opener(self, t, batch_rows))
+                   for i, t in enumerate(leaf.tasks)]
+        if leaf.buffered is not None:
+            batches = leaf.buffered.to_batches(max_chunksize=batch_rows)
+            pending.append(PendingSource(leaf.region.ranges[0].min, len(pending), lambda: iter(batches)))
+        merged = merge_sources(pending, self.schema.key_names, sort_keys(self.schema), self._pool,
+                               max_rows=batch_rows, start_ahead=max(1, self.threads // 2))
+        if not self.iterators.is_empty:
+            merged = self.iterators.apply(merged)
+        return limited(merged, None)
 
     def _plan(self, regions: Sequence[Region], buffer: bool) -> tuple[list[_Task], Optional[pa.Table]]:
         """The tasks of ``regions`` and, with ``buffer``, the write buffer's records in
@@ -283,6 +327,46 @@ class QueryRunner:
                 if past:  # the file is sorted on the first row key field: nothing further is inside
                     return
 
+
+
+def _region_tasks(meta: TableMetadata, region: Region, exclude: tuple[Region, ...],
+                  live: tuple[Tombstone, ...]) -> list[_Task]:
+    """One task per file reference of a partition overlapping ``region`` (leaves and
+    their ancestors), reading the reference's rows in ``region`` less ``exclude``,
+    with the tombstones of ``live`` that hide rows of it."""
+    tasks = []
+    for part in meta.overlapping(region):
+        refs = meta.references_in(part.id)
+        if not refs:
+            continue
+        inter = _intersect(region, part.region)
+        if inter is None:
+            continue
+        near = tuple(t for t in live if any(r.overlaps(inter) for r in t.regions))
+        for ref in refs:
+            tasks.append(_Task(ref, inter, exclude, covering_file(near, ref.delete_horizon)))
+    return tasks
+
+
+@dataclass(frozen=True)
+class LeafTasks:
+    """One leaf of a :meth:`QueryRunner.leaf_plan`: its part of the planned region, the
+    tasks reading its files, and the write buffer's records in it (None: none).
+    Plain data (picklable): a Spark task can read a leaf planned on the driver."""
+
+    leaf_id: str
+    region: Region
+    tasks: tuple[_Task, ...]
+    buffered: Optional[pa.Table] = None
+
+
+@dataclass(frozen=True)
+class LeafPlan:
+    """The leaves of one :meth:`QueryRunner.leaf_plan`, in key order, and the table's
+    live tombstones in the state they were planned on."""
+
+    leaves: tuple[LeafTasks, ...]
+    tombstones: tuple[Tombstone, ...]
 
 
 def _opener(runner: QueryRunner, task: _Task, batch_rows: int) -> Any:

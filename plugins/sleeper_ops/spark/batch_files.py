@@ -23,7 +23,8 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from pathlib import Path
+from typing import Any, Optional, Sequence
 
 import pyarrow.fs as pafs
 import tomli_w
@@ -31,12 +32,9 @@ import tomli_w
 from sleeper_ops.compaction.execute import JobResult
 from sleeper_ops.compaction.jobs import CompactionJob
 from sleeper_ops.config import SleeperConfig
-from sleeper_ops.errors import IngestError
+from sleeper_ops.errors import ConfigError, IngestError
 from sleeper_ops.io.storage import S3Options
 from statestore.errors import SleeperError
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 #: Version of the jobs and results file formats; readers refuse other versions.
 FILE_FORMAT_VERSION = 1
@@ -168,7 +166,37 @@ def write_config_file(path: str | Path, config: SleeperConfig) -> None:
     _write_local(os.path.abspath(path), (header + tomli_w.dumps(doc)).encode(), mode=0o600)
 
 
+def _s3_from_environment() -> Optional[S3Options]:
+    """S3 at the endpoint boto3 would use from the environment (pyarrow reads no such
+    variable), or None (AWS)."""
+    from urllib.parse import urlsplit
+
+    url = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not url:
+        return None
+    parts = urlsplit(url)
+    return S3Options(endpoint_override=parts.netloc, scheme=parts.scheme or "https",
+                     region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
+
+
 def read_config_file(path: str | Path) -> SleeperConfig:
     """Read a file written by :func:`write_config_file` (see
-    :meth:`~sleeper_ops.config.SleeperConfig.from_file`); ConfigError if it is not one."""
-    return SleeperConfig.from_file(path)
+    :meth:`~sleeper_ops.config.SleeperConfig.from_file`), or an ``s3://`` configuration
+    object (an EMR Serverless job's, :mod:`sleeper_ops.spark.emr_serverless`: read with
+    the AWS credential chain, at the endpoint ``AWS_ENDPOINT_URL_S3`` or
+    ``AWS_ENDPOINT_URL`` names if set, as boto3 does; its home is the working directory
+    unless it names one);
+    ConfigError if it is not one."""
+    uri = str(path)
+    if not uri.startswith("s3://"):
+        return SleeperConfig.from_file(path)
+    import tomllib
+
+    fs, key = _filesystem(uri, _s3_from_environment())
+    try:
+        with fs.open_input_stream(key) as f:
+            raw = tomllib.loads(f.read().decode())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot read the configuration {uri}: {e}") from e
+    home = raw.pop("home", None)
+    return SleeperConfig.from_dict(Path(home) if isinstance(home, str) else Path.cwd(), raw)

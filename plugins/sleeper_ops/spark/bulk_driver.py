@@ -158,7 +158,9 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     where.add_argument("--home", default=None, help="SLEEPER_HOME (default: $SLEEPER_HOME or ./.sleeper)")
     where.add_argument("--config-file", default=None, help="the configuration, instead of HOME/sleeper.toml")
     p.add_argument("--table", required=True)
-    p.add_argument("--source", action="append", required=True, help="a file, directory or glob (repeatable)")
+    p.add_argument("--source", action="append", default=[], help="a file, directory or glob (repeatable)")
+    p.add_argument("--sources", default=None,
+                   help="sources separated by commas (as the property sleeper.table.bulk.import.source holds them)")
     p.add_argument("--import-key", default=None, help="imports of the same key add their records once")
     p.add_argument("--run-id", default=None)
     p.add_argument("--ingest-job-id", default=None, help="mark this batcher job's ingest requests in the commit")
@@ -168,9 +170,17 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run one bulk import; exit 0 when it committed or was already imported, else 1."""
+def main(argv: Optional[Sequence[str]] = None, *, spark: Any = None) -> int:
+    """Run one bulk import; exit 0 when it committed or was already imported, else 1.
+
+    ``--config-file`` may be an ``s3://`` URI (an EMR Serverless job's). ``spark``: a
+    session to run on and leave running (a test playing EMR); by default one is built
+    from spark-submit's settings and stopped at the end."""
     args = _parse_args(argv)
+    sources = [*args.source, *(s.strip() for s in (args.sources or "").split(","))]
+    sources = [s for s in sources if s]
+    if not sources:
+        raise SystemExit("spark_apps/bulk_import.py: no source given (--source or --sources)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from pyspark.sql import SparkSession
 
@@ -179,12 +189,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     config = read_config_file(args.config_file) if args.config_file is not None else None
     with (Sleeper(config=config) if config is not None else Sleeper(home=args.home)) as sleeper:
-        spark = SparkSession.builder.appName(f"sleeper-bulk-import-{args.table}").getOrCreate()
+        session = spark or SparkSession.builder.appName(f"sleeper-bulk-import-{args.table}").getOrCreate()
         try:
-            outcome = import_on(spark, sleeper, args.table, args.source, import_key=args.import_key,
+            outcome = import_on(session, sleeper, args.table, sources, import_key=args.import_key,
                                 run_id=args.run_id, ingest_job_id=args.ingest_job_id, shuffle=args.shuffle)
         finally:
-            spark.stop()
+            if spark is None:
+                session.stop()
     if args.results_file is not None:
         with open(args.results_file, "w") as f:
             json.dump(outcome, f)

@@ -102,13 +102,16 @@ def stop(piece: Piece, grace: float = STOP_GRACE_SECONDS) -> None:
 @contextlib.contextmanager
 def standing_cluster(work: Path, *, workers: int = 2, cores: int = 1, memory: str = "2g",
                      service_port: Optional[int] = 0, master_port: int = 0, max_jobs: int = 2,
-                     host: str = "127.0.0.1", timeout: float = 180.0) -> Iterator[StandingCluster]:
+                     host: str = "127.0.0.1", timeout: float = 180.0,
+                     base_env: Optional[dict[str, str]] = None) -> Iterator[StandingCluster]:
     """Start a master, ``workers`` workers of ``cores`` cores and ``memory`` each and
     (unless ``service_port`` is None) the Spark service on ``service_port`` (0: a free
-    port), all on ``host``; yield the running cluster; stop it all at the end."""
+    port), all on ``host``, with the environment ``base_env`` (default this process's)
+    plus Spark's settings; yield the running cluster; stop it all at the end."""
     work = Path(work).absolute()
     work.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, SPARK_LOCAL_IP=host, PYSPARK_PYTHON=sys.executable, SPARK_LOG_DIR=str(work / "logs"),
+    env = dict(os.environ if base_env is None else base_env, SPARK_LOCAL_IP=host, PYSPARK_PYTHON=sys.executable,
+               SPARK_LOG_DIR=str(work / "logs"),
                SPARK_WORKER_DIR=str(work / "worker"))
     spark_class = _spark_class()
     port = master_port or free_port(host)

@@ -244,7 +244,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 check_jobs_of(table, jobs)
             else:
                 run_id = args.run_id
-                jobs = create_compaction_jobs(sleeper.state_store, table, run_id=run_id).jobs
+                jobs = create_compaction_jobs(sleeper.state_store, table, run_id=run_id, objects=sleeper.objects).jobs
         except SleeperError as e:
             logger.error("%s", e)
             return 1

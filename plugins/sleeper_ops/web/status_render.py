@@ -167,9 +167,11 @@ def _files_table(overview: TableOverview) -> str:
 
 
 def _dag_operations(info: TableInfo) -> list[str]:
-    """The operations the table has a DAG of: every maintenance DAG, and the dated bulk
-    import when ``sleeper.table.bulk.import.source`` is set."""
-    return [op for op in OPERATIONS if op != "bulk_import" or info.get("sleeper.table.bulk.import.source")]
+    """The operations the table has a DAG of: every maintenance DAG, the dated bulk
+    import when ``sleeper.table.bulk.import.source`` is set and the dated export when
+    ``sleeper.table.export.destination`` is."""
+    optional = {"bulk_import": "sleeper.table.bulk.import.source", "export": "sleeper.table.export.destination"}
+    return [op for op in OPERATIONS if op not in optional or info.get(optional[op])]
 
 
 def render_table(info: TableInfo, overview: TableOverview, jobs: Sequence[JobRecord], *,

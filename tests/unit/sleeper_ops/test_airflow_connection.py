@@ -61,3 +61,41 @@ def test_an_endpoint_that_is_not_a_url_is_refused(tmp_path: Path) -> None:
         config_from_connection(host="db", port=None, login=None, password=None, schema=None,
                                extra={"object_store_uri": "s3://b/p", "endpoint_url": "127.0.0.1:9000"},
                                default_home=tmp_path)
+
+
+def test_the_dynamodb_state_store_takes_region_endpoint_and_keys_from_the_aws_connection(tmp_path: Path) -> None:
+    from sleeper_ops.airflow.connection import aws_conn_id_of
+
+    extra = {"state_store": "dynamodb", "object_store_uri": "s3://sleeper-data/data", "dynamodb_table_prefix": "t-"}
+    aws = {"region": "eu-west-2", "endpoint_url": "http://127.0.0.1:5999", "access_key": "AK", "secret_key": "SK"}
+    assert aws_conn_id_of(extra) == "aws_default"
+    cfg = config_from_connection(host=None, port=None, login=None, password=None, schema=None, extra=extra,
+                                 default_home=tmp_path, aws=aws)
+    assert cfg.state_store_backend == "dynamodb"
+    d = cfg.dynamodb
+    assert (d.region, d.endpoint_url, d.table_prefix, d.access_key, d.secret_key) == (
+        "eu-west-2", "http://127.0.0.1:5999", "t-", "AK", "SK")
+    assert cfg.s3 is not None
+    assert (cfg.s3.endpoint_override, cfg.s3.scheme, cfg.s3.region, cfg.s3.access_key, cfg.s3.secret_key) == (
+        "127.0.0.1:5999", "http", "eu-west-2", "AK", "SK")
+
+
+def test_the_extras_own_s3_settings_override_the_aws_connections(tmp_path: Path) -> None:
+    cfg = config_from_connection(host="db", port=None, login="u", password=None, schema=None,
+                                 extra={"object_store_uri": "s3://b/p", "aws_conn_id": "mine", "region": "us-west-1"},
+                                 default_home=tmp_path, aws={"region": "eu-west-2", "access_key": "AK"})
+    assert cfg.state_store_backend == "postgres"
+    assert cfg.s3 is not None and (cfg.s3.region, cfg.s3.access_key) == ("us-west-1", "AK")
+
+
+def test_an_unknown_state_store_is_refused_naming_the_choices(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="state_store 'sqlite'.*postgres, dynamodb"):
+        config_from_connection(host=None, port=None, login=None, password=None, schema=None,
+                               extra={"state_store": "sqlite"}, default_home=tmp_path)
+
+
+def test_no_aws_connection_is_read_unless_named_or_dynamodb() -> None:
+    from sleeper_ops.airflow.connection import aws_conn_id_of
+
+    assert aws_conn_id_of({"object_store_uri": "s3://b/p"}) is None
+    assert aws_conn_id_of({"aws_conn_id": "prod_aws"}) == "prod_aws"

@@ -135,3 +135,50 @@ def test_the_airflow_settings_are_written_to_airflow_cfg_keeping_the_others(tmp_
     assert cfg.get("database", "sql_alchemy_conn") == "postgresql+psycopg://u:p%2F@h/airflow"
     assert cfg.get("webserver", "x") == "1" and not cfg.has_option("core", "home")
     assert path.stat().st_mode & 0o077 == 0, "it holds the database URL: the owner's only"
+
+
+def test_the_dated_dag_starts_at_the_tables_import_start_so_no_past_interval_runs_by_itself():
+    from datetime import UTC, datetime, timedelta
+
+    from sleeper_ops.airflow.dag_factory import build_dag
+
+    start = datetime.now(UTC).replace(second=0, microsecond=0)  # the source set just now
+    schema = Schema.from_dict({"rowKeyFields": [{"name": "k", "type": "StringType"}]})
+    table = TableInfo("tid", "events", schema, {"sleeper.table.bulk.import.source": "/raw/{{ ds }}/",
+                                                "sleeper.table.bulk.import.start": start.isoformat()})
+    dag = build_dag(table, "bulk_import")
+    assert dag.start_date == start
+    first = dag.timetable.next_dagrun_info(last_automated_data_interval=None, restriction=_restriction(dag))
+    midnight = start.replace(hour=0, minute=0)
+    expected = midnight if midnight == start else midnight + timedelta(days=1)
+    assert first is not None and first.data_interval.start == expected, \
+        "the first interval at or after the start, not yesterday's"
+
+
+def _restriction(dag):  # type: ignore[no-untyped-def]
+    from airflow.timetables.base import TimeRestriction
+
+    return TimeRestriction(earliest=dag.start_date, latest=None, catchup=False)
+
+def test_the_hook_reads_aws_settings_through_the_amazon_providers_aws_base_hook(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A worker with no Sleeper files: sleeper_default names DynamoDB, aws_default holds the
+    region, endpoint and keys; DAG parsing reads the catalog from the connection."""
+    import json
+
+    from sleeper_ops.airflow.dag_factory import catalog_source
+    from sleeper_ops.airflow.hook import SleeperHook, aws_settings
+
+    monkeypatch.delenv("SLEEPER_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
+        "conn_type": "aws", "login": "AKEY1", "password": "SKEY1",
+        "extra": {"region_name": "eu-west-2", "endpoint_url": "http://127.0.0.1:5999"}}))
+    monkeypatch.setenv("AIRFLOW_CONN_SLEEPER_DEFAULT", json.dumps({
+        "conn_type": "sleeper", "extra": {"state_store": "dynamodb", "object_store_uri": "s3://sleeper-data/data"}}))
+    assert aws_settings("aws_default") == {"region": "eu-west-2", "endpoint_url": "http://127.0.0.1:5999",
+                                           "access_key": "AKEY1", "secret_key": "SKEY1"}
+    config = SleeperHook().get_config()
+    assert config.state_store_backend == "dynamodb" and config.dynamodb.endpoint_url == "http://127.0.0.1:5999"
+    assert config.s3 is not None and config.s3.access_key == "AKEY1"
+    assert catalog_source("split") == config

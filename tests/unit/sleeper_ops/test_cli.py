@@ -428,3 +428,17 @@ def test_maintenance_refuses_while_another_run_holds_the_lease(table, run, home)
         assert_one_line_error(run("compact", "t"), "held by airflow/sleeper_t_compaction/run-1")
         ok(run("gc", "t"))  # other operations have their own leases
     ok(run("compact", "t"))
+
+
+def test_help_lists_every_command_including_those_loaded_on_use(capsys: pytest.CaptureFixture[str]) -> None:
+    """The commands in modules of their own (table, server, delete, cluster) are imported
+    only when used, yet ``--help`` lists them and each runs its own ``--help``."""
+    from sleeper_ops.cli.commands import LAZY_SUBCOMMANDS
+
+    code, out, _ = invoke_cli(capsys, "--help")
+    assert code == 0
+    listed = {line.split()[0] for line in out.split("Commands:")[1].splitlines() if line.strip()}
+    assert set(LAZY_SUBCOMMANDS) | {"query", "ingest", "compact", "sql"} <= listed
+    for name in LAZY_SUBCOMMANDS:
+        code, out, _ = invoke_cli(capsys, name, "--help")
+        assert code == 0 and f"Usage: sleeper {name}" in out, out

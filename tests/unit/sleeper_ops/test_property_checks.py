@@ -149,3 +149,23 @@ def test_rename_to_a_bad_name_is_refused_and_list_reports_old_bad_names(events, 
     assert "sleeper table rename 'old events' NEW_NAME" in err
     assert cli("table", "rename", "old events", "events")[0] == 0
     assert cli("table", "list")[2] == ""
+
+
+def test_setting_a_bulk_import_source_records_when_the_dated_import_starts(events):
+    from datetime import UTC, datetime
+
+    from sleeper_ops.bulk_import.dated import import_start, with_import_start
+
+    source, start = "sleeper.table.bulk.import.source", "sleeper.table.bulk.import.start"
+    before = datetime.now(UTC).replace(second=0, microsecond=0)
+    events.set_properties("events", {source: "s3://raw/{{ ds }}/"})
+    recorded = import_start(events.table("events").info.properties[start])
+    assert recorded is not None and before <= recorded <= datetime.now(UTC)
+    events.set_properties("events", {source: "s3://other/{{ ds }}/"})
+    assert import_start(events.table("events").info.properties[start]) == recorded, "kept when the source changes"
+    assert with_import_start({}, {source: "x", start: "2026-03-01"}) == {source: "x", start: "2026-03-01"}
+    assert import_start("2026-03-01") == datetime(2026, 3, 1, tzinfo=UTC)
+    with pytest.raises(PropertyError, match="ISO 8601"):
+        events.set_properties("events", {start: "yesterday"})
+    t = events.create_table("dated", SCHEMA, properties={source: "s3://raw/{{ ds }}/"})
+    assert start in t.info.properties

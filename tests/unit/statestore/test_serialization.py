@@ -18,6 +18,7 @@ from statestore import (
     ClearFiles,
     DeleteFiles,
     DeleteRecords,
+    DropFileReferences,
     DropTombstones,
     FileReference,
     InitialisePartitions,
@@ -61,6 +62,7 @@ EXAMPLES: dict[str, Transaction] = {
     "delete_records": DeleteRecords((_BYTES_TREE[1].region, _BYTES_TREE[2].region), "n > 3 AND b <> X'00'", 41,
                                     1_700_000_000_004),
     "drop_tombstones": DropTombstones((1, 3)),
+    "drop_file_references": DropFileReferences((("a", "left"), ("a", "right"), ("b", "left")), 1_700_000_000_005),
 }
 
 

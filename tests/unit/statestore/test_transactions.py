@@ -12,6 +12,7 @@ from statestore import (
     AssignJobIds,
     ClearFiles,
     DeleteFiles,
+    DropFileReferences,
     FileRecord,
     FileReference,
     FileReferenceError,
@@ -430,6 +431,29 @@ def test_delete_files_is_refused_while_a_file_is_referenced():
     commit(s, AddFiles((ref("c", "L"), ref("c", "R")), T1))
     refuses(s, DeleteFiles(("a",)), FileReferenceError, "still referenced by 1 partitions")
     refuses(s, DeleteFiles(("c",)), FileReferenceError, "still referenced by 2 partitions")
+
+
+def test_drop_file_references_removes_the_references_and_leaves_the_files_awaiting_gc():
+    s = state(ref("a", "L"), ref("b", "L"))
+    commit(s, AddFiles((ref("c", "L"), ref("c", "R")), T1))
+    commit(s, DropFileReferences((("a", "L"), ("c", "L"), ("c", "R")), T2))
+    assert sorted(s.references) == [("b", "L")]
+    assert s.reference_count("a") == 0 and s.files["a"].update_time == T2 and s.files["c"].update_time == T2
+    commit(s, DeleteFiles(("a", "c")))  # now garbage collection's
+    assert set(s.files) == {"b"}
+
+
+def test_drop_file_references_touches_the_files_and_partitions():
+    assert DropFileReferences((("a", "L"), ("b", "R"))).touches() == Touches(
+        partition_ids=frozenset({"L", "R"}), filenames=frozenset({"a", "b"}))
+
+
+def test_drop_file_references_is_refused_for_a_missing_or_assigned_reference():
+    s = state(ref("a", "L"))
+    refuses(s, DropFileReferences((("a", "R"),)), FileReferenceError, "has no reference in partition R")
+    refuses(s, DropFileReferences((("a", "L"), ("a", "L"))), FileReferenceError, "named twice")
+    commit(s, AssignJobIds((JobAssignment("j", "L", ("a",)),), T1))
+    refuses(s, DropFileReferences((("a", "L"),)), FileReferenceError, "assigned to job j")
 
 
 def test_clear_files_forgets_every_file_and_keeps_partitions():

@@ -1,0 +1,276 @@
+"""Bulk export: a table (or a key range of it) as one sorted Parquet file per leaf.
+
+:func:`export_table` is what ``sleeper export``, ``Table.export`` and the export DAG
+call. It plans every leaf on one state of the table
+(:meth:`~sleeper_ops.query.runner.QueryRunner.leaf_plan`: the query path's own plan,
+so deletes are hidden, files in ancestor partitions and, by default, the write buffer
+are included), reads each leaf through the query path's merge with the table's
+iterators applied (:meth:`~sleeper_ops.query.runner.QueryRunner.stream_tasks`), keeps
+the rows matching ``where``, and writes one Parquet file per leaf, sorted by key. The
+leaves are written in this process (runner ``local``) or one Spark task a leaf (runner
+``spark``: :mod:`sleeper_ops.spark.export`, named in :data:`LEAF_WRITERS`).
+
+Guarantees:
+
+* **Exactly the rows of one state.** The union of the files is the answer a query of
+  the region would have given when the plan was made, each record in exactly one file;
+  the manifest records the transaction number of that state.
+* **Idempotent per export key** (:mod:`sleeper_ops.io.export_manifest`): files go to
+  attempt-unique names and the manifest is written last, as the commit point. A repeat
+  of a committed key answers "already exported" with its manifest and writes nothing;
+  a rerun after a crash writes the whole export afresh under names of its own, commits
+  its manifest, then deletes the files the crashed attempts left in the destination, so
+  the destination ends with exactly the rows, none twice. A destination holding the
+  export of another key is refused in one line.
+* **One export per destination at a time**: a lease on (table, destination) refuses a
+  concurrent one (:class:`~statestore.errors.LeaseHeldError`).
+* Every export is recorded as a job (kind ``export``) whose ``output`` is its manifest,
+  so ``sleeper report erasure`` can find the exports that may hold deleted records.
+* Files named by a plan stay readable for the table's GC delay after they lose their
+  references; an export that takes longer than that may fail (and can be rerun).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sleeper_ops.engine.deletes import check_where, matches
+from sleeper_ops.engine.key_regions import range_region
+from sleeper_ops.errors import ConfigError, QueryError
+from sleeper_ops.io.arrow_schema import arrow_schema
+from sleeper_ops.io.attempts import MARK, attempt_key
+from sleeper_ops.io.export_manifest import ExportedFile, ExportManifest, read_manifest, write_manifest
+from sleeper_ops.io.storage import ObjectStore
+from statestore.client_writes import check_key
+from statestore.deletes import Tombstone
+from statestore.jobs import JobRecord
+from statestore.region import Range, Region
+from statestore.schema import Schema, min_value
+
+if TYPE_CHECKING:
+    from sleeper_ops.query.runner import LeafTasks, QueryRunner
+    from statestore.catalog import TableInfo
+    from statestore.store import StateStore
+
+RUNNERS = ("local", "spark")
+#: Leaf writers that run elsewhere, as ``module:function``, imported when used.
+LEAF_WRITERS: dict[str, str] = {"spark": "sleeper_ops.spark.export:write_leaves"}
+#: How many times the plan is taken again when a commit lands while it is being taken.
+PLAN_ATTEMPTS = 5
+_PART = re.compile(r"^part-\d{5}-.+\.parquet$")
+
+
+class ExportError(QueryError):
+    """An export was refused (bad input, a destination holding another export) or failed."""
+
+
+@dataclass(frozen=True)
+class LeafJob:
+    """One leaf to write: its place in key order, its plan, the key to write it under,
+    and the rows' filter (``where``, or None)."""
+
+    index: int
+    leaf: LeafTasks
+    key: str
+    where: Optional[str]
+
+
+#: Writes the leaves of an export to ``dest``; one ExportedFile per LeafJob, in order.
+LeavesWriter = Callable[["QueryRunner", ObjectStore, Sequence[LeafJob]], list[ExportedFile]]
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """An export: its manifest, where it is, and whether this call wrote it (False: a
+    repeat of its export key found it already there)."""
+
+    destination: str
+    manifest: ExportManifest
+    written: bool
+
+    def summary(self) -> str:
+        m = self.manifest
+        head = "already exported (a repeat of export key" if not self.written else "exported (export key"
+        return (f"{head} {m.export_key!r}): {m.rows} records of table {m.table} in {len(m.files)} files "
+                f"at transaction {m.transaction}, to {self.destination}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"destination": self.destination, "written": self.written, "manifest": self.manifest.to_dict()}
+
+
+def export_region(schema: Schema, lo: Optional[Any] = None, hi: Optional[Any] = None) -> Region:
+    """``[lo, hi)`` on the first row key field (``lo`` None: the whole table); an empty
+    or inverted range is refused in one line."""
+    if lo is None and hi is None:
+        return Region(tuple(Range(f.name, min_value(f.type), None)  # type: ignore[arg-type]
+                            for f in schema.row_key_fields))
+    if lo is None:
+        lo = min_value(schema.row_key_fields[0].type)  # type: ignore[arg-type]
+    try:
+        return range_region(schema, lo, hi)
+    except QueryError as e:
+        raise ExportError(f"--range: {e}") from None
+
+
+def check_export(schema: Schema, lo: Optional[Any], hi: Optional[Any], where: Optional[str],
+                 export_key: Optional[str]) -> tuple[Region, Optional[str], str]:
+    """The region, predicate and export key (a fresh one if None) of an export; bad
+    input refused in one line (:class:`ExportError`) before anything is written."""
+    region = export_region(schema, lo, hi)
+    try:
+        where = check_where(schema, where)
+        key = check_key(export_key) if export_key is not None else uuid.uuid4().hex
+    except Exception as e:
+        raise ExportError(str(e)) from None
+    return region, where, key
+
+
+def _no_lease(operation: str) -> ContextManager[Any]:
+    return contextlib.nullcontext()
+
+
+def export_job_id(export_key: str) -> str:
+    """The job id recording the export of ``export_key``."""
+    return "export-" + hashlib.sha256(export_key.encode()).hexdigest()[:24]
+
+
+def export_table(state_store: StateStore, runner: QueryRunner, table: TableInfo, dest: ObjectStore, *,
+                 lo: Optional[Any] = None, hi: Optional[Any] = None, where: Optional[str] = None,
+                 export_key: Optional[str] = None, buffer: bool = True, run_id: Optional[str] = None,
+                 write_leaves: Optional[LeavesWriter] = None, now_ms: Optional[int] = None,
+                 lease: Optional[Callable[[str], ContextManager[Any]]] = None) -> ExportResult:
+    """Export ``table``'s records in ``[lo, hi)`` (default all) matching ``where`` to
+    ``dest`` (see the module docstring). ``export_key`` defaults to a fresh one.
+    ``write_leaves`` writes the leaves (default: in this process, one after another).
+    ``lease(operation)`` gives the table's exclusive lease for ``operation`` (the
+    facade passes :meth:`sleeper_ops.api.Table.exclusive`); held while exporting."""
+    region, where, key = check_export(table.schema, lo, hi, where, export_key)
+    dest_id = hashlib.sha256(dest.uri.encode()).hexdigest()[:16]
+    with (lease or _no_lease)(f"export-{dest_id}"):
+        held = read_manifest(dest)
+        if held is not None:
+            if held.export_key == key and held.table_id == table.table_id:
+                return ExportResult(dest.uri, held, False)
+            raise ExportError(f"{dest.uri} already holds export {held.export_key!r} of table {held.table}: "
+                              "choose another destination (or the same --export-key to confirm it)")
+        job_id = export_job_id(key)
+        rec = state_store.get_job(table.table_id, job_id) or JobRecord.created(table.table_id, job_id, "export")
+        rec = rec.started(run_id, outputs=[dest.uri_of("_manifest.json")])
+        state_store.put_job(rec)
+        try:
+            manifest = _export(state_store, runner, table, dest, region, where, key, buffer,
+                               write_leaves or write_leaves_here, now_ms)
+        except Exception as e:
+            state_store.put_job(rec.failed(f"{type(e).__name__}: {e}"))
+            raise
+        state_store.put_job(rec.finished(manifest.rows, manifest.rows, dest.uri_of("_manifest.json")).committed())
+        _delete_leftovers(dest, manifest)
+        return ExportResult(dest.uri, manifest, True)
+
+
+def _export(state_store: StateStore, runner: QueryRunner, table: TableInfo, dest: ObjectStore, region: Region,
+            where: Optional[str], key: str, buffer: bool, write_leaves: LeavesWriter,
+            now_ms: Optional[int]) -> ExportManifest:
+    """Plan on one state, write every leaf under attempt-unique names, commit the manifest."""
+    # The plan is exactly at ``at`` when no commit changed partitions or references while
+    # it was taken (the number read before and after agree); under a stream of commits
+    # that never lets them agree, the last plan is recorded with the number read after it
+    # (the plan is at most that state, and at least the one read before).
+    for _ in range(PLAN_ATTEMPTS):
+        before = state_store.transaction_number(table.table_id)
+        plan = runner.leaf_plan(region, buffer=buffer)
+        at = state_store.transaction_number(table.table_id)
+        if at == before:
+            break
+    tag = uuid.uuid4().hex[:16]
+    jobs = [LeafJob(i, leaf, attempt_key(f"part-{i:05d}-{leaf.leaf_id}.parquet", tag), where)
+            for i, leaf in enumerate(plan.leaves)]
+    files = write_leaves(runner, dest, jobs)
+    manifest = ExportManifest(table.name, table.table_id, key, at,
+                              int(time.time() * 1000) if now_ms is None else now_ms, region.to_dict(), where,
+                              buffer, runner.iterators.describe(), tuple(files))
+    write_manifest(dest, manifest)
+    return manifest
+
+
+def write_leaf(runner: QueryRunner, dest: ObjectStore, job: LeafJob) -> ExportedFile:
+    """Write one leaf's records (the query path's merge, iterators applied, ``where``
+    kept) as one sorted Parquet file under ``job.key``."""
+    target = arrow_schema(runner.schema)
+    probe = None if job.where is None else Tombstone(0, (job.leaf.region,), job.where)
+    rows = 0
+    with dest.open_output(job.key) as sink:
+        writer: Optional[pq.ParquetWriter] = None
+        try:
+            for batch in runner.stream_tasks(job.leaf):
+                if probe is not None:
+                    batch = batch.filter(matches(batch, probe))
+                if not batch.num_rows:
+                    continue
+                if writer is None:
+                    writer = _writer(sink, batch.schema, runner.schema)
+                writer.write_batch(batch)
+                rows += batch.num_rows
+            if writer is None:
+                writer = _writer(sink, target, runner.schema)
+                writer.write_table(pa.Table.from_batches([], schema=target))
+        finally:
+            if writer is not None:
+                writer.close()
+    return ExportedFile(job.leaf.leaf_id, job.key, rows)
+
+
+def _writer(sink: Any, schema: pa.Schema, table_schema: Schema) -> pq.ParquetWriter:
+    names = table_schema.key_names
+    return pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True,
+                            sorting_columns=[pq.SortingColumn(schema.get_field_index(n)) for n in names
+                                             if n in schema.names])
+
+
+def write_leaves_here(runner: QueryRunner, dest: ObjectStore, jobs: Sequence[LeafJob]) -> list[ExportedFile]:
+    """Runner ``local``: every leaf in this process, one after another."""
+    return [write_leaf(runner, dest, j) for j in jobs]
+
+
+def load_leaves_writer(runner: str, **options: Any) -> Optional[LeavesWriter]:
+    """The leaves writer of export runner ``runner`` (None: ``local``), made by the
+    factory :data:`LEAF_WRITERS` names with ``options``."""
+    if runner == "local":
+        return None
+    if runner not in LEAF_WRITERS:
+        raise ExportError(f"unknown export runner {runner!r}; expected one of {', '.join(RUNNERS)}")
+    module_name, factory = LEAF_WRITERS[runner].split(":")
+    try:
+        module: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"the {runner} export runner needs its packages installed: {e}") from e
+    made: LeavesWriter = getattr(module, factory)(**options)
+    return made
+
+
+def _delete_leftovers(dest: ObjectStore, manifest: ExportManifest) -> None:
+    """Delete the part files earlier attempts left in ``dest`` (named like ours, with
+    an attempt tag, and not in the committed manifest)."""
+    kept = {f.key for f in manifest.files}
+    for o in list(dest.list("")):
+        if o.key not in kept and MARK in o.key and "/" not in o.key and _PART.match(o.key):
+            dest.delete(o.key)
+
+
+def rows_of(dest: ObjectStore, manifest: ExportManifest) -> pa.Table:
+    """Every row an export holds (its manifest's files, in order): for tests and checks."""
+    tables = []
+    for f in manifest.files:
+        with dest.open_input(f.key) as src:
+            tables.append(pq.read_table(src))
+    return pa.concat_tables(tables) if tables else pa.table({})
