@@ -13,9 +13,11 @@ from statestore.catalog import TableInfo
 from statestore.changes import TableChanges, is_token_of
 from statestore.client_writes import ClientWrite, ClientWriteRecord
 from statestore.errors import BookkeepingError, BufferFullError, TableExistsError, TableNotFoundError
+from statestore.history import TransactionSummary, fragment_of, summarise
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
 from statestore.jobs import JobRecord, check_job_bookkeeping, now_ms, saves_over
 from statestore.leases import Lease
+from statestore.memory_history import MemoryHistoryMixin
 from statestore.partitions import Partition
 from statestore.properties import apply_update, check_combination, validate_properties, validate_values
 from statestore.schema import Schema
@@ -27,7 +29,7 @@ from statestore.transactions import InitialisePartitions, Touches, Transaction
 CHANGE_HISTORY = 10_000
 
 
-class InMemoryStateStore(StateStore):
+class InMemoryStateStore(MemoryHistoryMixin, StateStore):
     """All tables in process memory, one lock for all commits."""
 
     def __init__(self) -> None:
@@ -45,6 +47,9 @@ class InMemoryStateStore(StateStore):
         self._next_seq = 0  # one sequence for every table, as in PostgreSQL
         self._flushes: dict[str, int] = {}  # table id -> flushes committed
         self._client_writes: dict[str, dict[str, ClientWriteRecord]] = {}  # table id -> key -> record
+        # table id -> the state after create_table, and (summary, transaction) of every commit since
+        self._first_states: dict[str, TableState] = {}
+        self._history: dict[str, list[tuple[TransactionSummary, Transaction]]] = {}
 
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
                      properties: Optional[Mapping[str, str]] = None) -> TableInfo:
@@ -59,6 +64,8 @@ class InMemoryStateStore(StateStore):
             txn.apply(state)
             self._tables[name] = info
             self._states[info.table_id] = state
+            self._first_states[info.table_id] = state.copy()
+            self._history[info.table_id] = []
             self._versions[info.table_id] = 0
             self._changes[info.table_id] = deque(maxlen=CHANGE_HISTORY)
             return info
@@ -108,6 +115,8 @@ class InMemoryStateStore(StateStore):
             self._buffers.pop(info.table_id, None)
             self._flushes.pop(info.table_id, None)
             self._client_writes.pop(info.table_id, None)
+            self._first_states.pop(info.table_id, None)
+            self._history.pop(info.table_id, None)
             return info
 
     def _state(self, table_id: str) -> TableState:
@@ -139,8 +148,12 @@ class InMemoryStateStore(StateStore):
                 raise BookkeepingError(f"write buffer entries {gone[:5]} of table {table_id} are no longer "
                                        "buffered (flushed by another flush)")
             transaction.validate(state)
+            before = fragment_of(state, transaction)
             transaction.apply(state)
             version = self._versions[table_id] = self._versions[table_id] + 1
+            self._history[table_id].append((summarise(version, int(time.time() * 1000), transaction, before,
+                                                      fragment_of(state, transaction),
+                                                      job.job_id if job is not None else None), transaction))
             self._changes[table_id].append((version, transaction.touches()))
             applied[commit_id or uuid.uuid4().hex] = int(time.time() * 1000)
             if job is not None:

@@ -271,6 +271,11 @@ _DEFS = [
                 "the first answer and stores nothing (garbage collection forgets older keys).",
                 _between(1, 720, "a client resending after a timeout must still find its first write, and the "
                                  "state store keeps every key for this long")),
+    PropertyDef("sleeper.table.history.retention.minutes", "30",
+                "How far back the table can be read as of an earlier transaction (sleeper history, --as-of): "
+                "garbage collection keeps every file a state within it references, so files replaced by "
+                "compaction (and deleted records in them) stay this long, plus the GC delay.",
+                _non_negative_int),
     PropertyDef("sleeper.table.delete.purge.hours", "24",
                 "A deleted record stays in a data file at most about this long: compaction job creation makes "
                 "jobs for files holding records deleted longer ago, even when the strategy would not.",

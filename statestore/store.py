@@ -36,6 +36,7 @@ from statestore.client_writes import ClientWrite, ClientWriteRecord
 from statestore.deletes import Tombstone
 from statestore.errors import NotSupportedError
 from statestore.files import FileReference, FileStatus
+from statestore.history import TransactionSummary
 from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
 from statestore.leases import Lease
@@ -314,6 +315,35 @@ class StateStore(abc.ABC):
         largest logged transaction id on PostgreSQL, a version in memory.) Raises
         TableNotFoundError."""
         raise NotSupportedError(f"the {type(self).__name__} backend numbers no transactions (table {table_id})")
+
+    # ----- history and time travel (statestore.history) --------------------------------
+    def history(self, table_id: str, *, limit: int = 20, upto: Optional[int] = None) -> list[TransactionSummary]:
+        """The table's transactions still in its history, newest first, numbered at most
+        ``upto`` (None: all), at most ``limit``. Raises TableNotFoundError."""
+        raise NotSupportedError(f"the {type(self).__name__} backend keeps no history (table {table_id})")
+
+    def history_after(self, table_id: str, number: int) -> Optional[TransactionSummary]:
+        """The first transaction numbered above ``number``, or None (``number`` is the newest)."""
+        raise NotSupportedError(f"the {type(self).__name__} backend keeps no history (table {table_id})")
+
+    def number_at(self, table_id: str, time_ms: int) -> Optional[int]:
+        """The number of the last transaction committed at or before ``time_ms`` that is
+        still in the history, or None."""
+        raise NotSupportedError(f"the {type(self).__name__} backend keeps no history (table {table_id})")
+
+    def state_as_of(self, table_id: str, number: int) -> TableState:
+        """The table's whole state right after transaction ``number`` (partitions,
+        references, files and tombstones; the write buffer is not part of it). Raises
+        :class:`~statestore.history.HistoryError` when ``number`` is not in the table's
+        history, TableNotFoundError. Callers check retention first
+        (:func:`statestore.history.resolve_as_of`)."""
+        raise NotSupportedError(f"the {type(self).__name__} backend keeps no history (table {table_id})")
+
+    def prune_history(self, table_id: str, now: int) -> int:
+        """Forget history no retained state needs (older than the table's
+        ``sleeper.table.history.retention.minutes`` as at ``now``, ms); garbage
+        collection calls this. Returns how many entries went."""
+        return 0
 
     def commit_retries(self, table_id: str) -> int:
         """How many times a commit to the table was tried again in this process since it

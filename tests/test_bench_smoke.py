@@ -21,6 +21,9 @@ NUM = r"[\d,]+(?:\.\d+)?"
 
 #: per script, the figures its output must show (regular expressions, each must match a line)
 EXPECTED: dict[str, list[str]] = {
+    "as_of.py": [rf"\(a\) current read, query path .*: {NUM} ms", rf"\(c\) as of before all .*: {NUM} ms",
+                 rf"\(e\) AddFiles of 2,000 files: .*ratio {NUM}",
+                 rf"\(f\) exact-key query, 20,000 rows .*ratio {NUM}"],
     "bulk_import.py": [rf"baseline: standard ingest\s+{NUM} rows/s", r"bulk import: not run"],
     "compaction.py": [rf"plain copy\s+{NUM}\s+{NUM}", rf"runner local\s+{NUM}\s+{NUM}",
                       r"goals: local runner"],

@@ -144,11 +144,12 @@ class Sleeper:
             self.objects.delete(obj.key)
         return info
 
-    def sql(self, text: str) -> pa.Table:
+    def sql(self, text: str, *, as_of: Any = None) -> pa.Table:
         """The result of one read-only SQL statement over this instance's tables (each
         named by its table name), through DataFusion. Every table reads as its queries
-        do (its iterators applied); predicates on a table's first row key field prune
-        the partitions and files read; ``EXPLAIN`` shows what each table's scan reads.
+        do (its iterators applied; with ``as_of``, as :meth:`Table.query` with
+        ``as_of``: every table as of then, the write buffer excluded); predicates on a
+        table's first row key field prune the partitions and files read; ``EXPLAIN`` shows what each table's scan reads.
         Bad SQL and unknown tables raise :class:`~sleeper_ops.errors.SqlError`. Tables
         are read through their shared runners (:attr:`queries`). See
         :mod:`sleeper_ops.query.sql`."""
@@ -156,6 +157,11 @@ class Sleeper:
 
         from sleeper_ops.query.sql import SqlEngine
 
+        if as_of is not None:  # every table as of then, buffer excluded (sleeper_ops.query.as_of)
+            from sleeper_ops.query.as_of import as_of_runner
+
+            return SqlEngine(self.state_store, lambda info: as_of_runner(
+                self.state_store, self.objects, info, as_of, cache=self.queries.as_of_states)).execute(text)
         return SqlEngine(self.state_store, lambda info: contextlib.nullcontext(self.queries.runner(info))).execute(text)
 
 
@@ -268,13 +274,31 @@ class Table:
 
     @_by_name
     def query(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
-              regions: Sequence[Region] = (), iterators: Sequence[Any] = (), buffer: bool = True) -> pa.Table:
+              regions: Sequence[Region] = (), iterators: Sequence[Any] = (), buffer: bool = True,
+              as_of: Any = None) -> pa.Table:
         """Records with any of ``keys`` (a value, or a tuple of row key values) or in any
         ``[min, max)`` of ``ranges`` on the first row key (``max=None``: unbounded), after
         the table's iterators and then ``iterators`` (callables on Arrow record batches).
         With ``buffer`` (the default) records still in the write buffer are included:
-        a query sees every write that returned before it."""
+        a query sees every write that returned before it.
+
+        ``as_of`` (a transaction number of :meth:`history`, a datetime, or an ISO 8601
+        string) reads the table as it was right after that transaction, files only: the
+        write buffer is excluded, and the result's schema metadata says so
+        (``sleeper.buffer: excluded``) with the transaction read
+        (:mod:`sleeper_ops.query.as_of`). Refused with
+        :class:`~statestore.history.HistoryError` for a time before the table's
+        ``sleeper.table.history.retention.minutes`` or a transaction it never had."""
         rs = self._regions(keys, ranges, regions)
+        if as_of is not None:
+            from sleeper_ops.query.as_of import as_of_runner, mark_as_of
+
+            queries = self.sleeper.queries
+            with as_of_runner(self.sleeper.state_store, self.sleeper.objects, self._fresh(), as_of,
+                              iterators=iterators, cache=queries.as_of_states,
+                              pool=queries.runner(self.info)._pool) as runner:
+                assert runner.as_of is not None
+                return mark_as_of(runner.query(rs, buffer=False), runner.as_of)
         try:
             return self._shared_runner(iterators).query(rs, buffer=buffer)
         except TableNotFoundError:
@@ -298,6 +322,12 @@ class Table:
         except TableNotFoundError:
             self.sleeper.queries.forget(self.info.table_id)
             raise
+
+    @_by_name
+    def history(self, limit: int = 20, *, upto: Optional[int] = None) -> list[Any]:
+        """The table's transactions, newest first (at most ``limit``, numbered at most
+        ``upto``): :class:`~statestore.history.TransactionSummary` s."""
+        return self.sleeper.state_store.history(self.info.table_id, limit=limit, upto=upto)
 
     # ----- deletes (sleeper_ops.maintenance.deletes) ------------------------------------
     @_by_name

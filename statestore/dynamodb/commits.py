@@ -78,10 +78,14 @@ class CommitsMixin(JobsMixin, IngestQueueMixin, WriteBufferMixin):
 
     def _commit_items(self, table_id: str, number: int, encoded: EncodedTransaction, books: Bookkeeping,
                       job_rev: Optional[int], now_ms: int, flushed_rows: int = 0,
-                      job_encoded: Optional[EncodedJob] = None) -> list[dict[str, Any]]:
+                      job_encoded: Optional[EncodedJob] = None,
+                      summary: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
         d = self._dynamo
+        log_item = encoded.item(table_id, number, books.commit_id, now_ms)
+        if summary is not None:
+            log_item["summary"] = summary  # statestore.dynamodb.history
         items: list[dict[str, Any]] = [
-            {"Put": {"TableName": d.table("log"), "Item": encoded.item(table_id, number, books.commit_id, now_ms),
+            {"Put": {"TableName": d.table("log"), "Item": log_item,
                      "ConditionExpression": "attribute_not_exists(n)"}},
             {"ConditionCheck": {"TableName": d.table("catalog"), "Key": {"pk": s(f"id#{table_id}")},
                                 "ConditionExpression": "attribute_exists(pk)"}},

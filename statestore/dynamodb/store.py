@@ -22,6 +22,7 @@ from statestore.dynamodb.catalog import CatalogMixin
 from statestore.dynamodb.catalog import _info as catalog_info
 from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping, CommitsMixin
 from statestore.dynamodb.connection import Dynamo, DynamoOptions, cancellation_codes, n, s
+from statestore.dynamodb.history import HistoryMixin, summary_attribute
 from statestore.dynamodb.jobs import EncodedJob, encode_job
 from statestore.dynamodb.leases import LeasesMixin
 from statestore.dynamodb.log import EncodedTransaction
@@ -34,6 +35,7 @@ from statestore.errors import (
     TableNotFoundError,
 )
 from statestore.files import FileReference
+from statestore.history import retention_ms
 from statestore.jobs import JobRecord
 from statestore.overview import DEFAULT_FILE_SAMPLE, TableOverview, overview_of
 from statestore.partitions import Partition
@@ -58,7 +60,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
+class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin, HistoryMixin):
     """The state store in DynamoDB and an object store (see the package docstring).
 
     Args:
@@ -185,7 +187,9 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
         if encoded is None:
             encoded = EncodedTransaction.of(table_id, txn, self._blobs)
         number = entry.n + 1
-        items = self._commit_items(table_id, number, encoded, books, job_rev, _now_ms(), flushed_rows, job_encoded)
+        summary = summary_attribute(txn, entry.state, books.job.job_id if books.job is not None else None)
+        items = self._commit_items(table_id, number, encoded, books, job_rev, _now_ms(), flushed_rows, job_encoded,
+                                   summary)
         d = self._dynamo
         try:
             d.call(f"commit {txn.TYPE} to table {table_id}", d.client.transact_write_items, TransactItems=items)
@@ -307,12 +311,18 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
         self.expire(table_id)
         return len(old)
 
+    def prune_history(self, table_id: str, now: int) -> int:
+        """See :meth:`StateStore.prune_history`: :meth:`expire` as at ``now``."""
+        return sum(self.expire(table_id, now_ms=now))
+
     def expire(self, table_id: str, *, now_ms: Optional[int] = None) -> tuple[int, int]:
         """Delete the table's transactions numbered at or below the newest snapshot's
         minus :attr:`retention_margin`, and its snapshots but the newest, that are older
-        than :attr:`retention_seconds`. Returns (transactions, snapshots) deleted.
-        Readers holding an older state reload from the newest snapshot when they find
-        the gap."""
+        than :attr:`retention_seconds`, keeping what the table's history retention needs
+        (:mod:`statestore.dynamodb.history`): the newest snapshot made before the
+        retention began and every transaction from its number on (all of them while no
+        snapshot is that old). Returns (transactions, snapshots) deleted. Readers
+        holding an older state reload from the newest snapshot when they find the gap."""
         now = _now_ms() if now_ms is None else now_ms
         cutoff_ms = now - int(self.retention_seconds * 1000)
         d = self._dynamo
@@ -320,14 +330,16 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin):
         if not pointers:
             return 0, 0
         newest = pointers[-1]
+        history_from = now - retention_ms(catalog_info(self._table_item(table_id)))
+        base = max((p.n for p in pointers if p.time_ms <= history_from), default=0)
         what = f"expire the transactions of table {table_id}"
         old_log = [it for it in d.query(what, "log", "table_id = :t AND n <= :n",
-                                        {":t": s(table_id), ":n": n(newest.n - self.retention_margin)},
+                                        {":t": s(table_id), ":n": n(min(newest.n - self.retention_margin, base - 1))},
                                         projection="table_id, n, time_ms, body_key")
                    if int(it["time_ms"]["N"]) < cutoff_ms]
         d.batch_delete(what, "log", [{"table_id": it["table_id"], "n": it["n"]} for it in old_log])
         self._blobs.delete([it["body_key"]["S"] for it in old_log if "body_key" in it])
-        old_snaps = [p for p in pointers[:-1] if p.time_ms < cutoff_ms]
+        old_snaps = [p for p in pointers[:-1] if p.time_ms < cutoff_ms and p.n < base]
         d.batch_delete(what, "snapshots", [{"table_id": s(table_id), "n": n(p.n)} for p in old_snaps])
         self._blobs.delete([p.key for p in old_snaps])
         return len(old_log), len(old_snaps)

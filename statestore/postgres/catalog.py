@@ -107,7 +107,7 @@ class CatalogMixin(PostgresConnection):
             if row is None:
                 raise TableNotFoundError(f"table {name!r} does not exist")
             for table in ("file_references", "files", "partitions", "jobs", "commit_ids", "state_changes",
-                          "state_change_horizon", "table_deletes"):
+                          "state_change_horizon", "table_deletes", "table_history"):
                 cur.execute(sql.SQL("DELETE FROM {} WHERE table_id = %s").format(sql.Identifier(table)), (row[0],))
             return _table_info(row)
 

@@ -66,14 +66,16 @@ class ChangesMixin(PostgresConnection):
 
     def transaction_number(self, table_id: str) -> int:
         """See :meth:`StateStore.transaction_number`: the largest transaction id in the
-        table's change log or its prune horizon (a commit logs its own id; pruning keeps
-        the largest it removed), so the number never goes back."""
+        table's change log, its prune horizon or its history (a commit logs its own id;
+        pruning keeps the largest it removed), so the number never goes back; it is the
+        number of the table's newest transaction in :meth:`history`."""
 
         def fn(cur: psycopg.Cursor[Any]) -> int:
             _require_table_id(cur, table_id)
             cur.execute("SELECT greatest((SELECT max(xid)::text::bigint FROM state_changes WHERE table_id = %s),"
-                        " (SELECT pruned_xid::text::bigint FROM state_change_horizon WHERE table_id = %s))",
-                        (table_id, table_id))
+                        " (SELECT pruned_xid::text::bigint FROM state_change_horizon WHERE table_id = %s),"
+                        " (SELECT max(number) FROM table_history WHERE table_id = %s))",
+                        (table_id, table_id, table_id))
             row = cur.fetchone()
             return int(row[0]) if row and row[0] is not None else 0
 

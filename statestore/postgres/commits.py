@@ -15,6 +15,7 @@ from statestore.bookkeeping import Bookkeeping
 from statestore.errors import BookkeepingError, TableNotFoundError, TransactionError
 from statestore.jobs import check_job_bookkeeping, now_ms
 from statestore.postgres.diff import _Diff, log_change
+from statestore.postgres.history import log_history
 from statestore.postgres.jobs import upsert_job
 from statestore.postgres.rows import (
     _JOB_COLUMNS,
@@ -177,15 +178,18 @@ def _commit_attempt(conn: psycopg.Connection[Any], table_id: str, txn: Transacti
             txn.apply(fragment)
             diff = _Diff.between(before, fragment)
         with conn.cursor() as cur:
+            job_id = books.job.job_id if books.job is not None else None
             if diff.needs_copy():
                 diff.write(cur, table_id)
                 log_change(cur, table_id, diff)
+                log_history(cur, table_id, txn, diff, before, fragment, job_id, now_ms())
                 _write_bookkeeping(cur, table_id, books)
                 cur.execute("COMMIT")
             else:
                 def write() -> None:
                     diff.write(cur, table_id)
                     log_change(cur, table_id, diff)
+                    log_history(cur, table_id, txn, diff, before, fragment, job_id, now_ms())
                     _write_bookkeeping(cur, table_id, books)
                     cur.execute("COMMIT")
                 _pipelined(conn, write)

@@ -22,12 +22,14 @@ from statestore.errors import (
     TransactionError,
 )
 from statestore.files import FileReference
+from statestore.history import retention_ms
 from statestore.jobs import JobRecord, now_ms
 from statestore.partitions import Partition
 from statestore.postgres.buffer import WriteBufferMixin
 from statestore.postgres.catalog import CatalogMixin
 from statestore.postgres.changes import CHANGE_RETENTION_MS, ChangesMixin, prune_changes
 from statestore.postgres.commits import ALREADY_APPLIED, Bookkeeping, _commit_attempt
+from statestore.postgres.history import HistoryMixin, prune_history
 from statestore.postgres.ingest_queue import IngestQueueMixin
 from statestore.postgres.jobs import JobsMixin
 from statestore.postgres.leases import LeasesMixin
@@ -41,6 +43,7 @@ from statestore.postgres.rows import (
     _load_all,
     _partition_from_row,
     _require_table_id,
+    _table_info,
 )
 from statestore.retry import COMMIT_RETRIES
 from statestore.state import TableState
@@ -48,8 +51,8 @@ from statestore.store import StateStore
 from statestore.transactions import Transaction
 
 
-class PostgresStateStore(CatalogMixin, ChangesMixin, JobsMixin, LeasesMixin, IngestQueueMixin, OverviewMixin,
-                         WriteBufferMixin, StateStore):
+class PostgresStateStore(CatalogMixin, ChangesMixin, HistoryMixin, JobsMixin, LeasesMixin, IngestQueueMixin,
+                         OverviewMixin, WriteBufferMixin, StateStore):
     """The state store in PostgreSQL (see the module docstring).
 
     Args:
@@ -159,6 +162,18 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, JobsMixin, LeasesMixin, Ing
                   lambda cur: prune_changes(cur, table_id, now_ms() - CHANGE_RETENTION_MS),
                   isolation=IsolationLevel.READ_COMMITTED)
         return count
+
+    def prune_history(self, table_id: str, now: int) -> int:
+        """See :meth:`StateStore.prune_history` and
+        :func:`~statestore.postgres.history.prune_history`."""
+        def fn(cur: psycopg.Cursor[Any]) -> int:
+            row = cur.execute("SELECT table_id, name, schema, properties FROM tables WHERE table_id = %s",
+                              (table_id,)).fetchone()
+            if row is None:
+                raise TableNotFoundError(f"no table with id {table_id}")
+            return prune_history(cur, table_id, now - retention_ms(_table_info(row)))
+
+        return self._run(f"prune the history of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED)
 
     def unreferenced_files(self, table_id: str, updated_before_ms: int, limit: int = 1000) -> list[str]:
         def fn(cur: psycopg.Cursor[Any]) -> list[str]:

@@ -2,7 +2,10 @@
 one process each, over the embedded PostgreSQL. Ingest, write, delete a key range,
 query and SQL (the records are gone), the erasure report lists the files (exit 3);
 compaction and GC, then the report is clean (exit 0); records written after the delete
-stay throughout."""
+stay throughout. After compaction, GC keeps the replaced files for the history retention:
+``history``, then a query and SQL ``--as-of`` the transaction before the delete return
+the deleted records, exactly; GC past the retention then deletes them and the erasure
+report is clean."""
 
 from __future__ import annotations
 
@@ -28,6 +31,10 @@ def test_delete_walk_through_on_the_embedded_default(sleeper, running_postgres, 
     buffered.write_text(json.dumps({"key": "fig", "ts": 7, "blob": "", "tags": {}, "nums": []}) + "\n")
     ok(sleeper("write", "fruit", str(buffered)))
 
+    history = [json.loads(x) for x in ok(sleeper("history", "fruit", "--json")).out.splitlines()]
+    before_delete = history[0]["number"]
+    assert history[0]["kind"] == "add_files" and history[0]["records_added"] == 6
+
     r = ok(sleeper("delete", "fruit", "--range", '"b"', '"l"'))  # banana fig grape kiwi
     assert "delete 1 committed" in r.out
     keys = [x["key"] for x in jsonl(sleeper("query", "fruit", "--range", '""', "null"))]
@@ -47,6 +54,23 @@ def test_delete_walk_through_on_the_embedded_default(sleeper, running_postgres, 
     ok(sleeper("table", "set", "fruit", "sleeper.table.delete.purge.hours=0"))
     ok(sleeper("flush", "fruit"))
     ok(sleeper("compact", "fruit"))
+    # GC now keeps the replaced files (the history retention), so: history, then a query
+    # as of before the delete returns the records (the buffered fig was never in a file at
+    # that transaction, so it is not); the erasure report still lists those files
+    assert "deleted 0 unreferenced files" in ok(sleeper("gc", "fruit")).out
+    listed = ok(sleeper("history", "fruit")).out
+    assert "delete_records" in listed and "replace_file_references" in listed
+    r = ok(sleeper("query", "fruit", "--range", '""', "null", "--as-of", str(before_delete)))
+    assert [(x["key"], x["ts"]) for x in jsonl(r)] == \
+        sorted((x["key"], x["ts"]) for x in map(json.loads, (inputs / "rows.jsonl").read_text().splitlines()))
+    assert "exclude the write buffer" in r.err
+    assert [x["key"] for x in jsonl(sleeper("sql", "SELECT key FROM fruit WHERE key < 'l' ORDER BY key",
+                                            "--as-of", str(before_delete)))] == ["apple", "banana", "grape", "kiwi"]
+    assert_one_line_error(sleeper("query", "fruit", "--key", '"kiwi"', "--as-of", "12"), "no transaction 12")
+    assert_one_line_error(sleeper("query", "fruit", "--key", '"kiwi"', "--as-of", "2020-01-01T00:00:00Z"),
+                          "minutes of history")
+    r = sleeper("report", "erasure", "fruit", "--range", '"b"', '"l"', "--where", "ts < 50")
+    assert r.code == 3 and "awaiting GC" in r.out, (r.out, r.err)
     from sleeper_ops import Sleeper
 
     with Sleeper(home) as s:  # GC as if its delay had passed (the CLI waits at least a minute)

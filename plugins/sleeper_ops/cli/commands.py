@@ -32,10 +32,33 @@ def parse_selection(t: Any, keys: tuple[str, ...], ranges: tuple[tuple[str, str]
 
 
 
+_AS_OF = click.option("--as-of", "as_of", default=None, metavar="TXN|TIME",
+                      help="Read as of transaction TXN (see 'sleeper history') or an ISO 8601 TIME "
+                           "(e.g. 2026-11-24T09:30:00Z), within the table's history retention; the write buffer "
+                           "is excluded.")
+
+
+def _as_of(text: Optional[str]) -> Any:
+    """``--as-of`` parsed (None when not given); a bad value fails in one line."""
+    from statestore.history import parse_as_of
+
+    return None if text is None else parse_as_of(text)
+
+
+def _say_as_of(result: Any) -> None:
+    """On stderr: which transaction an as-of result read, and that the buffer was excluded."""
+    from sleeper_ops.query.as_of import AS_OF_KEY, AS_OF_TIME_KEY, BUFFER_NOTE
+
+    meta = result.schema.metadata or {}
+    if AS_OF_KEY in meta:
+        click.echo(f"note: as of transaction {meta[AS_OF_KEY].decode()} ({meta[AS_OF_TIME_KEY].decode()}); "
+                   f"{BUFFER_NOTE}", err=True)
+
+
 #: commands in modules of their own, imported only when run (or listed by --help)
 LAZY_SUBCOMMANDS = {"table": "sleeper_ops.cli.tables:table", "server": "sleeper_ops.cli.server:server",
                     "delete": "sleeper_ops.cli.deletes:delete", "export": "sleeper_ops.cli.export:export",
-                    "cluster": "sleeper_ops.cli.cluster:cluster"}
+                    "cluster": "sleeper_ops.cli.cluster:cluster", "history": "sleeper_ops.cli.history:history"}
 
 
 @click.group(cls=LazyGroup, lazy_subcommands=LAZY_SUBCOMMANDS)
@@ -144,10 +167,11 @@ def bulk_import(ctx: click.Context, table_name: Optional[str], sources: tuple[st
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "parquet"]), default="jsonl", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
 @click.option("--no-buffer", is_flag=True, help="Skip records still in the write buffer (read files only).")
+@_AS_OF
 @click.pass_context
 def query(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tuple[tuple[str, str], ...],
-          fmt: str, output: Optional[str], no_buffer: bool) -> None:
-    """Read records by exact key or key range."""
+          fmt: str, output: Optional[str], no_buffer: bool, as_of: Optional[str]) -> None:
+    """Read records by exact key or key range (--as-of: as of an earlier transaction)."""
     from sleeper_ops.io.codec import parse_key, parse_range
     from sleeper_ops.io.output import write_results
 
@@ -156,9 +180,10 @@ def query(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tu
     t = _sleeper(ctx).table(table_name)
     ks = [parse_key(t.schema, k) for k in keys]
     rs = [parse_range(t.schema, lo, hi) for lo, hi in ranges]
-    result = t.query(keys=ks, ranges=rs, buffer=not no_buffer)
     if fmt == "parquet" and not output:
         raise click.UsageError("--format parquet needs --output FILE")
+    result = t.query(keys=ks, ranges=rs, buffer=not no_buffer, as_of=_as_of(as_of))
+    _say_as_of(result)
     write_results(result, fmt, output)
     if output:
         click.echo(f"wrote {result.num_rows:,} records to {output}", err=True)
@@ -169,15 +194,21 @@ def query(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tu
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "parquet"]), default=None,
               help="Output format [default: jsonl; EXPLAIN prints its plans as text].")
 @click.option("--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+@_AS_OF
 @click.pass_context
-def sql(ctx: click.Context, statement: str, fmt: Optional[str], output: Optional[str]) -> None:
+def sql(ctx: click.Context, statement: str, fmt: Optional[str], output: Optional[str], as_of: Optional[str]) -> None:
     """Run a read-only SQL STATEMENT over the tables (DataFusion); EXPLAIN shows what each table's scan reads."""
     from sleeper_ops.io.output import write_results
     from sleeper_ops.query.sql_explain import is_explain, render_explain
 
     if fmt == "parquet" and not output:
         raise click.UsageError("--format parquet needs --output FILE")
-    result = _sleeper(ctx).sql(statement)
+    when = _as_of(as_of)
+    result = _sleeper(ctx).sql(statement, as_of=when)
+    if when is not None:
+        from sleeper_ops.query.as_of import BUFFER_NOTE
+
+        click.echo(f"note: {BUFFER_NOTE}", err=True)
     if fmt is None and output is None and is_explain(result):
         click.echo(render_explain(result))
         return

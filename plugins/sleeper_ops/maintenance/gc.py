@@ -2,8 +2,12 @@
 
 :func:`collect_garbage` deletes files that the state store tracks with no references
 (replaced by compaction) once unchanged for longer than
-``sleeper.table.gc.delay.minutes``, so queries that planned against the old files
-can still read them for that long. Files go in batches of
+``sleeper.table.gc.delay.minutes`` plus ``sleeper.table.history.retention.minutes``
+(:func:`keep_unreferenced_ms`), so queries that planned against the old files can still
+read them, and every state within the history retention can be read as of
+(:mod:`statestore.history`): a file is unreferenced only from the state after the one
+that last referenced it. The orphan sweep never touches a tracked file, so it keeps
+those files too. Files go in batches of
 ``sleeper.table.gc.batch.size``: first the batch's objects (each data file and its
 ``.sketches`` sidecar; an object already gone is fine), then one
 :class:`~statestore.transactions.DeleteFiles` commit. A crash between the two leaves
@@ -54,6 +58,7 @@ from sleeper_ops.maintenance.deletes import drop_spent_tombstones
 from statestore.catalog import TableInfo
 from statestore.client_writes import IDEMPOTENCY_HOURS
 from statestore.errors import SleeperError, TransactionError
+from statestore.history import retention_ms
 from statestore.store import COMMIT_ID_RETENTION_MS, StateStore
 from statestore.transactions import DeleteFiles
 
@@ -130,6 +135,10 @@ class Waiting:
     files_due_ms: Optional[int] = None
     orphans: int = 0
     orphans_due_ms: Optional[int] = None
+    retention_minutes: int = 0
+
+    def _retention(self) -> str:
+        return f" and {self.retention_minutes}-minute history retention" if self.retention_minutes else ""
 
     def describe(self) -> str:
         """``""`` when nothing waits, else ``"; 21 unreferenced files wait out the
@@ -137,7 +146,7 @@ class Waiting:
         out = ""
         if self.files:
             out += (f"; {_files(self.files, 'unreferenced file')} {_wait(self.files)} out the "
-                    f"{self.delay_minutes}-minute GC delay (the first is due in "
+                    f"{self.delay_minutes}-minute GC delay{self._retention()} (the first is due in "
                     f"{_duration(self.files_due_ms, self.now_ms)})")
         if self.orphans:
             out += (f"; {_files(self.orphans, 'untracked object')} {_wait(self.orphans)} out the "
@@ -160,22 +169,32 @@ def _duration(due_ms: Optional[int], now_ms: int) -> str:
     return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
 
 
+def keep_unreferenced_ms(table: TableInfo) -> int:
+    """How long a file stays after losing its last reference: the table's history
+    retention (every state within it may be read as of, :mod:`statestore.history`; a
+    file unreferenced for longer is in none of them) plus the GC delay (a read planned
+    just inside the retention, or against the current state, may still be reading it)."""
+    return table.get_int(DELAY_PROPERTY) * 60_000 + retention_ms(table)
+
+
 def waiting(state_store: StateStore, objects: ObjectStore, table: TableInfo, now_ms: int) -> Waiting:
     """What GC of ``table`` at ``now_ms`` keeps only because it is too young (see
     :class:`Waiting`). Reads the table's whole state and lists its data prefix, so it is
     for a person asking (the CLI), not for every scheduled run."""
-    delay, grace = table.get_int(DELAY_PROPERTY), table.get_int(GRACE_PROPERTY)
+    grace = table.get_int(GRACE_PROPERTY)
     state = state_store.load_state(table.table_id)
     referenced = {r.filename for r in state.references.values()}
+    keep = keep_unreferenced_ms(table)
     young = [f.update_time for name, f in state.files.items()
-             if name not in referenced and f.update_time >= now_ms - delay * 60_000]
+             if name not in referenced and f.update_time >= now_ms - keep]
     cutoff = now_ms - grace * 60_000
     in_flight = state_store.in_flight_outputs(table.table_id, now_ms - table.get_int(ABANDON_PROPERTY) * 60_000)
     untracked = [o.mtime_ms for o in objects.list(data_prefix(table.table_id))
                  if o.mtime_ms >= cutoff and _data_key_of(o.key) not in state.files
                  and _data_key_of(o.key) not in in_flight]
-    return Waiting(now_ms, delay, grace, len(young), min(young) + delay * 60_000 if young else None,
-                   len(untracked), min(untracked) + grace * 60_000 if untracked else None)
+    return Waiting(now_ms, table.get_int(DELAY_PROPERTY), grace, len(young), min(young) + keep if young else None,
+                   len(untracked), min(untracked) + grace * 60_000 if untracked else None,
+                   retention_ms(table) // 60_000)
 
 
 def _now_ms() -> int:
@@ -216,7 +235,7 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
     now = _now_ms() if now_ms is None else now_ms
     aged = drop_expired_files(state_store, objects, table, now, dry_run=dry_run)
     report.aged_off, report.aged_off_records = aged.files, aged.records
-    before = now - table.get_int(DELAY_PROPERTY) * 60_000
+    before = now - keep_unreferenced_ms(table)
     batch_size = table.get_int(BATCH_PROPERTY)
     if dry_run:
         report.deleted = state_store.unreferenced_files(table.table_id, before, limit=_DRY_RUN_LIMIT)
@@ -233,6 +252,7 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
             if progress is not None:
                 progress(len(batch))
         state_store.prune_commit_ids(table.table_id, now - COMMIT_ID_RETENTION_MS)
+        state_store.prune_history(table.table_id, now)
         state_store.prune_client_writes(table.table_id, now - table.get_int(IDEMPOTENCY_HOURS) * 3_600_000)
         report.tombstones_dropped = drop_spent_tombstones(state_store, table, now)
     if orphans:

@@ -40,6 +40,7 @@ from sleeper_ops.query.stream import PendingSource, limited, merge_sources
 from statestore.catalog import TableInfo
 from statestore.deletes import Tombstone
 from statestore.files import FileReference
+from statestore.history import AsOfState
 from statestore.region import Range, Region
 from statestore.store import StateStore
 
@@ -90,11 +91,12 @@ class QueryRunner:
     def __init__(self, state_store: StateStore, objects: ObjectStore, table: TableInfo, *,
                  threads: int = 4, cache: Optional[ParquetFileCache] = None,
                  iterators: Sequence[BatchFn] = (), metadata: Optional[TableMetadata] = None,
-                 pool: Optional[Executor] = None):
+                 pool: Optional[Executor] = None, buffer: bool = True):
         """``metadata``: the table's metadata copy to plan with, shared with other
         runners of the table (default: one of this runner's own). ``pool``: threads to
         read in, shared with other runners and not shut down by :meth:`close` (default:
-        ``threads`` threads of this runner's own)."""
+        ``threads`` threads of this runner's own). ``buffer=False``: never read the
+        write buffer, whatever a query asks (an as-of runner, :mod:`sleeper_ops.query.as_of`)."""
         self._extra_iterators = tuple(iterators)
         self.iterators = IteratorChain.for_table(table, iterators)
         self.state_store, self.objects, self.table = state_store, objects, table
@@ -106,6 +108,10 @@ class QueryRunner:
         self._pool: Executor = pool if pool is not None else ThreadPoolExecutor(threads)
         self.metadata = metadata if metadata is not None else TableMetadata(state_store, table.table_id)
         self.buffered = BufferedRows(state_store, table.table_id, self.schema)
+        self.reads_buffer = buffer
+        #: the transaction an as-of runner reads (:class:`statestore.history.AsOfState`: its number
+        #: and time; the state itself is in ``metadata``), else None
+        self.as_of: Optional[AsOfState] = None
 
     def _current_plan(self, meta: TableMetadata) -> None:
         """Take the catalog entry ``meta`` was refreshed with: a change of the table's
@@ -195,7 +201,7 @@ class QueryRunner:
         """The tasks of ``regions`` and, with ``buffer``, the write buffer's records in
         them, consistent with each other: no flush committed between the two reads
         (see :mod:`sleeper_ops.query.buffered`)."""
-        if not buffer:
+        if not buffer or not self.reads_buffer:
             return self._tasks(regions), None
         if self.buffered.flushes is None:
             self.buffered.read()  # the first query: learn the flush count before planning

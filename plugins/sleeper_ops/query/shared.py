@@ -21,6 +21,7 @@ import threading
 from typing import Any, Sequence
 
 from sleeper_ops.io.storage import ObjectStore
+from sleeper_ops.query.as_of import AsOfCache
 from sleeper_ops.query.metadata import TableMetadata
 from sleeper_ops.query.runner import QueryRunner
 from statestore.catalog import TableInfo
@@ -34,6 +35,8 @@ class SharedRunners:
         self.state_store, self.objects, self.threads = state_store, objects, threads
         self._runners: dict[str, QueryRunner] = {}
         self._lock = threading.Lock()
+        #: the last few as-of states read (:mod:`sleeper_ops.query.as_of`)
+        self.as_of_states = AsOfCache()
         self._closed = False
 
     def runner(self, table: TableInfo, iterators: Sequence[Any] = ()) -> QueryRunner:

@@ -35,6 +35,16 @@ Guarantees:
   string keys), combined with ``AND``, choose the leaves planned and the rows read, and
   Spark does not evaluate them again. Other filters stay with Spark.
 
+* **As of** (option ``asOf``: a transaction number of ``sleeper history``, or an ISO 8601
+  time). The scan reads the table as it was right after that transaction
+  (:mod:`sleeper_ops.query.as_of`): resolved once, when the scan is planned (a time
+  becomes the number of the last transaction at or before it), and every input
+  partition reads that same state, files only: the write buffer is excluded. Each input
+  partition carries the part of the state it reads (its leaf's chain of partitions and
+  their references), so the state is rebuilt once, on the driver, not once a task. A time
+  before the table's history retention, or a number it never had, fails the planning
+  in one line.
+
 Filter pushdown needs ``spark.sql.python.filterPushdown.enabled``; :func:`register` sets it.
 """
 
@@ -61,7 +71,9 @@ from sleeper_ops.errors import ConfigError, QueryError
 from sleeper_ops.query.runner import exact_key_region
 from sleeper_ops.query.sql_keys import Interval, everything, intersect, union
 from statestore.errors import NotSupportedError
+from statestore.history import AsOfState
 from statestore.region import Range, Region
+from statestore.state import TableState
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -131,23 +143,27 @@ class SleeperDataSource(DataSource):
         home, raw = str(cfg.home.absolute()), cfg.to_dict()
         with _open(home, raw) as s:
             key_schema = s.table(self._table()).schema
-        return SleeperReader(self._table(), home, raw, key_schema)
+        as_of = self.options.get("asOf") or self.options.get("asof")
+        return SleeperReader(self._table(), home, raw, key_schema, as_of=str(as_of) if as_of else None)
 
 
 class LeafPartition(InputPartition):
-    """One leaf partition to read: ``regions``, its region cut by the pushed key filters."""
+    """One leaf partition to read: ``regions``, its region cut by the pushed key filters;
+    ``as_of``: the part of an as-of state it reads (None: the current state and buffer):
+    the leaf, its ancestors and their children, the ancestors' and the leaf's references
+    and the tombstones, taken on the driver, so a task reads no state of its own."""
 
-    def __init__(self, leaf: str, regions: Sequence[Region]):
+    def __init__(self, leaf: str, regions: Sequence[Region], as_of: Optional[AsOfState] = None):
         super().__init__(leaf)
-        self.leaf, self.regions = leaf, list(regions)
+        self.leaf, self.regions, self.as_of = leaf, list(regions), as_of
 
 
 class SleeperReader(DataSourceReader):
     """Plans one :class:`LeafPartition` per leaf to read and reads each as record batches.
     Pickled to the executors: holds the configuration, never a connection."""
 
-    def __init__(self, table: str, home: str, raw: dict[str, Any], schema: Schema):
-        self.table, self.home, self.raw, self.key_schema = table, home, raw, schema
+    def __init__(self, table: str, home: str, raw: dict[str, Any], schema: Schema, *, as_of: Optional[str] = None):
+        self.table, self.home, self.raw, self.key_schema, self.as_of = table, home, raw, schema, as_of
         first = schema.row_key_fields[0]
         self.key_field, self.key_type = first.name, str(first.type)
         self.intervals: list[Interval] = everything(schema)
@@ -219,12 +235,18 @@ class SleeperReader(DataSourceReader):
             return [LeafPartition("", [])]
         with _open(self.home, self.raw) as s:
             info = s.state_store.get_table(self.table)
+            if self.as_of is not None:
+                from sleeper_ops.query.as_of import FixedMetadata, resolve
+
+                state = resolve(s.state_store, info, self.as_of)
+                return (FixedMetadata(s.state_store, info, state).plan(
+                    lambda meta: self._plan(meta, False, state)) or [LeafPartition("", [])])
             # read before the plan: a flush in between leaves its records in files the plan sees
             buffered = _buffered(s.state_store, info.table_id)
             return (TableMetadata(s.state_store, info.table_id).plan(lambda meta: self._plan(meta, buffered))
                     or [LeafPartition("", [])])
 
-    def _plan(self, meta: Any, buffered: bool) -> list[InputPartition]:
+    def _plan(self, meta: Any, buffered: bool, as_of: Optional[AsOfState] = None) -> list[InputPartition]:
         """The leaves to read: those overlapping the intervals with a reference in them or
         an ancestor, or (``buffered``: the write buffer holds records) all of them."""
         by_leaf: dict[str, list[Region]] = {}
@@ -236,7 +258,8 @@ class SleeperReader(DataSourceReader):
                 region = _cut(p.region, cut)
                 if region is not None:
                     by_leaf.setdefault(p.id, []).append(region)
-        return [LeafPartition(leaf, regions) for leaf, regions in sorted(by_leaf.items())]
+        return [LeafPartition(leaf, regions, None if as_of is None else _slice(meta, leaf, as_of))
+                for leaf, regions in sorted(by_leaf.items())]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The records of the partition's regions, as Arrow record batches in key order."""
@@ -244,7 +267,36 @@ class SleeperReader(DataSourceReader):
         if not regions:
             return
         with _open(self.home, self.raw) as s:
-            yield from s.table(self.table).query_batches(regions=regions)
+            as_of = getattr(partition, "as_of", None)
+            if as_of is None:
+                yield from s.table(self.table).query_batches(regions=regions)
+                return
+            from sleeper_ops.query.as_of import FixedMetadata
+            from sleeper_ops.query.runner import QueryRunner
+
+            info = s.state_store.get_table(self.table)
+            runner = QueryRunner(s.state_store, s.objects, info, threads=1, buffer=False,
+                                 metadata=FixedMetadata(s.state_store, info, as_of))
+            try:
+                yield from runner.stream(regions)
+            finally:
+                runner.close()
+
+
+def _slice(meta: Any, leaf: str, as_of: AsOfState) -> AsOfState:
+    """The part of ``as_of`` (planned as ``meta``) a read of ``leaf`` needs: the leaf and
+    its ancestors with their references, their children (the walk from the root looks
+    them up), and the tombstones."""
+    chain, p = [], meta.partitions.get(leaf)
+    while p is not None:
+        chain.append(p)
+        p = meta.partitions.get(p.parent_id) if p.parent_id is not None else None
+    parts = {q.id: q for q in chain}
+    for q in chain:
+        parts.update({c: meta.partitions[c] for c in q.child_ids})
+    state = TableState.of(parts.values(), [r for q in chain for r in meta.references_in(q.id)])
+    state.tombstones = dict(meta.tombstones)
+    return AsOfState(as_of.number, as_of.time_ms, state)
 
 
 def _unbounded(schema: Schema) -> list[Range]:

@@ -63,7 +63,8 @@ def test_gc_drops_wholly_expired_files_by_reference_in_one_commit_and_deletes_th
     assert t.sleeper.state_store.transaction_number(t.info.table_id) == txn + 1  # one commit
     assert sorted(_files(t).values()) == [50, 100]  # B and C, not rewritten
     assert _visible(t) == 110
-    later = t.gc(now_ms=NOW + 16 * 60_000)  # past the 15-minute GC delay
+    assert t.gc(now_ms=NOW + 44 * 60_000).deleted == [], "a state within the history retention reads them"
+    later = t.gc(now_ms=NOW + 46 * 60_000)  # past the 15-minute GC delay and the 30-minute history retention
     assert sorted(later.deleted) == expired and later.aged_off == []
     assert all(t.sleeper.objects.head(f) is None for f in expired) and _visible(t) == 110
 

@@ -22,6 +22,8 @@ HOUR_AGO = NOW - 60 * MINUTE
 
 
 def _table(sleeper, **props):
+    """A table whose GC waits out only its delay (no history retention) unless told."""
+    props = {"sleeper_table_history_retention_minutes": "0", **props}
     return sleeper.create_table("t", SCHEMA, properties={k.replace("_", "."): v for k, v in props.items()})
 
 
@@ -331,3 +333,26 @@ def test_scratch_of_an_attempt_is_kept_while_its_job_is_in_flight_and_swept_afte
     assert _exists(sleeper, live) and not _exists(sleeper, dead)
     store.put_job(rec.failed("driver killed"))
     assert _gc(sleeper, t, now_ms=NOW).orphans_deleted == [live]
+
+
+def test_gc_keeps_files_a_state_within_the_history_retention_references_and_deletes_them_after(sleeper):
+    t = _table(sleeper, sleeper_table_gc_delay_minutes="5", sleeper_table_history_retention_minutes="60")
+    [old] = _ingest_files(t, 1)
+    _unreference(sleeper, t, [old], NOW)  # the states before this commit reference it
+
+    assert _gc(sleeper, t, now_ms=NOW + 64 * MINUTE).deleted == [], "a state 64 minutes old is within 60 + 5"
+    assert _exists(sleeper, old)
+    report = _gc(sleeper, t, now_ms=NOW + 64 * MINUTE, dry_run=True, explain=True)
+    assert "waits out the 5-minute GC delay and 60-minute history retention (the first is due in 1 min 0 s)" \
+        in report.summary()
+    assert _gc(sleeper, t, now_ms=NOW + 65 * MINUTE + 1).deleted == [old]
+    assert not _exists(sleeper, old)
+
+
+def test_the_orphan_sweep_keeps_files_a_retained_state_references(sleeper):
+    t = _table(sleeper, sleeper_table_history_retention_minutes="600")
+    [old] = _ingest_files(t, 1)
+    _unreference(sleeper, t, [old], NOW)
+    _set_mtime(sleeper, old, NOW - 10_000 * MINUTE)
+    assert sweep_orphans(sleeper.state_store, sleeper.objects, sleeper.table("t").info, now_ms=NOW) == []
+    assert _exists(sleeper, old)

@@ -1,0 +1,109 @@
+"""History and as-of reads (:mod:`statestore.history`) on DynamoDB: the transaction log
+and its snapshots.
+
+* Each log item carries its transaction's summary (``summary``, JSON without number
+  and time, which the item's ``n`` and ``time_ms`` give), computed by the committer
+  from the rows the transaction touched (:func:`summary_attribute`). So
+  :meth:`HistoryMixin.history` is one query of the log's newest items, bodies not read.
+* :meth:`HistoryMixin.state_as_of` loads the newest snapshot at or before the number
+  asked for and applies the logged transactions up to it (bodies stored in the object
+  store read from there): at most ``snapshot_every`` transactions past a snapshot.
+* Expiry (:meth:`~statestore.dynamodb.store.DynamoDBStateStore.expire`) keeps the
+  newest snapshot made before the table's history retention began (its *base*) and
+  every log item from its number on, so every retained state can be rebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from statestore.dynamodb import snapshots
+from statestore.dynamodb.base import DynamoBase
+from statestore.dynamodb.blobs import BlobStore
+from statestore.dynamodb.connection import get_n, get_s, n, s
+from statestore.dynamodb.log import decode
+from statestore.history import HistoryError, TransactionSummary, fragment_of, summarise
+from statestore.state import TableState
+from statestore.transactions import Transaction
+
+_PROJECTION = "n, time_ms, #k, summary"
+_NAMES = {"#k": "type"}
+
+
+def summary_attribute(txn: Transaction, state: TableState, job_id: Optional[str]) -> dict[str, Any]:
+    """The ``summary`` attribute of the log item of ``txn``, validated against ``state``
+    (not changed): the summary of applying it to a copy of the rows it touches."""
+    before = fragment_of(state, txn)
+    after = before.copy()
+    txn.apply(after)
+    summary = summarise(0, 0, txn, before, after, job_id).to_dict()
+    del summary["number"], summary["time_ms"]
+    return s(json.dumps(summary, separators=(",", ":")))
+
+
+def _summary(item: dict[str, Any]) -> TransactionSummary:
+    number, time_ms = get_n(item, "n") or 0, get_n(item, "time_ms") or 0
+    raw = get_s(item, "summary")
+    if raw is None:  # logged before summaries were
+        return TransactionSummary(number, time_ms, get_s(item, "type") or "")
+    return TransactionSummary.from_dict({**json.loads(raw), "number": number, "time_ms": time_ms})
+
+
+class HistoryMixin(DynamoBase):
+    """The history part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+
+    _blobs: BlobStore
+
+    def history(self, table_id: str, *, limit: int = 20, upto: Optional[int] = None) -> list[TransactionSummary]:
+        self._require_table_id(table_id)
+        if limit <= 0:
+            return []
+        cond, values = "table_id = :t", {":t": s(table_id)}
+        if upto is not None:
+            cond, values = "table_id = :t AND n <= :n", {":t": s(table_id), ":n": n(upto)}
+        out = []
+        for it in self._dynamo.query(f"read the history of table {table_id}", "log", cond, values, forward=False,
+                                     limit=limit, names=_NAMES, projection=_PROJECTION):
+            out.append(_summary(it))
+            if len(out) >= limit:
+                break
+        return out
+
+    def history_after(self, table_id: str, number: int) -> Optional[TransactionSummary]:
+        for it in self._dynamo.query(f"read the history of table {table_id}", "log", "table_id = :t AND n > :n",
+                                     {":t": s(table_id), ":n": n(number)}, limit=1, names=_NAMES,
+                                     projection=_PROJECTION):
+            return _summary(it)
+        return None
+
+    def number_at(self, table_id: str, time_ms: int) -> Optional[int]:
+        """Reads the log from the newest snapshot made at or before ``time_ms``."""
+        self._require_table_id(table_id)
+        start = max((p.n for p in snapshots.all_pointers(self._dynamo, table_id) if p.time_ms <= time_ms), default=0)
+        found = None
+        for it in self._dynamo.query(f"find a transaction of table {table_id} by time", "log",
+                                     "table_id = :t AND n >= :n", {":t": s(table_id), ":n": n(start)},
+                                     projection="n, time_ms"):
+            if (get_n(it, "time_ms") or 0) <= time_ms:
+                found = get_n(it, "n")
+        return found
+
+    def state_as_of(self, table_id: str, number: int) -> TableState:
+        self._require_table_id(table_id)
+        what = f"read table {table_id} as of transaction {number}"
+        pointer = None
+        for it in self._dynamo.query(what, "snapshots", "table_id = :t AND n <= :n",
+                                     {":t": s(table_id), ":n": n(number)}, forward=False, limit=1):
+            pointer = snapshots.SnapshotPointer.of(it)
+            break
+        start = 0 if pointer is None else pointer.n
+        items = list(self._dynamo.query(what, "log", "table_id = :t AND n BETWEEN :a AND :b",
+                                        {":t": s(table_id), ":a": n(start + 1), ":b": n(number)}))
+        numbers = [get_n(it, "n") for it in items]
+        if numbers != list(range(start + 1, number + 1)):
+            raise HistoryError(f"table {table_id} has no transaction {number} in its history")
+        state = TableState() if pointer is None else snapshots.load(self._blobs, pointer)
+        for it in items:
+            decode(it, self._blobs).apply(state)
+        return state
