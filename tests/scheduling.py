@@ -57,6 +57,7 @@ SECONDS: dict[str, float] = {
     "tests/test_bench_smoke.py": 60,
     "tests/integration/test_embedded_server.py": 55,
     "tests/integration/test_spark_attempts.py": 55,
+    "tests/integration/test_deferrable_spark.py": 50,
     "tests/system/test_demo.py": 50,
 }
 

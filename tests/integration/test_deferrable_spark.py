@@ -28,8 +28,6 @@ from tests.integration.spark_service_double import in_process_executor, serve, w
 
 pytestmark = pytest.mark.integration
 
-migrated_airflow_home = dag_tests.migrated_airflow_home
-airflow_home = dag_tests.airflow_home
 sleeper_home = dag_tests.sleeper_home
 sleeper = dag_tests.sleeper
 DAGS = Path(__file__).with_name("deferrable")

@@ -26,6 +26,7 @@ from sleeper_ops.api import Sleeper
 from sleeper_ops.cli.support import record_progress
 from sleeper_ops.demo import CREATED_BY, DEMO_MARK, SYSTEM_TEST_SCHEMA, generate_rows, split_points
 from sleeper_ops.errors import ConfigError
+from sleeper_ops.maintenance.gc import keep_unreferenced_ms
 from sleeper_ops.reports import render_partitions
 from statestore.errors import TableNotFoundError
 
@@ -78,7 +79,7 @@ def run_demo(sleeper: Sleeper, *, rows: int, batches: int, table_name: str, work
     console = Console()
     _replace_own_table(console, sleeper, table_name)
     # Leaves split once they hold more than a tenth of the data, so the demo shows a
-    # split; GC, whose delay has a floor of a minute, runs as it will once that has passed.
+    # split; GC runs as it will once the replaced files have waited their time.
     threshold = max(1, rows // 10)
     table = sleeper.create_table(table_name, SYSTEM_TEST_SCHEMA, split_points=split_points(7), properties={
         "sleeper.table.partition.splitting.threshold": str(threshold),
@@ -113,9 +114,12 @@ def run_demo(sleeper: Sleeper, *, rows: int, batches: int, table_name: str, work
         report = table.compact(progress=progress, run_id="demo")
     _step(console, "compaction (the compaction DAG, every 5 minutes)", *report.summary().splitlines()[:6])
 
-    gc = table.gc(now_ms=int(time.time() * 1000) + 61_000)
-    _step(console, "garbage collection (the GC DAG, once the 1-minute delay has passed)", gc.summary(),
-          _overview(table))
+    # as the GC DAG will once the replaced files have waited out the delay and the history
+    # retention (every state within it stays readable as of, sleeper history)
+    keep_ms = keep_unreferenced_ms(table.info)
+    gc = table.gc(now_ms=int(time.time() * 1000) + keep_ms + 1_000)
+    _step(console, f"garbage collection (the GC DAG, {keep_ms // 60_000} minutes later: the GC delay plus the "
+                   "history retention)", gc.summary(), _overview(table))
     _queries(console, table, key, "query again")
 
     _step(console, "next", f"sleeper report partitions {table_name}        # the partition tree, leaf by leaf",
