@@ -72,6 +72,15 @@ def postmasters(data_dir: Path) -> list[int]:
     return out
 
 
+
+def _stays_running(home: Path, failure: str) -> None:
+    """The server of ``home`` keeps running for 4 s: longer than 3 of the tests' 1.2 s
+    idle periods, so a watcher that judged it idle would have stopped it."""
+    started = time.monotonic()
+    while time.monotonic() - started < 4.0:
+        assert status(home)["running"] is True, failure
+        time.sleep(0.5)
+
 def test_a_command_leaves_the_server_running_and_the_next_one_joins_it(home: Path) -> None:
     (home / "schema.json").write_text(json.dumps(SCHEMA))
     r = sleeper(home, "table", "create", "ev", "--schema", str(home / "schema.json"), idle="30")
@@ -106,10 +115,7 @@ def test_the_watcher_stops_an_idle_server_but_not_one_with_a_client(home: Path) 
         assert holder.stdout.readline().strip() == "open"
         st = status(home)
         assert st["running"] is True and st["clients"], st
-        started = time.monotonic()
-        while time.monotonic() - started < 4.0:  # > 3 idle periods of 1.2 s
-            assert status(home)["running"] is True, "the watcher stopped a server that had a client"
-            time.sleep(0.5)
+        _stays_running(home, "the watcher stopped a server that had a client")
         holder.stdin.write("\n")
         holder.stdin.flush()
         assert holder.wait(timeout=60) == 0
@@ -140,10 +146,7 @@ def test_a_process_that_joined_on_the_quick_path_keeps_the_server_from_its_idle_
         r = sleeper(home, "table", "list", idle="0")  # a command that stops the server with it, if alone
         assert r.returncode == 0, r.stderr
         assert status(home)["running"] is True, "a command stopped the server a process had joined"
-        started = time.monotonic()
-        while time.monotonic() - started < 4.0:  # > 3 idle periods of 1.2 s, no connection open
-            assert status(home)["running"] is True, "the watcher stopped a server a process had joined"
-            time.sleep(0.5)
+        _stays_running(home, "the watcher stopped a server a process had joined")
         holder.stdin.write("\n")
         holder.stdin.flush()
         assert holder.wait(timeout=60) == 0

@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 
 
 class SleeperExportOperator(SleeperOperator):
-    """Export the table to ``destination`` (:meth:`sleeper_ops.api.Table.export`): one
+    """Export the table to ``destination`` (:meth:`sleeper_ops.table.Table.export`): one
     sorted Parquet file per leaf partition, iterators applied, deletes hidden, and a
     ``_manifest.json``. Exports of the same ``export_key`` write once: a retried task or
     a reprocessed date answers "already exported" and succeeds with nothing written; a

@@ -58,7 +58,7 @@ def task_import_key(context: Any) -> str:
 
 class SleeperBulkImportOperator(SleeperOperator):
     """Bulk import ``source`` into the table on Spark, in one commit
-    (:meth:`sleeper_ops.api.Table.bulk_import`): files, directories or globs, local or
+    (:meth:`sleeper_ops.table.Table.bulk_import`): files, directories or globs, local or
     ``s3://``. Imports of the same ``import_key`` add their records once, so a retried
     task or a reprocessed date adds nothing twice; an import key already committed
     succeeds with nothing added. Spark runs on the configuration's ``[spark] master``

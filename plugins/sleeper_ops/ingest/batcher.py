@@ -9,7 +9,7 @@ absolute location and size.
 groups them (:func:`plan_ingest_jobs`) by the table's
 ``sleeper.table.ingest.batcher.job.min.size`` / ``.max.size`` / ``.max.files`` /
 ``.max.age.seconds``. A job of at least ``sleeper.table.ingest.batcher.bulk.import.min.size``
-bytes runs as a bulk import on Spark (:meth:`sleeper_ops.api.Table.bulk_import`),
+bytes runs as a bulk import on Spark (:meth:`sleeper_ops.table.Table.bulk_import`),
 keyed by the job's id, whose one commit marks the requests ingested; smaller ones run
 as below. Each group is assigned to a fresh job atomically (a group
 another batcher took first is skipped) and ingested with standard ingest: one

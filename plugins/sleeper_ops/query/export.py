@@ -153,7 +153,7 @@ def export_table(state_store: StateStore, runner: QueryRunner, table: TableInfo,
     ``dest`` (see the module docstring). ``export_key`` defaults to a fresh one.
     ``write_leaves`` writes the leaves (default: in this process, one after another).
     ``lease(operation)`` gives the table's exclusive lease for ``operation`` (the
-    facade passes :meth:`sleeper_ops.api.Table.exclusive`); held while exporting."""
+    facade passes :meth:`sleeper_ops.table.Table.exclusive`); held while exporting."""
     region, where, key = check_export(table.schema, lo, hi, where, export_key)
     dest_id = hashlib.sha256(dest.uri.encode()).hexdigest()[:16]
     with (lease or _no_lease)(f"export-{dest_id}"):

@@ -5,7 +5,7 @@ sent to it (:mod:`sleeper_ops.spark.service_client`).
 
 :func:`submit_bulk_import` writes the configuration to a private file, runs
 spark-submit on ``config.spark_master``, streams Spark's log to this module's logger
-and reads the result back. It is what :meth:`sleeper_ops.api.Table.bulk_import` loads
+and reads the result back. It is what :meth:`sleeper_ops.table.Table.bulk_import` loads
 by name (:data:`sleeper_ops.bulk_import.runners.BULK_IMPORT_RUNNERS`).
 """
 

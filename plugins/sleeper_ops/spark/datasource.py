@@ -18,7 +18,7 @@ configuration file of a spark-submit batch.
 Guarantees:
 
 * **A DataFrame row is a query answer.** Each input partition reads through the table's
-  own query path (:meth:`sleeper_ops.api.Table.query_batches`): references restricted
+  own query path (:meth:`sleeper_ops.table.Table.query_batches`): references restricted
   to their partitions (files in ancestor partitions included), duplicates across files
   merged in key order, the table's iterators applied. Data files are read by pyarrow, so
   a table on S3 needs no Hadoop jars.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 
 import pyarrow as pa
 import pytest
@@ -34,6 +35,8 @@ def test_a_query_as_of_before_a_delete_returns_the_deleted_records_until_the_ret
     ingested = t.ingest(pa.table({"key": pa.array([10, 20, 60], pa.int64()), "v": ["a", "b", "c"]})).files
     t.write([{"key": 30, "v": "buffered"}])
     before_delete = t.history(1)[0]
+    while time.time_ns() // 1_000_000 <= before_delete.time_ms:  # a time names the state after every
+        time.sleep(0.001)  # transaction of its millisecond: the delete must come in a later one
     t.delete(ranges=[(15, 70)])
     t.flush()
     t.compact(runner="local")
