@@ -134,6 +134,10 @@ def test_a_process_that_joined_on_the_quick_path_keeps_the_server_from_its_idle_
     gone."""
     r = sleeper(home, "table", "list", idle="0.02")  # starts the server and a watcher (1.2 s idle)
     assert r.returncode == 0, r.stderr
+    # The test is a client until the holder has joined: on a loaded machine the holder's
+    # start can outlast the 1.2 s, and the watcher would stop the server before it joins.
+    keeper = idle_stop.hold_client_lock((home / "pg").resolve())
+    assert status(home)["running"] is True
     env = dict(os.environ, SLEEPER_HOME=str(home), SLEEPER_PG_IDLE_MINUTES="0.02")
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys\nfrom statestore.postgres.embedded import EmbeddedPostgres\n"
@@ -143,6 +147,8 @@ def test_a_process_that_joined_on_the_quick_path_keeps_the_server_from_its_idle_
     try:
         assert holder.stdout is not None and holder.stdin is not None
         assert holder.stdout.readline().strip() == "False", "it took the wheel's path"
+        os.close(keeper)
+        keeper = -1
         r = sleeper(home, "table", "list", idle="0")  # a command that stops the server with it, if alone
         assert r.returncode == 0, r.stderr
         assert status(home)["running"] is True, "a command stopped the server a process had joined"
@@ -151,6 +157,8 @@ def test_a_process_that_joined_on_the_quick_path_keeps_the_server_from_its_idle_
         holder.stdin.flush()
         assert holder.wait(timeout=60) == 0
     finally:
+        if keeper >= 0:
+            os.close(keeper)
         if holder.poll() is None:
             holder.kill()
     wait_for("the idle server stops", lambda: status(home)["running"] is False)
