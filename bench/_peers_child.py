@@ -1,7 +1,7 @@
 """The peers' side of ``bench/peers.py``: one peer loads, maintains and queries the same
 Parquet inputs and queries as ours, in every layout the bench compares. Runs with the
 peers' own venv's Python (``bench/.peers-venv``), never the project's: of the project it
-imports only ``bench/_common.py`` (its row digest needs nothing but pyarrow).
+imports only ``bench/_rows.py`` (pyarrow and the standard library).
 
     bench/.peers-venv/bin/python bench/_peers_child.py WORK_DIR delta|lance|threads RUN
 
@@ -10,7 +10,7 @@ imports only ``bench/_common.py`` (its row digest needs nothing but pyarrow).
 ``WORK_DIR/RUN-<peer>/`` (a fresh directory per run, so every run loads) and prints one
 JSON object per method on stdout: its load seconds (one per append, shared by the
 methods of one peer), maintenance seconds, files, rows per row group, and per query the
-milliseconds, row count and :func:`_common.rows_digest`. ``threads`` prints the thread
+milliseconds, row count and :func:`_rows.rows_digest`. ``threads`` prints the thread
 settings the peers run with.
 
 How each peer is configured, and the documentation followed:
@@ -47,9 +47,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import timed_queries  # noqa: E402
+from _rows import timed_queries  # bench/ is on sys.path: this runs as a script
 
 OURS_ROW_GROUP_ROWS = 2048  # sleeper.table.parquet.rowgroup.rows.max's default (statestore/properties.py)
 

@@ -111,7 +111,7 @@ def report(results: list[dict[str, Any]], threads: dict[str, dict[str, Any]], ro
     if not ok:
         print("\nno ratios: some results differ from ours (MISMATCH above)")
     keys = list(per_run)
-    peers = sorted({k[0] for k in keys} - {"ours"})
+    peers = list(dict.fromkeys(k[0] for k in keys if k[0] != "ours"))
     if peers:
         compare("ours (query runner) against any method", per_run, ("ours", "query runner", "native"),
                 {p: [k for k in keys if k[0] == p] for p in peers}, ok)

@@ -25,7 +25,7 @@ How each peer is configured, with the documentation followed, is in
 ``bench/_peers_child.py``'s docstring. The thread settings of every system are printed.
 
 Every result is checked by content: per query, a hash of its rows sorted
-(``_common.rows_digest``), from every system, method and run, against ours. A mismatch is
+(``_rows.rows_digest``), from every system, method and run, against ours. A mismatch is
 printed, no ratios are printed, and the bench exits 1.
 
 ``--runs`` (3) interleaves the systems (ours, delta-rs, Lance, ours, ...); every figure is
@@ -57,8 +57,9 @@ from typing import Any
 import _common  # noqa: F401  (sets sys.path)
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _common import bench_sleeper, parse_args, timed_queries
+from _common import bench_sleeper, parse_args
 from _peers_report import report
+from _rows import timed_queries
 
 from sleeper_ops.demo import KEY_SPACE, SYSTEM_TEST_SCHEMA, generate_rows, split_points
 from sleeper_ops.query.runner import exact_key_region, range_region
