@@ -35,7 +35,7 @@ one run (peer / ours), then its median and spread printed.
 The peers never enter the project's venv: the first run creates ``bench/.peers-venv``
 (git-ignored) with ``deltalake==1.6.6`` and ``pylance==14.0.2`` (about 20 s), and each
 peer runs there in a subprocess (``bench/_peers_child.py``) reading the same input files.
-A run takes about 10 minutes on 2 cores::
+A run takes about 8 minutes on 2 cores (3 runs of 2 M rows)::
 
     .venv/bin/python bench/peers.py [--rows 2000000] [--appends 10] [--queries 300] [--runs 3]
                                     [--state-store postgres|memory] [--peers-venv DIR]
@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -184,17 +185,23 @@ def main() -> None:
         print(f"inputs: {args.rows:,} rows in {args.appends} Parquet files ({time.perf_counter() - t0:.1f}s)",
               flush=True)
         results: list[dict[str, Any]] = []
+        loads = [os.getloadavg()[0]]  # other work on the machine slows every figure: show how much there was
         with bench_sleeper(args.state_store) as (s, home):
             for run in range(args.runs):
                 results += [{**r, "run": run} for r in ours(s, home, work, q, run)]
-                print(f"run {run + 1}: ours done (state store {args.state_store})", flush=True)
+                loads.append(os.getloadavg()[0])
+                print(f"run {run + 1}: ours done (state store {args.state_store}; load average {loads[-1]:.1f})",
+                      flush=True)
                 if python is None:
                     continue
                 for name in ("delta", "lance"):
                     results += [{**r, "run": run} for r in peer(python, work, name, run)]
-                    print(f"run {run + 1}: {name} done", flush=True)
+                    loads.append(os.getloadavg()[0])
+                    print(f"run {run + 1}: {name} done (load average {loads[-1]:.1f})", flush=True)
         if python is None:
             print("peers skipped (--smoke)", flush=True)
+    print(f"machine: {os.cpu_count()} cores; 1-minute load average {min(loads):.1f}–{max(loads):.1f} during the runs "
+          "(above the core count, other processes shared the cores)")
     sys.exit(report(results, threads, args.rows, args.appends, args.runs))
 
 
