@@ -53,3 +53,4 @@ def parse_args(ap: argparse.ArgumentParser, **smoke: object) -> argparse.Namespa
         for name, value in smoke.items():
             setattr(args, name, value)
     return args
+

@@ -1,31 +1,43 @@
-"""Key lookups and loads against delta-rs and Lance on the same data, in one run.
+"""Loads, exact-key lookups and range queries against delta-rs and Lance on the same data:
+the reference for every claim against a peer (issue 24).
 
-The workload (issue 12): 2 M rows of Sleeper's system-test schema (string key, long sort
-key, two string values; :mod:`sleeper_ops.demo`) written once as 10 Parquet files, then
-loaded as 10 appends into each system, then each system's own maintenance:
+The workload: 2 M rows of Sleeper's system-test schema (string key, long sort key, two
+string values; :mod:`sleeper_ops.demo`) written once as 10 Parquet files; each run loads
+them as 10 appends into each system (loading is measured in every run), runs each
+system's own maintenance, then the same queries: exact keys drawn from the rows (so each
+exists) and ranges of about 1,000 rows, each timed alone after a few warm-up queries.
+
+Every layout each peer documents for such lookups is measured, and the best method of
+each peer is compared with ours:
 
 * **ours**: a table of 16 leaf partitions over the embedded PostgreSQL (``--state-store
   memory`` for none), each append one ``Table.ingest``, then ``Table.compact()`` until
-  every leaf has one file; queries through one ``Table.query_runner()``;
-* **delta-rs** 1.6.6: ``write_deltalake(mode="append")``, then
-  ``optimize.z_order(["key"])`` with 100,000-row row groups; queries as SQL through
-  ``QueryBuilder``;
-* **Lance** 14.0.2 (pylance): ``write_dataset`` (``create``, then ``append``), then
-  ``optimize.compact_files()`` and a BTREE scalar index on ``key``; queries as
-  ``to_table(filter=...)``.
+  every leaf has one file (2,048-row groups: ``sleeper.table.parquet.rowgroup.rows.max``'s
+  default); queried through one ``Table.query_runner()`` (native) and as SQL through
+  ``Sleeper.sql``;
+* **delta-rs** 1.6.6: z-ordered on ``key`` at its default row group size and at ours,
+  queried as SQL through ``QueryBuilder`` (its query API);
+* **Lance** 14.0.2 (pylance): compacted with a BTREE index on ``key``, and rewritten in key
+  order with a BTREE index; each queried with ``to_table(filter=...)`` (native) and as SQL
+  through ``dataset.sql`` (DataFusion over Lance).
 
-Every system answers the same queries: exact keys drawn from the rows (so each exists)
-and ranges of about 1,000 rows; each query is timed alone, after a few warm-up
-queries. Load rows/s counts reading the input file too. The run checks that every
-system returned the same number of rows for every query, and prints p50/p95 per system
-and each peer's figures as ratios to ours.
+How each peer is configured, with the documentation followed, is in
+``bench/_peers_child.py``'s docstring. The thread settings of every system are printed.
+
+Every result is checked by content: per query, a hash of its rows sorted
+(``_rows.rows_digest``), from every system, method and run, against ours. A mismatch is
+printed, no ratios are printed, and the bench exits 1.
+
+``--runs`` (3) interleaves the systems (ours, delta-rs, Lance, ours, ...); every figure is
+the median over the runs with the spread (min-max), and every ratio is computed within
+one run (peer / ours), then its median and spread printed.
 
 The peers never enter the project's venv: the first run creates ``bench/.peers-venv``
-(git-ignored) with ``deltalake==1.6.6`` and ``pylance==14.0.2`` (about 20 s), and the
-peers run there in a subprocess (``bench/_peers_child.py``) reading the same input
-files. A run takes 2-4 minutes on 2 cores::
+(git-ignored) with ``deltalake==1.6.6`` and ``pylance==14.0.2`` (about 20 s), and each
+peer runs there in a subprocess (``bench/_peers_child.py``) reading the same input files.
+A run takes about 8 minutes on 2 cores (3 runs of 2 M rows)::
 
-    .venv/bin/python bench/peers.py [--rows 2000000] [--appends 10] [--queries 300]
+    .venv/bin/python bench/peers.py [--rows 2000000] [--appends 10] [--queries 300] [--runs 3]
                                     [--state-store postgres|memory] [--peers-venv DIR]
 """
 
@@ -33,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -43,8 +56,11 @@ from pathlib import Path
 from typing import Any
 
 import _common  # noqa: F401  (sets sys.path)
+import pyarrow as pa
 import pyarrow.parquet as pq
-from _common import bench_sleeper, parse_args, percentiles
+from _common import bench_sleeper, parse_args
+from _peers_report import report
+from _rows import timed_queries
 
 from sleeper_ops.demo import KEY_SPACE, SYSTEM_TEST_SCHEMA, generate_rows, split_points
 from sleeper_ops.query.runner import exact_key_region, range_region
@@ -86,8 +102,10 @@ def write_inputs(work: Path, rows: int, appends: int, queries: int) -> dict[str,
     return q
 
 
-def ours(s: Any, work: Path, q: dict[str, Any]) -> dict[str, Any]:
-    t = s.create_table("peers", SYSTEM_TEST_SCHEMA, split_points=split_points(15),
+def ours(s: Any, home: Path, work: Path, q: dict[str, Any], run: int) -> list[dict[str, Any]]:
+    """Ours loaded, compacted and queried natively and through ``Sleeper.sql``, in a new table."""
+    name = f"peers{run}"
+    t = s.create_table(name, SYSTEM_TEST_SCHEMA, split_points=split_points(15),
                        properties={"sleeper.table.compaction.strategy": "basic"})  # all of a leaf's files at once
     loads = []
     for f in sorted((work / "inputs").glob("*.parquet")):
@@ -102,60 +120,48 @@ def ours(s: Any, work: Path, q: dict[str, Any]) -> dict[str, Any]:
             break
     maintain = time.perf_counter() - t0
     assert max(per_leaf.values()) == 1, f"compaction left {per_leaf}"
-    files = len(t.state().references)
+    names = {Path(r.filename).name for r in t.state().references.values()}
+    groups = [md.row_group(i).num_rows for md in (pq.ParquetFile(p).metadata for p in home.rglob("*.parquet")
+                                                   if p.name in names)
+              for i in range(md.num_row_groups)]
+    common = {"system": "ours", "loads": loads, "maintain": maintain, "files": len(names),
+              "group_rows": sorted(groups)[len(groups) // 2] if groups else 0}
     runner = t.query_runner()
     try:
-        def timed(items: list[Any], region: Any) -> tuple[list[float], list[int]]:
-            for x in items[:WARMUP]:
-                runner.query([region(x)])
-            ms, n = [], []
-            for x in items:
-                t0 = time.perf_counter()
-                n.append(runner.query([region(x)]).num_rows)
-                ms.append((time.perf_counter() - t0) * 1000)
-            return ms, n
-
-        exact = timed(q["keys"], lambda k: exact_key_region(t.schema, [k]))
-        ranged = timed(q["ranges"], lambda r: range_region(t.schema, r[0], r[1]))
+        native = {"exact": timed_queries(q["keys"], WARMUP, lambda k: runner.query([exact_key_region(t.schema, [k])])),
+                  "range": timed_queries(q["ranges"], WARMUP,
+                                         lambda r: runner.query([range_region(t.schema, r[0], r[1])]))}
     finally:
         runner.close()
-    return {"system": "ours", "loads": loads, "maintain": maintain, "files": files, "exact": exact, "range": ranged}
+
+    def quote(x: str) -> str:
+        return "'" + x.replace("'", "''") + "'"
+
+    def sql(where: str) -> pa.Table:
+        return s.sql(f"SELECT * FROM {name} WHERE {where}")
+
+    by_sql = {"exact": timed_queries(q["keys"], WARMUP, lambda k: sql(f"key = {quote(k)}")),
+              "range": timed_queries(q["ranges"], WARMUP,
+                                     lambda r: sql(f"key >= {quote(r[0])} AND key < {quote(r[1])}"))}
+    return [{**common, "method": "query runner", "api": "native", **native},
+            {**common, "method": "Sleeper.sql", "api": "SQL", **by_sql}]
 
 
-def summary(r: dict[str, Any], rows: int) -> dict[str, float]:
-    e, g = percentiles(r["exact"][0]), percentiles(r["range"][0])
-    return {"exact p50": e["p50"], "exact p95": e["p95"], "range p50": g["p50"], "range p95": g["p95"],
-            "load rows/s": rows / sum(r["loads"]), "maintain s": r["maintain"]}
+def peer(python: Path, work: Path, name: str, run: int) -> list[dict[str, Any]]:
+    out = subprocess.run([str(python), str(HERE / "_peers_child.py"), str(work), name, str(run)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{name} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
-def report(results: list[dict[str, Any]], rows: int, appends: int) -> None:
-    base = results[0]
-    for r in results[1:]:
-        for kind in ("exact", "range"):
-            if r[kind][1] != base[kind][1]:
-                bad = sum(a != b for a, b in zip(r[kind][1], base[kind][1]))
-                print(f"  WARNING: {r['system']} returned other row counts than ours for {bad} {kind} queries")
-    figures = {r["system"]: summary(r, rows) for r in results}
-    print(f"\n{rows:,} rows in {appends} appends; {len(base['exact'][0])} exact-key and "
-          f"{len(base['range'][0])} range queries per system (~{sum(base['range'][1]) / len(base['range'][1]):,.0f}"
-          f" rows per range); latency in ms")
-    cols = ["exact p50", "exact p95", "range p50", "range p95", "load rows/s", "maintain s"]
-    print("| system | files | " + " | ".join(cols) + " |")
-    print("|---|---:|" + "---:|" * len(cols))
-    for r in results:
-        f = figures[r["system"]]
-        cells = [f"{f[c]:,.0f}" if c == "load rows/s" else f"{f[c]:.1f}" if c == "maintain s" else f"{f[c]:.2f}"
-                 for c in cols]
-        print(f"| {r['system']} | {r['files']} | " + " | ".join(cells) + " |")
-    print("\nratios, peer / ours (latency and maintenance: > 1 means ours is faster; load rows/s: > 1 means "
-          "the peer loads faster)")
-    print("| system | " + " | ".join(cols) + " |")
-    print("|---|" + "---:|" * len(cols))
-    ours_f = figures[base["system"]]
-    for r in results[1:]:
-        f = figures[r["system"]]
-        print(f"| {r['system']} | " + " | ".join(f"{f[c] / ours_f[c]:.2f}" for c in cols) + " |")
-    print("goals (issue 12): ours exact-key p50 <= 1 ms, p95 <= 3 ms, range p50 <= 3 ms, all ahead of both peers")
+def our_threads() -> dict[str, Any]:
+    from datafusion import SessionConfig, SessionContext
+
+    ctx = SessionContext(SessionConfig().with_information_schema(True))  # as sleeper_ops.query.sql builds it
+    partitions = ctx.sql("SHOW datafusion.execution.target_partitions").to_arrow_table().column(1)[0].as_py()
+    return {"pyarrow cpu_count": pa.cpu_count(), "pyarrow io_thread_count": pa.io_thread_count(),
+            "Sleeper.sql DataFusion target_partitions": partitions}
 
 
 def main() -> None:
@@ -163,28 +169,40 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--appends", type=int, default=10)
     ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--state-store", default="postgres", choices=["postgres", "memory"])
     ap.add_argument("--peers-venv", type=Path, default=HERE / ".peers-venv")
-    args = parse_args(ap, rows=4_000, appends=2, queries=10)
+    args = parse_args(ap, rows=4_000, appends=2, queries=10, runs=2)
     # smoke: ours only; the peers' venv would be built (deltalake, pylance from PyPI) on a first run
     python = None if args.smoke else peers_python(args.peers_venv)
+    threads = {"ours (project venv)": our_threads()}
+    if python is not None:
+        threads["peers (bench/.peers-venv)"] = peer(python, Path("."), "threads", 0)[0]
     with tempfile.TemporaryDirectory(prefix="sleeper-peers-") as d:
         work = Path(d)
         t0 = time.perf_counter()
         q = write_inputs(work, args.rows, args.appends, args.queries)
         print(f"inputs: {args.rows:,} rows in {args.appends} Parquet files ({time.perf_counter() - t0:.1f}s)",
               flush=True)
-        results = []
-        with bench_sleeper(args.state_store) as (s, _):
-            results.append(ours(s, work, q))
+        results: list[dict[str, Any]] = []
+        loads = [os.getloadavg()[0]]  # other work on the machine slows every figure: show how much there was
+        with bench_sleeper(args.state_store) as (s, home):
+            for run in range(args.runs):
+                results += [{**r, "run": run} for r in ours(s, home, work, q, run)]
+                loads.append(os.getloadavg()[0])
+                print(f"run {run + 1}: ours done (state store {args.state_store}; load average {loads[-1]:.1f})",
+                      flush=True)
+                if python is None:
+                    continue
+                for name in ("delta", "lance"):
+                    results += [{**r, "run": run} for r in peer(python, work, name, run)]
+                    loads.append(os.getloadavg()[0])
+                    print(f"run {run + 1}: {name} done (load average {loads[-1]:.1f})", flush=True)
         if python is None:
-            print(f"ours done (state store {args.state_store}); peers skipped (--smoke)", flush=True)
-        else:
-            print(f"ours done (state store {args.state_store}); peers in {python.parent.parent.name} ...", flush=True)
-            out = subprocess.run([str(python), str(HERE / "_peers_child.py"), str(work)], check=True,
-                                 capture_output=True, text=True)
-            results += [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    report(results, args.rows, args.appends)
+            print("peers skipped (--smoke)", flush=True)
+    print(f"machine: {os.cpu_count()} cores; 1-minute load average {min(loads):.1f}–{max(loads):.1f} during the runs "
+          "(above the core count, other processes shared the cores)")
+    sys.exit(report(results, threads, args.rows, args.appends, args.runs))
 
 
 if __name__ == "__main__":

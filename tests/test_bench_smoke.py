@@ -18,6 +18,8 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 NUM = r"[\d,]+(?:\.\d+)?"
+#: a median and its spread over runs: "1.23 (1.01–1.50)"
+SPREAD = rf"{NUM} \({NUM}–{NUM}\)"
 
 #: per script, the figures its output must show (regular expressions, each must match a line)
 EXPECTED: dict[str, list[str]] = {
@@ -29,8 +31,9 @@ EXPECTED: dict[str, list[str]] = {
                       r"goals: local runner"],
     "ingest.py": [rf"baseline: pyarrow read \+ write zstd\s+{NUM} rows/s",
                   rf"ingest, in-memory sort\s+{NUM} rows/s", rf"ingest, 4 spilled chunks \+ merge\s+{NUM} rows/s"],
-    "peers.py": [rf"\| ours \| \d+ \| {NUM} \| {NUM} \| {NUM} \| {NUM} \| {NUM} \| {NUM} \|",
-                 r"peers skipped \(--smoke\)"],
+    "peers.py": [rf"\| a \| ours \| query runner \| native \| \d+ \| [\d,]+ \|( {SPREAD} \|){{6}}$",
+                 rf"\| b \| ours \| Sleeper.sql \| SQL \| \d+ \| [\d,]+ \|( {SPREAD} \|){{6}}$",
+                 r"Sleeper.sql DataFusion target_partitions = \d+", r"peers skipped \(--smoke\)"],
     "query.py": [rf"2,000 rows\s+exact\s+p50\s+{NUM}", rf"4,000 rows\s+range\s+p50\s+{NUM}",
                  rf"exact p50 ratio 4,000 / 2,000 rows: {NUM}"],
     "query_leaves.py": [rf"16 leaves\s+\S+.*p50\s+{NUM}", rf"p50 ratio 16 / 4 leaves: {NUM}"],
@@ -56,7 +59,8 @@ def test_bench_script_runs_in_smoke_mode_and_prints_its_figures(script: str, tmp
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, f"{script} --smoke exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     for pattern in EXPECTED[script]:
-        assert re.search(pattern, r.stdout), f"{script}: no line matches {pattern!r} in:\n{r.stdout[-3000:]}"
+        assert re.search(pattern, r.stdout, re.MULTILINE), \
+            f"{script}: no line matches {pattern!r} in:\n{r.stdout[-3000:]}"
     if script == "rest_read_rss.py":
         figures = json.loads(r.stdout.strip().splitlines()[-1])
         assert figures["rows_read"] == 20_000 and figures["peak_rss_mib"] >= figures["idle_rss_mib"] > 0
