@@ -52,6 +52,10 @@ class TableChanges:
         references: every current reference of those files.
         tombstones: the table's live tombstones (:mod:`statestore.deletes`), all of
             them; None when the answer does not say (they did not change).
+        buffer_mark: the table's write buffer in the same snapshot as the rest, as
+            ``(flushes, entries, highest seq)`` (see :func:`buffer_mark`); None when the
+            answer does not say. Equal marks mean the same entries: only a flush removes
+            an entry, and it counts itself in the same transaction.
     """
 
     table: TableInfo
@@ -62,6 +66,7 @@ class TableChanges:
     filenames: frozenset[str] = frozenset()
     references: tuple[FileReference, ...] = ()
     tombstones: Optional[tuple[Tombstone, ...]] = None
+    buffer_mark: Optional[tuple[int, int, int]] = None
 
     @property
     def unchanged(self) -> bool:
@@ -110,3 +115,10 @@ def is_token_of(token: Any, kind: str) -> Optional[tuple[Any, ...]]:
     if isinstance(token, tuple) and token and token[0] == kind:
         return token[1:]
     return None
+
+
+def buffer_mark(flushes: int, seqs: Iterable[int]) -> tuple[int, int, int]:
+    """The :attr:`TableChanges.buffer_mark` of a write buffer holding the entries ``seqs``
+    after ``flushes`` flushes."""
+    seqs = list(seqs)
+    return flushes, len(seqs), max(seqs, default=0)

@@ -218,3 +218,40 @@ def test_refreshing_an_unchanged_table_on_postgresql_takes_one_statement(pg_dsn,
         monkeypatch.undo()
         assert len(statements) == 10, statements
         assert all("pg_current_snapshot()" in q for q in statements), statements
+
+
+def test_a_query_with_an_unchanged_buffer_on_postgresql_takes_one_statement_and_sees_each_write(
+        pg_dsn, tmp_path, monkeypatch):
+    """The snapshot check carries the write buffer's mark (flushes, entries, highest
+    seq): while neither the table nor its buffer changed, a query that includes the
+    buffer sends that one statement; a write, a flush or a delete is seen by the next
+    query, each record once."""
+    import psycopg
+
+    from statestore.postgres import PostgresStateStore
+
+    with Sleeper(state_store=PostgresStateStore(pg_dsn), objects=ObjectStore(str(tmp_path / "data"))) as s:
+        t = s.create_table("t", SCHEMA, split_points=[100])
+        t.ingest(rows(0, 200, step=2))  # even keys in files
+        t.write([{"key": 1, "v": 1}])  # an odd one in the buffer
+        assert count(t) == 201
+        statements: list[str] = []
+        real = psycopg.Cursor.execute
+
+        def counted(self, query, *args, **kwargs):  # type: ignore[no-untyped-def]
+            statements.append(str(query)[:80])
+            return real(self, query, *args, **kwargs)
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        for k in (0, 1, 2, 3):
+            assert t.query(keys=[k]).num_rows == (0 if k == 3 else 1)
+        assert len(statements) == 4, statements
+        monkeypatch.undo()
+
+        t.write([{"key": 3, "v": 1}])
+        assert t.query(keys=[3]).num_rows == 1, "a write after the last read is seen"
+        t.flush()
+        assert count(t) == 202 and t.query(keys=[1, 3]).num_rows == 2, "after a flush, each record once"
+        t.write([{"key": 5, "v": 1}])
+        t.delete(ranges=[(5, 6)])
+        assert t.query(keys=[5]).num_rows == 0, "a delete hides a buffered record it covers"
+        assert count(t) == 202

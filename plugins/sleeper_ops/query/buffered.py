@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from sleeper_ops.engine.deletes import covering_entry, without_deleted
 from sleeper_ops.engine.leaves import region_mask
 from sleeper_ops.io.arrow_schema import arrow_schema, empty_table, sort_keys
+from statestore.changes import buffer_mark
 from statestore.deletes import Tombstone
 from statestore.errors import NotSupportedError
 from statestore.region import Region
@@ -80,6 +81,7 @@ class BufferedRows:
         self._sorted_seqs: tuple[Any, ...] = ()
         #: the flush count the last read saw (None: none yet)
         self.flushes: Optional[int] = None
+        self._mark: Optional[tuple[int, int, int]] = None  # the buffer the last read saw
         self._supported = True
 
     def _empty(self) -> SortedRows:
@@ -114,7 +116,23 @@ class BufferedRows:
                 self._sorted = SortedRows.of(table.combine_chunks(), self.schema.key_names[0])
                 self._sorted_seqs = seen
             self.flushes = snap.flushes
+            self._mark = buffer_mark(snap.flushes, seqs)
             return self._sorted, snap.flushes
+
+    def current(self, mark: Optional[tuple[int, int, int]],
+                tombstones: Sequence[Tombstone] = ()) -> Optional[SortedRows]:
+        """The rows of the last :meth:`read` when ``mark`` (a
+        :attr:`~statestore.changes.TableChanges.buffer_mark` read with a query's plan) says
+        the buffer holds exactly the entries that read saw, under the same tombstones:
+        then they are the buffer's rows in the plan's snapshot, with no read of the state
+        store. None otherwise (read instead)."""
+        if mark is None:
+            return None
+        with self._lock:
+            if (self._sorted is None or mark != self._mark
+                    or self._sorted_seqs[1] != tuple(t.number for t in tombstones)):
+                return None
+            return self._sorted
 
     def in_regions(self, rows: SortedRows, regions: Sequence[Region]) -> pa.Table:
         """The rows in any of ``regions`` (each once), in key order: the spans of the

@@ -58,6 +58,9 @@ class TableMetadata:
         self._root: Optional[Partition] = None
         #: the table's live tombstones by number (:mod:`statestore.deletes`)
         self.tombstones: dict[int, Tombstone] = {}
+        #: the write buffer's mark read with the metadata (:attr:`TableChanges.buffer_mark`; None:
+        #: the last answer did not say)
+        self.buffer_mark: Optional[tuple[int, int, int]] = None
         #: reads of the state store so far, and how many answered with the whole state
         self.refreshes = 0
         self.full_loads = 0
@@ -77,6 +80,7 @@ class TableMetadata:
     def _apply(self, ch: TableChanges) -> None:
         self.refreshes += 1
         self.table = ch.table
+        self.buffer_mark = ch.buffer_mark
         if ch.tombstones is not None:
             self.tombstones = {t.number: t for t in ch.tombstones}
         if ch.unchanged:

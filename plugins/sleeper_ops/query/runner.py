@@ -69,11 +69,13 @@ class _Task:
 
 
 class _Tasks(list[_Task]):
-    """A query's tasks, and the table's live tombstones in the state they were planned on."""
+    """A query's tasks, and the table's live tombstones and write buffer mark in the
+    state they were planned on."""
 
-    def __init__(self, tombstones: tuple[Tombstone, ...]) -> None:
+    def __init__(self, tombstones: tuple[Tombstone, ...], buffer_mark: Optional[tuple[int, int, int]]) -> None:
         super().__init__()
         self.tombstones = tombstones
+        self.buffer_mark = buffer_mark
 
 
 class QueryRunner:
@@ -136,7 +138,7 @@ class QueryRunner:
         def plan(meta: TableMetadata) -> _Tasks:
             self._current_plan(meta)
             live = tuple(meta.tombstones[n] for n in sorted(meta.tombstones))
-            tasks = _Tasks(live)
+            tasks = _Tasks(live, meta.buffer_mark)
             for i, region in enumerate(disjoint):
                 exclude = tuple(r for r in disjoint[:i] if r.overlaps(region))
                 tasks.extend(_region_tasks(meta, region, exclude, live))
@@ -208,10 +210,13 @@ class QueryRunner:
         while True:
             before = self.buffered.flushes
             tasks = self._tasks(regions)
-            rows, flushes = self.buffered.read(tasks.tombstones)
-            if before == flushes:
-                table = self.buffered.in_regions(rows, regions)
-                return tasks, table.cast(self.target) if table.schema != self.target else table
+            rows = self.buffered.current(tasks.buffer_mark, tasks.tombstones)  # read with the plan: consistent
+            if rows is None:
+                rows, flushes = self.buffered.read(tasks.tombstones)
+                if before != flushes:
+                    continue
+            table = self.buffered.in_regions(rows, regions)
+            return tasks, table.cast(self.target) if table.schema != self.target else table
 
     def query(self, regions: Sequence[Region], *, buffer: bool = True) -> pa.Table:
         """Every record in any of ``regions``, once, in key order; with ``buffer``
