@@ -10,7 +10,11 @@ merge. The figure of merit is the ratio of the largest table's p50 to the smalle
 taken in this run.
 
     .venv/bin/python bench/query.py [--sizes 1000000 100000000] [--queries 300]
-                                    [--rowgroup-rows N]
+                                    [--rowgroup-rows N] [--processes 5]
+
+On the embedded PostgreSQL it also runs, on the largest table, ``--processes`` lookups
+as the shell runs them: ``sleeper query TABLE --key K`` as a new process, whole wall
+time, against ``sleeper --help`` in the same run (goal: at most 400 ms).
 
 Goals (issue 12; local disk, warm caches, 2 cores): exact-key p50 <= 1 ms and p95 <=
 3 ms, range p50 <= 3 ms, p50 ratio 100 M / 1 M rows <= 1.3. The 10,000-leaf figures are
@@ -20,8 +24,15 @@ bench/query_leaves.py's.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
+import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import Optional
 
 import _common  # noqa: F401
 from _common import bench_sleeper, parse_args, percentiles
@@ -29,7 +40,40 @@ from _common import bench_sleeper, parse_args, percentiles
 from sleeper_ops.demo import KEY_SPACE, SYSTEM_TEST_SCHEMA, generate_rows, split_points
 
 
-def run(s, size: int, queries: int, properties: dict[str, str], compact: bool) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]
+def new_process_lookups(home: Path, table: str, keys: list[str], runs: int) -> dict[str, float]:
+    """Whole wall time of ``sleeper query TABLE --key K`` as a new process (what every
+    user's lookup from the shell costs: start-up, imports, joining the running embedded
+    PostgreSQL, the first metadata read, cold footers), and of ``sleeper --help`` in the
+    same run as the baseline; each answer checked to hold its key. Medians and spreads."""
+    env = dict(os.environ, SLEEPER_HOME=str(home))
+    cli = str(Path(sys.executable).with_name("sleeper"))
+
+    def timed(args: list[str]) -> tuple[float, str]:
+        t0 = time.perf_counter()
+        out = subprocess.run([cli, *args], env=env, capture_output=True, text=True, timeout=120)
+        took = time.perf_counter() - t0
+        if out.returncode != 0:
+            sys.exit(f"sleeper {' '.join(args)} exited {out.returncode}: {out.stderr[-2000:]}")
+        return took, out.stdout
+
+    lookups, helps = [], []
+    for i in range(runs):  # interleaved, so both see the same machine
+        helps.append(timed(["--help"])[0])
+        key = keys[i % len(keys)]
+        took, out = timed(["query", table, "--key", json.dumps(key)])
+        rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+        if not rows or any(r["key"] != key for r in rows):
+            sys.exit(f"sleeper query --key {key!r} answered {out[:500]!r}")
+        lookups.append(took)
+    ratios = sorted(a / b for a, b in zip(lookups, helps))
+    return {"lookup": statistics.median(lookups), "lookup_min": min(lookups), "lookup_max": max(lookups),
+            "help": statistics.median(helps), "ratio": statistics.median(ratios)}
+
+
+def run(s, size: int, queries: int, properties: dict[str, str], compact: bool,  # type: ignore[no-untyped-def]
+        home: Optional[Path] = None, processes: int = 5) -> dict[str, dict[str, float]]:
+    """The in-process figures of one table size; with ``home`` (the embedded PostgreSQL's
+    SLEEPER_HOME), also ``processes`` lookups as new ``sleeper`` processes."""
     t = s.create_table(f"q{size}", SYSTEM_TEST_SCHEMA, split_points=split_points(15), properties=properties)
     batch = 2_000_000
     keys: list[str] = []
@@ -64,6 +108,11 @@ def run(s, size: int, queries: int, properties: dict[str, str], compact: bool) -
         t0 = time.perf_counter()
         t.query(ranges=[(f"key-{lo:09d}", f"key-{lo + width:09d}")])
         ranged.append((time.perf_counter() - t0) * 1000)
+    if home is not None:
+        cli = new_process_lookups(home, t.name, keys[::max(1, len(keys) // 50)], processes)
+        print(f"  new process, whole wall: sleeper query --key median {cli['lookup'] * 1e3:.0f} ms "
+              f"({cli['lookup_min'] * 1e3:.0f}-{cli['lookup_max'] * 1e3:.0f}) over {processes}; sleeper --help "
+              f"{cli['help'] * 1e3:.0f} ms; ratio {cli['ratio']:.2f} [goal: lookup <= 400 ms]", flush=True)
     return {"exact": percentiles(exact), "range": percentiles(ranged)}
 
 
@@ -74,14 +123,16 @@ def main() -> None:
     ap.add_argument("--state-store", default="postgres", choices=["postgres", "memory"])
     ap.add_argument("--rowgroup-rows", type=int, default=None, help="sleeper.table.parquet.rowgroup.rows.max")
     ap.add_argument("--no-compact", action="store_true", help="query the files as ingested")
-    args = parse_args(ap, sizes=[2_000, 4_000], queries=20)
+    ap.add_argument("--processes", type=int, default=5, help="lookups as new sleeper processes (largest size)")
+    args = parse_args(ap, sizes=[2_000, 4_000], queries=20, processes=2)
     results = {}
     props = {} if args.rowgroup_rows is None else {"sleeper.table.parquet.rowgroup.rows.max": str(args.rowgroup_rows)}
-    with bench_sleeper(args.state_store) as (s, _):
+    with bench_sleeper(args.state_store) as (s, home):
         print(f"query latency (ms) of Table.query, state store {args.state_store}, row groups of "
               f"{props.get('sleeper.table.parquet.rowgroup.rows.max', 'the default')} rows")
         for size in args.sizes:
-            results[size] = run(s, size, args.queries, props, not args.no_compact)
+            cli_home = home if args.state_store == "postgres" and size == args.sizes[-1] else None
+            results[size] = run(s, size, args.queries, props, not args.no_compact, cli_home, args.processes)
             for kind, p in results[size].items():
                 print(f"  {size:>12,} rows  {kind:<5}  p50 {p['p50']:6.2f}  p95 {p['p95']:6.2f}  p99 {p['p99']:6.2f}")
     small, large = args.sizes[0], args.sizes[-1]
