@@ -89,6 +89,8 @@ class FaultProxy:
         self.target = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.rng = random.Random(seed)
         self.counts = FaultCounts()
+        #: every request that reached the proxy, in order: (HTTP method, path and query)
+        self.log: list[tuple[str, str]] = []
         self._rules: list[Rule] = []
         self._lock = threading.Lock()
         proxy = self
@@ -204,6 +206,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         body = self._body()
+        self.owner.log.append((self.command, self.path))
         target = self.headers.get("X-Amz-Target")
         rule = self.owner._pick(target, self.command, self.path, body)
         if rule is not None and rule.kind == "throttle":

@@ -255,3 +255,45 @@ def test_split_compaction_and_gc_on_s3_keep_every_record_once(s3_sleeper, client
     prefix = f"tables/{request.node.name}/{t.info.table_id}/data/"
     assert {k.split(f"tables/{request.node.name}/", 1)[1] for k in bucket_keys(client, prefix)
             if k.endswith(".parquet")} == live, "only live files remain in the bucket"
+
+
+def test_a_warm_exact_key_lookup_on_s3_is_one_get_and_a_cold_one_at_most_three_requests(moto_endpoint, request):
+    """Counted on the wire (a logging proxy in front of moto): a lookup in a file whose
+    footer is cached makes one ranged GET (the reader kept with the footer needs no
+    HEAD; the row group's column chunks come in one coalesced read), and the first
+    lookup of a file at most three requests (open, footer, row group). Every answer
+    holds its key."""
+    from sleeper_ops.io.datafile import ParquetFileCache
+    from sleeper_ops.query.runner import QueryRunner, exact_key_region
+    from tests.faults.aws_proxy import FaultProxy
+
+    endpoint, _ = moto_endpoint
+    with FaultProxy(f"http://{endpoint}") as proxy:
+        opts = S3Options(endpoint_override=proxy.url, scheme="http", access_key="test", secret_key="test",
+                         region="us-east-1")
+        s = Sleeper(state_store=InMemoryStateStore(),
+                    objects=ObjectStore(f"s3://{BUCKET}/tables/{request.node.name}", opts))
+        schema = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
+                  "valueFields": [{"name": "a", "type": "LongType"}, {"name": "b", "type": "StringType"},
+                                  {"name": "c", "type": "StringType"}]}
+        t = s.create_table("t", schema, split_points=["k05000"],
+                           properties={"sleeper.table.parquet.rowgroup.rows.max": "500"})
+        n = 10_000
+        t.ingest(pa.table({"key": [f"k{i:05d}" for i in range(n)], "a": list(range(n)),
+                           "b": [f"b{i}" for i in range(n)], "c": [f"c{i}" for i in range(n)]}))
+        runner = QueryRunner(s.state_store, s.objects, t.info, cache=ParquetFileCache())
+        try:
+            def lookup(i: int) -> list[tuple[str, str]]:
+                start = len(proxy.log)
+                got = runner.query([exact_key_region(t.schema, [f"k{i:05d}"])])
+                assert got.column("key").to_pylist() == [f"k{i:05d}"] and got.column("a").to_pylist() == [i]
+                return [(method, path.split("?")[0].rsplit("/", 1)[-1]) for method, path in proxy.log[start:]]
+
+            cold = lookup(10)
+            assert len(cold) <= 3 and sum(m == "GET" for m, _ in cold) <= 2, cold
+            for i in random.Random(3).sample(range(n // 2), 20):  # the same file (the first leaf), other groups
+                warm = lookup(i)
+                assert [m for m, _ in warm] == ["GET"], warm
+        finally:
+            runner.close()
+            s.close()

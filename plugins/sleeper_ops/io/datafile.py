@@ -14,8 +14,9 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -189,13 +190,20 @@ _NO_INDEX = object()
 
 class ParquetFileCache:
     """Opened Parquet footers by key, and the row group index of their first row key
-    field, built once per file. Safe because data files never change."""
+    field, built once per file. Safe because data files never change.
+
+    For a remote store (S3) the reader a footer was read through is kept beside it and
+    :meth:`reader` hands it out again: S3 answers every fresh open with a HEAD request
+    (the object's size), so a warm point read is then one ranged GET. Readers are only
+    read at positions (thread-safe); an evicted one is dropped, not closed, as another
+    thread may still be reading through it."""
 
     def __init__(self, capacity: int = 4096):
         self.capacity = capacity
         self._lock = threading.Lock()
         self._items: OrderedDict[str, pq.FileMetaData] = OrderedDict()
         self._indexes: dict[str, dict[str, Optional[RowGroupIndex]]] = {}  # by file key, then column
+        self._readers: dict[str, pa.NativeFile] = {}  # remote stores only, by file key
 
     def metadata(self, store: ObjectStore, key: str) -> pq.FileMetaData:
         with self._lock:
@@ -203,14 +211,33 @@ class ParquetFileCache:
             if md is not None:
                 self._items.move_to_end(key)
                 return md
-        with store.open_input(key) as f:
+        f = store.open_input(key)
+        try:
             md = pq.read_metadata(f)
+        finally:
+            if store.is_local:
+                f.close()
         with self._lock:
             self._items[key] = md
+            if not store.is_local:
+                self._readers[key] = f
             while len(self._items) > self.capacity:
                 gone, _ = self._items.popitem(last=False)
                 self._indexes.pop(gone, None)
+                self._readers.pop(gone, None)
         return md
+
+    @contextmanager
+    def reader(self, store: ObjectStore, key: str) -> Iterator[pa.NativeFile]:
+        """A random-access reader of ``key``: the one kept with its cached footer (remote
+        stores: no request to open it), else a fresh one, closed on exit."""
+        with self._lock:
+            kept = None if store.is_local else self._readers.get(key)
+        if kept is not None:
+            yield kept
+            return
+        with store.open_input(key) as f:
+            yield f
 
     def row_group_index(self, store: ObjectStore, key: str, column: str) -> tuple[pq.FileMetaData,
                                                                                   Optional[RowGroupIndex]]:

@@ -309,8 +309,10 @@ class QueryRunner:
         md, groups = self._row_groups(task)
         if not groups:
             return empty_table(self.target)
-        with self.objects.open_input(task.ref.filename) as f:
-            table = pq.ParquetFile(f, metadata=md, pre_buffer=False).read_row_groups(groups, use_threads=False)
+        # pre-buffered from a remote store: the groups' column chunks in one coalesced ranged GET, not one each
+        with self.cache.reader(self.objects, task.ref.filename) as f:
+            table = pq.ParquetFile(f, metadata=md, pre_buffer=not self.objects.is_local).read_row_groups(
+                groups, use_threads=False)
         return self._select(table, task)
 
     def _read_batches(self, task: _Task, batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -320,7 +322,7 @@ class QueryRunner:
         if not groups:
             return
         first = task.region.ranges[0]
-        with self.objects.open_input(task.ref.filename) as f:
+        with self.cache.reader(self.objects, task.ref.filename) as f:
             pf = pq.ParquetFile(f, metadata=md, pre_buffer=False)
             for raw in pf.iter_batches(batch_size=batch_rows, row_groups=groups, use_threads=False):
                 if not raw.num_rows:
