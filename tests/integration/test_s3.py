@@ -261,10 +261,10 @@ def test_a_warm_exact_key_lookup_on_s3_is_one_get_and_a_cold_one_at_most_three_r
     """Counted on the wire (a logging proxy in front of moto): a lookup in a file whose
     footer is cached makes one ranged GET (the reader kept with the footer needs no
     HEAD; the row group's column chunks come in one coalesced read), and the first
-    lookup of a file at most three requests (open, footer, row group). Every answer
-    holds its key."""
+    lookup of a file at most three requests (open, footer, row group); a scan streams
+    each file in coalesced ranged GETs. Every answer holds its key."""
     from sleeper_ops.io.datafile import ParquetFileCache
-    from sleeper_ops.query.runner import QueryRunner, exact_key_region
+    from sleeper_ops.query.runner import QueryRunner, exact_key_region, range_region
     from tests.faults.aws_proxy import FaultProxy
 
     endpoint, _ = moto_endpoint
@@ -294,6 +294,11 @@ def test_a_warm_exact_key_lookup_on_s3_is_one_get_and_a_cold_one_at_most_three_r
             for i in random.Random(3).sample(range(n // 2), 20):  # the same file (the first leaf), other groups
                 warm = lookup(i)
                 assert [m for m, _ in warm] == ["GET"], warm
+            # a scan streams each file's 10 row groups in coalesced ranged GETs, not one GET per column chunk
+            start = len(proxy.log)
+            streamed = sum(b.num_rows for b in runner.stream([range_region(t.schema, "k", None)]))
+            gets = [m for m, _ in proxy.log[start:] if m == "GET"]
+            assert streamed == n and len(gets) <= 2 * len(t.state().references), proxy.log[start:]
         finally:
             runner.close()
             s.close()
