@@ -194,25 +194,32 @@ def test_closing_the_sleeper_closes_its_runners(sleeper):
         count(t)
 
 
+def count_statements(monkeypatch) -> list[str]:  # type: ignore[no-untyped-def]
+    """The statements psycopg sends from now on (their first 80 characters), until
+    ``monkeypatch.undo()``."""
+    import psycopg
+
+    statements: list[str] = []
+    real = psycopg.Cursor.execute
+
+    def counted(self, query, *args, **kwargs):  # type: ignore[no-untyped-def]
+        statements.append(str(query)[:80])
+        return real(self, query, *args, **kwargs)
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    return statements
+
+
 def test_refreshing_an_unchanged_table_on_postgresql_takes_one_statement(pg_dsn, tmp_path, monkeypatch):
     """Counted on the wire (every statement psycopg sends), not by StateStore calls: a
     query of an unchanged table refreshes its metadata with one statement (the snapshot
     check of ``statestore.postgres.changes``), not the five of a full incremental read."""
-    import psycopg
-
     from statestore.postgres import PostgresStateStore
 
     with Sleeper(state_store=PostgresStateStore(pg_dsn), objects=ObjectStore(str(tmp_path / "data"))) as s:
         t = s.create_table("t", SCHEMA, split_points=[100])
         t.ingest(rows(0, 200))
         assert t.query(keys=[1], buffer=False).num_rows == 1  # the runner now holds a snapshot
-        statements: list[str] = []
-        real = psycopg.Cursor.execute
-
-        def counted(self, query, *args, **kwargs):  # type: ignore[no-untyped-def]
-            statements.append(str(query)[:80])
-            return real(self, query, *args, **kwargs)
-        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        statements = count_statements(monkeypatch)
         for k in range(10):
             assert t.query(keys=[k], buffer=False).num_rows == 1
         monkeypatch.undo()
@@ -226,8 +233,6 @@ def test_a_query_with_an_unchanged_buffer_on_postgresql_takes_one_statement_and_
     seq): while neither the table nor its buffer changed, a query that includes the
     buffer sends that one statement; a write, a flush or a delete is seen by the next
     query, each record once."""
-    import psycopg
-
     from statestore.postgres import PostgresStateStore
 
     with Sleeper(state_store=PostgresStateStore(pg_dsn), objects=ObjectStore(str(tmp_path / "data"))) as s:
@@ -235,13 +240,7 @@ def test_a_query_with_an_unchanged_buffer_on_postgresql_takes_one_statement_and_
         t.ingest(rows(0, 200, step=2))  # even keys in files
         t.write([{"key": 1, "v": 1}])  # an odd one in the buffer
         assert count(t) == 201
-        statements: list[str] = []
-        real = psycopg.Cursor.execute
-
-        def counted(self, query, *args, **kwargs):  # type: ignore[no-untyped-def]
-            statements.append(str(query)[:80])
-            return real(self, query, *args, **kwargs)
-        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        statements = count_statements(monkeypatch)
         for k in (0, 1, 2, 3):
             assert t.query(keys=[k]).num_rows == (0 if k == 3 else 1)
         assert len(statements) == 4, statements
