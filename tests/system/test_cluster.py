@@ -26,7 +26,6 @@ kill and of what recovered it is printed.
 from __future__ import annotations
 
 import io
-import json
 import shutil
 import threading
 import time
@@ -69,6 +68,7 @@ PROPERTIES = {
     "sleeper.table.history.retention.minutes": "0",
     "sleeper.table.gc.orphan.grace.minutes": "10",
     "sleeper.table.gc.job.abandon.minutes": "10",
+    "sleeper.table.compaction.job.retry.minutes": "5",
     "sleeper.table.schedule.ingest_batcher": "none",
 }
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}], "valueFields": [{"name": "n", "type": "LongType"}]}
@@ -84,7 +84,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     work = cluster_work_dir(tmp_path_factory, "cluster-kills")
     started = time.monotonic()
-    with running_cluster(work / "w", state_store="dynamodb", api_port=free_port(), spark=True, spark_memory="512m",
+    with running_cluster(work / "w", state_store="dynamodb", api_port=free_port(), spark=True,
                          timeout=240.0, task_heartbeat_timeout=HEARTBEAT_TIMEOUT) as c:
         print(f"cluster ready in {time.monotonic() - started:.1f} s")
         yield c
@@ -120,7 +120,8 @@ class Writer(threading.Thread):
 
     def run(self) -> None:
         try:
-            with airflow_client(self.api, self.password) as client:
+            client = airflow_client(self.api, self.password)
+            try:
                 batch = 0
                 while not self.stop.is_set():
                     keys = [f"w{self.n}-{batch:04d}-{i:02d}" for i in range(BATCH)]
@@ -129,6 +130,8 @@ class Writer(threading.Thread):
                     self.acked += keys
                     batch += 1
                     self.stop.wait(1.0)
+            finally:
+                client.close()
         except BaseException as e:  # reported by the test
             self.error = e
 
@@ -269,7 +272,10 @@ class Chaos:
         health = self.client.get("/api/v2/monitor/health").json().get("scheduler", {})
         beat = health.get("latest_scheduler_heartbeat")
         if health.get("status") == "healthy" and beat and datetime.fromisoformat(beat) > self.scheduler_restarted_at:
-            self.log("the new scheduler heartbeats (healthy); it adopts the runs and queued tasks of the old one")
+            text = self.cluster.piece("airflow scheduler").log.read_text(errors="replace")
+            adopted = [line.strip()[:160] for line in text.rsplit("restarted ---", 1)[-1].splitlines()
+                       if "dopt" in line]
+            self.log("the new scheduler heartbeats (healthy)" + (f"; its log: {adopted[0]}" if adopted else ""))
             self.scheduler_done = True
 
 
@@ -340,16 +346,18 @@ def _scenario(cluster: Any, log: Timeline) -> None:
     table = sleeper.table(TABLE)
     poll(lambda: table.buffer_stats().rows == 0, "the flush DAG to empty the buffer", 120)
     log("the flush DAG (on its asset) emptied the buffer")
-    for op in DAG_OPS:
-        assert client.patch(f"/api/v2/dags/sleeper_{TABLE}_{op}", json={"is_paused": True}).status_code == 200
 
     def active() -> list[str]:
         return [f"{op} {r['dag_run_id']} {r['state']}" for op in DAG_OPS for r in _runs(client, op)
                 if r["state"] not in ("success", "failed")]
-    poll(lambda: not active(), "every DAG run to end", 120)
-    counts = {op: Counter(r["state"] for r in _runs(client, op)) for op in DAG_OPS}
-    log(f"DAGs paused; every run ended: {json.dumps({op: dict(c) for op, c in counts.items()})}")
-
+    poll(lambda: not active(), "a moment with every DAG run ended (no task stuck)", 120)
+    for op in DAG_OPS:  # no new run from here on (a run created meanwhile stays queued)
+        assert client.patch(f"/api/v2/dags/sleeper_{TABLE}_{op}", json={"is_paused": True}).status_code == 200
+    runs = {op: _runs(client, op) for op in DAG_OPS}
+    log("every DAG run ended; DAGs paused: " + "; ".join(
+        f"{op} {dict(Counter(r['state'] for r in rs))}" for op, rs in runs.items()))
+    failed = [(op, r["dag_run_id"]) for op, rs in runs.items() for r in rs if r["state"] == "failed"]
+    assert failed == [("compaction", chaos.celery_killed[1])], failed  # the killed task's run alone
     untracked = table.gc(dry_run=True, orphans=True, now_ms=int(time.time() * 1000) + 12 * 60_000).orphans_deleted
     report = table.gc(now_ms=int(time.time() * 1000) + 12 * 60_000)
     log(f"GC as of when its delays have passed: {report.summary()} ({len(untracked)} untracked objects were "
