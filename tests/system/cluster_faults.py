@@ -156,7 +156,7 @@ class Chaos:
         if self.failed_seen and states.get("report") in ("success", "failed", "skipped"):
             ready = "ready" in self.cluster.piece(name).log.read_text(errors="replace").rsplit("restarted ---", 1)[-1]
             if ready:
-                self.log(f"the run's teardown report ended {states['report']} on the other worker (the compaction "
+                self.log(f"the run's teardown report ended {states['report']} on a live worker (the compaction "
                          f"lease released); {name} is back (Celery worker ready)")
                 self.celery_done = True
 
