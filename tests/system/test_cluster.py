@@ -20,11 +20,11 @@ scheduler fails the killed task after ``HEARTBEAT_TIMEOUT`` seconds without a
 heartbeat; its run's teardown releases the compaction lease; the worker is restarted.
 
 At the end every DAG is paused and every run must be in a terminal state; GC runs as of
-when the delays have passed (the killed job's untracked output is an orphan until its
-grace has), and then: every acknowledged record and every imported record is in the
-table exactly once, every date was imported by one committed job, and the bucket holds
-exactly the files the table references (history retention 0). The timeline of each
-kill and of what recovered it is printed.
+when the delays have passed (an output the killed job wrote is untracked: an orphan
+once the grace and the job's abandon time have passed), and then: every acknowledged
+record and every imported record is in the table exactly once, every date was imported
+by one committed job, and the bucket holds exactly the files the table references
+(history retention 0). The timeline of each kill and of what recovered it is printed.
 """
 
 from __future__ import annotations
