@@ -37,6 +37,7 @@ GROUPS: dict[str, str] = {
 #: seconds per module (or group) in a full ``make test`` run; ordering only
 SECONDS: dict[str, float] = {
     "tests/integration/test_airflow_end_to_end.py": 300,
+    "tests/system/test_cluster.py": 240,
     "tests/system/test_readme_tour.py": 180,
     "tests/integration/test_bulk_import.py": 180,
     "dag-server": 210,

@@ -15,13 +15,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
 
 import httpx
 import pytest
+
+from tests.cluster_helpers import cluster_work_dir, processes_using
 
 pytestmark = pytest.mark.integration
 
@@ -33,33 +34,13 @@ SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}], "valueFields"
 START_TIMEOUT = 240.0
 
 
-def _processes_using(path: str) -> list[str]:
-    """``pid cmdline`` of every process whose command line, environment or working
-    directory names ``path`` (this test's own process aside)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            env = (entry / "environ").read_bytes().decode(errors="replace")
-            cwd = os.readlink(entry / "cwd")
-        except (OSError, PermissionError):
-            continue
-        if path in cmd or path in env or cwd.startswith(path):
-            found.append(f"{entry.name} {cmd[:200]}")
-    return found
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The running cluster: its work dir, client home, API URL and admin password; at
     the end, Ctrl-C and the check that nothing it started is left."""
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (make redis)")
-    # the embedded PostgreSQL's user (root runs it as another) must reach its folder: not under pytest's 0700 tmp
-    work = Path(tempfile.mkdtemp(prefix="sleeper-cluster-")) if os.geteuid() == 0 else \
-        tmp_path_factory.mktemp("cluster-shape")
+    work = cluster_work_dir(tmp_path_factory, "cluster-shape")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLEEPER_", "AIRFLOW"))}
     # A user's shell may name a Sleeper of its own: no cluster process may use it (a task or
     # DAG parse that did would fail on its unreachable state store).
@@ -104,7 +85,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     text = (work / "cluster.out").read_text()
     assert code == 0, text
     assert "SIGINT received: stopped the cluster" in text
-    left = _processes_using(str(work / "w"))
+    left = processes_using(str(work / "w"))
     assert left == [], f"processes left behind by sleeper cluster: {left}"
     shutil.rmtree(work, ignore_errors=True)
 

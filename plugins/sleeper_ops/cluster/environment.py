@@ -87,6 +87,9 @@ class ClusterLayout:
     #: (default :attr:`api_url`): differ in containers
     api_bind: Optional[str] = None
     public_url: Optional[str] = None
+    #: seconds without a heartbeat after which the scheduler fails a running task (its
+    #: worker is taken as dead); None: Airflow's default (300)
+    task_heartbeat_timeout: Optional[int] = None
 
     @property
     def api_url(self) -> str:
@@ -157,6 +160,9 @@ def process_environment(layout: ClusterLayout, role: str) -> dict[str, str]:
                     "AIRFLOW__API__PORT": str(layout.api_port),
                     "AIRFLOW__API__BASE_URL": layout.public_url or layout.api_url,
                     "SLEEPER_HOME": layout.client_home})
+    elif role == "scheduler" and layout.task_heartbeat_timeout is not None:
+        env["AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT"] = str(layout.task_heartbeat_timeout)
+        env["AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL"] = "2"
     elif role == "dag-processor":
         env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = str(layout.file_process_interval)
         env["AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL"] = str(layout.file_process_interval)

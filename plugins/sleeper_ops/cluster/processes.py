@@ -2,7 +2,9 @@
 own working directory, with its output in a log; waited for by a line in that log;
 stopped by process group (SIGTERM, then SIGKILL after a grace period), so whatever a
 process forked (Celery's pool, Airflow's task supervisors) stops with it and nothing
-else on the machine is touched.
+else on the machine is touched. :func:`restart_process` stops one the same way (or
+SIGKILLs it at once, as a crash would) and starts it again as it was first started,
+its output appended to the same log.
 """
 
 from __future__ import annotations
@@ -35,18 +37,46 @@ def clean_environment(base: Optional[Mapping[str, str]] = None) -> dict[str, str
 
 
 def start_process(name: str, url: str, cmd: Sequence[str], *, log: Path, env: Mapping[str, str],
-                  cwd: Optional[Path] = None) -> Piece:
-    """Start ``cmd`` in a session of its own, output to ``log``."""
+                  cwd: Optional[Path] = None, append: bool = False) -> Piece:
+    """Start ``cmd`` in a session of its own, output to ``log`` (after what it holds
+    when ``append``)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     if cwd is not None:
         cwd.mkdir(parents=True, exist_ok=True)
-    out: IO[bytes] = open(log, "wb")
+    out: IO[bytes] = open(log, "ab" if append else "wb")
     try:
         proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, env=dict(env), cwd=cwd,
                                 start_new_session=True)
     finally:
         out.close()
-    return Piece(name, url, log, proc)
+    return Piece(name, url, log, proc, tuple(cmd), dict(env), cwd)
+
+
+def kill_group(piece: Piece) -> None:
+    """SIGKILL ``piece``'s process group at once (a crash: nothing of it gets to clean
+    up) and reap its leader."""
+    _signal_group(piece.process.pid, signal.SIGKILL)
+    try:
+        piece.process.wait(10.0)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def restart_process(piece: Piece, *, kill: bool = False, grace: float = STOP_GRACE_SECONDS) -> Piece:
+    """Stop ``piece``'s process group (SIGTERM, SIGKILL after ``grace``; or SIGKILL at
+    once with ``kill``), then start its command again with the same environment and
+    working directory, output appended to its log; the new piece (same name and URL).
+    Raises ConfigError for a piece that does not say how it was started."""
+    if not piece.command or piece.env is None:
+        raise ConfigError(f"the {piece.name} cannot be restarted: it was not started by start_process")
+    if kill:
+        kill_group(piece)
+    else:
+        stop_groups([piece], grace)
+    with open(piece.log, "ab") as out:
+        out.write(f"\n--- {piece.name} restarted ---\n".encode())
+    return start_process(piece.name, piece.url, piece.command, log=piece.log, env=piece.env, cwd=piece.cwd,
+                         append=True)
 
 
 def wait_for_log(piece: Piece, pattern: str, deadline: float) -> str:

@@ -44,7 +44,15 @@ import tomli_w
 
 from sleeper_ops.airflow.standalone import DAGS_FOLDER, SPARK_POOL_SLOTS, sqlalchemy_url, user_passwords
 from sleeper_ops.cluster import environment as envs
-from sleeper_ops.cluster.processes import clean_environment, start_process, stop_groups, wait_for_log, wait_until
+from sleeper_ops.cluster.processes import (
+    clean_environment,
+    kill_group,
+    restart_process,
+    start_process,
+    stop_groups,
+    wait_for_log,
+    wait_until,
+)
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.spark.cluster import Piece, StandingCluster, free_port, standing_cluster
 
@@ -77,6 +85,35 @@ class RunningCluster:
         every = self.pieces + (self.spark.pieces if self.spark is not None else [])
         return [f"{p.name:<22} {p.url:<30} pid {p.process.pid:<8} log {p.log}" for p in every]
 
+    def piece(self, name: str) -> Piece:
+        """The process called ``name`` (as :meth:`describe` names it, e.g. ``airflow
+        scheduler``, ``airflow worker-1``, ``worker 1`` of Spark); ConfigError if none."""
+        for p in self._every():
+            if p.name == name:
+                return p
+        raise ConfigError(f"the cluster has no process {name!r}: it has {', '.join(p.name for p in self._every())}")
+
+    def kill(self, name: str) -> Piece:
+        """SIGKILL the process group of ``name`` (a crash of that process and of all it
+        forked); the piece killed. It stays dead until :meth:`restart`."""
+        piece = self.piece(name)
+        kill_group(piece)
+        return piece
+
+    def restart(self, name: str, *, kill: bool = False) -> Piece:
+        """Stop ``name`` (SIGTERM, then SIGKILL after the grace; at once with ``kill``)
+        and start it again as it was started, in its place in the cluster (so stopping the
+        cluster stops the new process); the new piece."""
+        for pieces in (self.pieces, self.spark.pieces if self.spark is not None else []):
+            for i, p in enumerate(pieces):
+                if p.name == name:
+                    pieces[i] = restart_process(p, kill=kill)
+                    return pieces[i]
+        raise ConfigError(f"the cluster has no process {name!r}: it has {', '.join(p.name for p in self._every())}")
+
+    def _every(self) -> list[Piece]:
+        return self.pieces + (self.spark.pieces if self.spark is not None else [])
+
     def dead(self) -> Optional[str]:
         """``the <name> exited with code N (see <log>)`` for the first process gone, else None."""
         every = self.pieces + (self.spark.pieces if self.spark is not None else [])
@@ -91,7 +128,7 @@ def _secret() -> str:
 
 
 def _layout(work: Path, state_store: str, *, api_port: int, redis_port: int, moto_port: int, pg_dsn: str,
-            spark: bool) -> envs.ClusterLayout:
+            spark: bool, task_heartbeat_timeout: Optional[int] = None) -> envs.ClusterLayout:
     from psycopg.conninfo import conninfo_to_dict
 
     postgres = None
@@ -112,7 +149,7 @@ def _layout(work: Path, state_store: str, *, api_port: int, redis_port: int, mot
         spark_master=f"spark://{HOST}:{free_port(HOST)}" if spark else "local[2]",
         spark_service=f"http://{HOST}:{free_port(HOST)}" if spark else None, postgres=postgres, homes=homes,
         log_ports={role: (free_port(HOST), free_port(HOST)) for role in envs.ROLES},
-        file_process_interval=FILE_PROCESS_INTERVAL)
+        file_process_interval=FILE_PROCESS_INTERVAL, task_heartbeat_timeout=task_heartbeat_timeout)
 
 
 def redis_server() -> str:
@@ -125,8 +162,11 @@ def redis_server() -> str:
 
 @contextlib.contextmanager
 def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int = 8080, spark: bool = True,
-                    spark_memory: str = "1g", timeout: float = 300.0) -> Iterator[RunningCluster]:
-    """Start the shape (see the module docstring); yield it running; stop it all."""
+                    spark_memory: str = "1g", timeout: float = 300.0,
+                    task_heartbeat_timeout: Optional[int] = None) -> Iterator[RunningCluster]:
+    """Start the shape (see the module docstring); yield it running; stop it all.
+    ``task_heartbeat_timeout``: seconds after which the scheduler fails a task whose
+    worker stopped heartbeating (default Airflow's 300)."""
     from statestore.postgres.embedded import EmbeddedPostgres
 
     if state_store not in envs.STATE_STORES:
@@ -144,7 +184,7 @@ def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int 
         for database in ("airflow", "sleeper"):  # moto keeps nothing: neither may the databases
             _fresh_database(pg.admin_dsn, database)
         layout = _layout(work, state_store, api_port=api_port, redis_port=free_port(HOST), moto_port=free_port(HOST),
-                         pg_dsn=pg.dsn_for("sleeper"), spark=spark)
+                         pg_dsn=pg.dsn_for("sleeper"), spark=spark, task_heartbeat_timeout=task_heartbeat_timeout)
         cluster = RunningCluster(layout, work)
         stack.callback(_stop_pieces, cluster)
         redis_port = layout.broker_url.rsplit(":", 1)[1].split("/")[0]

@@ -37,12 +37,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 @dataclass
 class Piece:
-    """One process of the cluster: what it is, where it answers, its log."""
+    """One process of the cluster: what it is, where it answers, its log, and how it was
+    started (its command, environment and working directory, so it can be started again)."""
 
     name: str
     url: str
     log: Path
     process: subprocess.Popen[bytes]
+    command: tuple[str, ...] = ()
+    env: Optional[dict[str, str]] = None
+    cwd: Optional[Path] = None
 
 
 @dataclass
@@ -83,7 +87,7 @@ def _start(name: str, url: str, cmd: Sequence[str], log: Path, env: dict[str, st
         proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     finally:
         out.close()
-    return Piece(name, url, log, proc)
+    return Piece(name, url, log, proc, tuple(cmd), dict(env))
 
 
 def stop(piece: Piece, grace: float = STOP_GRACE_SECONDS) -> None:

@@ -7,8 +7,10 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from sleeper_ops.cluster.environment import ROLES, WORKER_ROLES, compose_layout, process_environment
-from sleeper_ops.cluster.processes import clean_environment, start_process, stop_groups, wait_for_log
+from sleeper_ops.cluster.processes import clean_environment, restart_process, start_process, stop_groups, wait_for_log
 
 
 def _alive(pid: int) -> bool:
@@ -46,3 +48,40 @@ def test_workers_get_no_sleeper_home_and_no_metadata_database_but_the_connection
         assert {"AIRFLOW_CONN_SLEEPER_DEFAULT", "AIRFLOW_CONN_AWS_DEFAULT"} <= set(env), role
         if role in WORKER_ROLES:
             assert not [k for k in env if k.startswith("SLEEPER_") or k == "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+
+
+def test_a_restarted_process_runs_again_as_it_was_started_with_its_log_appended(tmp_path: Path) -> None:
+    env = {**clean_environment(), "GREETING": "hello"}
+    first = start_process("greeter", "", ["bash", "-c", 'echo "$GREETING from $PWD pid $$"; sleep 300 & wait'],
+                          log=tmp_path / "greeter.log", env=env, cwd=tmp_path / "g")
+    deadline = time.monotonic() + 30
+    wait_for_log(first, r"hello from \S+ pid \d+", deadline)
+    for kill in (False, True):
+        before = first.process.pid
+        again = restart_process(first, kill=kill)
+        lines = wait_for_log(again, rf"(?s)hello from \S+ pid {again.process.pid}", deadline)
+        assert not _alive(before) and _alive(again.process.pid), kill
+        assert again.name == "greeter" and again.cwd == tmp_path / "g" and f"from {tmp_path / 'g'} " in lines
+        first = again
+    text = (tmp_path / "greeter.log").read_text()
+    assert text.count("hello from") == 3 and text.count("--- greeter restarted ---") == 2
+    stop_groups([first])
+
+
+def test_the_cluster_kills_and_restarts_a_process_by_name_in_its_place(tmp_path: Path) -> None:
+    from sleeper_ops.cluster.run import RunningCluster
+    from sleeper_ops.errors import ConfigError
+
+    pieces = [start_process(name, "", ["bash", "-c", "echo up; sleep 300 & wait"], log=tmp_path / f"{name}.log",
+                            env=clean_environment(), cwd=tmp_path / name) for name in ("a", "b")]
+    cluster = RunningCluster(compose_layout(), tmp_path, pieces=list(pieces))
+    try:
+        killed = cluster.kill("a")
+        assert killed.process.returncode == -9 and cluster.dead() is not None and "the a exited" in cluster.dead()
+        new = cluster.restart("a")
+        assert cluster.pieces == [new, pieces[1]] and new.process.pid != killed.process.pid
+        assert cluster.dead() is None
+        with pytest.raises(ConfigError, match="no process 'c'"):
+            cluster.restart("c")
+    finally:
+        stop_groups(cluster.pieces)

@@ -1,0 +1,62 @@
+"""Helpers of the tests that start ``sleeper cluster`` (tests/integration/test_cluster_shape.py
+starts it as a user does, tests/system/test_cluster.py in process to kill its pieces): a
+work folder the embedded PostgreSQL can use, Airflow's REST API with a token, polling with
+a deadline, and the check that nothing the cluster started is left."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+import pytest
+
+
+def cluster_work_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A fresh folder for a cluster: under pytest's temp folder, except as root, where the
+    embedded PostgreSQL's user (root runs it as another) must reach it (not under a 0700 folder)."""
+    if os.geteuid() == 0:
+        return Path(tempfile.mkdtemp(prefix=f"sleeper-{name}-"))
+    return tmp_path_factory.mktemp(name)
+
+
+def processes_using(path: str) -> list[str]:
+    """``pid cmdline`` of every process whose command line, environment or working
+    directory names ``path`` (this test's own process aside)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            env = (entry / "environ").read_bytes().decode(errors="replace")
+            cwd = os.readlink(entry / "cwd")
+        except (OSError, PermissionError):
+            continue
+        if path in cmd or path in env or cwd.startswith(path):
+            found.append(f"{entry.name} {cmd[:200]}")
+    return found
+
+
+def airflow_client(api: str, password: str, timeout: float = 30.0) -> httpx.Client:
+    """A client of Airflow's REST API at ``api``, signed in as ``admin``."""
+    client = httpx.Client(base_url=api, timeout=timeout)
+    token = client.post("/auth/token", json={"username": "admin", "password": password})
+    assert token.status_code in (200, 201), token.text
+    client.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+    return client
+
+
+def poll(check: Callable[[], Any], what: str, timeout: float, interval: float = 0.5) -> Any:
+    """``check()``'s first truthy answer, polled every ``interval`` s; fails naming ``what``
+    after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(interval)

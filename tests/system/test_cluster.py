@@ -1,0 +1,229 @@
+"""Issue 20: the scaled-out shape run as one, under kills.
+
+``sleeper cluster`` (in process, to hold each piece's handle) with DynamoDB and S3 on
+moto, Airflow on Celery and the standing Spark cluster. On one table:
+
+* the dated bulk import DAG backfilled over 4 dates with ``POST /api/v2/backfills``
+  (each date's input in S3, imported on the Spark service);
+* 2 REST writers writing through the write buffer, each request with an
+  ``Idempotency-Key`` and sent again with it until acknowledged;
+* the flush DAG on its buffer asset, compaction on the table's asset (the ``basic``
+  strategy, so any two files make a job), split and GC every minute.
+
+During the run, each on an event seen through the APIs (never on a sleep): a Celery
+worker is SIGKILLed (with all it forked) while a compaction ``run_local`` task runs on
+it and that task's compaction job is started in the state store (not while the worker
+also runs a dated import task: that one would retry only after the DAG's 2-minute
+retry delay), a Spark worker (with its executor) while a bulk import job runs on the
+Spark service, and the scheduler is restarted once the first date is imported. The
+scheduler fails the killed task after ``HEARTBEAT_TIMEOUT`` seconds without a
+heartbeat; its run's teardown releases the compaction lease; the worker is restarted.
+
+At the end every DAG is paused and every run must be in a terminal state; GC runs as of
+when the delays have passed (an output the killed job wrote is untracked: an orphan
+once the grace and the job's abandon time have passed), and then: every acknowledged
+record and every imported record is in the table exactly once, every date was imported
+by one committed job, and the bucket holds exactly the files the table references
+(history retention 0). The timeline of each kill and of what recovered it is printed.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.cluster_helpers import airflow_client, cluster_work_dir, poll, processes_using
+from tests.system.cluster_faults import Chaos, Timeline, Writer
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TABLE = "kills"
+DATES = ("2026-03-01", "2026-03-02", "2026-03-03", "2026-03-04")
+ROWS_PER_DATE = 1000
+WRITERS = 2
+BATCH = 25
+#: seconds without a heartbeat before the scheduler fails a task whose worker died
+HEARTBEAT_TIMEOUT = 15
+WORK_TIMEOUT = 240.0
+DAG_OPS = ("bulk_import", "flush", "compaction", "split", "gc")
+PROPERTIES = {
+    "sleeper.table.bulk.import.source": "s3://sleeper-data/raw/{{ data_interval_start | ds }}/",
+    "sleeper.table.bulk.import.min.leaf.partitions": "2",
+    "sleeper.table.schedule.flush": "none",  # on the buffer asset alone
+    "sleeper.table.write.buffer.flush.records": "100",
+    "sleeper.table.write.buffer.flush.age.seconds": "5",
+    "sleeper.table.schedule.compaction": "0 0 1 1 *",  # in effect on the table's asset alone
+    "sleeper.table.compaction.strategy": "basic",
+    "sleeper.table.compaction.files.batch.size": "4",
+    "sleeper.table.schedule.split": "* * * * *",
+    "sleeper.table.partition.splitting.threshold": "3000",
+    "sleeper.table.schedule.gc": "* * * * *",
+    "sleeper.table.gc.delay.minutes": "1",
+    "sleeper.table.history.retention.minutes": "0",
+    "sleeper.table.gc.orphan.grace.minutes": "10",
+    "sleeper.table.gc.job.abandon.minutes": "10",
+    "sleeper.table.compaction.job.retry.minutes": "5",
+    "sleeper.table.schedule.ingest_batcher": "none",
+}
+SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}], "valueFields": [{"name": "n", "type": "LongType"}]}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The whole shape, started in this process; at the end, stopped with nothing left."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (make redis)")
+    from sleeper_ops.cluster.run import running_cluster
+    from sleeper_ops.spark.cluster import free_port
+
+    work = cluster_work_dir(tmp_path_factory, "cluster-kills")
+    started = time.monotonic()
+    with running_cluster(work / "w", state_store="dynamodb", api_port=free_port(), spark=True,
+                         timeout=240.0, task_heartbeat_timeout=HEARTBEAT_TIMEOUT) as c:
+        print(f"cluster ready in {time.monotonic() - started:.1f} s")
+        yield c
+    left = processes_using(str(work / "w"))
+    assert left == [], f"processes left behind by the cluster: {left}"
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _put_inputs(layout: Any) -> None:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=layout.aws_endpoint, region_name=layout.aws_region,
+                      aws_access_key_id=layout.aws_access_key, aws_secret_access_key=layout.aws_secret_key)
+    for day in DATES:
+        rows = pa.table({"key": [f"d{day}-{i:05d}" for i in range(ROWS_PER_DATE)],
+                         "n": pa.array(range(ROWS_PER_DATE), pa.int64())})
+        buf = io.BytesIO()
+        pq.write_table(rows, buf)
+        s3.put_object(Bucket=layout.bucket, Key=f"raw/{day}/part-0.parquet", Body=buf.getvalue())
+
+
+def _runs(client: httpx.Client, op: str, **params: Any) -> list[dict[str, Any]]:
+    r = client.get(f"/api/v2/dags/sleeper_{TABLE}_{op}/dagRuns", params={"limit": 1000, **params})
+    assert r.status_code == 200, r.text
+    return list(r.json()["dag_runs"])
+
+
+def test_records_and_dates_land_exactly_once_through_a_worker_an_executor_and_the_scheduler_killed(cluster):
+    log = Timeline()
+    try:
+        _scenario(cluster, log)
+    finally:
+        print("\ntimeline (seconds since the table was created):\n" + log.text())
+
+
+def _scenario(cluster: Any, log: Timeline) -> None:
+    from sleeper_ops import Sleeper
+    from sleeper_ops.maintenance.gc import data_prefix, scratch_root
+
+    layout = cluster.layout
+    sleeper = Sleeper(cluster.client_home)
+    sleeper.create_table(TABLE, SCHEMA, properties=PROPERTIES)
+    _put_inputs(layout)
+    table = sleeper.table(TABLE)
+    log("table created, 4 dates of input in S3")
+    client = airflow_client(layout.api_url, cluster.admin_password)
+    for op in DAG_OPS:
+        poll(lambda: client.get(f"/api/v2/dags/sleeper_{TABLE}_{op}").status_code == 200, f"the {op} DAG", 120)
+    log("the DAG processor parsed the table's 5 DAGs")
+
+    stop = threading.Event()
+    writers = [Writer(n, layout.api_url, cluster.admin_password, TABLE, stop, BATCH) for n in range(WRITERS)]
+    for w in writers:
+        w.start()
+    dag = f"sleeper_{TABLE}_bulk_import"
+    r = client.post("/api/v2/backfills", json={"dag_id": dag, "from_date": f"{DATES[0]}T00:00:00Z",
+                                               "to_date": f"{DATES[-1]}T00:00:00Z", "max_active_runs": 1})
+    assert r.status_code in (200, 201), r.text
+    backfill = r.json()["id"]
+    log(f"backfill {backfill} of {DATES[0]}..{DATES[-1]} created; 2 REST writers writing")
+
+    chaos = Chaos(cluster, client, log, TABLE,
+                  lambda: sleeper.state_store.list_jobs(table.info.table_id, kind="compaction", limit=20),
+                  HEARTBEAT_TIMEOUT)
+    deadline = time.monotonic() + WORK_TIMEOUT
+    seen_success: set[str] = set()
+    try:
+        while True:
+            runs = _runs(client, "bulk_import", run_type="backfill")
+            for run in runs:
+                if run["state"] == "success" and run["dag_run_id"] not in seen_success:
+                    seen_success.add(run["dag_run_id"])
+                    log(f"bulk import of {run['logical_date'][:10]} succeeded (try run {run['dag_run_id']})")
+            chaos.step(len(seen_success))
+            finished = client.get(f"/api/v2/backfills/{backfill}").json().get("completed_at") is not None
+            if finished and chaos.done:
+                break
+            assert all(w.error is None for w in writers), [w.error for w in writers]
+            assert time.monotonic() < deadline, f"not done in {WORK_TIMEOUT:g} s:\n{log.text()}\nruns {runs}"
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        for w in writers:
+            w.join(90)
+    assert all(w.error is None for w in writers), [w.error for w in writers]
+    acked = [k for w in writers for k in w.acked]
+    log(f"writers stopped: {len(acked)} records acknowledged, {sum(w.resent for w in writers)} requests resent")
+
+    poll(lambda: table.buffer_stats().rows == 0, "the flush DAG to empty the buffer", 180)
+    log("the flush DAG (on its asset) emptied the buffer")
+
+    def active() -> list[str]:
+        return [f"{op} {r['dag_run_id']} {r['state']}" for op in DAG_OPS for r in _runs(client, op)
+                if r["state"] not in ("success", "failed")]
+    poll(lambda: not active(), "a moment with every DAG run ended (no task stuck)", 120)
+    for op in DAG_OPS:  # no new run from here on (a run created meanwhile stays queued)
+        assert client.patch(f"/api/v2/dags/sleeper_{TABLE}_{op}", json={"is_paused": True}).status_code == 200
+    runs = {op: _runs(client, op) for op in DAG_OPS}
+    log("every DAG run ended; DAGs paused: " + "; ".join(
+        f"{op} {dict(Counter(r['state'] for r in rs))}" for op, rs in runs.items()))
+    # the runs failed are those of the killed worker's tasks alone (it ran up to two at once)
+    killed_home = Path(layout.homes[chaos.celery_killed[0].removeprefix("airflow ")])
+    failed = [(op, r["dag_run_id"]) for op, rs in runs.items() for r in rs if r["state"] == "failed"]
+    assert ("compaction", chaos.celery_killed[1]) in failed, failed
+    for op, run_id in failed:
+        assert list(killed_home.rglob(f"dag_id=sleeper_{TABLE}_{op}/run_id={run_id}/**/*.log")), (op, run_id)
+    log(f"the failed runs are the tasks the killed worker ran: {', '.join(f'{op} {r}' for op, r in failed)}")
+    untracked = table.gc(dry_run=True, orphans=True, now_ms=int(time.time() * 1000) + 12 * 60_000).orphans_deleted
+    report = table.gc(now_ms=int(time.time() * 1000) + 12 * 60_000)
+    log(f"GC as of when its delays have passed: {report.summary()} ({len(untracked)} untracked objects were "
+        "outputs of killed attempts)")
+
+    # every acknowledged record once, every date's records once
+    keys = Counter(table.query(ranges=[("", None)]).column("key").to_pylist())
+    doubled = {k: n for k, n in keys.items() if n > 1}
+    assert doubled == {}, f"records stored twice: {list(doubled)[:10]}"
+    missing = [k for k in acked if k not in keys]
+    assert missing == [], f"{len(missing)} acknowledged records lost, e.g. {missing[:10]}"
+    for day in DATES:
+        assert sum(1 for k in keys if k.startswith(f"d{day}-")) == ROWS_PER_DATE, day
+    assert len(keys) == len(acked) + len(DATES) * ROWS_PER_DATE
+    # every date imported by one committed job, and its run succeeded
+    backfilled = _runs(client, "bulk_import", run_type="backfill")
+    assert sorted(r["logical_date"][:10] for r in backfilled if r["state"] == "success") == list(DATES), backfilled
+    committed = [j for j in table.jobs("bulk_import") if j.status == "committed"]
+    assert len(committed) == len(DATES), committed
+    # no orphan: the bucket holds exactly the files the table references
+    state = sleeper.state_store.load_state(table.info.table_id)
+    referenced = {f for f, refs in state.refs_by_file.items() if refs}
+    objects = {o.key.removesuffix(".sketches") + (".parquet" if o.key.endswith(".sketches") else "")
+               for o in sleeper.objects.list(data_prefix(table.info.table_id))}
+    assert objects == referenced, (sorted(objects - referenced), sorted(referenced - objects))
+    assert list(sleeper.objects.list(scratch_root(table.info.table_id))) == []
+    assert chaos.celery_killed and chaos.spark_killed_at and chaos.scheduler_restarted_at
+    log(f"checked: {len(acked)} acknowledged + {len(DATES) * ROWS_PER_DATE} imported records, each once; "
+        f"{len(DATES)} dates, one committed import each; bucket = the {len(referenced)} referenced files")
+    sleeper.close()
+    client.close()
