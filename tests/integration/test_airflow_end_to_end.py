@@ -134,8 +134,15 @@ def _run_dag(c: Any, dag_id: str, conf: dict[str, Any] | None = None, timeout: f
         assert time.monotonic() < deadline, f"{dag_id} run {run_id} still {run['state']}"
         time.sleep(2)
     if run["state"] != "success":
-        tis = c.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()
-        pytest.fail(f"{dag_id} run {run_id} failed: {[(t['task_id'], t['state']) for t in tis['task_instances']]}")
+        tis = c.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
+        logs = []
+        for t in tis:
+            if t["state"] != "success":  # the end of each failed task's log, so a failure explains itself
+                r = c.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{t['task_id']}/logs/"
+                          f"{max(1, t.get('try_number') or 1)}", params={"full_content": True},
+                          headers={"Accept": "text/plain"})
+                logs.append(f"--- {t['task_id']} ({t['state']}) ---\n{r.text[-3000:]}")
+        pytest.fail(f"{dag_id} run {run_id} failed: {[(t['task_id'], t['state']) for t in tis]}\n" + "\n".join(logs))
     return run
 
 
