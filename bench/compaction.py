@@ -25,10 +25,11 @@ in a child process of its own so its peak RSS can be read:
   start-up included; the rate inside the Spark task is printed too).
 
 Every runner merges the same data: the inputs are rebuilt (re-ingested into a fresh
-table) before each run. Ratios are to the faster plain copy of the same size in this
-run; each figure is the best of ``--repeat`` runs (the spark runner runs once a
-size), so other work on the machine shows less; the CPU seconds column shows it
-anyway. Peak RSS is the child's high-water mark (for spark: the largest process the
+table) before each run, and the kinds run interleaved (copy, runner, CLI, copy, ...).
+Ratios are to the faster plain copy of the same size in this run; each figure is
+the median of ``--repeat`` runs (the spark runner runs once a size), with the
+spread of their seconds; the CPU seconds column shows what other work on the
+machine hides. Peak RSS is the child's high-water mark (for spark: the largest process the
 child waited for, normally the spark-submit JVM; Spark's Python workers may not be
 counted); bounded memory shows as the same peak at both sizes. ``--rowgroup-rows``
 sets the tables' ``sleeper.table.parquet.rowgroup.rows.max``: on local disk
@@ -260,13 +261,16 @@ def measure(s: Any, home: Path, kind: str, size: int, tag: str, sources: list[st
     return r
 
 
-def best(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """The fastest run with the highest peak RSS of all runs; any failed run instead."""
+def median(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median run (by seconds), with the spread of all runs' seconds and their
+    highest peak RSS; any failed run instead."""
     failed = [r for r in results if "error" in r]
     if failed:
         return failed[0]
-    top = min(results, key=lambda r: r["seconds"])
-    return {**top, "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
+    ordered = sorted(results, key=lambda r: r["seconds"])
+    mid = ordered[(len(ordered) - 1) // 2]
+    return {**mid, "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
+            "spread": (ordered[0]["seconds"], ordered[-1]["seconds"])}
 
 
 def main() -> None:
@@ -274,7 +278,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=2_000_000, help="rows in all at the small size")
     ap.add_argument("--big", type=int, default=None,
                     help="rows in all at the large size (default 2 x --rows; 0: only --rows)")
-    ap.add_argument("--repeat", type=int, default=2, help="runs of the copies and the local runner; best is shown")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of the copies and the runners; the median is shown")
     ap.add_argument("--no-spark", action="store_true", help="skip the spark runner")
     ap.add_argument("--rowgroup-rows", type=int, default=None,
                     help="the tables' sleeper.table.parquet.rowgroup.rows.max (default: the property's default)")
@@ -315,7 +319,7 @@ def main() -> None:
                         timeout = args.spark_timeout if kind == "spark" else 3600
                         runs[kind].append(measure(s, home, kind, size, str(rep), sources, checksum, timeout,
                                                   properties))
-                table[size] = {k: best(v) for k, v in runs.items()}
+                table[size] = {k: median(v) for k, v in runs.items()}
                 print_size(size, table[size], labels, cores)
         print_summary(sizes, table, cores)
 
@@ -325,7 +329,7 @@ def print_size(size: int, rows: dict[str, dict[str, Any]], labels: dict[str, str
     base = min(copies) if copies else None
     print(f"\n  {size:,} rows in {FILES} files")
     print(f"  {'':26}{'seconds':>9}{'rows/s':>13}{'rows/s/core':>13}{'vs copy':>9}{'peak RSS MB':>13}"
-          f"{'CPU s':>8}")
+          f"{'CPU s':>8}  seconds min-max")
     for kind, r in rows.items():
         if "error" in r:
             what = "spark: not available" if kind == "spark" else f"{labels[kind]}: failed"
@@ -334,7 +338,7 @@ def print_size(size: int, rows: dict[str, dict[str, Any]], labels: dict[str, str
         rate = size / r["seconds"]
         ratio = f"{base / r['seconds']:.2f}" if base else "-"
         print(f"  {labels[kind]:<26}{r['seconds']:>9.2f}{rate:>13,.0f}{rate / cores:>13,.0f}{ratio:>9}"
-              f"{r['peak_rss_mb']:>13,.0f}{r['cpu_seconds']:>8.2f}")
+              f"{r['peak_rss_mb']:>13,.0f}{r['cpu_seconds']:>8.2f}  {r['spread'][0]:.2f}-{r['spread'][1]:.2f}")
         if kind == "spark" and r.get("task_seconds"):
             print(f"  {'  (inside the Spark task)':<26}{r['task_seconds']:>9.2f}{size / r['task_seconds']:>13,.0f}")
 
