@@ -15,14 +15,21 @@ in a child process of its own so its peak RSS can be read:
   batches ahead of the writer (as the merge runs), so reading overlaps encoding;
 * runner local: ``table.compact(runner="local")`` (job creation, DataFusion merge,
   write, commit; the CPU time is the whole child's);
+* sleeper compact (CLI): ``sleeper --home HOME compact TABLE --runner local`` as a new
+  process (the venv's console script), as a user runs it: the whole wall time from the
+  process's start to its exit (interpreter start-up, imports, joining the state store,
+  job creation, merge, sketches, write, commit), its CPU time and peak RSS from
+  ``wait4``. The bench's own process keeps the embedded PostgreSQL running, so the
+  command joins it (as it joins a server another command left running);
 * runner spark: ``table.compact(runner="spark")``, one spark-submit (its 10-20 s of
   start-up included; the rate inside the Spark task is printed too).
 
 Every runner merges the same data: the inputs are rebuilt (re-ingested into a fresh
-table) before each run. Ratios are to the faster plain copy of the same size in this
-run; each figure is the best of ``--repeat`` runs (the spark runner runs once a
-size), so other work on the machine shows less; the CPU seconds column shows it
-anyway. Peak RSS is the child's high-water mark (for spark: the largest process the
+table) before each run, and the kinds run interleaved (copy, runner, CLI, copy, ...).
+Ratios are to the faster plain copy of the same size in this run; each figure is
+the median of ``--repeat`` runs (the spark runner runs once a size), with the
+spread of their seconds; the CPU seconds column shows what other work on the
+machine hides. Peak RSS is the child's high-water mark (for spark: the largest process the
 child waited for, normally the spark-submit JVM; Spark's Python workers may not be
 counted); bounded memory shows as the same peak at both sizes. ``--rowgroup-rows``
 sets the tables' ``sleeper.table.parquet.rowgroup.rows.max``: on local disk
@@ -34,6 +41,7 @@ The merged output is checked: one file, every row, in key order, same checksum.
     .venv/bin/python bench/compaction.py [--rows 2000000] [--big 4000000] [--repeat 2] [--no-spark]
                                            [--rowgroup-rows N]
     .venv/bin/python bench/compaction.py --rows 10000000     # the issue's figure (--big defaults to 2x)
+    .venv/bin/python bench/compaction.py --rows 11000000 --big 0 --repeat 3 --no-spark   # 11 files of 1 M rows
 """
 
 from __future__ import annotations
@@ -193,6 +201,38 @@ def run_child(kind: str, home: Path, table: str, timeout: float) -> dict[str, An
     return {"error": f"exit {p.returncode}: {tail[:300]}"}
 
 
+#: Runs argv[1:] and prints its wall time, CPU time and peak RSS as JSON on the last line.
+#: A small process of its own (no imports beyond the standard library's few), because a
+#: process forked from this big one counts this one's resident pages in its peak RSS.
+_LAUNCHER = """
+import json, os, subprocess, sys, time
+started = time.perf_counter()
+p = subprocess.Popen(sys.argv[1:])
+_, status, usage = os.wait4(p.pid, 0)
+seconds = time.perf_counter() - started
+print(json.dumps({"seconds": seconds, "exit": os.waitstatus_to_exitcode(status),
+                  "cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}))
+"""
+
+
+def run_cli(home: Path, table: str, timeout: float) -> dict[str, Any]:
+    """``sleeper compact TABLE --runner local`` as a new process: its wall time from
+    start to exit, with the CPU time and peak RSS of that process alone (``wait4``)."""
+    cmd = [str(Path(sys.executable).with_name("sleeper")), "--home", str(home), "compact", table, "--runner", "local"]
+    env = {k: v for k, v in os.environ.items() if k != "SLEEPER_HOME"}
+    try:
+        p = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, *cmd], capture_output=True, text=True,
+                           env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    lines = p.stdout.strip().splitlines()
+    result = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"exit": p.returncode}
+    if result["exit"] != 0 or "1 committed" not in p.stdout:
+        tail = " ".join((p.stdout + p.stderr).split())[-300:]
+        return {"error": f"exit {result['exit']}: {tail}"}
+    return {k: result[k] for k in ("seconds", "cpu_seconds", "peak_rss_mb")}
+
+
 def check_output(uri: str, rows: int, checksum: int, *, ordered: bool) -> None:
     """One file holding every row with the inputs' checksum; if ``ordered``, sorted by
     (key, timestamp)."""
@@ -212,11 +252,15 @@ def measure(s: Any, home: Path, kind: str, size: int, tag: str, sources: list[st
             timeout: float, properties: dict[str, str]) -> dict[str, Any]:
     table = f"{kind.replace('-', '_')}_{size}_{tag}"
     build_inputs(s, table, sources, properties)
-    r = run_child(kind, home, table, timeout)
+    r = run_cli(home, table, timeout) if kind == "cli" else run_child(kind, home, table, timeout)
+    if kind == "cli" and "error" not in r:
+        refs = list(s.table(table).state().references.values())
+        r.update(rows=sum(ref.record_count for ref in refs), references=len(refs),
+                 output=s.objects.uri_of(refs[0].filename))
     if "error" not in r:
         try:
-            check_output(r["output"], size, checksum, ordered=kind in ("local", "spark"))
-            if kind in ("local", "spark"):
+            check_output(r["output"], size, checksum, ordered=kind in ("local", "cli", "spark"))
+            if kind in ("local", "cli", "spark"):
                 assert r["references"] == 1, f"{r['references']} references after compaction"
         except AssertionError as e:
             r = {"error": f"wrong output: {e}"}
@@ -224,20 +268,24 @@ def measure(s: Any, home: Path, kind: str, size: int, tag: str, sources: list[st
     return r
 
 
-def best(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """The fastest run with the highest peak RSS of all runs; any failed run instead."""
+def median(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median run (by seconds), with the spread of all runs' seconds and their
+    highest peak RSS; any failed run instead."""
     failed = [r for r in results if "error" in r]
     if failed:
         return failed[0]
-    top = min(results, key=lambda r: r["seconds"])
-    return {**top, "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
+    ordered = sorted(results, key=lambda r: r["seconds"])
+    mid = ordered[(len(ordered) - 1) // 2]
+    return {**mid, "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
+            "spread": (ordered[0]["seconds"], ordered[-1]["seconds"])}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=2_000_000, help="rows in all at the small size")
-    ap.add_argument("--big", type=int, default=None, help="rows in all at the large size (default 2 x --rows)")
-    ap.add_argument("--repeat", type=int, default=2, help="runs of the copies and the local runner; best is shown")
+    ap.add_argument("--big", type=int, default=None,
+                    help="rows in all at the large size (default 2 x --rows; 0: only --rows)")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of the copies and the runners; the median is shown")
     ap.add_argument("--no-spark", action="store_true", help="skip the spark runner")
     ap.add_argument("--rowgroup-rows", type=int, default=None,
                     help="the tables' sleeper.table.parquet.rowgroup.rows.max (default: the property's default)")
@@ -249,11 +297,11 @@ def main() -> None:
     if args.child:
         child_main(args)
         return
-    sizes = [args.rows, args.big or 2 * args.rows]
+    sizes = [args.rows] if args.big == 0 else [args.rows, args.big or 2 * args.rows]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    kinds = ["copy", "copy-ahead", "local"] + ([] if args.no_spark else ["spark"])
+    kinds = ["copy", "copy-ahead", "local", "cli"] + ([] if args.no_spark else ["spark"])
     labels = {"copy": "plain copy", "copy-ahead": "plain copy, read ahead", "local": "runner local",
-              "spark": "runner spark"}
+              "cli": "sleeper compact (CLI)", "spark": "runner spark"}
 
     properties = {} if args.rowgroup_rows is None else {
         "sleeper.table.parquet.rowgroup.rows.max": str(args.rowgroup_rows)}
@@ -278,7 +326,7 @@ def main() -> None:
                         timeout = args.spark_timeout if kind == "spark" else 3600
                         runs[kind].append(measure(s, home, kind, size, str(rep), sources, checksum, timeout,
                                                   properties))
-                table[size] = {k: best(v) for k, v in runs.items()}
+                table[size] = {k: median(v) for k, v in runs.items()}
                 print_size(size, table[size], labels, cores)
         print_summary(sizes, table, cores)
 
@@ -287,8 +335,8 @@ def print_size(size: int, rows: dict[str, dict[str, Any]], labels: dict[str, str
     copies = [r["seconds"] for k, r in rows.items() if k.startswith("copy") and "error" not in r]
     base = min(copies) if copies else None
     print(f"\n  {size:,} rows in {FILES} files")
-    print(f"  {'':24}{'seconds':>9}{'rows/s':>13}{'rows/s/core':>13}{'vs copy':>9}{'peak RSS MB':>13}"
-          f"{'CPU s':>8}")
+    print(f"  {'':26}{'seconds':>9}{'rows/s':>13}{'rows/s/core':>13}{'vs copy':>9}{'peak RSS MB':>13}"
+          f"{'CPU s':>8}  seconds min-max")
     for kind, r in rows.items():
         if "error" in r:
             what = "spark: not available" if kind == "spark" else f"{labels[kind]}: failed"
@@ -296,22 +344,27 @@ def print_size(size: int, rows: dict[str, dict[str, Any]], labels: dict[str, str
             continue
         rate = size / r["seconds"]
         ratio = f"{base / r['seconds']:.2f}" if base else "-"
-        print(f"  {labels[kind]:<24}{r['seconds']:>9.2f}{rate:>13,.0f}{rate / cores:>13,.0f}{ratio:>9}"
-              f"{r['peak_rss_mb']:>13,.0f}{r['cpu_seconds']:>8.2f}")
+        print(f"  {labels[kind]:<26}{r['seconds']:>9.2f}{rate:>13,.0f}{rate / cores:>13,.0f}{ratio:>9}"
+              f"{r['peak_rss_mb']:>13,.0f}{r['cpu_seconds']:>8.2f}  {r['spread'][0]:.2f}-{r['spread'][1]:.2f}")
         if kind == "spark" and r.get("task_seconds"):
-            print(f"  {'  (inside the Spark task)':<24}{r['task_seconds']:>9.2f}{size / r['task_seconds']:>13,.0f}")
+            print(f"  {'  (inside the Spark task)':<26}{r['task_seconds']:>9.2f}{size / r['task_seconds']:>13,.0f}")
 
 
 def print_summary(sizes: list[int], table: dict[int, dict[str, dict[str, Any]]], cores: int) -> None:
-    small, big = sizes
     print()
-    for kind in ("local", "spark"):
+    if len(sizes) < 2:
+        print("  goals: sleeper compact (CLI) >= 4,000,000 rows/s and >= 0.8 of the plain copy")
+        return
+    small, big = sizes
+    for kind in ("local", "cli", "spark"):
         a, b = table[small].get(kind), table[big].get(kind)
         if a and b and "error" not in a and "error" not in b:
-            print(f"  {kind} runner peak RSS {a['peak_rss_mb']:,.0f} MB at {small:,} rows, "
+            what = "sleeper compact (CLI)" if kind == "cli" else f"{kind} runner"
+            print(f"  {what} peak RSS {a['peak_rss_mb']:,.0f} MB at {small:,} rows, "
                   f"{b['peak_rss_mb']:,.0f} MB at {big:,} rows (ratio {b['peak_rss_mb'] / a['peak_rss_mb']:.2f})")
     print(f"  goals: local runner >= 2,000,000 rows/s per core (here {cores} cores), "
-          ">= 0.8 of the plain copy, peak RSS flat as inputs grow")
+          ">= 0.8 of the plain copy, peak RSS flat as inputs grow; sleeper compact (CLI) >= 4,000,000 rows/s "
+          "and >= 0.8 of the plain copy")
 
 
 if __name__ == "__main__":

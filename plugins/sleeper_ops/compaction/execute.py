@@ -5,7 +5,10 @@
 keeps only rows inside the job's partition when some input covers more than it,
 applies the table's iterators to the Arrow batches and writes one sorted output
 file plus its sketches under the key it is given (named in the job's record first,
-see :func:`start_attempt`). It changes no state.
+see :func:`start_attempt`). It changes no state. A job of whole files with no
+iterators and no tombstones (the usual one) needs no row in Python: DataFusion
+writes the merged file itself, with the same Parquet settings, on every core, and
+its sketches are the inputs' merged.
 
 :func:`commit_job` checks the output exists (HEAD), then replaces the inputs'
 references with the output's in one :class:`ReplaceFileReferences` commit that also
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,13 +35,14 @@ import pyarrow.parquet as pq
 from sleeper_ops.compaction.jobs import CompactionJob
 from sleeper_ops.engine.deletes import covers_whole, key_bounds
 from sleeper_ops.engine.iterators import BatchFn, IteratorChain
-from sleeper_ops.engine.merge import merge_sorted
+from sleeper_ops.engine.merge import merge_sorted, merge_sorted_to_file
 from sleeper_ops.errors import CompactionError
 from sleeper_ops.heartbeat import Heartbeat
 from sleeper_ops.io.datafile import (
     DataFileWriter,
     ParquetSettings,
     WrittenFile,
+    datafusion_writer_options,
     new_data_key,
     read_sketches,
     sketch_key,
@@ -146,6 +150,13 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
     if not inputs:  # every input's rows are deleted: the references go, nothing is read or written
         return JobOutput(job, None, 0, 0, time.perf_counter() - started)
     paths, store, url = objects.datafusion_paths(inputs)
+    key = output_key or new_data_key(table.table_id, job.partition_id)
+    # Whole input files with no iterators: the output holds exactly the inputs' keys,
+    # so merging their sketches gives the output's sketch without touching each key.
+    reuse_sketches = job.whole_files and chain.is_empty and not job.tombstones
+    options = datafusion_writer_options(ParquetSettings.of(table)) if reuse_sketches else None
+    if options is not None:
+        return _merge_in_datafusion(job, table, objects, paths, store, url, key, options, on_rows, started)
     merged = merge_sorted(paths, schema, region=None if job.whole_files else region,
                           object_store=store, store_url=url, batch_size=batch_size, deletes=deletes)
     rows_read = 0
@@ -159,11 +170,7 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
             yield b
 
     stream = counted() if chain.is_empty else chain.apply(counted())
-    # Whole input files with no iterators: the output holds exactly the inputs' keys,
-    # so merging their sketches gives the output's sketch without touching each key.
-    reuse_sketches = job.whole_files and chain.is_empty and not job.tombstones
-    writer = DataFileWriter(objects, output_key or new_data_key(table.table_id, job.partition_id), schema,
-                            ParquetSettings.of(table), sketch_rows=not reuse_sketches)
+    writer = DataFileWriter(objects, key, schema, ParquetSettings.of(table), sketch_rows=not reuse_sketches)
     try:
         for batch in stream:
             writer.write(batch)
@@ -181,6 +188,35 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
         writer.abort()
         raise
     return JobOutput(job, written, rows_read, written.record_count, time.perf_counter() - started)
+
+
+def _merge_in_datafusion(job: CompactionJob, table: TableInfo, objects: ObjectStore, paths: list[str], store: Any,
+                         url: Optional[str], key: str, options: Any, on_rows: Optional[RowsCallback],
+                         started: float) -> JobOutput:
+    """The whole-file merge written by DataFusion to ``key``, the inputs' sketches merged
+    beside it; rows are counted from the written footer (``on_rows`` told once, at the
+    end). On any failure, or no rows, nothing is left under ``key``."""
+    (output,), _, _ = objects.datafusion_paths([key])
+    try:
+        objects.prepare_output(key)
+        merge_sorted_to_file(paths, table.schema, output, options, object_store=store, store_url=url)
+        with objects.open_input(key) as f:
+            rows = pq.ParquetFile(f).metadata.num_rows
+        if on_rows is not None:
+            on_rows(rows)
+        if job.exact_count and rows != job.input_records:
+            raise CompactionError(f"job {job.job_id}: read {rows} records, "
+                                  f"but the inputs' references count {job.input_records}")
+        if rows == 0:
+            objects.delete(key)
+            return JobOutput(job, None, 0, 0, time.perf_counter() - started)
+        sketches = _merged_sketches(objects, table, job.inputs)
+        objects.put(sketch_key(key), sketches.to_bytes())
+    except BaseException:
+        objects.delete(key)
+        objects.delete(sketch_key(key))
+        raise
+    return JobOutput(job, WrittenFile(key, rows, sketches), rows, rows, time.perf_counter() - started)
 
 
 def _merged_sketches(objects: ObjectStore, table: TableInfo, inputs: Sequence[str]) -> RowKeySketches:

@@ -10,6 +10,11 @@ The merge runs in a background thread (DataFusion releases the GIL), at most a f
 batches ahead of its consumer, so merging the next rows overlaps whatever the
 caller does with the last ones (typically Parquet encoding): with two free cores a
 compaction takes about as long as the slower of the two, not their sum.
+
+:func:`merge_sorted_to_file` instead has DataFusion write the merged rows to one
+Parquet file itself, encoding row groups and columns on every core, with no batch
+crossing into Python: for merges whose rows need no Python (no iterators, sketches
+not built from the rows).
 """
 
 from __future__ import annotations
@@ -89,6 +94,26 @@ def merge_sorted(paths: Sequence[str], schema: Schema, *, region: Optional[Regio
         yield from batches()
     else:
         yield from _ahead(batches(), read_ahead)
+
+
+def merge_sorted_to_file(paths: Sequence[str], schema: Schema, output: str, options: Any, *,
+                         object_store: Any = None, store_url: Optional[str] = None,
+                         batch_size: int = 16384) -> None:
+    """Write the rows of the sorted Parquet files at ``paths``, merged in key order, to
+    one Parquet file at ``output`` (a local path, or a URL under ``store_url`` with
+    ``object_store``, as for :func:`merge_sorted`), with DataFusion's
+    ``ParquetWriterOptions`` ``options``. On failure part of ``output`` may exist."""
+    from datafusion import DataFrameWriteOptions
+
+    if not paths:
+        raise ValueError("a merge into a file needs at least one input")
+    ctx = _session(len(paths), batch_size)
+    if object_store is not None:
+        assert store_url is not None, "an object store comes with its URL"
+        scheme, _, host = store_url.partition("://")
+        ctx.register_object_store(f"{scheme}://", object_store, host.split("/", 1)[0] or None)
+    frame = _merged_frame(ctx, paths, schema)
+    frame.write_parquet_with_options(output, options, DataFrameWriteOptions(single_file_output=True))
 
 
 _END = object()

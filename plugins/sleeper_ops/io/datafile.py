@@ -43,6 +43,30 @@ class ParquetSettings:
                    table.get("sleeper.table.parquet.compression.codec") or "zstd")
 
 
+#: codecs DataFusion's writer encodes exactly as pyarrow's, in DataFusion's names (pyarrow's
+#: default levels: zstd 1); others (gzip, lz4: different defaults or framing) have no equivalent
+_DATAFUSION_CODECS = {"zstd": "zstd(1)", "snappy": "snappy", "none": "uncompressed"}
+
+
+def datafusion_writer_options(settings: ParquetSettings) -> Any:
+    """DataFusion ``ParquetWriterOptions`` writing what :class:`DataFileWriter` writes
+    with ``settings`` (codec and level, no dictionary, statistics and the page index,
+    row groups and pages of the same size, 20,000 rows a page at most, data page v1, no
+    stored Arrow schema), or None when the codec has no exact equivalent there."""
+    codec = _DATAFUSION_CODECS.get(settings.compression)
+    if codec is None:
+        return None
+    from datafusion import ParquetWriterOptions
+
+    return ParquetWriterOptions(
+        data_pagesize_limit=settings.page_size, write_batch_size=1024, writer_version="1.0",
+        skip_arrow_metadata=True, compression=codec, dictionary_enabled=False, statistics_enabled="page",
+        max_row_group_size=settings.row_group_rows,
+        column_index_truncate_length=None, statistics_truncate_length=None, data_page_row_count_limit=20_000,
+        allow_single_file_parallelism=True, maximum_parallel_row_group_writers=2,
+        maximum_buffered_record_batches_per_stream=2)
+
+
 def new_data_key(table_id: str, partition_id: str) -> str:
     """A fresh object key for a data file of ``partition_id``."""
     return f"{table_id}/data/partition_{partition_id}/{ObjectStore.fresh_name('.parquet')}"

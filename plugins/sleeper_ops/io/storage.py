@@ -91,6 +91,11 @@ class ObjectStore:
         if self.is_local:
             os.makedirs(os.path.dirname(self.path(key)), exist_ok=True)
 
+    def prepare_output(self, key: str) -> None:
+        """Make ``key`` writable by another writer (e.g. DataFusion at :meth:`datafusion_paths`):
+        on local disk, its directory is created."""
+        self._parent(key)
+
     def open_output(self, key: str) -> pa.NativeFile:
         """A stream writing the whole object ``key`` (created on close for S3)."""
         self._parent(key)
