@@ -131,6 +131,10 @@ def airflow_environment(config: SleeperConfig, *, state_dsn: str, metadata_url: 
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+        # A task's supervisor reports to the API server, which shares this machine's cores
+        # with Spark jobs and the tasks themselves: at Airflow's 5 s a loaded laptop (seen at
+        # load 8 on 2 cores) times out and the supervisor kills a healthy task.
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
         # The scheduler's and triggerer's log servers bind every interface (Airflow has no
         # setting for their host) and answer only requests signed with this install's key;
         # free ports keep two installs on one machine apart.
