@@ -139,8 +139,7 @@ def _run_dag(c: Any, dag_id: str, conf: dict[str, Any] | None = None, timeout: f
         for t in tis:
             if t["state"] != "success":  # the end of each failed task's log, so a failure explains itself
                 r = c.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{t['task_id']}/logs/"
-                          f"{max(1, t.get('try_number') or 1)}", params={"full_content": True},
-                          headers={"Accept": "text/plain"})
+                          f"{max(1, t.get('try_number') or 1)}", params={"full_content": True})
                 logs.append(f"--- {t['task_id']} ({t['state']}) ---\n{r.text[-3000:]}")
         pytest.fail(f"{dag_id} run {run_id} failed: {[(t['task_id'], t['state']) for t in tis]}\n" + "\n".join(logs))
     return run
