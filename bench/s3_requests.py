@@ -127,9 +127,10 @@ def run(proxy: FaultProxy, s: Sleeper, args: argparse.Namespace) -> None:
           f"{compact.total / files:.1f} per input file")
 
     rng = random.Random(7)
+    leaves_now = [p for p in t.state().partitions.values() if p.is_leaf]
     by_leaf: dict[str, str] = {}
     for k in keys:
-        by_leaf.setdefault(t.state().partitions[_leaf_of(t, k)].id, k)
+        by_leaf.setdefault(_leaf_of(leaves_now, k), k)
     cold_keys = list(by_leaf.values())
     info = t.info
     with Phase(proxy) as cold:
@@ -146,11 +147,10 @@ def run(proxy: FaultProxy, s: Sleeper, args: argparse.Namespace) -> None:
     s.close()
 
 
-def _leaf_of(t: Any, key: str) -> str:
-    """The id of the leaf partition holding ``key``."""
-    state = t.state()
-    for p in state.partitions.values():
-        if p.is_leaf and p.region.ranges[0].contains(key):
+def _leaf_of(leaves: list[Any], key: str) -> str:
+    """The id of the leaf partition (of ``leaves``) holding ``key``."""
+    for p in leaves:
+        if p.region.ranges[0].contains(key):
             return str(p.id)
     raise SystemExit(f"no leaf holds {key!r}")
 
