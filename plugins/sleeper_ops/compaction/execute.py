@@ -174,9 +174,7 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
     try:
         for batch in stream:
             writer.write(batch)
-        if job.exact_count and rows_read != job.input_records:
-            raise CompactionError(f"job {job.job_id}: read {rows_read} records, "
-                                  f"but the inputs' references count {job.input_records}")
+        _check_count(job, rows_read)
         if writer.rows == 0:
             writer.abort()
             return JobOutput(job, None, rows_read, 0, time.perf_counter() - started)
@@ -204,9 +202,7 @@ def _merge_in_datafusion(job: CompactionJob, table: TableInfo, objects: ObjectSt
             rows = pq.ParquetFile(f).metadata.num_rows
         if on_rows is not None:
             on_rows(rows)
-        if job.exact_count and rows != job.input_records:
-            raise CompactionError(f"job {job.job_id}: read {rows} records, "
-                                  f"but the inputs' references count {job.input_records}")
+        _check_count(job, rows)
         if rows == 0:
             objects.delete(key)
             return JobOutput(job, None, 0, 0, time.perf_counter() - started)
@@ -217,6 +213,14 @@ def _merge_in_datafusion(job: CompactionJob, table: TableInfo, objects: ObjectSt
         objects.delete(sketch_key(key))
         raise
     return JobOutput(job, WrittenFile(key, rows, sketches), rows, rows, time.perf_counter() - started)
+
+
+def _check_count(job: CompactionJob, rows: int) -> None:
+    """CompactionError when the job's references count its inputs exactly and ``rows``,
+    the rows its merge read, differ."""
+    if job.exact_count and rows != job.input_records:
+        raise CompactionError(f"job {job.job_id}: read {rows} records, "
+                              f"but the inputs' references count {job.input_records}")
 
 
 def _merged_sketches(objects: ObjectStore, table: TableInfo, inputs: Sequence[str]) -> RowKeySketches:
