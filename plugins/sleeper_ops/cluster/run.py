@@ -82,8 +82,7 @@ class RunningCluster:
 
     def describe(self) -> list[str]:
         """One line per process: name, where it answers, process id and log."""
-        every = self.pieces + (self.spark.pieces if self.spark is not None else [])
-        return [f"{p.name:<22} {p.url:<30} pid {p.process.pid:<8} log {p.log}" for p in every]
+        return [f"{p.name:<22} {p.url:<30} pid {p.process.pid:<8} log {p.log}" for p in self._every()]
 
     def piece(self, name: str) -> Piece:
         """The process called ``name`` (as :meth:`describe` names it, e.g. ``airflow
@@ -112,12 +111,12 @@ class RunningCluster:
         raise ConfigError(f"the cluster has no process {name!r}: it has {', '.join(p.name for p in self._every())}")
 
     def _every(self) -> list[Piece]:
+        """Every process: Airflow's and the services', then Spark's."""
         return self.pieces + (self.spark.pieces if self.spark is not None else [])
 
     def dead(self) -> Optional[str]:
         """``the <name> exited with code N (see <log>)`` for the first process gone, else None."""
-        every = self.pieces + (self.spark.pieces if self.spark is not None else [])
-        for p in every:
+        for p in self._every():
             if p.process.poll() is not None:
                 return f"the {p.name} exited with code {p.process.returncode} (see {p.log})"
         return None
