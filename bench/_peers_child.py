@@ -47,26 +47,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _rows import timed_queries  # bench/ is on sys.path: this runs as a script
+from _rows import sql_queries  # bench/ is on sys.path: this runs as a script
 
 OURS_ROW_GROUP_ROWS = 2048  # sleeper.table.parquet.rowgroup.rows.max's default (statestore/properties.py)
-
-
-def _quote(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
-def _where_exact(k: str) -> str:
-    return f"key = {_quote(k)}"
-
-
-def _where_range(r: list[str]) -> str:
-    return f"key >= {_quote(r[0])} AND key < {_quote(r[1])}"
-
-
-def _queries(q: dict[str, Any], run: Any) -> dict[str, Any]:
-    return {"exact": timed_queries(q["keys"], q["warmup"], lambda k: run(_where_exact(k))),
-            "range": timed_queries(q["ranges"], q["warmup"], lambda r: run(_where_range(r)))}
 
 
 def _row_group_rows(files: list[str]) -> int:
@@ -104,7 +87,7 @@ def delta(out: Path, inputs: list[Path], q: dict[str, Any]) -> list[dict[str, An
 
         results.append({"system": "delta-rs", "method": name, "api": "SQL", "loads": loads, "maintain": maintain,
                         "files": len(dt.file_uris()), "group_rows": _row_group_rows(dt.file_uris()),
-                        **_queries(q, sql)})
+                        **sql_queries(q, q["warmup"], sql)})
     return results
 
 
@@ -128,8 +111,8 @@ def lance_(out: Path, inputs: list[Path], q: dict[str, Any]) -> list[dict[str, A
 
         common = {"system": "Lance", "method": name, "loads": loads, "maintain": maintain,
                   "files": len(ds.get_fragments()), "group_rows": 1024}  # write_dataset's max_rows_per_group
-        results.append({**common, "api": "native", **_queries(q, scan)})
-        results.append({**common, "api": "SQL", **_queries(q, sql)})
+        results.append({**common, "api": "native", **sql_queries(q, q["warmup"], scan)})
+        results.append({**common, "api": "SQL", **sql_queries(q, q["warmup"], sql)})
 
     # (b) first: it reads the loaded dataset without changing it
     t0 = time.perf_counter()

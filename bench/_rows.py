@@ -43,3 +43,16 @@ def timed_queries(items: list[Any], warmup: int, run: Callable[[Any], Any]) -> d
         out["rows"].append(table.num_rows)
         out["digest"].append(rows_digest(table))
     return out
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def sql_queries(q: dict[str, Any], warmup: int, run: Callable[[str], Any]) -> dict[str, dict[str, list[Any]]]:
+    """The exact-key and range queries of ``q`` (``keys``; ``ranges`` as [min, max)) as the
+    SQL ``WHERE`` clauses every system is asked, each answered by ``run(where)`` and timed
+    by :func:`timed_queries`."""
+    return {"exact": timed_queries(q["keys"], warmup, lambda k: run(f"key = {_quote(k)}")),
+            "range": timed_queries(q["ranges"], warmup,
+                                   lambda r: run(f"key >= {_quote(r[0])} AND key < {_quote(r[1])}"))}

@@ -60,7 +60,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from _common import bench_sleeper, parse_args
 from _peers_report import report
-from _rows import timed_queries
+from _rows import sql_queries, timed_queries
 
 from sleeper_ops.demo import KEY_SPACE, SYSTEM_TEST_SCHEMA, generate_rows, split_points
 from sleeper_ops.query.runner import exact_key_region, range_region
@@ -134,15 +134,7 @@ def ours(s: Any, home: Path, work: Path, q: dict[str, Any], run: int) -> list[di
     finally:
         runner.close()
 
-    def quote(x: str) -> str:
-        return "'" + x.replace("'", "''") + "'"
-
-    def sql(where: str) -> pa.Table:
-        return s.sql(f"SELECT * FROM {name} WHERE {where}")
-
-    by_sql = {"exact": timed_queries(q["keys"], WARMUP, lambda k: sql(f"key = {quote(k)}")),
-              "range": timed_queries(q["ranges"], WARMUP,
-                                     lambda r: sql(f"key >= {quote(r[0])} AND key < {quote(r[1])}"))}
+    by_sql = sql_queries(q, WARMUP, lambda where: s.sql(f"SELECT * FROM {name} WHERE {where}"))
     return [{**common, "method": "query runner", "api": "native", **native},
             {**common, "method": "Sleeper.sql", "api": "SQL", **by_sql}]
 
