@@ -38,7 +38,6 @@ from sleeper_ops.airflow.operator_base import SleeperOperator, _SleeperMixin
 from sleeper_ops.airflow.spark_operators import (  # noqa: F401 - the Spark operators are public here too
     JOBS_FROM_CREATE_JOBS,
     SleeperBulkImportOperator,
-    SleeperSparkCompactionOperator,
 )
 from sleeper_ops.errors import ConfigError
 
@@ -249,3 +248,14 @@ class SleeperCompactionReportOperator(SleeperRunCompactionJobsOperator):
     def execute(self, context: Any) -> str:
         return tasks.report_compaction(self.table, tasks.jobs_from_json(self.jobs), context,
                                        opener=self.hook.get_conn)
+
+
+def __getattr__(name: str) -> Any:
+    """``SleeperSparkCompactionOperator``, public here too, imported on first use (its
+    ``SparkSubmitOperator`` base costs about half a second to import: see
+    :mod:`sleeper_ops.airflow.spark_operators`)."""
+    if name == "SleeperSparkCompactionOperator":
+        from sleeper_ops.airflow.spark_compaction_operator import SleeperSparkCompactionOperator
+
+        return SleeperSparkCompactionOperator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
