@@ -195,6 +195,18 @@ def test_the_same_calls_without_a_token_get_401(airflow: dict[str, Any]) -> None
                       json={"logical_date": None}).status_code == 401
 
 
+def test_the_programs_that_fork_dag_parses_and_tasks_import_sleepers_libraries_once(airflow: dict[str, Any]) -> None:
+    """sleeper airflow's home carries the airflow_local_settings.py that warms the DAG
+    processor and the scheduler (LocalExecutor), so their forks parse DAG files and run
+    tasks without importing pyarrow, psycopg and the rest afresh
+    (sleeper_ops.airflow.warm_imports); the API server and the triggerer fork neither."""
+    settings = airflow["home"] / "airflow" / "config" / "airflow_local_settings.py"
+    assert "warm()" in settings.read_text()
+    log = (airflow["home"] / "airflow" / "standalone.log").read_text()
+    warmed = {line.split("|", 1)[0].strip() for line in log.splitlines() if "modules imported once for" in line}
+    assert warmed == {"dag-processor", "scheduler"}, warmed
+
+
 def test_every_user_named_by_users_gets_a_printed_password_and_a_viewer_may_read_not_write(
         airflow: dict[str, Any]) -> None:
     m = re.search(r"other users: viewer password (\S+) \(in ", airflow["out"])

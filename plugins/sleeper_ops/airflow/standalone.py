@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from sleeper_ops.airflow.warm_imports import write_local_settings
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
 
@@ -315,6 +316,7 @@ def run_standalone(home: Optional[os.PathLike[str] | str] = None, *, port: int =
         raise ConfigError("Airflow needs the PostgreSQL state store (state_store.backend = \"postgres\")")
     config.airflow_home.mkdir(parents=True, exist_ok=True)
     (config.airflow_home / "plugins").mkdir(exist_ok=True)
+    write_local_settings(config.airflow_home)  # DAG parses and tasks fork with their imports made
 
     # Ctrl-C and SIGTERM end the run through KeyboardInterrupt, even when this process was
     # started with SIGINT ignored (e.g. in the background); children then get the default.

@@ -43,6 +43,7 @@ from typing import Any, Iterator, Optional
 import tomli_w
 
 from sleeper_ops.airflow.standalone import DAGS_FOLDER, SPARK_POOL_SLOTS, sqlalchemy_url, user_passwords
+from sleeper_ops.airflow.warm_imports import write_local_settings
 from sleeper_ops.cluster import environment as envs
 from sleeper_ops.cluster.processes import (
     clean_environment,
@@ -199,6 +200,7 @@ def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int 
         _write_client_home(layout)
         for home in layout.homes.values():
             Path(home).mkdir(parents=True, exist_ok=True)
+            write_local_settings(Path(home))  # DAG parses and tasks fork with their imports made
         init_env = {**base, **envs.process_environment(layout, "scheduler")}
         airflow_cli = str(Path(sys.executable).parent / "airflow")
         with open(work / "airflow-init.log", "wb") as log:

@@ -1,0 +1,46 @@
+"""The Airflow processes that fork DAG parses and tasks import Sleeper's libraries once
+(sleeper_ops.airflow.warm_imports); the running check is in test_airflow_end_to_end.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sleeper_ops.airflow.warm_imports import LOCAL_SETTINGS, MODULES, forks_parses_or_tasks, write_local_settings
+
+
+@pytest.mark.parametrize("argv,forks", [
+    (["/venv/bin/airflow", "dag-processor"], True),
+    (["/venv/bin/airflow", "scheduler"], True),
+    (["/venv/bin/airflow", "celery", "worker", "--concurrency", "2"], True),
+    (["/venv/bin/airflow", "api-server"], False),
+    (["/venv/bin/airflow", "db", "migrate"], False),
+    (["/venv/bin/airflow"], False),
+    (["/venv/bin/sleeper", "scheduler"], False),
+])
+def test_only_the_programs_that_fork_parses_or_tasks_are_warmed(argv: list[str], forks: bool) -> None:
+    assert forks_parses_or_tasks(argv) is forks
+
+
+def test_warming_a_dag_processor_imports_the_libraries_and_nothing_of_airflow() -> None:
+    code = ("import sys\nfrom sleeper_ops.airflow.warm_imports import warm\n"
+            "print(warm(['/v/bin/airflow', 'api-server']))\n"
+            "print(warm(['/v/bin/airflow', 'dag-processor']))\n"
+            f"print(all(m in sys.modules for m in {MODULES!r}), "
+            "[m for m in sys.modules if m.split('.')[0] == 'airflow'])")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["[]", str(list(MODULES)), "True []"]
+
+
+def test_the_settings_file_is_written_and_rewritten_but_a_users_own_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "config" / "airflow_local_settings.py"
+    assert write_local_settings(tmp_path) and path.read_text() == LOCAL_SETTINGS
+    path.write_text(LOCAL_SETTINGS + "# an older copy of ours\n")
+    assert write_local_settings(tmp_path) and path.read_text() == LOCAL_SETTINGS
+    path.write_text("def task_policy(task):\n    pass\n")
+    assert not write_local_settings(tmp_path)
+    assert path.read_text() == "def task_policy(task):\n    pass\n"
