@@ -20,11 +20,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from tests import spark_cds
 
 PG_DSN_ENV = "SLEEPER_TEST_PG_DSN"
 
@@ -36,8 +39,28 @@ os.environ.setdefault("SLEEPER_PG_IDLE_MINUTES", "0")
 # workers, the Spark service) lives seconds and is mostly start-up: the client compiler
 # alone and the serial collector cut its CPU by about a third (test_spark_compaction.py:
 # 56 s of CPU -> 37 s), and a test run is CPU-bound on two cores. Tests only: a long
-# Spark job wants the optimising compiler.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# Spark job wants the optimising compiler. They also map Spark's classes from a CDS
+# archive made once per machine (tests/spark_cds.py: another ~30% of a JVM's CPU).
+JAVA_BASE_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+if "JAVA_TOOL_OPTIONS" not in os.environ:
+    os.environ["JAVA_TOOL_OPTIONS"] = spark_cds.java_options(JAVA_BASE_OPTIONS, spark_cds.archive_path())
+_CDS_MAKER = pytest.StashKey[threading.Thread]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A parallel run (the whole suite, ``make test``) without this machine's CDS archive
+    makes it in the background; JVMs started before it is there run without it."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    archive = spark_cds.archive_path()
+    if archive is not None and not archive.exists() and str(archive) in os.environ.get("JAVA_TOOL_OPTIONS", ""):
+        config.stash[_CDS_MAKER] = spark_cds.make_in_background(archive, JAVA_BASE_OPTIONS)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    maker = config.stash.get(_CDS_MAKER, None)
+    if maker is not None:
+        maker.join(timeout=300)  # its job is seconds from done by the end of a run
 
 
 def _admin_execute(admin_dsn: str, statement: object) -> None:
