@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Iterator, Optional, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from sleeper_ops.engine import kernels
 
 
 class BatchSource:
@@ -157,7 +158,7 @@ def merge_sources(pending: Sequence[PendingSource], key_names: Sequence[str], so
             elif parts:
                 t = pa.Table.from_batches(parts)
                 if len(parts) > 1:
-                    t = t.take(pc.sort_indices(t, sort_keys=sort_keys))
+                    t = kernels.sorted_by(t, sort_keys)
                 yield from t.combine_chunks().to_batches(max_chunksize=max_rows)
     finally:
         for s in active:
