@@ -21,13 +21,13 @@ def import_arrow() -> None:
     loads: one thread, unless the user's environment says otherwise (no command uses
     BLAS; the pool's start cost a lookup process ~65 ms, docs/adr/0009-lookup-process.md).
     The environment is left as it was, so processes the command starts get the user's."""
-    if "numpy" in sys.modules or BLAS_THREADS in os.environ:
-        return
-    os.environ[BLAS_THREADS] = "1"
-    try:
-        import numpy  # noqa: F401 - loads OpenBLAS
-    finally:
-        os.environ.pop(BLAS_THREADS, None)
+    if "numpy" not in sys.modules and BLAS_THREADS not in os.environ:
+        os.environ[BLAS_THREADS] = "1"
+        try:
+            import numpy  # noqa: F401 - loads OpenBLAS
+        finally:
+            os.environ.pop(BLAS_THREADS, None)
+    import pyarrow  # noqa: F401
 
 
 def open_sleeper(ctx: Any) -> Any:

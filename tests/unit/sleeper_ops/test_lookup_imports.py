@@ -45,3 +45,24 @@ def test_the_lookup_kernels_answer_as_pyarrow_compute_does() -> None:
     order = [("k", "ascending"), ("n", "descending")]
     assert kernels.sort_indices(t, order).equals(pc.sort_indices(t, sort_keys=order))
     assert kernels.sorted_by(t, order).equals(t.take(pc.sort_indices(t, sort_keys=order)))
+
+
+def test_the_cli_imports_arrow_with_one_blas_thread_and_leaves_the_environment_as_it_was() -> None:
+    """``cli.support.import_arrow`` loads NumPy's OpenBLAS with one thread (its pool's
+    start is a lookup process's cost, and no command uses BLAS), unless the user set the
+    variable; either way the environment child processes get is the user's."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os, sys\nfrom sleeper_ops.cli.support import BLAS_THREADS, import_arrow\n"
+            "import_arrow()\nassert 'pyarrow' in sys.modules\n"
+            "print(os.environ.get(BLAS_THREADS))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    unset = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert unset.returncode == 0, unset.stderr
+    assert unset.stdout.strip() == "None"
+    own = subprocess.run([sys.executable, "-c", code], env=dict(env, OPENBLAS_NUM_THREADS="3"), capture_output=True,
+                         text=True, timeout=60)
+    assert own.returncode == 0, own.stderr
+    assert own.stdout.strip() == "3"
