@@ -230,6 +230,16 @@ class PostgresConnection:
 
         return self._retrying(what, attempt, idempotent=read_only)
 
+    def _read_one(self, what: str, fn: Callable[[psycopg.Cursor[Any]], T]) -> T:
+        """Run ``fn``, which sends ONE read statement, on a connection in autocommit mode:
+        one round trip instead of three (BEGIN, the statement, COMMIT); a single statement
+        sees one snapshot, so nothing is lost against a read-only transaction."""
+        def attempt(conn: psycopg.Connection[Any]) -> T:
+            with conn.cursor() as cur:
+                return fn(cur)
+
+        return self._retrying(what, attempt, idempotent=True)
+
     def close(self) -> None:
         with self._pool_lock:
             self._closed = True
