@@ -40,6 +40,9 @@ EXPECTED: dict[str, list[str]] = {
                  rf"new process, whole wall: sleeper query --key median {NUM} ms .* "
                  rf"sleeper --help {NUM} ms; ratio {NUM}"],
     "query_leaves.py": [rf"16 leaves\s+\S+.*p50\s+{NUM}", rf"p50 ratio 16 / 4 leaves: {NUM}"],
+    "rest_query.py": [rf"REST GET /records\?key= \(HTTP, keep-alive\)\s+p50 {SPREAD} ms\s+p99 {SPREAD} ms",
+                      rf"in process Table.query\s+p50 {SPREAD} ms\s+p99 {SPREAD} ms",
+                      rf"ratio REST / in process: p50 {SPREAD}\s+p99 {SPREAD}"],
     "rest_read_rss.py": [rf"read 20,000 rows .* peak/idle = {NUM}"],
     "small_ingest.py": [rf"baseline \(pyarrow write \+ one round trip\) p50 {NUM} ms", rf"ingest p50 {NUM} ms"],
     "statestore_commits.py": [rf"\(a\) compaction commits on one table .*: {NUM} commits/s",

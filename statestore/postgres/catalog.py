@@ -8,7 +8,7 @@ import uuid
 from typing import Any, Mapping, Optional, Sequence
 
 import psycopg
-from psycopg import IsolationLevel, sql
+from psycopg import sql
 from psycopg.types.json import Json, Jsonb
 
 from statestore.catalog import TableInfo
@@ -65,13 +65,13 @@ class CatalogMixin(PostgresConnection):
             cur.execute("SELECT table_id, name, schema, properties FROM tables ORDER BY name")
             return [_table_info(r) for r in cur.fetchall()]
 
-        return self._run("list tables", fn, isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
+        return self._read_one("list tables", fn)
 
     def get_table(self, name: str) -> TableInfo:
         def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
             return _table_info(_require_table(cur, name))
 
-        return self._run(f"get table {name!r}", fn, isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
+        return self._read_one(f"get table {name!r}", fn)
 
     def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
         to_set, to_clear = split_update(validate_values(properties))

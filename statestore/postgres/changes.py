@@ -12,6 +12,8 @@
   the same (:func:`_unchanged`) is all. Otherwise a second transaction does the same and then reads, by primary key,
   the current rows of the partitions and files named (or the whole state, when a log
   row says ``all_rows`` or rows the reader needed were pruned).
+* A reader holding no token (a first query) gets the whole state and the write buffer's
+  mark in one pipeline: one round trip (:func:`_whole_at_once`).
 
 Log rows are pruned after :data:`CHANGE_RETENTION_MS` (by ``prune_commit_ids``, which
 garbage collection runs); a reader that has not read for longer reloads the whole state.
@@ -19,6 +21,7 @@ garbage collection runs); a reader that has not read for longer reloads the whol
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Optional
 
 import psycopg
@@ -87,10 +90,11 @@ class ChangesMixin(PostgresConnection):
         held = is_token_of(since, "postgres")
         snapshot: Optional[str] = held[0] if held else None
         what = f"read the changes of table {table_id}"
-        if snapshot is not None:
-            quick = self._retrying(what, lambda conn: _unchanged(conn, table_id, snapshot), idempotent=True)
-            if quick is not None:
-                return quick
+        if snapshot is None:
+            return self._retrying(what, lambda conn: _whole_at_once(conn, table_id), idempotent=True)
+        quick = self._retrying(what, lambda conn: _unchanged(conn, table_id, snapshot), idempotent=True)
+        if quick is not None:
+            return quick
         out = self._retrying(what, lambda conn: _attempt(conn, table_id, snapshot, rows=True), idempotent=True)
         assert out is not None
         return out
@@ -123,6 +127,47 @@ def _unchanged(conn: psycopg.Connection[Any], table_id: str, snapshot: str) -> O
         return None
     return TableChanges(_table_info(row[:4]), ("postgres", row[4]), False,
                         buffer_mark=(int(row[7]), int(row[8]), int(row[9])))
+
+
+_BUFFER_MARK = ("SELECT coalesce((SELECT f.flushes FROM write_buffer_flushes f WHERE f.table_id = %(t)s), 0),"
+                " (SELECT count(*) FROM write_buffer b WHERE b.table_id = %(t)s),"
+                " coalesce((SELECT max(b.seq) FROM write_buffer b WHERE b.table_id = %(t)s), 0)")
+
+
+def _whole_at_once(conn: psycopg.Connection[Any], table_id: str) -> TableChanges:
+    """The whole state (a reader holding no token), in one REPEATABLE READ transaction
+    and one round trip: every statement, COMMIT included, goes in one pipeline. It
+    carries the write buffer's mark, so a first query needs no second read of the
+    buffer (:meth:`~statestore.changes.TableChanges.buffer_mark`)."""
+    def send() -> tuple[Any, list[Any], list[Any], Any, Any]:
+        conn.execute(_BEGIN)
+        table = conn.execute("SELECT table_id, name, schema, properties, pg_current_snapshot()::text"
+                             " FROM tables WHERE table_id = %s", (table_id,))
+        parts = conn.execute(f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE table_id = %s", (table_id,))
+        refs = conn.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s", (table_id,))
+        tombstones = conn.execute(_TOMBSTONES, (table_id,))
+        mark = conn.execute(_BUFFER_MARK, {"t": table_id})
+        conn.execute("COMMIT")
+        with _gc_paused():
+            return table.fetchone(), parts.fetchall(), refs.fetchall(), tombstones.fetchone(), mark.fetchone()
+
+    try:
+        row, parts, refs, tombstones, mark = _pipelined(conn, send)
+    except BaseException:
+        _rollback_quietly(conn)
+        raise
+    if row is None:
+        raise TableNotFoundError(f"no table with id {table_id}")
+    with _gc_paused():
+        state = TableState()
+        for p in parts:
+            part = _partition_from_row(p)
+            state.partitions[part.id] = part
+        for r in refs:
+            state.put_reference(FileReference(*r))
+        _fill_tombstones(state, tombstones)
+        whole = TableChanges.whole(_table_info(row[:4]), ("postgres", row[4]), state)
+    return replace(whole, buffer_mark=(int(mark[0]), int(mark[1]), int(mark[2])))
 
 
 def _attempt(conn: psycopg.Connection[Any], table_id: str, snapshot: Optional[str], *,

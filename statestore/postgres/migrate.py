@@ -71,3 +71,17 @@ def migrate(conn: psycopg.Connection[Any], migrations_dir: Optional[Path] = None
             conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, path.name))
             applied_now.append(version)
     return applied_now
+
+
+def migrate_if_needed(conn: psycopg.Connection[Any], migrations_dir: Optional[Path] = None) -> list[int]:
+    """:func:`migrate`, after a check in one statement without a lock or transaction
+    (the common case: every migration applied, one round trip); ``conn`` in autocommit
+    mode. Returns the versions applied here."""
+    wanted = {v for v, _ in migrations(migrations_dir)}
+    try:
+        row = conn.execute("SELECT array_agg(version) FROM schema_migrations").fetchone()
+    except pg_errors.UndefinedTable:
+        row = None
+    if row is not None and wanted <= set(row[0] or ()):
+        return []
+    return migrate(conn, migrations_dir)

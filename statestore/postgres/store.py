@@ -206,6 +206,8 @@ def open_postgres(dsn: Optional[str] = None, *, embedded_dir: Optional[Union[str
     from statestore.postgres.embedded import EmbeddedPostgres
 
     server = EmbeddedPostgres(embedded_dir, idle_minutes=idle_minutes)
-    store = PostgresStateStore(server.start(), **store_kwargs)
+    # the database is checked only if the first connection fails: one connection less per process
+    store = PostgresStateStore(server.start(ensure_database=False), ensure_database=server.ensure_database,
+                               **store_kwargs)
     store._on_close.append(server.stop)
     return store

@@ -104,6 +104,26 @@ def test_a_command_leaves_the_server_running_and_the_next_one_joins_it(home: Pat
     assert r.returncode == 0 and "ev" in r.stdout, r.stderr
 
 
+def test_a_command_joining_a_server_without_the_database_creates_it(home: Path) -> None:
+    """Joining a running server checks the database only when the first connection
+    fails (one connection less per command): a server whose ``sleeper`` database is
+    gone still serves the next command, on a database created and migrated again."""
+    import psycopg
+
+    r = sleeper(home, "table", "list", idle="30")
+    assert r.returncode == 0, r.stderr
+    where, pid = idle_stop.running_server((home / "pg").resolve()), status(home)["pid"]
+    assert where is not None
+    with psycopg.connect(f"postgresql://postgres:@/postgres?host={where[0]}", autocommit=True) as conn:
+        conn.execute("DROP DATABASE sleeper WITH (FORCE)")
+    (home / "schema.json").write_text(json.dumps(SCHEMA))
+    r = sleeper(home, "table", "create", "ev", "--schema", str(home / "schema.json"), idle="30")
+    assert r.returncode == 0, r.stderr
+    r = sleeper(home, "table", "list", idle="30")
+    assert r.returncode == 0 and "ev" in r.stdout, r.stderr
+    assert status(home)["pid"] == pid, "the server was started again, not joined"
+
+
 def test_the_watcher_stops_an_idle_server_but_not_one_with_a_client(home: Path) -> None:
     env = dict(os.environ, SLEEPER_HOME=str(home), SLEEPER_PG_IDLE_MINUTES="0.02")  # 1.2 s
     holder = subprocess.Popen(

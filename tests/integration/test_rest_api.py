@@ -356,8 +356,9 @@ def test_record_reads_are_streamed_with_the_documented_shape(client: TestClient)
     assert client.post("/tables/numbers/records", json={"records": rows}).status_code == 201
     with client.stream("GET", "/tables/numbers/records", params={"min": "-1000", "limit": 5000}) as r:
         assert r.status_code == 200 and r.headers["content-type"] == "application/json"
-        assert "content-length" not in r.headers, "streamed, not built whole"
-        body = json.loads(b"".join(r.iter_bytes()))
+        # one batch: in hand before the response starts, so sent whole (no stream's thread hops)
+        assert r.headers["content-length"] == str(len(r.read()))
+        body = json.loads(r.read())
     assert body == {"records": rows, "count": 2000, "truncated": False}
     for limit in (1, 1999, 2000):
         got = client.get("/tables/numbers/records", params={"min": "-1000", "limit": limit}).json()
@@ -383,6 +384,12 @@ def test_a_record_read_reads_only_up_to_its_limit(client: TestClient, sleeper: S
     got = client.get("/tables/numbers/records", params={"min": "0", "limit": 10}).json()
     assert got["count"] == 10 and got["truncated"]
     assert sum(read) <= 2 * 32_768, f"read {sum(read)} of 200,000 records for 10"
+    read.clear()
+    with client.stream("GET", "/tables/numbers/records", params={"min": "0", "limit": 100_000}) as r:
+        assert r.status_code == 200 and "content-length" not in r.headers, "more than a batch: streamed"
+        body = json.loads(b"".join(r.iter_bytes()))
+    assert body["count"] == 100_000 and body["truncated"]
+    assert [r["id"] for r in body["records"][:3]] == [0, 1, 2] and body["records"][-1]["id"] == 99_999
 
 
 # ----- the app itself ---------------------------------------------------------------------

@@ -5,15 +5,35 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import os
+import sys
 from typing import Any, Callable, Iterator, Optional
 
 from statestore.errors import SchemaError
 from statestore.schema import Schema, key_from_json
 
+#: OpenBLAS's environment variable for the size of its thread pool
+BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+
+
+def import_arrow() -> None:
+    """Import pyarrow, and with it NumPy, whose OpenBLAS starts a thread pool as it
+    loads: one thread, unless the user's environment says otherwise (no command uses
+    BLAS; the pool's start cost a lookup process ~65 ms, docs/adr/0009-lookup-process.md).
+    The environment is left as it was, so processes the command starts get the user's."""
+    if "numpy" not in sys.modules and BLAS_THREADS not in os.environ:
+        os.environ[BLAS_THREADS] = "1"
+        try:
+            import numpy  # noqa: F401 - loads OpenBLAS
+        finally:
+            os.environ.pop(BLAS_THREADS, None)
+    import pyarrow  # noqa: F401
+
 
 def open_sleeper(ctx: Any) -> Any:
     """The command's :class:`~sleeper_ops.api.Sleeper` (a ``click.Context``'s), opened from
-    the home once and closed when the command ends."""
+    the home once and closed when the command ends (pyarrow imported by :func:`import_arrow`)."""
+    import_arrow()
     from sleeper_ops.api import Sleeper
 
     if "sleeper" not in ctx.obj:

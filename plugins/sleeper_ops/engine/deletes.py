@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sleeper_ops.engine import kernels
 from sleeper_ops.engine.leaves import region_mask
 from sleeper_ops.errors import QueryError
 from sleeper_ops.io.arrow_schema import arrow_schema, empty_table
@@ -61,17 +61,17 @@ def matches(batch: pa.RecordBatch | pa.Table, tombstone: Tombstone) -> pa.Array:
     mask: Any = None
     for region in tombstone.regions:
         m = region_mask(batch, region)
-        mask = m if mask is None else pc.or_(mask, m)
+        mask = m if mask is None else kernels.or_(mask, m)
     if mask is None:
         return pa.array([False] * batch.num_rows)
-    if tombstone.where is None or not pc.any(mask).as_py():
+    if tombstone.where is None or not kernels.call_function("any", [mask]).as_py():
         return mask
     from datafusion import SessionContext
 
     table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
     df = SessionContext().from_arrow(table.combine_chunks())
     where = df.select(df.parse_sql_expr(f"COALESCE(({tombstone.where}), false)").alias("m")).to_arrow_table()
-    return pc.and_(mask, where.column("m"))
+    return kernels.and_(mask, where.column("m"))
 
 
 def without_deleted(batch: Any, tombstones: Sequence[Tombstone]) -> Any:
@@ -81,8 +81,8 @@ def without_deleted(batch: Any, tombstones: Sequence[Tombstone]) -> Any:
     hit: Any = None
     for t in tombstones:
         m = matches(batch, t)
-        hit = m if hit is None else pc.or_(hit, m)
-    return batch.filter(pc.invert(hit))
+        hit = m if hit is None else kernels.or_(hit, m)
+    return kernels.filter_rows(batch, kernels.invert(hit))
 
 
 def filter_batches(batches: Iterable[pa.RecordBatch], tombstones: Sequence[Tombstone]) -> Iterator[pa.RecordBatch]:

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sleeper_ops.errors import ConfigError, IteratorError
 from sleeper_ops.io.arrow_schema import arrow_schema
@@ -83,6 +82,8 @@ class AgeOff:
         return cls(name, max_age)
 
     def filter(self, batch: pa.RecordBatch, now_ms: int) -> pa.RecordBatch:
+        import pyarrow.compute as pc
+
         col = batch.column(self.field)
         keep = pc.greater_equal(col.cast(pa.int64()), pa.scalar(now_ms - self.max_age_ms, pa.int64()))
         if col.null_count:
@@ -202,6 +203,8 @@ class Aggregation:
         (Arrow's hash group-by alone does not keep first-appearance order for
         several key columns, so the groups are numbered here and put back in order.)
         """
+        import pyarrow.compute as pc
+
         n = table.num_rows
         if n < 2:
             return table

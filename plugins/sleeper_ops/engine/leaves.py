@@ -6,8 +6,8 @@ from typing import Optional
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from sleeper_ops.engine import kernels
 from sleeper_ops.io.arrow_schema import key_scalar
 from statestore.partitions import Partition, PartitionTree
 from statestore.region import Region
@@ -19,6 +19,8 @@ def leaf_indices(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, 
     Leaves with no rows are left out. Walks the tree with one vectorised comparison
     per internal node on its split dimension.
     """
+    import pyarrow.compute as pc
+
     assert tree.root is not None
     out: list[tuple[Partition, Optional[np.ndarray]]] = []
     stack: list[tuple[Partition, Optional[np.ndarray]]] = [(tree.root, None)]
@@ -54,8 +56,8 @@ def region_mask(table: pa.Table | pa.RecordBatch, region: Region) -> pa.ChunkedA
     m = None
     for r in region.ranges:
         c = table.column(r.field)
-        part = pc.greater_equal(c, key_scalar(r.min, c.type))
+        part = kernels.greater_equal(c, key_scalar(r.min, c.type))
         if r.max is not None:
-            part = pc.and_(part, pc.less(c, key_scalar(r.max, c.type)))
-        m = part if m is None else pc.and_(m, part)
+            part = kernels.and_(part, kernels.less(c, key_scalar(r.max, c.type)))
+        m = part if m is None else kernels.and_(m, part)
     return m

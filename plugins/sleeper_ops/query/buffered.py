@@ -26,8 +26,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from sleeper_ops.engine import kernels
 from sleeper_ops.engine.deletes import covering_entry, without_deleted
 from sleeper_ops.engine.leaves import region_mask
 from sleeper_ops.io.arrow_schema import arrow_schema, empty_table, sort_keys
@@ -112,7 +112,7 @@ class BufferedRows:
                          for q in seqs if q in self._entries]
                 table = pa.concat_tables(parts) if parts else empty_table(self.target)
                 if table.num_rows > 1:
-                    table = table.take(pc.sort_indices(table, sort_keys=sort_keys(self.schema)))
+                    table = kernels.sorted_by(table, sort_keys(self.schema))
                 self._sorted = SortedRows.of(table.combine_chunks(), self.schema.key_names[0])
                 self._sorted_seqs = seen
             self.flushes = snap.flushes
@@ -161,5 +161,5 @@ class BufferedRows:
         mask = None
         for r in regions:
             m = region_mask(table, r)
-            mask = m if mask is None else pc.or_(mask, m)
-        return table.filter(mask)
+            mask = m if mask is None else kernels.or_(mask, m)
+        return kernels.filter_rows(table, mask)

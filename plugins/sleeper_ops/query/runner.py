@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Generator, Iterator, Optional, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sleeper_ops.engine import kernels
 from sleeper_ops.engine.deletes import covering_file, without_deleted
 from sleeper_ops.engine.iterators import BatchFn, IteratorChain
 from sleeper_ops.engine.key_regions import exact_key_region, range_region  # noqa: F401 - re-exported
@@ -233,7 +233,7 @@ class QueryRunner:
             return empty_table(self.target)
         result = pa.concat_tables(parts)
         if len(parts) > 1:
-            result = result.take(pc.sort_indices(result, sort_keys=sort_keys(self.schema)))
+            result = kernels.sorted_by(result, sort_keys(self.schema))
         if not self.iterators.is_empty:
             result = self.iterators.apply_table(result)
         return result
@@ -299,8 +299,8 @@ class QueryRunner:
         its excluded regions, with the table's Arrow types."""
         mask = region_mask(table, task.region)
         for other in task.exclude:
-            mask = pc.and_(mask, pc.invert(region_mask(table, other)))
-        table = without_deleted(table.filter(mask), task.deletes)
+            mask = kernels.and_(mask, kernels.invert(region_mask(table, other)))
+        table = without_deleted(kernels.filter_rows(table, mask), task.deletes)
         if table.schema != self.target:
             table = table.cast(self.target)
         return table

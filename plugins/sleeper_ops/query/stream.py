@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Iterator, Optional, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from sleeper_ops.engine import kernels
 
 
 class BatchSource:
@@ -33,18 +34,31 @@ class BatchSource:
     :meth:`fill` makes :attr:`batch` hold unconsumed rows (False once the stream is
     exhausted); :meth:`take` consumes a prefix of it. At most one read is in flight,
     and :meth:`close` waits for it before closing the stream, so the stream is never
-    used by two threads at once.
+    used by two threads at once. With ``first_inline``, the first batch is read by the
+    first :meth:`fill`, in the caller's thread (the merge is waiting for it anyway: a
+    key lookup's one batch then costs no hop to a pool thread and back), and the rest
+    ahead in the pool.
     """
 
-    def __init__(self, batches: Iterator[pa.RecordBatch], pool: Executor):
+    def __init__(self, batches: Iterator[pa.RecordBatch], pool: Executor, *, first_inline: bool = False):
         self._batches = batches
         self._pool = pool
-        self._pending: Optional[Future[Optional[pa.RecordBatch]]] = pool.submit(next, batches, None)
+        self._inline = first_inline
+        self._pending: Optional[Future[Optional[pa.RecordBatch]]] = (
+            None if first_inline else pool.submit(next, batches, None))
         self.batch: Optional[pa.RecordBatch] = None
 
     def fill(self) -> bool:
         """True when :attr:`batch` holds at least one row; False when the stream is done."""
         while self.batch is None or self.batch.num_rows == 0:
+            if self._inline:
+                self._inline = False
+                b = next(self._batches, None)
+                if b is None:
+                    return False
+                self._pending = self._pool.submit(next, self._batches, None)
+                self.batch = b
+                continue
             if self._pending is None:
                 return False
             b = self._pending.result()
@@ -68,6 +82,7 @@ class BatchSource:
         return out
 
     def close(self) -> None:
+        self._inline = False
         if self._pending is not None:
             if not self._pending.cancel():
                 try:
@@ -109,10 +124,10 @@ def merge_sources(pending: Sequence[PendingSource], key_names: Sequence[str], so
     active: list[BatchSource] = []
     first = key_names[0]
 
-    def start_ahead_of_time() -> None:
-        for p in list(queue)[:start_ahead]:
+    def start_ahead_of_time(first_inline: bool = False) -> None:
+        for i, p in enumerate(list(queue)[:start_ahead]):
             if p.started is None:
-                p.started = BatchSource(p.open(), pool)
+                p.started = BatchSource(p.open(), pool, first_inline=first_inline and i == 0)
 
     def open_next() -> None:
         p = queue.popleft()
@@ -122,7 +137,7 @@ def merge_sources(pending: Sequence[PendingSource], key_names: Sequence[str], so
         start_ahead_of_time()
 
     try:
-        start_ahead_of_time()
+        start_ahead_of_time(first_inline=True)  # the merge waits for the first source's first batch
         while True:
             still = []
             for s in active:
@@ -157,7 +172,7 @@ def merge_sources(pending: Sequence[PendingSource], key_names: Sequence[str], so
             elif parts:
                 t = pa.Table.from_batches(parts)
                 if len(parts) > 1:
-                    t = t.take(pc.sort_indices(t, sort_keys=sort_keys))
+                    t = kernels.sorted_by(t, sort_keys)
                 yield from t.combine_chunks().to_batches(max_chunksize=max_rows)
     finally:
         for s in active:

@@ -70,6 +70,16 @@ def records_body(first: Optional[pa.RecordBatch], rest: Generator[pa.RecordBatch
         rest.close()
 
 
+def prepended(batch: pa.RecordBatch, rest: Generator[pa.RecordBatch, None, None]
+              ) -> Generator[pa.RecordBatch, None, None]:
+    """``batch`` then the batches of ``rest``; closing this closes ``rest``."""
+    try:
+        yield batch
+        yield from rest
+    finally:
+        rest.close()
+
+
 async def in_threads(chunks: Generator[bytes, None, None]) -> AsyncIterator[bytes]:
     """``chunks``, each made in a worker thread; closed (in a worker thread too) however
     the response ends, a client gone away included, so its files are closed at once."""
