@@ -1,0 +1,384 @@
+"""Group commit: committers of one table (in any process) hand their commits to
+whichever of them leads, and one TransactWriteItems logs a batch of them.
+
+Why: every commit is one TransactWriteItems racing for log number ``n + 1``; with
+several committers most lose the race and retry, and each try costs a round trip
+(on moto, a copy of every table it names). Batching lets one transaction log up to
+~25 commits at numbers ``n + 1 .. n + k``.
+
+The protocol, all through DynamoDB (no process talks to another):
+
+1. **Request.** The owner (the caller of :meth:`commit`) puts a pending item
+   ``p#<commit id>`` (:mod:`statestore.dynamodb.group_batch`), conditional on none
+   existing: the encoded transaction (a large body is spilled to the blob store
+   first, as today), its bookkeeping and a ``nonce`` of this call.
+2. **Lead.** The owner of the oldest pending request -- or any owner that has waited
+   longer than :data:`TAKEOVER_SECONDS` (the oldest's owner may be gone) -- catches up
+   the log, reads the pending requests (one Query), their ``c#``/``x#``/``j#`` items
+   (one BatchGetItem), validates each against the state exactly as a single commit
+   does (commit id applied before, the job record's revision and outputs, the ingest
+   assignment, the transaction itself) and writes ONE TransactWriteItems holding, for
+   each accepted request, what a single commit writes (log item ``n + i``
+   conditional on not existing, the commit id item ``c#`` -- naming the nonce in
+   ``by`` -- the job record conditional on its revision, the ingest job's end), and
+   for every other request a verdict item ``x#<commit id>`` (``before`` or
+   ``refused`` with the error's type and message); each request's pending item is
+   deleted in the same transaction, conditional on it still holding the nonce read.
+   A lost race (another leader, a single committer, a job saved meanwhile) cancels
+   the whole transaction: nothing applies, and the next round reads again.
+3. **Verdict.** Meanwhile the owner polls the pending requests (short backoff) until
+   its own is gone; then its ``c#`` (``by`` = its nonce: applied, True) or its ``x#``
+   (``before``: False; ``refused``: the same error the single commit would raise)
+   says what happened. The owner deletes its ``x#`` after reading it.
+4. **Give up.** After :attr:`outcome_timeout_seconds` without a verdict the owner
+   deletes its pending item, conditional on its nonce, and reads again: deleted by
+   it, the request can never apply (a leader's transaction naming it fails its
+   condition) -- a definite :class:`CommitConflictError`; decided meanwhile: that
+   verdict. When DynamoDB does not answer even that: :class:`CommitOutcomeUnknownError`.
+
+Guarantees: a request is decided only by a transaction that deletes its pending item,
+so at most once; an owner reports a failure only after a verdict or its own delete of
+the pending item says nothing applied, and deletes its blobs only then (DESIGN.md
+section 10); a reply lost anywhere (botocore retries, :mod:`statestore.dynamodb.writes`)
+is settled by reading the items again: a retried put that re-creates a request already
+decided is found "stale" by the next leader (its verdict names the nonce) and only
+deleted. Verdicts of owners that died, and pending items nobody will decide, are removed
+by :meth:`~statestore.dynamodb.store.DynamoDBStateStore.prune_commit_ids`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any, Optional
+
+import botocore.exceptions
+
+from statestore.bookkeeping import Bookkeeping
+from statestore.dynamodb.cache import CachedTable
+from statestore.dynamodb.commits import COMMIT_ID, TABLE, CommitsMixin, commit_id_key
+from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, s
+from statestore.dynamodb.group_batch import (
+    MAX_REQUESTS,
+    PENDING,
+    VERDICT,
+    Batch,
+    Request,
+    Verdict,
+    choose,
+    pending_item,
+    pending_key,
+    refusal,
+    verdict_key,
+)
+from statestore.dynamodb.history import summary_attribute
+from statestore.dynamodb.jobs import EncodedJob, StoredJob, job_key
+from statestore.dynamodb.log import EncodedTransaction
+from statestore.dynamodb.writes import delete_quietly, outcome_unknown
+from statestore.errors import (
+    BookkeepingError,
+    CommitConflictError,
+    CommitOutcomeUnknownError,
+    StateStoreUnavailableError,
+    TableNotFoundError,
+)
+from statestore.jobs import check_job_bookkeeping
+from statestore.retry import COMMIT_RETRIES
+from statestore.transactions import Transaction
+
+log = logging.getLogger(__name__)
+
+#: an owner that waited this long for a verdict leads, whoever's request is oldest
+TAKEOVER_SECONDS = 1.0
+#: the owner's polls: first pause, growth and cap
+_POLL_FIRST, _POLL_GROWTH, _POLL_CAP = 0.003, 1.5, 0.05
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class GroupCommitMixin(CommitsMixin):
+    """Commits through pending requests and leaders (see the module docstring)."""
+
+    outcome_timeout_seconds: float
+
+    def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:
+        raise NotImplementedError
+
+    def _drop_unsaved_job_blob(self, job: Any, key: str, what: str) -> None:
+        raise NotImplementedError
+
+    # ----- the owner ------------------------------------------------------------------
+    def _group_commit(self, table_id: str, txn: Transaction, books: Bookkeeping, encoded: EncodedTransaction,
+                      job_encoded: Optional[EncodedJob]) -> bool:
+        """Commit through a pending request; True (applied by this call), False (its
+        commit id was applied before), or the error a single commit would raise."""
+        what = f"commit {txn.TYPE} to table {table_id}"
+        nonce = uuid.uuid4().hex
+        item = pending_item(table_id, encoded, books, job_encoded, nonce, _now_ms())
+        verdict = self._await_verdict(table_id, item, books.commit_id, nonce, what)
+        if verdict.kind == "applied":
+            return True
+        owned = [k for k in (encoded.blob_key, job_encoded.blob_key if job_encoded else None) if k]
+        if verdict.kind == "before":
+            if books.job is not None and job_encoded is not None and job_encoded.blob_key:
+                self._drop_unsaved_job_blob(books.job, job_encoded.blob_key, what)
+                owned.remove(job_encoded.blob_key)
+        if owned:
+            delete_quietly(self._blobs, owned, what)  # a definite no: nothing logged names them
+        if verdict.kind == "before":
+            return False
+        if verdict.kind == "withdrawn":
+            if verdict.error == "TableNotFoundError":
+                raise TableNotFoundError(f"no table with id {table_id}")
+            raise CommitConflictError(f"{what}: no leader decided it within {self.outcome_timeout_seconds:g}s, "
+                                      f"so it was withdrawn (commit id {books.commit_id}){verdict.message}")
+        raise verdict.exception()
+
+    def _await_verdict(self, table_id: str, item: dict[str, Any], commit_id: str, nonce: str,
+                       what: str) -> Verdict:
+        """Put the request, lead or poll until its verdict (step 1-4 of the module docstring)."""
+        start = time.monotonic()
+        deadline = start + self.outcome_timeout_seconds
+        put, pause, rounds = True, _POLL_FIRST, 0
+        last: Optional[BaseException] = None
+        while True:
+            try:
+                if put:
+                    self._put_pending(item, what)
+                    put = False
+                pending = self._pending(table_id)
+                mine = next((r for r in pending if r.commit_id == commit_id), None)
+                if mine is not None and mine.nonce == nonce:
+                    oldest = min(pending, key=lambda r: (r.t_ms, r.commit_id))
+                    if oldest is mine or time.monotonic() - start > TAKEOVER_SECONDS:
+                        decided = self._lead(table_id, pending)
+                        if decided is None:  # a lost race: read again
+                            rounds += 1
+                            COMMIT_RETRIES.add(table_id)
+                            self._backoff.pause(rounds)
+                            continue
+                        if commit_id in decided and decided[commit_id].nonce == nonce:
+                            return self._settled(table_id, commit_id, decided[commit_id], stale=False)
+                        continue
+                else:
+                    verdict, stale = self._read_verdict(table_id, commit_id, nonce)
+                    if verdict is not None:
+                        return self._settled(table_id, commit_id, verdict, stale)
+                    if mine is None:  # never written (a lost put), or a call with our id before us finished
+                        self._require_table_id(table_id)
+                        put = True
+                        continue
+                last = None
+            except TableNotFoundError:
+                verdict = self._withdraw(table_id, commit_id, nonce, what, None)
+                if verdict.kind == "withdrawn":
+                    return Verdict("withdrawn", nonce, "TableNotFoundError")
+                return verdict
+            except StateStoreUnavailableError as e:
+                if put and not outcome_unknown(e):
+                    raise  # the request was refused outright: nothing is pending
+                last = e
+            if time.monotonic() >= deadline:
+                return self._withdraw(table_id, commit_id, nonce, what, last)
+            time.sleep(pause)
+            pause = min(_POLL_CAP, pause * _POLL_GROWTH)
+
+    def _put_pending(self, item: dict[str, Any], what: str) -> None:
+        """Put the request unless an item of its commit id is there already (ours, put
+        by an earlier try of this put, or another call's with the same id: the polls
+        tell which)."""
+        d = self._dynamo
+        try:
+            d.call(f"{what}: request", d.client.put_item, TableName=d.table("items"), Item=item,
+                   ConditionExpression="attribute_not_exists(sk)")
+        except botocore.exceptions.ClientError as e:
+            if not is_condition_failed(e):
+                raise
+
+    def _pending(self, table_id: str) -> list[Request]:
+        return [Request.of(it) for it in self._dynamo.query(
+            f"read the pending commits of table {table_id}", "items", "table_id = :t AND begins_with(sk, :p)",
+            {":t": s(table_id), ":p": s(PENDING)}, limit=MAX_REQUESTS)]
+
+    def _read_items(self, table_id: str, keys: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The items at ``keys`` (at most 100) of the items table, by sort key, read consistently."""
+        d = self._dynamo
+        table = d.table("items")
+        out: dict[str, dict[str, Any]] = {}
+        request: dict[str, Any] = {table: {"Keys": keys, "ConsistentRead": True}}
+        for attempt in range(10):
+            got = d.call(f"read the commit items of table {table_id}", d.client.batch_get_item, RequestItems=request)
+            for it in got.get("Responses", {}).get(table, []):
+                out[get_s(it, "sk") or ""] = it
+            request = got.get("UnprocessedKeys") or {}
+            if not request:
+                return out
+            time.sleep(0.01 * 2 ** attempt)
+        raise StateStoreUnavailableError(f"DynamoDB kept leaving the commit items of table {table_id} unread")
+
+    def _read_verdict(self, table_id: str, commit_id: str, nonce: str) -> tuple[Optional[Verdict], bool]:
+        """The verdict of this call's request (None: none yet), and whether its pending
+        item is there (with a verdict: a retried put's stale re-creation)."""
+        got = self._read_items(table_id, [commit_id_key(table_id, commit_id), verdict_key(table_id, commit_id),
+                                         pending_key(table_id, commit_id)])
+        pending = got.get(f"{PENDING}{commit_id}")
+        ours = pending is not None and get_s(pending, "nonce") == nonce
+        applied = got.get(f"c#{commit_id}")
+        if applied is not None and get_s(applied, "by") == nonce:
+            return Verdict("applied", nonce), ours
+        told = got.get(f"{VERDICT}{commit_id}")
+        if told is not None and get_s(told, "nonce") == nonce:
+            return Verdict.of(told), ours
+        return None, ours
+
+    def _delete_pending(self, table_id: str, commit_id: str, nonce: str) -> None:
+        """Delete this call's pending item if it is there (a failed condition: it is not)."""
+        d = self._dynamo
+        try:
+            d.call(f"withdraw commit {commit_id} of table {table_id}", d.client.delete_item,
+                   TableName=d.table("items"), Key=pending_key(table_id, commit_id),
+                   ConditionExpression="nonce = :n", ExpressionAttributeValues={":n": s(nonce)})
+        except botocore.exceptions.ClientError as e:
+            if not is_condition_failed(e):
+                raise
+
+    def _settled(self, table_id: str, commit_id: str, verdict: Verdict, stale: bool) -> Verdict:
+        """Clean up after a verdict (best effort: leftovers go to ``prune_commit_ids``):
+        a stale pending item first, then the verdict item, which while the pending item
+        is there tells a leader not to decide it again."""
+        try:
+            if stale:
+                self._delete_pending(table_id, commit_id, verdict.nonce)
+            if verdict.kind != "applied":
+                d = self._dynamo
+                d.call(f"clear the verdict of commit {commit_id}", d.client.delete_item, TableName=d.table("items"),
+                       Key=verdict_key(table_id, commit_id))
+        except StateStoreUnavailableError as e:
+            log.warning("commit %s of table %s: its items are left to the prune: %s", commit_id, table_id, e)
+        return verdict
+
+    def _withdraw(self, table_id: str, commit_id: str, nonce: str, what: str,
+                  last: Optional[BaseException]) -> Verdict:
+        """Delete this call's pending item and read what became of it: its verdict if a
+        leader decided it first, else ``withdrawn`` (it can never apply)."""
+        deadline = time.monotonic() + self.outcome_timeout_seconds
+        pause = _POLL_FIRST
+        while True:
+            try:
+                self._delete_pending(table_id, commit_id, nonce)
+                verdict, there = self._read_verdict(table_id, commit_id, nonce)
+                if verdict is not None:
+                    return self._settled(table_id, commit_id, verdict, there)
+                if not there:
+                    why = f": {last}" if last is not None else ""
+                    return Verdict("withdrawn", nonce, message=why)
+            except StateStoreUnavailableError as e:
+                last = e
+                if time.monotonic() >= deadline:
+                    raise CommitOutcomeUnknownError(
+                        f"{what}: DynamoDB was lost while the commit was pending and did not come back within "
+                        f"{self.outcome_timeout_seconds:g}s, so whether it applied is unknown "
+                        f"(commit id {commit_id}): {e}") from e
+            time.sleep(pause)
+            pause = min(1.0, pause * 2)
+
+    # ----- the leader -----------------------------------------------------------------
+    def _lead(self, table_id: str, pending: list[Request]) -> Optional[dict[str, Verdict]]:
+        """One batch of ``pending`` (step 2 of the module docstring): the verdicts it
+        wrote by commit id, or None when its transaction was cancelled (a lost race, or
+        a retry of ours that ran into its own first try: the next reads say which)."""
+        entry = self._cache.entry(table_id)
+        with entry.lock:
+            self._cache.refresh(table_id, entry)
+            keys: list[dict[str, Any]] = []
+            for r in pending:
+                keys += [commit_id_key(table_id, r.commit_id), verdict_key(table_id, r.commit_id)]
+                job = r.item.get("job", {}).get("M")
+                if job is not None:
+                    rec = r.job(self._blobs)
+                    assert rec is not None
+                    keys.append(job_key(table_id, rec[1].job_id))
+            got = self._read_items(table_id, list({k["sk"]["S"]: k for k in keys}.values()))
+
+            def decide(r: Request, books: Bookkeeping, txn: Transaction, stored: StoredJob) -> Optional[Verdict]:
+                try:
+                    if books.job is not None:
+                        if (books.check_id and stored.record is not None and stored.record.status == "committed"
+                                and stored.record.outputs == books.job.outputs):
+                            return Verdict("before", r.nonce)  # the job's record is this commit's ledger entry
+                        check_job_bookkeeping(stored.record, books.job)
+                    if books.ingest_job_id is not None and not self._assigned_to(table_id, books.ingest_job_id):
+                        raise BookkeepingError(f"no ingest request of table {table_id} is assigned to job "
+                                               f"{books.ingest_job_id} any more")
+                    txn.validate(entry.state)
+                except StateStoreUnavailableError:
+                    raise
+                except Exception as e:
+                    return refusal(e, r.nonce)
+                return None
+
+            batch = choose(pending, got, self._blobs, decide,
+                           lambda it: self._job_of(f"read a job of table {table_id}", it))
+            return self._write_batch(table_id, entry, batch)
+
+    def _write_batch(self, table_id: str, entry: CachedTable, batch: Batch) -> Optional[dict[str, Verdict]]:
+        d = self._dynamo
+        items_table = d.table("items")
+        now = _now_ms()
+
+        def unpend(r: Request) -> dict[str, Any]:
+            return {"Delete": {"TableName": items_table, "Key": pending_key(table_id, r.commit_id),
+                               "ConditionExpression": "nonce = :n", "ExpressionAttributeValues": {":n": s(r.nonce)}}}
+
+        items: list[dict[str, Any]] = []
+        for i, a in enumerate(batch.accepted):
+            job_id = a.books.job.job_id if a.books.job is not None else None
+            written = self._commit_items(table_id, entry.n + 1 + i, a.request.encoded(), a.books, a.stored_job.rev,
+                                         now, 0, a.job_encoded, summary_attribute(a.transaction, entry.state, job_id))
+            written[COMMIT_ID]["Put"]["Item"]["by"] = s(a.request.nonce)
+            if i > 0:
+                del written[TABLE]  # one catalog check per transaction
+            items += [*written, unpend(a.request)]
+        for r, v in batch.verdicts.values():
+            items += [{"Put": {"TableName": items_table, "Item": v.item(table_id, r.commit_id, now)}}, unpend(r)]
+        items += [unpend(r) for r in batch.stale]
+        if not items:
+            return {}
+        try:
+            d.call(f"commit a batch of {len(batch)} to table {table_id}", d.client.transact_write_items,
+                   TransactItems=items)
+        except botocore.exceptions.ClientError as e:
+            codes = cancellation_codes(e)
+            if not codes:
+                raise
+            if batch.accepted and codes[TABLE] not in ("None", ""):
+                self._cache.forget(table_id)
+                raise TableNotFoundError(f"no table with id {table_id}") from None
+            return None
+        replaced = [a.stored_job.blob_key for a in batch.accepted if a.stored_job.blob_key]
+        for a in batch.accepted:
+            entry.apply(entry.n + 1, a.transaction)
+        if replaced:  # the job records' replaced revisions: nothing names them any more
+            delete_quietly(self._blobs, replaced, f"commit a batch to table {table_id}")
+        if batch.accepted:
+            self._maybe_snapshot(table_id, entry)
+        out = {a.request.commit_id: Verdict("applied", a.request.nonce) for a in batch.accepted}
+        out.update({cid: v for cid, (_, v) in batch.verdicts.items()})
+        return out
+
+    def _prune_group_items(self, table_id: str, before_ms: int) -> int:
+        """Delete verdicts and pending items older than ``before_ms`` (their owners gave
+        up long ago: a pending item's owner withdraws it within its timeout)."""
+        d = self._dynamo
+        old = []
+        for prefix, at in ((VERDICT, "time_ms"), (PENDING, "t_ms")):
+            old += [{"table_id": it["table_id"], "sk": it["sk"]} for it in d.query(
+                f"list the old commit requests of table {table_id}", "items", "table_id = :t AND begins_with(sk, :p)",
+                {":t": s(table_id), ":p": s(prefix)}, projection="table_id, sk, time_ms, t_ms")
+                if (get_n(it, at) or 0) < before_ms]
+        d.batch_delete(f"prune the old commit requests of table {table_id}", "items", old)
+        return len(old)
+
