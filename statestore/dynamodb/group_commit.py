@@ -75,7 +75,7 @@ from statestore.dynamodb.group_batch import (
 from statestore.dynamodb.history import summary_attribute
 from statestore.dynamodb.jobs import EncodedJob, StoredJob, job_key
 from statestore.dynamodb.log import EncodedTransaction
-from statestore.dynamodb.writes import delete_quietly, outcome_unknown
+from statestore.dynamodb.writes import delete_quietly, may_have_applied, outcome_unknown
 from statestore.errors import (
     BookkeepingError,
     CommitConflictError,
@@ -118,9 +118,9 @@ class GroupCommitMixin(CommitsMixin):
         what = f"commit {txn.TYPE} to table {table_id}"
         nonce = uuid.uuid4().hex
         item = pending_item(table_id, encoded, books, job_encoded, nonce, _now_ms())
-        verdict = self._await_verdict(table_id, item, books.commit_id, nonce, what)
+        verdict, uncertain = self._await_verdict(table_id, item, books.commit_id, nonce, what)
         if verdict.kind == "applied":
-            return True
+            return not uncertain  # as a single commit: False when found applied after a lost reply
         owned = [k for k in (encoded.blob_key, job_encoded.blob_key if job_encoded else None) if k]
         if verdict.kind == "before":
             if books.job is not None and job_encoded is not None and job_encoded.blob_key:
@@ -138,13 +138,16 @@ class GroupCommitMixin(CommitsMixin):
         raise verdict.exception()
 
     def _await_verdict(self, table_id: str, item: dict[str, Any], commit_id: str, nonce: str,
-                       what: str) -> Verdict:
-        """Put the request, lead or poll until its verdict (step 1-4 of the module docstring)."""
+                       what: str) -> tuple[Verdict, bool]:
+        """Put the request, lead or poll until its verdict (step 1-4 of the module
+        docstring); also whether a write of this call had an unknown outcome."""
         start = time.monotonic()
         deadline = start + self.outcome_timeout_seconds
-        put, pause, rounds = True, _POLL_FIRST, 0
+        put, pause, rounds, uncertain = True, _POLL_FIRST, 0, False
         last: Optional[BaseException] = None
         while True:
+            if not put and time.monotonic() >= deadline:
+                return self._withdraw(table_id, commit_id, nonce, what, last), uncertain
             try:
                 if put:
                     self._put_pending(item, what)
@@ -154,19 +157,20 @@ class GroupCommitMixin(CommitsMixin):
                 if mine is not None and mine.nonce == nonce:
                     oldest = min(pending, key=lambda r: (r.t_ms, r.commit_id))
                     if oldest is mine or time.monotonic() - start > TAKEOVER_SECONDS:
-                        decided = self._lead(table_id, pending)
+                        decided, maybe = self._lead(table_id, pending)
+                        uncertain = uncertain or maybe
                         if decided is None:  # a lost race: read again
                             rounds += 1
                             COMMIT_RETRIES.add(table_id)
                             self._backoff.pause(rounds)
                             continue
                         if commit_id in decided and decided[commit_id].nonce == nonce:
-                            return self._settled(table_id, commit_id, decided[commit_id], stale=False)
+                            return self._settled(table_id, commit_id, decided[commit_id], stale=False), uncertain
                         continue
                 else:
                     verdict, stale = self._read_verdict(table_id, commit_id, nonce)
                     if verdict is not None:
-                        return self._settled(table_id, commit_id, verdict, stale)
+                        return self._settled(table_id, commit_id, verdict, stale), uncertain
                     if mine is None:  # never written (a lost put), or a call with our id before us finished
                         self._require_table_id(table_id)
                         put = True
@@ -175,14 +179,16 @@ class GroupCommitMixin(CommitsMixin):
             except TableNotFoundError:
                 verdict = self._withdraw(table_id, commit_id, nonce, what, None)
                 if verdict.kind == "withdrawn":
-                    return Verdict("withdrawn", nonce, "TableNotFoundError")
-                return verdict
+                    return Verdict("withdrawn", nonce, "TableNotFoundError"), uncertain
+                return verdict, uncertain
             except StateStoreUnavailableError as e:
-                if put and not outcome_unknown(e):
+                unknown = outcome_unknown(e)
+                if put and not unknown:
                     raise  # the request was refused outright: nothing is pending
+                uncertain = uncertain or unknown
                 last = e
-            if time.monotonic() >= deadline:
-                return self._withdraw(table_id, commit_id, nonce, what, last)
+                if put and time.monotonic() >= deadline:  # never put, as far as we know
+                    return self._withdraw(table_id, commit_id, nonce, what, last), uncertain
             time.sleep(pause)
             pause = min(_POLL_CAP, pause * _POLL_GROWTH)
 
@@ -286,10 +292,11 @@ class GroupCommitMixin(CommitsMixin):
             pause = min(1.0, pause * 2)
 
     # ----- the leader -----------------------------------------------------------------
-    def _lead(self, table_id: str, pending: list[Request]) -> Optional[dict[str, Verdict]]:
+    def _lead(self, table_id: str, pending: list[Request]) -> tuple[Optional[dict[str, Verdict]], bool]:
         """One batch of ``pending`` (step 2 of the module docstring): the verdicts it
         wrote by commit id, or None when its transaction was cancelled (a lost race, or
-        a retry of ours that ran into its own first try: the next reads say which)."""
+        a retry of ours that ran into its own first try: the next reads say which); and
+        whether that cancellation came after botocore retried (it may have applied)."""
         entry = self._cache.entry(table_id)
         with entry.lock:
             self._cache.refresh(table_id, entry)
@@ -324,7 +331,8 @@ class GroupCommitMixin(CommitsMixin):
                            lambda it: self._job_of(f"read a job of table {table_id}", it))
             return self._write_batch(table_id, entry, batch)
 
-    def _write_batch(self, table_id: str, entry: CachedTable, batch: Batch) -> Optional[dict[str, Verdict]]:
+    def _write_batch(self, table_id: str, entry: CachedTable,
+                     batch: Batch) -> tuple[Optional[dict[str, Verdict]], bool]:
         d = self._dynamo
         items_table = d.table("items")
         now = _now_ms()
@@ -346,7 +354,7 @@ class GroupCommitMixin(CommitsMixin):
             items += [{"Put": {"TableName": items_table, "Item": v.item(table_id, r.commit_id, now)}}, unpend(r)]
         items += [unpend(r) for r in batch.stale]
         if not items:
-            return {}
+            return {}, False
         try:
             d.call(f"commit a batch of {len(batch)} to table {table_id}", d.client.transact_write_items,
                    TransactItems=items)
@@ -357,7 +365,7 @@ class GroupCommitMixin(CommitsMixin):
             if batch.accepted and codes[TABLE] not in ("None", ""):
                 self._cache.forget(table_id)
                 raise TableNotFoundError(f"no table with id {table_id}") from None
-            return None
+            return None, may_have_applied(e)
         replaced = [a.stored_job.blob_key for a in batch.accepted if a.stored_job.blob_key]
         for a in batch.accepted:
             entry.apply(entry.n + 1, a.transaction)
@@ -367,7 +375,7 @@ class GroupCommitMixin(CommitsMixin):
             self._maybe_snapshot(table_id, entry)
         out = {a.request.commit_id: Verdict("applied", a.request.nonce) for a in batch.accepted}
         out.update({cid: v for cid, (_, v) in batch.verdicts.items()})
-        return out
+        return out, False
 
     def _prune_group_items(self, table_id: str, before_ms: int) -> int:
         """Delete verdicts and pending items older than ``before_ms`` (their owners gave
