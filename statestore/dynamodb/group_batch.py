@@ -1,12 +1,12 @@
 """The leader's half of a group commit (:mod:`statestore.dynamodb.group_commit`):
 pending requests as items, the verdicts, and the choice of a batch.
 
-A pending request ``p#<commit id>`` holds everything a leader needs to validate and
-log it: the encoded transaction (its body inline, or the key of the blob holding it),
-the bookkeeping (commit id, whether to look the id up, the job record's item
-attributes, the ingest job id), the owner's ``nonce`` (one per call: a verdict names
-it, so an owner never takes another call's verdict for its own) and the owner's clock
-``t_ms`` (the order of the batch).
+A pending request ``p#<commit id>`` (in the ``requests`` table) holds everything a
+leader needs to validate and log it: the encoded transaction (its body inline, or the
+key of the blob holding it), the bookkeeping (commit id, whether to look the id up, the
+job record's item attributes, the ingest job id), the owner's ``nonce`` (one per call: a
+verdict names it, so an owner never takes another call's verdict for its own) and the
+owner's clock ``t_ms`` (the order of the batch).
 
 :func:`choose` walks the requests oldest first and sorts each into one of:
 
@@ -18,12 +18,16 @@ it, so an owner never takes another call's verdict for its own) and the owner's 
 * **refused**: its bookkeeping or its transaction does not hold against the state:
   verdict ``refused`` with the error's type and message;
 * **accepted**: logged at the next free number;
-* **deferred** (left pending for the next batch): it touches rows (partitions, files,
-  tombstones; :meth:`Transaction.touches`) or items (commit id, job record, ingest
-  job) an accepted request of this batch touches, or the batch is full. So every
-  request is validated against a state no earlier request of its batch changed what
-  it reads: validating all against the leader's state is the same as validating each
-  after the ones before it.
+* **deferred** (left pending for the next batch): it names an item (commit id, job
+  record, ingest job) an earlier request of this batch names, it touches the whole
+  table and is not first, or the batch is full.
+
+Each request is validated against the state as the batch's earlier accepted requests
+leave it, as if each were committed alone in turn: the leader keeps a working copy of
+only the rows the batch touches (:meth:`Transaction.touches`, as
+:func:`statestore.history.fragment_of` does for one transaction), validates each request
+against it and applies each accepted one to it -- never to its cached state, which
+changes only once the batch's transaction succeeded.
 """
 
 from __future__ import annotations
@@ -35,12 +39,19 @@ from typing import Any, Callable, Optional
 from statestore.bookkeeping import Bookkeeping
 from statestore.dynamodb.blobs import BlobStore
 from statestore.dynamodb.connection import b, get_n, get_s, n, s
+from statestore.dynamodb.history import summary_attribute
 from statestore.dynamodb.jobs import EncodedJob, StoredJob, job_from_item
 from statestore.dynamodb.log import EncodedTransaction, decode
+from statestore.state import TableState
 from statestore.transactions import Touches, Transaction
 
 PENDING = "p#"
 VERDICT = "x#"
+#: the DynamoDB table (role) of pending requests and verdicts: one of their own, so
+#: reading the pending requests costs their number, not that of every job and commit
+#: id item (moto's Query reads the whole table; its TransactWriteItems copies each
+#: table a transaction names)
+REQUESTS = "requests"
 #: the most requests a leader reads at once (3 keys each in one BatchGetItem of at most 100)
 MAX_REQUESTS = 25
 #: TransactWriteItems limits, with a margin for the attribute names and the catalog check
@@ -156,9 +167,31 @@ def refusal(e: BaseException, nonce: str) -> Verdict:
     return Verdict("refused", nonce, type(e).__name__, str(e))
 
 
-def overlaps(a: Touches, b: Touches) -> bool:
-    return (a.whole_table or b.whole_table or (a.tombstones and b.tombstones)
-            or bool(a.partition_ids & b.partition_ids) or bool(a.filenames & b.filenames))
+class Working:
+    """The rows of ``state`` the batch's requests touch, copied as they are first
+    touched, and changed only by applying the batch's accepted transactions."""
+
+    def __init__(self, state: TableState) -> None:
+        self.state = state
+        self.rows = TableState()
+        self.rows.tombstones, self.rows.delete_count = dict(state.tombstones), state.delete_count
+        self._pids: set[str] = set()
+        self._names: set[str] = set()
+
+    def cover(self, touches: Touches) -> TableState:
+        """The working rows, with those ``touches`` names added (from ``state``) if new."""
+        st, out = self.state, self.rows
+        for pid in touches.partition_ids - self._pids:
+            if pid in st.partitions:
+                out.partitions[pid] = st.partitions[pid]
+        for name in touches.filenames - self._names:
+            if name in st.files:
+                out.files[name] = st.files[name]
+            for pid in st.refs_by_file.get(name, ()):
+                out.put_reference(st.references[(name, pid)])
+        self._pids |= touches.partition_ids
+        self._names |= touches.filenames
+        return out
 
 
 @dataclass
@@ -170,6 +203,8 @@ class Accepted:
     books: Bookkeeping
     stored_job: StoredJob
     job_encoded: Optional[EncodedJob]
+    #: the log item's summary (statestore.dynamodb.history), from the working rows
+    summary: dict[str, Any]
 
 
 @dataclass
@@ -181,20 +216,21 @@ class Batch:
     verdicts: dict[str, tuple[Request, Verdict]] = field(default_factory=dict)
     stale: list[Request] = field(default_factory=list)
     keys: set[str] = field(default_factory=set)
-    touches: list[Touches] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.accepted) + len(self.verdicts) + len(self.stale)
 
 
-def choose(requests: list[Request], got: dict[str, dict[str, Any]], blobs: BlobStore,
-           decide: Callable[[Request, Bookkeeping, Transaction, StoredJob], Optional[Verdict]],
+def choose(requests: list[Request], got: dict[str, dict[str, Any]], blobs: BlobStore, state: TableState,
+           decide: Callable[[Request, Bookkeeping, Transaction, StoredJob, TableState], Optional[Verdict]],
            stored_job: Callable[[dict[str, Any]], StoredJob], budget_items: int = MAX_ITEMS) -> Batch:
     """Sort ``requests`` (oldest first) into a batch (see the module docstring). ``got``:
-    the ``c#``, ``x#`` and ``j#`` items read for them, by sort key. ``decide``: the
-    verdict of a request against the state (None: accepted). Stops when the items or
-    bytes of one TransactWriteItems would run out."""
+    the ``c#``, ``x#`` and ``j#`` items read for them, by sort key; ``state``: the
+    leader's (not changed). ``decide``: the verdict of a request against the rows it
+    is validated on (None: accepted). Stops when the items or bytes of one
+    TransactWriteItems would run out, or after a request touching the whole table."""
     batch = Batch()
+    working = Working(state)
     items = 1  # the catalog check
     size = 0
     for r in sorted(requests, key=lambda r: (r.t_ms, r.commit_id)):
@@ -226,18 +262,22 @@ def choose(requests: list[Request], got: dict[str, dict[str, Any]], blobs: BlobS
             continue
         txn = r.transaction(blobs)
         touched = txn.touches()
-        if any(overlaps(touched, t) for t in batch.touches):
-            continue  # deferred: validated after the accepted one it overlaps is applied
+        if touched.whole_table and len(batch):
+            break  # deferred: it goes first in a batch of its own
+        rows = state if touched.whole_table else working.cover(touched)
         job_item = got.get(f"j#{job_id}") if job_id else None
         stored = stored_job(job_item) if job_item is not None else StoredJob(None, None, None)
-        verdict = decide(r, books, txn, stored)
+        verdict = decide(r, books, txn, stored, rows)
         batch.keys |= keys
         if verdict is not None:
             batch.verdicts[r.commit_id] = (r, verdict)
             items += 2
             continue
-        batch.accepted.append(Accepted(r, txn, books, stored, None if job is None else job[0]))
-        batch.touches.append(touched)
+        summary = summary_attribute(txn, rows, job_id)
+        batch.accepted.append(Accepted(r, txn, books, stored, None if job is None else job[0], summary))
         items += need
         size += 2 * r.size()
+        if touched.whole_table:
+            break
+        txn.apply(rows)
     return batch

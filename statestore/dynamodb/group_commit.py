@@ -9,7 +9,7 @@ several committers most lose the race and retry, and each try costs a round trip
 The protocol, all through DynamoDB (no process talks to another):
 
 1. **Request.** The owner (the caller of :meth:`commit`) puts a pending item
-   ``p#<commit id>`` (:mod:`statestore.dynamodb.group_batch`), conditional on none
+   ``p#<commit id>`` in the ``requests`` table (:mod:`statestore.dynamodb.group_batch`), conditional on none
    existing: the encoded transaction (a large body is spilled to the blob store
    first, as today), its bookkeeping and a ``nonce`` of this call.
 2. **Lead.** The owner of the oldest pending request -- or any owner that has waited
@@ -62,6 +62,7 @@ from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_
 from statestore.dynamodb.group_batch import (
     MAX_REQUESTS,
     PENDING,
+    REQUESTS,
     VERDICT,
     Batch,
     Request,
@@ -72,7 +73,6 @@ from statestore.dynamodb.group_batch import (
     refusal,
     verdict_key,
 )
-from statestore.dynamodb.history import summary_attribute
 from statestore.dynamodb.jobs import EncodedJob, StoredJob, job_key
 from statestore.dynamodb.log import EncodedTransaction
 from statestore.dynamodb.writes import delete_quietly, may_have_applied, outcome_unknown
@@ -85,6 +85,7 @@ from statestore.errors import (
 )
 from statestore.jobs import check_job_bookkeeping
 from statestore.retry import COMMIT_RETRIES
+from statestore.state import TableState
 from statestore.transactions import Transaction
 
 log = logging.getLogger(__name__)
@@ -198,7 +199,7 @@ class GroupCommitMixin(CommitsMixin):
         tell which)."""
         d = self._dynamo
         try:
-            d.call(f"{what}: request", d.client.put_item, TableName=d.table("items"), Item=item,
+            d.call(f"{what}: request", d.client.put_item, TableName=d.table(REQUESTS), Item=item,
                    ConditionExpression="attribute_not_exists(sk)")
         except botocore.exceptions.ClientError as e:
             if not is_condition_failed(e):
@@ -206,19 +207,21 @@ class GroupCommitMixin(CommitsMixin):
 
     def _pending(self, table_id: str) -> list[Request]:
         return [Request.of(it) for it in self._dynamo.query(
-            f"read the pending commits of table {table_id}", "items", "table_id = :t AND begins_with(sk, :p)",
+            f"read the pending commits of table {table_id}", REQUESTS, "table_id = :t AND begins_with(sk, :p)",
             {":t": s(table_id), ":p": s(PENDING)}, limit=MAX_REQUESTS)]
 
-    def _read_items(self, table_id: str, keys: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """The items at ``keys`` (at most 100) of the items table, by sort key, read consistently."""
+    def _read_items(self, table_id: str, keys: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+        """The items at ``keys`` (by role; at most 100 in all), by sort key, read
+        consistently in one BatchGetItem."""
         d = self._dynamo
-        table = d.table("items")
         out: dict[str, dict[str, Any]] = {}
-        request: dict[str, Any] = {table: {"Keys": keys, "ConsistentRead": True}}
+        request: dict[str, Any] = {d.table(role): {"Keys": ks, "ConsistentRead": True}
+                                   for role, ks in keys.items() if ks}
         for attempt in range(10):
             got = d.call(f"read the commit items of table {table_id}", d.client.batch_get_item, RequestItems=request)
-            for it in got.get("Responses", {}).get(table, []):
-                out[get_s(it, "sk") or ""] = it
+            for items in got.get("Responses", {}).values():
+                for it in items:
+                    out[get_s(it, "sk") or ""] = it
             request = got.get("UnprocessedKeys") or {}
             if not request:
                 return out
@@ -228,8 +231,8 @@ class GroupCommitMixin(CommitsMixin):
     def _read_verdict(self, table_id: str, commit_id: str, nonce: str) -> tuple[Optional[Verdict], bool]:
         """The verdict of this call's request (None: none yet), and whether its pending
         item is there (with a verdict: a retried put's stale re-creation)."""
-        got = self._read_items(table_id, [commit_id_key(table_id, commit_id), verdict_key(table_id, commit_id),
-                                         pending_key(table_id, commit_id)])
+        mine = [verdict_key(table_id, commit_id), pending_key(table_id, commit_id)]
+        got = self._read_items(table_id, {"items": [commit_id_key(table_id, commit_id)], REQUESTS: mine})
         pending = got.get(f"{PENDING}{commit_id}")
         ours = pending is not None and get_s(pending, "nonce") == nonce
         applied = got.get(f"c#{commit_id}")
@@ -245,7 +248,7 @@ class GroupCommitMixin(CommitsMixin):
         d = self._dynamo
         try:
             d.call(f"withdraw commit {commit_id} of table {table_id}", d.client.delete_item,
-                   TableName=d.table("items"), Key=pending_key(table_id, commit_id),
+                   TableName=d.table(REQUESTS), Key=pending_key(table_id, commit_id),
                    ConditionExpression="nonce = :n", ExpressionAttributeValues={":n": s(nonce)})
         except botocore.exceptions.ClientError as e:
             if not is_condition_failed(e):
@@ -260,7 +263,7 @@ class GroupCommitMixin(CommitsMixin):
                 self._delete_pending(table_id, commit_id, verdict.nonce)
             if verdict.kind != "applied":
                 d = self._dynamo
-                d.call(f"clear the verdict of commit {commit_id}", d.client.delete_item, TableName=d.table("items"),
+                d.call(f"clear the verdict of commit {commit_id}", d.client.delete_item, TableName=d.table(REQUESTS),
                        Key=verdict_key(table_id, commit_id))
         except StateStoreUnavailableError as e:
             log.warning("commit %s of table %s: its items are left to the prune: %s", commit_id, table_id, e)
@@ -300,17 +303,18 @@ class GroupCommitMixin(CommitsMixin):
         entry = self._cache.entry(table_id)
         with entry.lock:
             self._cache.refresh(table_id, entry)
-            keys: list[dict[str, Any]] = []
+            keys: dict[str, dict[str, Any]] = {}
+            told: list[dict[str, Any]] = []
             for r in pending:
-                keys += [commit_id_key(table_id, r.commit_id), verdict_key(table_id, r.commit_id)]
-                job = r.item.get("job", {}).get("M")
+                keys[f"c#{r.commit_id}"] = commit_id_key(table_id, r.commit_id)
+                told.append(verdict_key(table_id, r.commit_id))
+                job = r.job(self._blobs)
                 if job is not None:
-                    rec = r.job(self._blobs)
-                    assert rec is not None
-                    keys.append(job_key(table_id, rec[1].job_id))
-            got = self._read_items(table_id, list({k["sk"]["S"]: k for k in keys}.values()))
+                    keys[f"j#{job[1].job_id}"] = job_key(table_id, job[1].job_id)
+            got = self._read_items(table_id, {"items": list(keys.values()), REQUESTS: told})
 
-            def decide(r: Request, books: Bookkeeping, txn: Transaction, stored: StoredJob) -> Optional[Verdict]:
+            def decide(r: Request, books: Bookkeeping, txn: Transaction, stored: StoredJob,
+                       rows: TableState) -> Optional[Verdict]:
                 try:
                     if books.job is not None:
                         if (books.check_id and stored.record is not None and stored.record.status == "committed"
@@ -320,38 +324,37 @@ class GroupCommitMixin(CommitsMixin):
                     if books.ingest_job_id is not None and not self._assigned_to(table_id, books.ingest_job_id):
                         raise BookkeepingError(f"no ingest request of table {table_id} is assigned to job "
                                                f"{books.ingest_job_id} any more")
-                    txn.validate(entry.state)
+                    txn.validate(rows)
                 except StateStoreUnavailableError:
                     raise
                 except Exception as e:
                     return refusal(e, r.nonce)
                 return None
 
-            batch = choose(pending, got, self._blobs, decide,
+            batch = choose(pending, got, self._blobs, entry.state, decide,
                            lambda it: self._job_of(f"read a job of table {table_id}", it))
             return self._write_batch(table_id, entry, batch)
 
     def _write_batch(self, table_id: str, entry: CachedTable,
                      batch: Batch) -> tuple[Optional[dict[str, Verdict]], bool]:
         d = self._dynamo
-        items_table = d.table("items")
+        requests_table = d.table(REQUESTS)
         now = _now_ms()
 
         def unpend(r: Request) -> dict[str, Any]:
-            return {"Delete": {"TableName": items_table, "Key": pending_key(table_id, r.commit_id),
+            return {"Delete": {"TableName": requests_table, "Key": pending_key(table_id, r.commit_id),
                                "ConditionExpression": "nonce = :n", "ExpressionAttributeValues": {":n": s(r.nonce)}}}
 
         items: list[dict[str, Any]] = []
         for i, a in enumerate(batch.accepted):
-            job_id = a.books.job.job_id if a.books.job is not None else None
             written = self._commit_items(table_id, entry.n + 1 + i, a.request.encoded(), a.books, a.stored_job.rev,
-                                         now, 0, a.job_encoded, summary_attribute(a.transaction, entry.state, job_id))
+                                         now, 0, a.job_encoded, a.summary)
             written[COMMIT_ID]["Put"]["Item"]["by"] = s(a.request.nonce)
             if i > 0:
                 del written[TABLE]  # one catalog check per transaction
             items += [*written, unpend(a.request)]
         for r, v in batch.verdicts.values():
-            items += [{"Put": {"TableName": items_table, "Item": v.item(table_id, r.commit_id, now)}}, unpend(r)]
+            items += [{"Put": {"TableName": requests_table, "Item": v.item(table_id, r.commit_id, now)}}, unpend(r)]
         items += [unpend(r) for r in batch.stale]
         if not items:
             return {}, False
@@ -384,9 +387,9 @@ class GroupCommitMixin(CommitsMixin):
         old = []
         for prefix, at in ((VERDICT, "time_ms"), (PENDING, "t_ms")):
             old += [{"table_id": it["table_id"], "sk": it["sk"]} for it in d.query(
-                f"list the old commit requests of table {table_id}", "items", "table_id = :t AND begins_with(sk, :p)",
+                f"list the old commit requests of table {table_id}", REQUESTS, "table_id = :t AND begins_with(sk, :p)",
                 {":t": s(table_id), ":p": s(prefix)}, projection="table_id, sk, time_ms, t_ms")
                 if (get_n(it, at) or 0) < before_ms]
-        d.batch_delete(f"prune the old commit requests of table {table_id}", "items", old)
+        d.batch_delete(f"prune the old commit requests of table {table_id}", REQUESTS, old)
         return len(old)
 

@@ -75,8 +75,7 @@ def _compaction(a: JobAssignment, output: str) -> ReplaceFileReferences:
 def _leftovers(store: Any, tid: str) -> list[str]:
     """The group commit's pending requests and verdicts still in the items table."""
     d = store._dynamo
-    return [it["sk"]["S"] for prefix in ("p#", "x#") for it in d.query(
-        "leftovers", "items", "table_id = :t AND begins_with(sk, :p)", {":t": s(tid), ":p": s(prefix)})]
+    return [it["sk"]["S"] for it in d.query("leftovers", "requests", "table_id = :t", {":t": s(tid)})]
 
 
 def _run(committers: int, work: Any) -> list[Any]:
