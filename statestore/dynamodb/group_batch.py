@@ -33,15 +33,17 @@ changes only once the batch's transaction succeeded.
 from __future__ import annotations
 
 import builtins
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from statestore.bookkeeping import Bookkeeping
 from statestore.dynamodb.blobs import BlobStore
-from statestore.dynamodb.connection import b, get_n, get_s, n, s
+from statestore.dynamodb.connection import Dynamo, b, get_n, get_s, n, s
 from statestore.dynamodb.history import summary_attribute
 from statestore.dynamodb.jobs import EncodedJob, StoredJob, job_from_item
 from statestore.dynamodb.log import EncodedTransaction, decode
+from statestore.errors import StateStoreUnavailableError
 from statestore.state import TableState
 from statestore.transactions import Touches, Transaction
 
@@ -281,3 +283,33 @@ def choose(requests: list[Request], got: dict[str, dict[str, Any]], blobs: BlobS
             break
         txn.apply(rows)
     return batch
+
+
+def read_items(d: Dynamo, table_id: str, keys: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """The items at ``keys`` (by role; at most 100 in all), by sort key, read
+    consistently in one BatchGetItem."""
+    out: dict[str, dict[str, Any]] = {}
+    request: dict[str, Any] = {d.table(role): {"Keys": ks, "ConsistentRead": True} for role, ks in keys.items() if ks}
+    for attempt in range(10):
+        got = d.call(f"read the commit items of table {table_id}", d.client.batch_get_item, RequestItems=request)
+        for items in got.get("Responses", {}).values():
+            for it in items:
+                out[get_s(it, "sk") or ""] = it
+        request = got.get("UnprocessedKeys") or {}
+        if not request:
+            return out
+        time.sleep(0.01 * 2 ** attempt)
+    raise StateStoreUnavailableError(f"DynamoDB kept leaving the commit items of table {table_id} unread")
+
+
+def prune_requests(d: Dynamo, table_id: str, before_ms: int) -> int:
+    """Delete verdicts and pending requests older than ``before_ms`` (their owners gave
+    up long ago: an owner withdraws its request within its timeout)."""
+    old = []
+    for prefix, at in ((VERDICT, "time_ms"), (PENDING, "t_ms")):
+        old += [{"table_id": it["table_id"], "sk": it["sk"]} for it in d.query(
+            f"list the old commit requests of table {table_id}", REQUESTS, "table_id = :t AND begins_with(sk, :p)",
+            {":t": s(table_id), ":p": s(prefix)}, projection="table_id, sk, time_ms, t_ms")
+            if (get_n(it, at) or 0) < before_ms]
+    d.batch_delete(f"prune the old commit requests of table {table_id}", REQUESTS, old)
+    return len(old)

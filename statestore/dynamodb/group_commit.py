@@ -12,24 +12,30 @@ The protocol, all through DynamoDB (no process talks to another):
    ``p#<commit id>`` in the ``requests`` table (:mod:`statestore.dynamodb.group_batch`), conditional on none
    existing: the encoded transaction (a large body is spilled to the blob store
    first, as today), its bookkeeping and a ``nonce`` of this call.
-2. **Lead.** The owner of the oldest pending request -- or any owner that has waited
-   longer than :data:`TAKEOVER_SECONDS` (the oldest's owner may be gone) -- catches up
-   the log, reads the pending requests (one Query), their ``c#``/``x#``/``j#`` items
-   (one BatchGetItem), validates each against the state exactly as a single commit
-   does (commit id applied before, the job record's revision and outputs, the ingest
-   assignment, the transaction itself) and writes ONE TransactWriteItems holding, for
-   each accepted request, what a single commit writes (log item ``n + i``
-   conditional on not existing, the commit id item ``c#`` -- naming the nonce in
-   ``by`` -- the job record conditional on its revision, the ingest job's end), and
-   for every other request a verdict item ``x#<commit id>`` (``before`` or
-   ``refused`` with the error's type and message); each request's pending item is
-   deleted in the same transaction, conditional on it still holding the nonce read.
-   A lost race (another leader, a single committer, a job saved meanwhile) cancels
-   the whole transaction: nothing applies, and the next round reads again.
-3. **Verdict.** Meanwhile the owner polls the pending requests (short backoff) until
-   its own is gone; then its ``c#`` (``by`` = its nonce: applied, True) or its ``x#``
-   (``before``: False; ``refused``: the same error the single commit would raise)
-   says what happened. The owner deletes its ``x#`` after reading it.
+2. **Lead.** A store whose last batch for the table went through keeps leading: its
+   next request reads the pending requests at once. Any other owner polls its own
+   verdict (step 3) and, once it has waited :data:`_PATIENCE` or three times its usual
+   wait, reads the pending requests too and leads if its request is the oldest -- or
+   whoever's is, after :data:`TAKEOVER_SECONDS` (the leader may be gone). A leader
+   finding fewer requests than its last batch held waits a few milliseconds for the
+   others to come. Then it catches up the log, reads the pending requests' ``c#``/
+   ``j#`` items and verdicts (one BatchGetItem), validates each against the state as a
+   single commit does (commit id applied before, the job record's revision and
+   outputs, the ingest assignment, the transaction itself; see
+   :mod:`statestore.dynamodb.group_batch` for the order) and writes ONE
+   TransactWriteItems holding, for each accepted request, what a single commit writes
+   (log item ``n + i`` conditional on not existing, the commit id item ``c#`` --
+   naming the nonce in ``by`` -- the job record conditional on its revision, the
+   ingest job's end), and for every other request a verdict item ``x#<commit id>``
+   (``before`` or ``refused`` with the error's type and message); each request's
+   pending item is deleted in the same transaction, conditional on it still holding
+   the nonce read. A lost race (another leader, a single committer, a job saved
+   meanwhile) cancels the whole transaction: nothing applies, the store stops leading,
+   and the next round reads again.
+3. **Verdict.** The owner polls (one BatchGetItem, short backoff) until its ``c#``
+   (``by`` = its nonce: applied, True) or its ``x#`` (``before``: False; ``refused``:
+   the same error the single commit would raise) says what happened, and deletes its
+   ``x#`` after reading it.
 4. **Give up.** After :attr:`outcome_timeout_seconds` without a verdict the owner
    deletes its pending item, conditional on its nonce, and reads again: deleted by
    it, the request can never apply (a leader's transaction naming it fails its
@@ -58,7 +64,7 @@ import botocore.exceptions
 from statestore.bookkeeping import Bookkeeping
 from statestore.dynamodb.cache import CachedTable
 from statestore.dynamodb.commits import COMMIT_ID, TABLE, CommitsMixin, commit_id_key
-from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, s
+from statestore.dynamodb.connection import cancellation_codes, get_s, is_condition_failed, s
 from statestore.dynamodb.group_batch import (
     MAX_REQUESTS,
     PENDING,
@@ -70,6 +76,7 @@ from statestore.dynamodb.group_batch import (
     choose,
     pending_item,
     pending_key,
+    read_items,
     refusal,
     verdict_key,
 )
@@ -93,7 +100,12 @@ log = logging.getLogger(__name__)
 #: an owner that waited this long for a verdict leads, whoever's request is oldest
 TAKEOVER_SECONDS = 1.0
 #: the owner's polls: first pause, growth and cap
-_POLL_FIRST, _POLL_GROWTH, _POLL_CAP = 0.003, 1.5, 0.05
+_POLL_FIRST, _POLL_GROWTH, _POLL_CAP = 0.002, 1.5, 0.01
+#: a leader finding fewer requests pending than its last batch held waits this long, at most this often
+_GATHER_SECONDS, _GATHERS = 0.003, 4
+#: an owner polls its own verdict (one BatchGetItem) for at least this long, or 3 times its usual
+#: wait, before it reads the pending requests to see whether it should lead
+_PATIENCE = 0.05
 
 
 def _now_ms() -> int:
@@ -104,6 +116,12 @@ class GroupCommitMixin(CommitsMixin):
     """Commits through pending requests and leaders (see the module docstring)."""
 
     outcome_timeout_seconds: float
+    #: the size of the last batch this store wrote, by table (a hint for gathering)
+    _last_batch: dict[str, int]
+    #: how long this store's commits waited for a verdict lately, by table (a hint for polling)
+    _wait_hint: dict[str, float]
+    #: the tables this store leads (its last batch went through)
+    _leading: set[str]
 
     def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:
         raise NotImplementedError
@@ -144,7 +162,7 @@ class GroupCommitMixin(CommitsMixin):
         docstring); also whether a write of this call had an unknown outcome."""
         start = time.monotonic()
         deadline = start + self.outcome_timeout_seconds
-        put, pause, rounds, uncertain = True, _POLL_FIRST, 0, False
+        put, pause, uncertain, gathers, first = True, _POLL_FIRST, False, 0, True
         last: Optional[BaseException] = None
         while True:
             if not put and time.monotonic() >= deadline:
@@ -153,26 +171,33 @@ class GroupCommitMixin(CommitsMixin):
                 if put:
                     self._put_pending(item, what)
                     put = False
-                pending = self._pending(table_id)
-                mine = next((r for r in pending if r.commit_id == commit_id), None)
-                if mine is not None and mine.nonce == nonce:
-                    oldest = min(pending, key=lambda r: (r.t_ms, r.commit_id))
-                    if oldest is mine or time.monotonic() - start > TAKEOVER_SECONDS:
-                        decided, maybe = self._lead(table_id, pending)
-                        uncertain = uncertain or maybe
-                        if decided is None:  # a lost race: read again
-                            rounds += 1
-                            COMMIT_RETRIES.add(table_id)
-                            self._backoff.pause(rounds)
+                waited = time.monotonic() - start
+                leader = table_id in self._leading
+                patient = not leader and waited <= max(_PATIENCE, 3 * self._wait_hint.get(table_id, 0.0))
+                if not patient:  # lead, or see whether we should
+                    pending = self._pending(table_id)
+                    mine = next((r for r in pending if r.commit_id == commit_id), None)
+                    if mine is not None and mine.nonce == nonce:
+                        oldest = min(pending, key=lambda r: (r.t_ms, r.commit_id))
+                        if leader or oldest is mine or waited > TAKEOVER_SECONDS:
+                            if len(pending) < self._last_batch.get(table_id, 0) and gathers < _GATHERS:
+                                gathers += 1  # fewer pending than the last batch held: let the others catch up
+                                time.sleep(_GATHER_SECONDS)
+                                continue
+                            verdict, maybe = self._lead_round(table_id, pending, commit_id, nonce)
+                            uncertain = uncertain or maybe
+                            if verdict is not None:
+                                return self._settled(table_id, commit_id, verdict, stale=False), uncertain
                             continue
-                        if commit_id in decided and decided[commit_id].nonce == nonce:
-                            return self._settled(table_id, commit_id, decided[commit_id], stale=False), uncertain
-                        continue
-                else:
-                    verdict, stale = self._read_verdict(table_id, commit_id, nonce)
+                    else:
+                        patient = True  # decided (or never written): read which
+                if patient:
+                    verdict, there = self._read_verdict(table_id, commit_id, nonce)
                     if verdict is not None:
-                        return self._settled(table_id, commit_id, verdict, stale), uncertain
-                    if mine is None:  # never written (a lost put), or a call with our id before us finished
+                        waited = time.monotonic() - start
+                        self._wait_hint[table_id] = 0.7 * self._wait_hint.get(table_id, waited) + 0.3 * waited
+                        return self._settled(table_id, commit_id, verdict, there), uncertain
+                    if not there:  # never written (a lost put), or a call with our id before us finished
                         self._require_table_id(table_id)
                         put = True
                         continue
@@ -190,8 +215,27 @@ class GroupCommitMixin(CommitsMixin):
                 last = e
                 if put and time.monotonic() >= deadline:  # never put, as far as we know
                     return self._withdraw(table_id, commit_id, nonce, what, last), uncertain
-            time.sleep(pause)
-            pause = min(_POLL_CAP, pause * _POLL_GROWTH)
+            if first:  # the first poll comes when verdicts usually do
+                time.sleep(max(pause, 0.6 * self._wait_hint.get(table_id, 0.0)))
+                first = False
+            else:
+                time.sleep(pause)
+                pause = min(_POLL_CAP, pause * _POLL_GROWTH)
+
+    def _lead_round(self, table_id: str, pending: list[Request], commit_id: str,
+                    nonce: str) -> tuple[Optional[Verdict], bool]:
+        """Lead one batch: this call's verdict if the batch decided it, and whether a
+        cancelled transaction may have applied. A store whose batch went through keeps
+        leading (its next requests lead at once; the others wait); a lost race ends that."""
+        decided, maybe = self._lead(table_id, pending)
+        if decided is None:  # a lost race: read again
+            self._leading.discard(table_id)
+            COMMIT_RETRIES.add(table_id)
+            self._backoff.pause(1)
+            return None, maybe
+        self._leading.add(table_id)
+        verdict = decided.get(commit_id)
+        return (verdict if verdict is not None and verdict.nonce == nonce else None), maybe
 
     def _put_pending(self, item: dict[str, Any], what: str) -> None:
         """Put the request unless an item of its commit id is there already (ours, put
@@ -210,29 +254,11 @@ class GroupCommitMixin(CommitsMixin):
             f"read the pending commits of table {table_id}", REQUESTS, "table_id = :t AND begins_with(sk, :p)",
             {":t": s(table_id), ":p": s(PENDING)}, limit=MAX_REQUESTS)]
 
-    def _read_items(self, table_id: str, keys: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-        """The items at ``keys`` (by role; at most 100 in all), by sort key, read
-        consistently in one BatchGetItem."""
-        d = self._dynamo
-        out: dict[str, dict[str, Any]] = {}
-        request: dict[str, Any] = {d.table(role): {"Keys": ks, "ConsistentRead": True}
-                                   for role, ks in keys.items() if ks}
-        for attempt in range(10):
-            got = d.call(f"read the commit items of table {table_id}", d.client.batch_get_item, RequestItems=request)
-            for items in got.get("Responses", {}).values():
-                for it in items:
-                    out[get_s(it, "sk") or ""] = it
-            request = got.get("UnprocessedKeys") or {}
-            if not request:
-                return out
-            time.sleep(0.01 * 2 ** attempt)
-        raise StateStoreUnavailableError(f"DynamoDB kept leaving the commit items of table {table_id} unread")
-
     def _read_verdict(self, table_id: str, commit_id: str, nonce: str) -> tuple[Optional[Verdict], bool]:
         """The verdict of this call's request (None: none yet), and whether its pending
         item is there (with a verdict: a retried put's stale re-creation)."""
         mine = [verdict_key(table_id, commit_id), pending_key(table_id, commit_id)]
-        got = self._read_items(table_id, {"items": [commit_id_key(table_id, commit_id)], REQUESTS: mine})
+        got = read_items(self._dynamo, table_id, {"items": [commit_id_key(table_id, commit_id)], REQUESTS: mine})
         pending = got.get(f"{PENDING}{commit_id}")
         ours = pending is not None and get_s(pending, "nonce") == nonce
         applied = got.get(f"c#{commit_id}")
@@ -311,7 +337,7 @@ class GroupCommitMixin(CommitsMixin):
                 job = r.job(self._blobs)
                 if job is not None:
                     keys[f"j#{job[1].job_id}"] = job_key(table_id, job[1].job_id)
-            got = self._read_items(table_id, {"items": list(keys.values()), REQUESTS: told})
+            got = read_items(self._dynamo, table_id, {"items": list(keys.values()), REQUESTS: told})
 
             def decide(r: Request, books: Bookkeeping, txn: Transaction, stored: StoredJob,
                        rows: TableState) -> Optional[Verdict]:
@@ -374,22 +400,9 @@ class GroupCommitMixin(CommitsMixin):
             entry.apply(entry.n + 1, a.transaction)
         if replaced:  # the job records' replaced revisions: nothing names them any more
             delete_quietly(self._blobs, replaced, f"commit a batch to table {table_id}")
+        self._last_batch[table_id] = len(batch)
         if batch.accepted:
             self._maybe_snapshot(table_id, entry)
         out = {a.request.commit_id: Verdict("applied", a.request.nonce) for a in batch.accepted}
         out.update({cid: v for cid, (_, v) in batch.verdicts.items()})
         return out, False
-
-    def _prune_group_items(self, table_id: str, before_ms: int) -> int:
-        """Delete verdicts and pending items older than ``before_ms`` (their owners gave
-        up long ago: a pending item's owner withdraws it within its timeout)."""
-        d = self._dynamo
-        old = []
-        for prefix, at in ((VERDICT, "time_ms"), (PENDING, "t_ms")):
-            old += [{"table_id": it["table_id"], "sk": it["sk"]} for it in d.query(
-                f"list the old commit requests of table {table_id}", REQUESTS, "table_id = :t AND begins_with(sk, :p)",
-                {":t": s(table_id), ":p": s(prefix)}, projection="table_id, sk, time_ms, t_ms")
-                if (get_n(it, at) or 0) < before_ms]
-        d.batch_delete(f"prune the old commit requests of table {table_id}", REQUESTS, old)
-        return len(old)
-

@@ -22,7 +22,7 @@ from statestore.dynamodb.catalog import CatalogMixin
 from statestore.dynamodb.catalog import _info as catalog_info
 from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping
 from statestore.dynamodb.connection import Dynamo, DynamoOptions, cancellation_codes, n, s
-from statestore.dynamodb.group_batch import MAX_PENDING_BYTES, pending_size
+from statestore.dynamodb.group_batch import MAX_PENDING_BYTES, pending_size, prune_requests
 from statestore.dynamodb.group_commit import GroupCommitMixin
 from statestore.dynamodb.history import HistoryMixin, summary_attribute
 from statestore.dynamodb.jobs import EncodedJob, encode_job
@@ -96,6 +96,9 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
         self.retention_margin = retention_margin
         self.retention_seconds = retention_seconds
         self.group_commit = group_commit
+        self._last_batch = {}
+        self._wait_hint = {}
+        self._leading = set()
 
     # ----- table state ----------------------------------------------------------------
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
@@ -318,7 +321,7 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
                if int(it["applied_ms"]["N"]) < before_ms]
         d.batch_delete(f"prune commit ids of table {table_id}", "items",
                        [{"table_id": it["table_id"], "sk": it["sk"]} for it in old])
-        self._prune_group_items(table_id, before_ms)
+        prune_requests(d, table_id, before_ms)  # statestore.dynamodb.group_commit
         self.expire(table_id)
         return len(old)
 
