@@ -86,7 +86,7 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
 
     def __init__(self, options: DynamoOptions, blobs: BlobStore, *, backoff: Optional[Backoff] = None,
                  snapshot_every: int = 1000, snapshot_seconds: float = 600.0, retention_margin: int = 100,
-                 retention_seconds: float = 3600.0, group_commit: bool = True) -> None:
+                 retention_seconds: float = 3600.0, group_commit: bool = False) -> None:
         self._dynamo = Dynamo(options)
         self._blobs = blobs
         self._cache = StateCache(self._dynamo, blobs)
