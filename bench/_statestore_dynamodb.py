@@ -3,10 +3,14 @@ moto server started in a process of its own (or any endpoint), snapshots and lar
 bodies in a temporary directory. moto is far slower than DynamoDB, so every figure is
 also taken against moto's own plain PutItem rate, measured in the same run.
 
-moto's TransactWriteItems copies every table a transaction names (to restore them if
-it is cancelled), so on moto a commit costs more the more items the log and items
-tables hold, which DynamoDB's does not: each measurement gets DynamoDB tables of its
-own (a fresh name prefix), holding only what it needs."""
+moto's TransactWriteItems deep-copies the table of every item a transaction names
+(to restore them if it is cancelled) -- once per item, not once per table -- so on moto
+a commit costs more the more items the log and items tables hold and the more items
+it writes, which DynamoDB's does not: each measurement gets DynamoDB tables of its
+own (a fresh name prefix), holding only what it needs. ``--moto-copy-once`` makes the
+bench's moto server copy each table once per transaction (bench/_moto_copy_once.py).
+Small commits are measured each racing for the log, then through group commit
+(statestore.dynamodb.group_commit)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from _statestore_common import THREADS, CountingBackoff, Figures, add_files, baseline, new_table, run_threads
@@ -27,15 +32,18 @@ from statestore.jobs import JobRecord
 MOTO_KEYS = {"access_key": "test", "secret_key": "test", "region": "us-east-1"}
 
 
-def _moto_server() -> tuple[subprocess.Popen[bytes], str]:
+def _moto_server(copy_once: bool = False) -> tuple[subprocess.Popen[bytes], str]:
     """A moto server in a process of its own (so it does not share the GIL with the
-    committers), answering one request at a time."""
+    committers), answering one request at a time; ``copy_once``: its TransactWriteItems
+    backs up each table once, not once per item (bench/_moto_copy_once.py)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     # One request at a time: moto's TransactWriteItems restores whole tables when a
     # transaction is cancelled, wiping concurrent writes, so a threaded server loses commits.
-    serve = ("from werkzeug.serving import run_simple; "
+    patch = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+             "import _moto_copy_once; _moto_copy_once.install(); ") if copy_once else ""
+    serve = (patch + "from werkzeug.serving import run_simple; "
              "from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app; "
              f"run_simple('127.0.0.1', {port}, DomainDispatcherApplication(create_backend_app), threaded=False)")
     proc = subprocess.Popen([sys.executable, "-c", serve], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -51,12 +59,14 @@ def _moto_server() -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("moto server did not start")
 
 
-def run_dynamodb(endpoint: Optional[str]) -> Figures:
-    """Every figure on DynamoDB at ``endpoint`` (None: a moto server of its own)."""
+def run_dynamodb(endpoint: Optional[str], moto_copy_once: bool = False) -> Figures:
+    """Every figure on DynamoDB at ``endpoint`` (None: a moto server of its own, see
+    :func:`_moto_server` for ``moto_copy_once``)."""
     proc = None
     if endpoint is None:
-        proc, endpoint = _moto_server()
-        print(f"moto server at {endpoint}")
+        proc, endpoint = _moto_server(moto_copy_once)
+        print(f"moto server at {endpoint}" + (" (TransactWriteItems copying each table once)" if moto_copy_once
+                                              else " (stock)"))
     try:
         with tempfile.TemporaryDirectory(prefix="sleeper-bench-blobs-") as blobs:
             return _bench_dynamodb(endpoint, blobs, label="DynamoDB (moto)" if proc else "DynamoDB")
@@ -84,9 +94,11 @@ def _put_item_baseline(endpoint: str, seconds: float = 3.0) -> tuple[float, floa
     return baseline(put, seconds)
 
 
-def _bench_small_commits(store: Callable[..., Any], with_jobs: bool, seconds: float = 6.0) -> float:
+def _bench_small_commits(store: Callable[..., Any], with_jobs: bool, seconds: float = 6.0,
+                         group: bool = False) -> float:
     """(a): small compaction commits/s from THREADS committers on one table, each a
-    store of its own (as processes would be)."""
+    store of its own (as processes would be); ``group``: through group commit
+    (statestore.dynamodb.group_commit), else each commit racing for the log itself."""
     setup = store()
     table_id, leaves = new_table(setup, 16)
     per_thread_jobs = 100 if with_jobs else 400
@@ -103,7 +115,7 @@ def _bench_small_commits(store: Callable[..., Any], with_jobs: bool, seconds: fl
             rec = JobRecord.created(table_id, job.job_id, "compaction").started(outputs=[f"out/{job.job_id}"])
             setup.put_job(rec)
             records[job.job_id] = rec.finished(3, 3, f"out/{job.job_id}").committed()
-    committers = [store(backoff=CountingBackoff()) for _ in range(THREADS)]
+    committers = [store(backoff=CountingBackoff(), group_commit=group) for _ in range(THREADS)]
     for c in committers:
         c.load_state(table_id)
     per_thread = [jobs[i::THREADS] for i in range(THREADS)]
@@ -124,7 +136,7 @@ def _bench_small_commits(store: Callable[..., Any], with_jobs: bool, seconds: fl
     if n == len(jobs):
         print(f"    (ran out of jobs after {s:.1f} s: the rate is a lower bound)")
     retries = sum(c._backoff.retries for c in committers)
-    what = "with their job records" if with_jobs else "no job records"
+    what = ("with their job records" if with_jobs else "no job records") + (", group commit" if group else "")
     print(f"(a) compaction commits on one table ({what}), {THREADS} committers: {n / s:,.1f} commits/s "
           f"({n} in {s:.1f} s, {retries} lost races retried)")
     return n / s
@@ -143,8 +155,13 @@ def _bench_dynamodb(endpoint: str, blobs: str, many: int = 100_000, label: str =
     base, base_1 = _put_item_baseline(endpoint)
     f = Figures(label, "PutItem", base, base_1)
     print(f"baseline: moto PutItem: {base:,.0f} items/s from {THREADS} threads, {base_1:,.0f}/s from one")
-    f.commits_per_s = _bench_small_commits(tables(), with_jobs=False)
-    f.commits_per_s_jobs = _bench_small_commits(tables(), with_jobs=True)
+    single = _bench_small_commits(tables(), with_jobs=False)
+    single_jobs = _bench_small_commits(tables(), with_jobs=True)
+    f.commits_per_s = _bench_small_commits(tables(), with_jobs=False, group=True)
+    f.commits_per_s_jobs = _bench_small_commits(tables(), with_jobs=True, group=True)
+    print(f"    group commit against single commits: {f.commits_per_s / single:.1f}x (no job records), "
+          f"{f.commits_per_s_jobs / single_jobs:.1f}x (with them); per PutItem from {THREADS} threads: "
+          f"{f.commits_per_s / base:.2f} and {f.commits_per_s_jobs / base:.2f}")
 
     # (b) one AddFiles commit of 100k files (its body goes to the object store)
     store = tables()

@@ -13,6 +13,12 @@ objects, serialised with ``to_dict``) over its newest snapshot:
   (:class:`CommitOutcomeUnknownError` instead when a try's reply was lost).
   Transaction bodies over ~350 KB compressed, and job records over ~300 KB, go to the
   object store behind a pointer.
+* **Group commit** (:mod:`~statestore.dynamodb.group_commit`, the store option
+  ``group_commit=True``): committers put pending requests in the ``requests`` table
+  and one of them, the leader, validates a batch in order and logs it in one
+  TransactWriteItems (log items ``n + 1 .. n + k``, each with its bookkeeping, and a
+  verdict for each refused request); owners poll for their verdict. Fewer lost
+  races and one transaction for many commits.
 * **Lost replies** (:mod:`~statestore.dynamodb.writes`, the one rule every writer
   calls): botocore retries a request whose reply was lost, and the retry of a
   conditional write fails on the first try's own write; so a failed condition is
@@ -35,7 +41,8 @@ process's first read of a table costs a snapshot load. Modules, one per role:
 :mod:`~statestore.dynamodb.writes` (lost replies),
 :mod:`~statestore.dynamodb.blobs` (object store), :mod:`~statestore.dynamodb.log`,
 :mod:`~statestore.dynamodb.snapshots`, :mod:`~statestore.dynamodb.cache`,
-:mod:`~statestore.dynamodb.commits`, :mod:`~statestore.dynamodb.catalog`,
+:mod:`~statestore.dynamodb.commits`, :mod:`~statestore.dynamodb.group_commit`,
+:mod:`~statestore.dynamodb.group_batch`, :mod:`~statestore.dynamodb.catalog`,
 :mod:`~statestore.dynamodb.jobs`, :mod:`~statestore.dynamodb.leases`,
 :mod:`~statestore.dynamodb.ingest_queue` and :mod:`~statestore.dynamodb.store`
 (:class:`DynamoDBStateStore`, :func:`open_dynamodb`). boto3 is imported only in this

@@ -226,6 +226,6 @@ class CatalogMixin(DynamoBase):
         keys = [get_s(it, "body_key") for it in d.query(what, "log", "table_id = :t", {":t": s(table_id)},
                                                         projection="body_key")]
         keys += [p.key for p in snapshots.all_pointers(d, table_id)]
-        for role in ("log", "snapshots", "items"):
+        for role in ("log", "snapshots", "items", "requests"):  # requests: statestore.dynamodb.group_commit
             d.delete_partition(what, role, table_id)
         self._blobs.delete([k for k in keys if k])

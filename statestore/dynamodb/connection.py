@@ -15,6 +15,8 @@ items      ``table_id`` (S)        ``sk`` (S)      ``c#`` commit ids, ``j#`` job
                                                    records, ``r#`` ingest requests,
                                                    ``e#`` ended ingest jobs
 leases     ``name`` (S)            --              one per lease
+requests   ``table_id`` (S)        ``sk`` (S)      ``p#`` pending commits, ``x#``
+                                                   their verdicts (group commit)
 ========== ======================= =============== ==================================
 """
 
@@ -40,6 +42,7 @@ TABLES: dict[str, tuple[str, str, Optional[str], str]] = {
     "snapshots": ("table_id", "S", "n", "N"),
     "items": ("table_id", "S", "sk", "S"),
     "leases": ("name", "S", None, ""),
+    "requests": ("table_id", "S", "sk", "S"),
 }
 
 #: errors that mean the request may or may not have reached DynamoDB

@@ -20,8 +20,10 @@ from statestore.dynamodb.buffer import MAX_FLUSH_ENTRIES
 from statestore.dynamodb.cache import CachedTable, StateCache
 from statestore.dynamodb.catalog import CatalogMixin
 from statestore.dynamodb.catalog import _info as catalog_info
-from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping, CommitsMixin
+from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping
 from statestore.dynamodb.connection import Dynamo, DynamoOptions, cancellation_codes, n, s
+from statestore.dynamodb.group_batch import MAX_PENDING_BYTES, pending_size, prune_requests
+from statestore.dynamodb.group_commit import GroupCommitMixin
 from statestore.dynamodb.history import HistoryMixin, summary_attribute
 from statestore.dynamodb.jobs import EncodedJob, encode_job
 from statestore.dynamodb.leases import LeasesMixin
@@ -60,7 +62,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin, HistoryMixin):
+class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMixin):
     """The state store in DynamoDB and an object store (see the package docstring).
 
     Args:
@@ -74,6 +76,9 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin, HistoryMixin):
             newest snapshot...
         retention_seconds: ...and everything younger than this, so readers that
             started from an older snapshot can finish.
+        group_commit: commit through pending requests that one committer logs in a
+            batch (:mod:`statestore.dynamodb.group_commit`); False: each commit races
+            for the next log number itself.
     """
 
     #: how long a commit whose request was lost keeps trying to learn its outcome
@@ -81,7 +86,7 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin, HistoryMixin):
 
     def __init__(self, options: DynamoOptions, blobs: BlobStore, *, backoff: Optional[Backoff] = None,
                  snapshot_every: int = 1000, snapshot_seconds: float = 600.0, retention_margin: int = 100,
-                 retention_seconds: float = 3600.0) -> None:
+                 retention_seconds: float = 3600.0, group_commit: bool = False) -> None:
         self._dynamo = Dynamo(options)
         self._blobs = blobs
         self._cache = StateCache(self._dynamo, blobs)
@@ -90,6 +95,13 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin, HistoryMixin):
         self.snapshot_seconds = snapshot_seconds
         self.retention_margin = retention_margin
         self.retention_seconds = retention_seconds
+        self.group_commit = group_commit
+        self._last_batch = {}
+        self._wait_hint = {}
+        self._leading = set()
+
+    def _now(self) -> int:
+        return _now_ms()
 
     # ----- table state ----------------------------------------------------------------
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
@@ -109,9 +121,13 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin, HistoryMixin):
                                     f"buffer entries in DynamoDB, not {len(set(buffer_seqs))}")
         books = Bookkeeping(commit_id or uuid.uuid4().hex, job, ingest_job_id, check_id=commit_id is not None,
                             buffer_seqs=tuple(buffer_seqs))
-        entry = self._cache.entry(table_id)
         encoded: Optional[EncodedTransaction] = None
         job_encoded = None if job is None else encode_job(self._blobs, job)
+        if self.group_commit and not buffer_seqs:
+            encoded = EncodedTransaction.of(table_id, transaction, self._blobs)
+            if pending_size(encoded, job_encoded) <= MAX_PENDING_BYTES:
+                return self._group_commit(table_id, transaction, books, encoded, job_encoded)
+        entry = self._cache.entry(table_id)
         deadline: Optional[float] = None  # set once a write may have applied without our hearing
         uncertain = False  # a try may have applied: a refusal from now on is no definite no
         conflicts = 0
@@ -308,6 +324,7 @@ class DynamoDBStateStore(CatalogMixin, CommitsMixin, LeasesMixin, HistoryMixin):
                if int(it["applied_ms"]["N"]) < before_ms]
         d.batch_delete(f"prune commit ids of table {table_id}", "items",
                        [{"table_id": it["table_id"], "sk": it["sk"]} for it in old])
+        prune_requests(d, table_id, before_ms)  # statestore.dynamodb.group_commit
         self.expire(table_id)
         return len(old)
 

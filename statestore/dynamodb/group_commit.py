@@ -1,0 +1,412 @@
+"""Group commit: committers of one table (in any process) hand their commits to
+whichever of them leads, and one TransactWriteItems logs a batch of them.
+
+Why: every commit is one TransactWriteItems racing for log number ``n + 1``; with
+several committers most lose the race and retry, and each try costs a round trip
+(on moto, a copy of every table it names). Batching lets one transaction log up to
+~25 commits at numbers ``n + 1 .. n + k``.
+
+The protocol, all through DynamoDB (no process talks to another):
+
+1. **Request.** The owner (the caller of :meth:`commit`) puts a pending item
+   ``p#<commit id>`` in the ``requests`` table (:mod:`statestore.dynamodb.group_batch`), conditional on none
+   existing: the encoded transaction (a large body is spilled to the blob store
+   first, as today), its bookkeeping and a ``nonce`` of this call.
+2. **Lead.** A store whose last batch for the table went through keeps leading: its
+   next request reads the pending requests at once. Any other owner polls its own
+   verdict (step 3) and, once it has waited :data:`_PATIENCE` or three times its usual
+   wait, reads the pending requests too and leads if its request is the oldest -- or
+   whoever's is, after :data:`TAKEOVER_SECONDS` (the leader may be gone). A leader
+   finding fewer requests than its last batch held waits a few milliseconds for the
+   others to come. Then it catches up the log, reads the pending requests' ``c#``/
+   ``j#`` items and verdicts (one BatchGetItem), validates each against the state as a
+   single commit does (commit id applied before, the job record's revision and
+   outputs, the ingest assignment, the transaction itself; see
+   :mod:`statestore.dynamodb.group_batch` for the order) and writes ONE
+   TransactWriteItems holding, for each accepted request, what a single commit writes
+   (log item ``n + i`` conditional on not existing, the commit id item ``c#`` --
+   naming the nonce in ``by`` -- the job record conditional on its revision, the
+   ingest job's end), and for every other request a verdict item ``x#<commit id>``
+   (``before`` or ``refused`` with the error's type and message); each request's
+   pending item is deleted in the same transaction, conditional on it still holding
+   the nonce read. A lost race (another leader, a single committer, a job saved
+   meanwhile) cancels the whole transaction: nothing applies, the store stops leading,
+   and the next round reads again.
+3. **Verdict.** The owner polls (one BatchGetItem, short backoff) until its ``c#``
+   (``by`` = its nonce: applied, True) or its ``x#`` (``before``: False; ``refused``:
+   the same error the single commit would raise) says what happened, and deletes its
+   ``x#`` after reading it.
+4. **Give up.** After :attr:`outcome_timeout_seconds` without a verdict the owner
+   deletes its pending item, conditional on its nonce, and reads again: deleted by
+   it, the request can never apply (a leader's transaction naming it fails its
+   condition) -- a definite :class:`CommitConflictError`; decided meanwhile: that
+   verdict. When DynamoDB does not answer even that: :class:`CommitOutcomeUnknownError`.
+
+Guarantees: a request is decided only by a transaction that deletes its pending item,
+so at most once; an owner reports a failure only after a verdict or its own delete of
+the pending item says nothing applied, and deletes its blobs only then (DESIGN.md
+section 10); a reply lost anywhere (botocore retries, :mod:`statestore.dynamodb.writes`)
+is settled by reading the items again: a retried put that re-creates a request already
+decided is found "stale" by the next leader (its verdict names the nonce) and only
+deleted. Verdicts of owners that died, and pending items nobody will decide, are removed
+by :meth:`~statestore.dynamodb.store.DynamoDBStateStore.prune_commit_ids`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any, Optional
+
+import botocore.exceptions
+
+from statestore.bookkeeping import Bookkeeping
+from statestore.dynamodb.cache import CachedTable
+from statestore.dynamodb.commits import COMMIT_ID, TABLE, CommitsMixin, commit_id_key
+from statestore.dynamodb.connection import cancellation_codes, get_s, is_condition_failed, s
+from statestore.dynamodb.group_batch import (
+    MAX_REQUESTS,
+    PENDING,
+    REQUESTS,
+    VERDICT,
+    Batch,
+    Request,
+    Verdict,
+    choose,
+    pending_item,
+    pending_key,
+    read_items,
+    refusal,
+    verdict_key,
+)
+from statestore.dynamodb.jobs import EncodedJob, StoredJob, job_key
+from statestore.dynamodb.log import EncodedTransaction
+from statestore.dynamodb.writes import delete_quietly, may_have_applied, outcome_unknown
+from statestore.errors import (
+    BookkeepingError,
+    CommitConflictError,
+    CommitOutcomeUnknownError,
+    StateStoreUnavailableError,
+    TableNotFoundError,
+)
+from statestore.jobs import check_job_bookkeeping
+from statestore.retry import COMMIT_RETRIES
+from statestore.state import TableState
+from statestore.transactions import Transaction
+
+log = logging.getLogger(__name__)
+
+#: an owner that waited this long for a verdict leads, whoever's request is oldest
+TAKEOVER_SECONDS = 1.0
+#: the owner's polls: first pause, growth and cap
+_POLL_FIRST, _POLL_GROWTH, _POLL_CAP = 0.002, 1.5, 0.01
+#: a leader finding fewer requests pending than its last batch held waits this long, at most this often
+_GATHER_SECONDS, _GATHERS = 0.003, 4
+#: an owner polls its own verdict (one BatchGetItem) for at least this long, or 3 times its usual
+#: wait, before it reads the pending requests to see whether it should lead
+_PATIENCE = 0.05
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class GroupCommitMixin(CommitsMixin):
+    """Commits through pending requests and leaders (see the module docstring)."""
+
+    outcome_timeout_seconds: float
+    #: the size of the last batch this store wrote, by table (a hint for gathering)
+    _last_batch: dict[str, int]
+    #: how long this store's commits waited for a verdict lately, by table (a hint for polling)
+    _wait_hint: dict[str, float]
+    #: the tables this store leads (its last batch went through)
+    _leading: set[str]
+
+    def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:
+        raise NotImplementedError
+
+    def _now(self) -> int:
+        """The store's clock in milliseconds (the log items' ``time_ms``)."""
+        return _now_ms()
+
+    def _drop_unsaved_job_blob(self, job: Any, key: str, what: str) -> None:
+        raise NotImplementedError
+
+    # ----- the owner ------------------------------------------------------------------
+    def _group_commit(self, table_id: str, txn: Transaction, books: Bookkeeping, encoded: EncodedTransaction,
+                      job_encoded: Optional[EncodedJob]) -> bool:
+        """Commit through a pending request; True (applied by this call), False (its
+        commit id was applied before), or the error a single commit would raise."""
+        what = f"commit {txn.TYPE} to table {table_id}"
+        nonce = uuid.uuid4().hex
+        item = pending_item(table_id, encoded, books, job_encoded, nonce, self._now())
+        verdict, uncertain = self._await_verdict(table_id, item, books.commit_id, nonce, what)
+        if verdict.kind == "applied":
+            return not uncertain  # as a single commit: False when found applied after a lost reply
+        owned = [k for k in (encoded.blob_key, job_encoded.blob_key if job_encoded else None) if k]
+        if verdict.kind == "before":
+            if books.job is not None and job_encoded is not None and job_encoded.blob_key:
+                self._drop_unsaved_job_blob(books.job, job_encoded.blob_key, what)
+                owned.remove(job_encoded.blob_key)
+        if owned:
+            delete_quietly(self._blobs, owned, what)  # a definite no: nothing logged names them
+        if verdict.kind == "before":
+            return False
+        if verdict.kind == "withdrawn":
+            if verdict.error == "TableNotFoundError":
+                raise TableNotFoundError(f"no table with id {table_id}")
+            raise CommitConflictError(f"{what}: no leader decided it within {self.outcome_timeout_seconds:g}s, "
+                                      f"so it was withdrawn (commit id {books.commit_id}){verdict.message}")
+        raise verdict.exception()
+
+    def _await_verdict(self, table_id: str, item: dict[str, Any], commit_id: str, nonce: str,
+                       what: str) -> tuple[Verdict, bool]:
+        """Put the request, lead or poll until its verdict (step 1-4 of the module
+        docstring); also whether a write of this call had an unknown outcome."""
+        start = time.monotonic()
+        deadline = start + self.outcome_timeout_seconds
+        put, pause, uncertain, gathers, first = True, _POLL_FIRST, False, 0, True
+        last: Optional[BaseException] = None
+        while True:
+            if not put and time.monotonic() >= deadline:
+                return self._withdraw(table_id, commit_id, nonce, what, last), uncertain
+            try:
+                if put:
+                    self._put_pending(item, what)
+                    put = False
+                waited = time.monotonic() - start
+                leader = table_id in self._leading
+                patient = not leader and waited <= max(_PATIENCE, 3 * self._wait_hint.get(table_id, 0.0))
+                if not patient:  # lead, or see whether we should
+                    pending = self._pending(table_id)
+                    mine = next((r for r in pending if r.commit_id == commit_id), None)
+                    if mine is not None and mine.nonce == nonce:
+                        oldest = min(pending, key=lambda r: (r.t_ms, r.commit_id))
+                        if leader or oldest is mine or waited > TAKEOVER_SECONDS:
+                            if len(pending) < self._last_batch.get(table_id, 0) and gathers < _GATHERS:
+                                gathers += 1  # fewer pending than the last batch held: let the others catch up
+                                time.sleep(_GATHER_SECONDS)
+                                continue
+                            verdict, maybe = self._lead_round(table_id, pending, commit_id, nonce)
+                            uncertain = uncertain or maybe
+                            if verdict is not None:
+                                return self._settled(table_id, commit_id, verdict, stale=False), uncertain
+                            continue
+                    else:
+                        patient = True  # decided (or never written): read which
+                if patient:
+                    verdict, there = self._read_verdict(table_id, commit_id, nonce)
+                    if verdict is not None:
+                        waited = time.monotonic() - start
+                        self._wait_hint[table_id] = 0.7 * self._wait_hint.get(table_id, waited) + 0.3 * waited
+                        return self._settled(table_id, commit_id, verdict, there), uncertain
+                    if not there:  # never written (a lost put), or a call with our id before us finished
+                        self._require_table_id(table_id)
+                        put = True
+                        continue
+                last = None
+            except TableNotFoundError:
+                verdict = self._withdraw(table_id, commit_id, nonce, what, None)
+                if verdict.kind == "withdrawn":
+                    return Verdict("withdrawn", nonce, "TableNotFoundError"), uncertain
+                return verdict, uncertain
+            except StateStoreUnavailableError as e:
+                unknown = outcome_unknown(e)
+                if put and not unknown:
+                    raise  # the request was refused outright: nothing is pending
+                uncertain = uncertain or unknown
+                last = e
+                if put and time.monotonic() >= deadline:  # never put, as far as we know
+                    return self._withdraw(table_id, commit_id, nonce, what, last), uncertain
+            if first:  # the first poll comes when verdicts usually do
+                time.sleep(max(pause, 0.6 * self._wait_hint.get(table_id, 0.0)))
+                first = False
+            else:
+                time.sleep(pause)
+                pause = min(_POLL_CAP, pause * _POLL_GROWTH)
+
+    def _lead_round(self, table_id: str, pending: list[Request], commit_id: str,
+                    nonce: str) -> tuple[Optional[Verdict], bool]:
+        """Lead one batch: this call's verdict if the batch decided it, and whether a
+        cancelled transaction may have applied. A store whose batch went through keeps
+        leading (its next requests lead at once; the others wait); a lost race ends that."""
+        decided, maybe = self._lead(table_id, pending)
+        if decided is None:  # a lost race: read again
+            self._leading.discard(table_id)
+            COMMIT_RETRIES.add(table_id)
+            self._backoff.pause(1)
+            return None, maybe
+        self._leading.add(table_id)
+        verdict = decided.get(commit_id)
+        return (verdict if verdict is not None and verdict.nonce == nonce else None), maybe
+
+    def _put_pending(self, item: dict[str, Any], what: str) -> None:
+        """Put the request unless an item of its commit id is there already (ours, put
+        by an earlier try of this put, or another call's with the same id: the polls
+        tell which)."""
+        d = self._dynamo
+        try:
+            d.call(f"{what}: request", d.client.put_item, TableName=d.table(REQUESTS), Item=item,
+                   ConditionExpression="attribute_not_exists(sk)")
+        except botocore.exceptions.ClientError as e:
+            if not is_condition_failed(e):
+                raise
+
+    def _pending(self, table_id: str) -> list[Request]:
+        return [Request.of(it) for it in self._dynamo.query(
+            f"read the pending commits of table {table_id}", REQUESTS, "table_id = :t AND begins_with(sk, :p)",
+            {":t": s(table_id), ":p": s(PENDING)}, limit=MAX_REQUESTS)]
+
+    def _read_verdict(self, table_id: str, commit_id: str, nonce: str) -> tuple[Optional[Verdict], bool]:
+        """The verdict of this call's request (None: none yet), and whether its pending
+        item is there (with a verdict: a retried put's stale re-creation)."""
+        mine = [verdict_key(table_id, commit_id), pending_key(table_id, commit_id)]
+        got = read_items(self._dynamo, table_id, {"items": [commit_id_key(table_id, commit_id)], REQUESTS: mine})
+        pending = got.get(f"{PENDING}{commit_id}")
+        ours = pending is not None and get_s(pending, "nonce") == nonce
+        applied = got.get(f"c#{commit_id}")
+        if applied is not None and get_s(applied, "by") == nonce:
+            return Verdict("applied", nonce), ours
+        told = got.get(f"{VERDICT}{commit_id}")
+        if told is not None and get_s(told, "nonce") == nonce:
+            return Verdict.of(told), ours
+        return None, ours
+
+    def _delete_pending(self, table_id: str, commit_id: str, nonce: str) -> None:
+        """Delete this call's pending item if it is there (a failed condition: it is not)."""
+        d = self._dynamo
+        try:
+            d.call(f"withdraw commit {commit_id} of table {table_id}", d.client.delete_item,
+                   TableName=d.table(REQUESTS), Key=pending_key(table_id, commit_id),
+                   ConditionExpression="nonce = :n", ExpressionAttributeValues={":n": s(nonce)})
+        except botocore.exceptions.ClientError as e:
+            if not is_condition_failed(e):
+                raise
+
+    def _settled(self, table_id: str, commit_id: str, verdict: Verdict, stale: bool) -> Verdict:
+        """Clean up after a verdict (best effort: leftovers go to ``prune_commit_ids``):
+        a stale pending item first, then the verdict item, which while the pending item
+        is there tells a leader not to decide it again."""
+        try:
+            if stale:
+                self._delete_pending(table_id, commit_id, verdict.nonce)
+            if verdict.kind != "applied":
+                d = self._dynamo
+                d.call(f"clear the verdict of commit {commit_id}", d.client.delete_item, TableName=d.table(REQUESTS),
+                       Key=verdict_key(table_id, commit_id))
+        except StateStoreUnavailableError as e:
+            log.warning("commit %s of table %s: its items are left to the prune: %s", commit_id, table_id, e)
+        return verdict
+
+    def _withdraw(self, table_id: str, commit_id: str, nonce: str, what: str,
+                  last: Optional[BaseException]) -> Verdict:
+        """Delete this call's pending item and read what became of it: its verdict if a
+        leader decided it first, else ``withdrawn`` (it can never apply)."""
+        deadline = time.monotonic() + self.outcome_timeout_seconds
+        pause = _POLL_FIRST
+        while True:
+            try:
+                self._delete_pending(table_id, commit_id, nonce)
+                verdict, there = self._read_verdict(table_id, commit_id, nonce)
+                if verdict is not None:
+                    return self._settled(table_id, commit_id, verdict, there)
+                if not there:
+                    why = f": {last}" if last is not None else ""
+                    return Verdict("withdrawn", nonce, message=why)
+            except StateStoreUnavailableError as e:
+                last = e
+                if time.monotonic() >= deadline:
+                    raise CommitOutcomeUnknownError(
+                        f"{what}: DynamoDB was lost while the commit was pending and did not come back within "
+                        f"{self.outcome_timeout_seconds:g}s, so whether it applied is unknown "
+                        f"(commit id {commit_id}): {e}") from e
+            time.sleep(pause)
+            pause = min(1.0, pause * 2)
+
+    # ----- the leader -----------------------------------------------------------------
+    def _lead(self, table_id: str, pending: list[Request]) -> tuple[Optional[dict[str, Verdict]], bool]:
+        """One batch of ``pending`` (step 2 of the module docstring): the verdicts it
+        wrote by commit id, or None when its transaction was cancelled (a lost race, or
+        a retry of ours that ran into its own first try: the next reads say which); and
+        whether that cancellation came after botocore retried (it may have applied)."""
+        entry = self._cache.entry(table_id)
+        with entry.lock:
+            self._cache.refresh(table_id, entry)
+            keys: dict[str, dict[str, Any]] = {}
+            told: list[dict[str, Any]] = []
+            for r in pending:
+                keys[f"c#{r.commit_id}"] = commit_id_key(table_id, r.commit_id)
+                told.append(verdict_key(table_id, r.commit_id))
+                job = r.job(self._blobs)
+                if job is not None:
+                    keys[f"j#{job[1].job_id}"] = job_key(table_id, job[1].job_id)
+            got = read_items(self._dynamo, table_id, {"items": list(keys.values()), REQUESTS: told})
+
+            def decide(r: Request, books: Bookkeeping, txn: Transaction, stored: StoredJob,
+                       rows: TableState) -> Optional[Verdict]:
+                try:
+                    if books.job is not None:
+                        if (books.check_id and stored.record is not None and stored.record.status == "committed"
+                                and stored.record.outputs == books.job.outputs):
+                            return Verdict("before", r.nonce)  # the job's record is this commit's ledger entry
+                        check_job_bookkeeping(stored.record, books.job)
+                    if books.ingest_job_id is not None and not self._assigned_to(table_id, books.ingest_job_id):
+                        raise BookkeepingError(f"no ingest request of table {table_id} is assigned to job "
+                                               f"{books.ingest_job_id} any more")
+                    txn.validate(rows)
+                except StateStoreUnavailableError:
+                    raise
+                except Exception as e:
+                    return refusal(e, r.nonce)
+                return None
+
+            batch = choose(pending, got, self._blobs, entry.state, decide,
+                           lambda it: self._job_of(f"read a job of table {table_id}", it))
+            return self._write_batch(table_id, entry, batch)
+
+    def _write_batch(self, table_id: str, entry: CachedTable,
+                     batch: Batch) -> tuple[Optional[dict[str, Verdict]], bool]:
+        d = self._dynamo
+        requests_table = d.table(REQUESTS)
+        now = self._now()
+
+        def unpend(r: Request) -> dict[str, Any]:
+            return {"Delete": {"TableName": requests_table, "Key": pending_key(table_id, r.commit_id),
+                               "ConditionExpression": "nonce = :n", "ExpressionAttributeValues": {":n": s(r.nonce)}}}
+
+        items: list[dict[str, Any]] = []
+        for i, a in enumerate(batch.accepted):
+            written = self._commit_items(table_id, entry.n + 1 + i, a.request.encoded(), a.books, a.stored_job.rev,
+                                         now, 0, a.job_encoded, a.summary)
+            written[COMMIT_ID]["Put"]["Item"]["by"] = s(a.request.nonce)
+            if i > 0:
+                del written[TABLE]  # one catalog check per transaction
+            items += [*written, unpend(a.request)]
+        for r, v in batch.verdicts.values():
+            items += [{"Put": {"TableName": requests_table, "Item": v.item(table_id, r.commit_id, now)}}, unpend(r)]
+        items += [unpend(r) for r in batch.stale]
+        if not items:
+            return {}, False
+        try:
+            d.call(f"commit a batch of {len(batch)} to table {table_id}", d.client.transact_write_items,
+                   TransactItems=items)
+        except botocore.exceptions.ClientError as e:
+            codes = cancellation_codes(e)
+            if not codes:
+                raise
+            if batch.accepted and codes[TABLE] not in ("None", ""):
+                self._cache.forget(table_id)
+                raise TableNotFoundError(f"no table with id {table_id}") from None
+            return None, may_have_applied(e)
+        replaced = [a.stored_job.blob_key for a in batch.accepted if a.stored_job.blob_key]
+        for a in batch.accepted:
+            entry.apply(entry.n + 1, a.transaction)
+        if replaced:  # the job records' replaced revisions: nothing names them any more
+            delete_quietly(self._blobs, replaced, f"commit a batch to table {table_id}")
+        self._last_batch[table_id] = len(batch)
+        if batch.accepted:
+            self._maybe_snapshot(table_id, entry)
+        out = {a.request.commit_id: Verdict("applied", a.request.nonce) for a in batch.accepted}
+        out.update({cid: v for cid, (_, v) in batch.verdicts.items()})
+        return out, False

@@ -1,0 +1,209 @@
+"""Group commit on DynamoDB (:mod:`statestore.dynamodb.group_commit`) on moto: committers
+with stores of their own (as processes would be) hand their compaction commits to a
+leader; every valid commit applies exactly once, every invalid one is refused with the
+error a single commit raises, a lost reply mid-batch loses and doubles nothing, and an
+owner giving up while a leader commits gets exactly one outcome."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from statestore import (
+    AddFiles,
+    AssignJobIds,
+    FileReference,
+    FileReferenceError,
+    JobAssignment,
+    ReplaceFileReferences,
+    Schema,
+    partitions_from_split_points,
+)
+from statestore.dynamodb import group_commit as group_commit_module
+from statestore.dynamodb import open_dynamodb
+from statestore.dynamodb.connection import s
+from statestore.errors import BookkeepingError, CommitConflictError
+from statestore.jobs import JobRecord
+from tests.faults.aws_proxy import FaultProxy
+from tests.integration.statestore.conftest import dynamodb_options
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = Schema.from_dict({"rowKeyFields": [{"name": "key", "type": "StringType"}]})
+COMMITTERS = 4
+
+
+@pytest.fixture
+def options(moto_endpoint_url: str, tmp_path: Path) -> dict[str, Any]:
+    return {**dynamodb_options(moto_endpoint_url, tmp_path / "blobs"), "group_commit": True}
+
+
+@pytest.fixture
+def proxy(moto_endpoint_url: str) -> Iterator[FaultProxy]:
+    with FaultProxy(moto_endpoint_url, seed=24) as p:
+        yield p
+
+
+def _table_with_jobs(store: Any, jobs: int) -> tuple[str, list[JobAssignment], dict[str, JobRecord]]:
+    """A table with ``jobs`` compaction jobs of 2 inputs each, assigned, their started
+    records saved; returns the records each commit saves (committed)."""
+    parts = partitions_from_split_points(SCHEMA, ["g", "p"])
+    tid = store.create_table(f"t{uuid.uuid4().hex[:6]}", SCHEMA, parts).table_id
+    leaves = sorted(p.id for p in parts if p.is_leaf)
+    refs = [FileReference(f"in/{i:04d}", leaves[i // 2 % len(leaves)], 10) for i in range(2 * jobs)]
+    store.commit(tid, AddFiles(tuple(refs)))
+    assigned = [JobAssignment(f"job{k:03d}", refs[2 * k].partition_id, (refs[2 * k].filename, refs[2 * k + 1].filename))
+                for k in range(jobs)]
+    store.commit(tid, AssignJobIds(tuple(assigned)))
+    records = {}
+    for a in assigned:
+        rec = JobRecord.created(tid, a.job_id, "compaction").started(outputs=[f"out/{a.job_id}"])
+        store.put_job(rec)
+        records[a.job_id] = rec.finished(20, 20, f"out/{a.job_id}").committed()
+    return tid, assigned, records
+
+
+def _compaction(a: JobAssignment, output: str) -> ReplaceFileReferences:
+    return ReplaceFileReferences(a.job_id, a.partition_id, a.filenames, FileReference(output, a.partition_id, 20))
+
+
+def _leftovers(store: Any, tid: str) -> list[str]:
+    """The group commit's pending requests and verdicts still in the items table."""
+    d = store._dynamo
+    return [it["sk"]["S"] for it in d.query("leftovers", "requests", "table_id = :t", {":t": s(tid)})]
+
+
+def _run(committers: int, work: Any) -> list[Any]:
+    results: list[Any] = [None] * committers
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = work(i)
+        except BaseException as e:  # reported by the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(committers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    return results
+
+
+def test_concurrent_committers_apply_each_valid_commit_once_and_refuse_each_invalid_one(options):
+    setup = open_dynamodb(**options)
+    tid, jobs, records = _table_with_jobs(setup, 24)
+    stores = [open_dynamodb(**options) for _ in range(COMMITTERS)]
+
+    def commit_all(i: int) -> list[tuple[str, Any]]:
+        out: list[tuple[str, Any]] = []
+        for k, a in enumerate(jobs[i::COMMITTERS]):
+            out.append(("valid", stores[i].commit(tid, _compaction(a, f"out/{a.job_id}"), job=records[a.job_id])))
+            # the same job again, its inputs replaced already: refused, with or without its record
+            again = _compaction(a, f"again/{a.job_id}")
+            try:
+                if k % 2:
+                    stores[i].commit(tid, again, job=records[a.job_id])
+                else:
+                    stores[i].commit(tid, again)
+                out.append(("invalid", "applied"))
+            except (BookkeepingError, FileReferenceError) as e:
+                out.append(("invalid", type(e).__name__))
+        return out
+
+    outcomes = [o for per in _run(COMMITTERS, commit_all) for o in per]
+    assert [r for kind, r in outcomes if kind == "valid"] == [True] * len(jobs)
+    refused = [r for kind, r in outcomes if kind == "invalid"]
+    half = len(jobs) // 2
+    assert sorted(refused) == ["BookkeepingError"] * half + ["FileReferenceError"] * half
+
+    state = open_dynamodb(**options).load_state(tid)
+    assert sorted(r.filename for r in state.references.values()) == sorted(f"out/{a.job_id}" for a in jobs)
+    assert len(state.references) == len(jobs)
+    assert all(setup.get_job(tid, a.job_id).status == "committed" for a in jobs)
+    assert open_dynamodb(**options).transaction_number(tid) == 3 + len(jobs)  # each logged once
+    assert _leftovers(setup, tid) == []
+
+
+def test_a_leaders_lost_reply_mid_batch_leaves_every_commit_applied_once(options, proxy):
+    setup = open_dynamodb(**options)
+    tid, jobs, records = _table_with_jobs(setup, 16)
+    stores = [open_dynamodb(**{**options, "endpoint_url": proxy.url}) for _ in range(COMMITTERS)]
+    rule = proxy.inject("lost", operation="TransactWriteItems", body=b'"p#', times=3)
+    error = proxy.inject("error", operation="TransactWriteItems", body=b'"p#', times=2)
+
+    def commit_all(i: int) -> list[bool]:
+        return [stores[i].commit(tid, _compaction(a, f"out/{a.job_id}"), job=records[a.job_id])
+                for a in jobs[i::COMMITTERS]]
+
+    results = [r for per in _run(COMMITTERS, commit_all) for r in per]
+    assert rule.fired == 3 and error.fired == 2
+    assert len(results) == len(jobs)  # each True, or False when found applied after its own lost reply
+    state = open_dynamodb(**options).load_state(tid)
+    assert sorted(r.filename for r in state.references.values()) == sorted(f"out/{a.job_id}" for a in jobs)
+    assert open_dynamodb(**options).transaction_number(tid) == 3 + len(jobs)  # no commit logged twice
+    assert _leftovers(setup, tid) == []
+
+
+@pytest.mark.parametrize("first", ["owner_withdraws", "leader_commits"])
+def test_an_owner_giving_up_while_a_leader_commits_gets_exactly_one_outcome(options, monkeypatch, first):
+    setup = open_dynamodb(**options)
+    tid, jobs, _ = _table_with_jobs(setup, 2)
+    owner, leader = open_dynamodb(**options), open_dynamodb(**options)
+    owner.outcome_timeout_seconds = 0.5
+    monkeypatch.setattr(owner, "_lead", lambda *a: (None, False))  # the owner never leads: it waits, then gives up
+    monkeypatch.setattr(group_commit_module, "TAKEOVER_SECONDS", 0.0)  # the leader leads at once
+    withdrawing, committed, withdrawn = threading.Event(), threading.Event(), threading.Event()
+
+    real_delete = owner._delete_pending
+
+    def delete_pending(*args: Any) -> None:
+        withdrawing.set()
+        if first == "leader_commits":
+            assert committed.wait(30)
+        real_delete(*args)
+        withdrawn.set()
+
+    monkeypatch.setattr(owner, "_delete_pending", delete_pending)
+    client = leader._dynamo.client
+    real_transact = client.transact_write_items
+
+    def transact(**kwargs: Any) -> Any:
+        if first == "owner_withdraws" and b"p#" in repr(kwargs).encode():
+            assert withdrawn.wait(30)
+        out = real_transact(**kwargs)
+        committed.set()
+        return out
+
+    monkeypatch.setattr(client, "transact_write_items", transact)
+    outcome: list[Any] = []
+
+    def own() -> None:
+        try:
+            outcome.append(owner.commit(tid, _compaction(jobs[0], "out/owner")))
+        except CommitConflictError as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=own)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not _leftovers(setup, tid):  # the leader starts once the owner's request is pending
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert leader.commit(tid, _compaction(jobs[1], "out/leader")) is True
+    t.join(timeout=60)
+    names = sorted(r.filename for r in open_dynamodb(**options).load_state(tid).references.values())
+    if first == "owner_withdraws":
+        assert isinstance(outcome[0], CommitConflictError)
+        assert names == ["in/0000", "in/0001", "out/leader"]
+    else:
+        assert outcome == [True]
+        assert names == ["out/leader", "out/owner"]
+    assert _leftovers(setup, tid) == []
