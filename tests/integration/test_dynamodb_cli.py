@@ -130,3 +130,41 @@ def test_the_cli_runs_on_s3_and_dynamodb_without_postgres(sleeper, moto):
 
     sleeper("table", "delete", "events")
     assert json.loads(sleeper("table", "list", "--json")) == []
+
+
+def test_a_home_that_asks_for_group_commit_commits_through_it(moto: str, tmp_path: Path) -> None:
+    """``[state_store] group_commit = true`` reaches the store: two writers' ingests
+    commit through pending requests (docs/adr/0010), every record once."""
+    import threading
+
+    import pyarrow as pa
+
+    from sleeper_ops import Sleeper
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "sleeper.toml").write_text(sleeper_toml(moto, "group", "group-") + "group_commit = true\n")
+    schema = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
+              "valueFields": [{"name": "n", "type": "LongType"}]}
+    with Sleeper(home) as setup:
+        assert setup.state_store.group_commit is True
+        setup.create_table("g", schema)
+    errors: list[BaseException] = []
+
+    def write(w: int) -> None:
+        try:
+            with Sleeper(home) as s:
+                for i in range(3):
+                    keys = [f"w{w}-{i}-{j:03d}" for j in range(100)]
+                    s.table("g").ingest(pa.table({"key": keys, "n": pa.array(range(100), pa.int64())}))
+        except BaseException as e:
+            errors.append(e)
+    writers = [threading.Thread(target=write, args=(w,)) for w in range(2)]
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join(120)
+    assert errors == []
+    with Sleeper(home) as s:
+        keys = s.table("g").query(ranges=[("", None)]).column("key").to_pylist()
+    assert len(keys) == 600 and len(set(keys)) == 600
