@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sleeper_ops.engine.leaves import leaf_indices
+from sleeper_ops.engine.leaves import leaf_indices_sliced
 from sleeper_ops.engine.merge import merge_sorted
 from sleeper_ops.errors import IngestError
 from sleeper_ops.heartbeat import Heartbeat
@@ -247,10 +247,12 @@ class IngestRunner:
 
     def _by_leaf(self, chunk: list[pa.RecordBatch],
                  tree: PartitionTree) -> list[tuple[Partition, Callable[[], pa.Table]]]:
-        """Split an unsorted chunk by leaf partition; each item sorts its rows when called."""
+        """Split an unsorted chunk by leaf partition (row slices in parallel); each item
+        sorts its rows when called."""
         table = pa.Table.from_batches(chunk).combine_chunks()
-        return [(leaf, functools.partial(self._sorted_leaf_rows, table, idx))
-                for leaf, idx in leaf_indices(table, tree)]
+        with ThreadPoolExecutor(self.threads) as pool:
+            leaves = leaf_indices_sliced(table, tree, self.threads, pool.map)
+        return [(leaf, functools.partial(self._sorted_leaf_rows, table, idx)) for leaf, idx in leaves]
 
     def _parallel(self, fn: Callable[[tuple[Partition, Callable[[], pa.Table]]], _T],
                   items: list[tuple[Partition, Callable[[], pa.Table]]]) -> list[_T]:
