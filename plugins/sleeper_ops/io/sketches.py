@@ -68,6 +68,25 @@ def _utf8(items: list[str]) -> bytes:
     return b"".join(out)
 
 
+def _utf8_arrow(values: pa.Array) -> bytes:
+    """The string ``values`` as :class:`Utf8SerDe` writes them (a little-endian int32
+    length before each value's UTF-8 bytes), assembled in numpy."""
+    if pa.types.is_large_string(values.type):
+        values = values.cast(pa.string())
+    n = len(values)
+    if n == 0:
+        return b""
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32, count=n + 1, offset=values.offset * 4)
+    lengths = np.diff(offsets).astype("<i4")
+    data = np.frombuffer(values.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+    starts = np.arange(n) * 4 + (offsets[:-1] - offsets[0])  # where each item's length goes
+    out = np.empty(4 * n + len(data), dtype=np.uint8)
+    out[(starts[:, None] + np.arange(4)).ravel()] = lengths.view(np.uint8)
+    owner = np.repeat(np.arange(n), lengths)  # the item each data byte belongs to
+    out[np.arange(len(data)) + 4 * (owner + 1)] = data
+    return out.tobytes()
+
+
 def _is_sorted(values: pa.Array) -> bool:
     return len(values) < 2 or not pc.any(pc.less(values[1:], values[:-1])).as_py()
 
@@ -85,10 +104,10 @@ def items_sketch_bytes(values: pa.Array, hex_bytes: bool = False) -> bytes:
     # byte and a uint32 per level; then min, max and the retained values (doubles)
     header = 8 if raw[0] == 2 else 20 + 4 * raw[18]
     at = np.frombuffer(raw, dtype="<f8", offset=header).astype(np.int64)
-    picked = values.take(pa.array(at)).to_pylist()
+    picked = values.take(pa.array(at))
     if hex_bytes:
-        picked = [v.hex() for v in picked]
-    return raw[:header] + _utf8(picked)
+        return raw[:header] + _utf8([v.hex() for v in picked.to_pylist()])
+    return raw[:header] + _utf8_arrow(picked)
 
 
 class FieldSketch:

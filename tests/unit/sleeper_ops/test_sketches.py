@@ -93,3 +93,15 @@ def test_leaf_indices_over_slices_equal_those_of_the_whole_table(sleeper):
     assert whole.keys() == sliced.keys()
     for pid, idx in whole.items():
         assert np.array_equal(idx, sliced[pid])
+
+
+def test_non_ascii_and_empty_strings_read_back_from_a_stored_sketch():
+    values = ["", "é", "日本語", "key-1", "zzz", "Ωmega"] * 50
+    sketch = FieldSketch("StringType")
+    sketch.update(pa.array(values, pa.string()).slice(3))  # a slice: its offsets do not start at 0
+
+    stored = FieldSketch.deserialize("StringType", sketch.serialize())
+
+    assert stored.count == len(values) - 3
+    assert (stored.min(), stored.max()) == ("", "日本語")
+    assert {item for item, _ in stored.sketch} <= set(values)
