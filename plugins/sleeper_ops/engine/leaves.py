@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +43,34 @@ def leaf_indices(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, 
         stack.append((right, base[~mask]))
         stack.append((left, base[mask]))
     return out
+
+
+#: the fewest rows per slice worth a task of its own in :func:`leaf_indices_sliced`
+MIN_SLICE_ROWS = 32_768
+Mapper = Callable[[Callable[[tuple[int, int]], list[tuple[Partition, Optional[np.ndarray]]]],
+                   Iterable[tuple[int, int]]], Iterator[list[tuple[Partition, Optional[np.ndarray]]]]]
+
+
+def leaf_indices_sliced(table: pa.Table, tree: PartitionTree, slices: int,
+                        map_: Mapper = map) -> list[tuple[Partition, Optional[np.ndarray]]]:
+    """What :func:`leaf_indices` returns, computed over up to ``slices`` contiguous row
+    slices of ``table`` through ``map_`` (an executor's ``map`` runs them in parallel:
+    Arrow's comparisons and takes release the GIL), each leaf's indices ascending."""
+    n = table.num_rows
+    slices = max(1, min(slices, n // MIN_SLICE_ROWS))
+    if slices == 1:
+        return leaf_indices(table, tree)
+    bounds = [n * i // slices for i in range(slices + 1)]
+    spans = list(zip(bounds, bounds[1:]))
+    parts = map_(lambda span: leaf_indices(table.slice(span[0], span[1] - span[0]), tree), spans)
+    found: dict[str, tuple[Partition, list[np.ndarray]]] = {}
+    for (lo, hi), part in zip(spans, parts):
+        for leaf, idx in part:
+            rows = np.arange(lo, hi) if idx is None else idx + lo
+            found.setdefault(leaf.id, (leaf, []))[1].append(rows)
+    if len(found) == 1:
+        return [(next(iter(found.values()))[0], None)]
+    return [(leaf, np.concatenate(rows)) for leaf, rows in found.values()]
 
 
 def split_by_leaf(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, pa.Table]]:

@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sleeper_ops.engine.leaves import leaf_indices
+from sleeper_ops.engine.leaves import leaf_indices_sliced
 from sleeper_ops.engine.merge import merge_sorted
 from sleeper_ops.errors import IngestError
 from sleeper_ops.heartbeat import Heartbeat
@@ -59,6 +59,7 @@ from statestore.store import StateStore
 from statestore.transactions import AddFiles
 
 _T = TypeVar("_T")
+_I = TypeVar("_I")
 Progress = Callable[[int], None]  # called with the number of records just read
 
 
@@ -247,16 +248,21 @@ class IngestRunner:
 
     def _by_leaf(self, chunk: list[pa.RecordBatch],
                  tree: PartitionTree) -> list[tuple[Partition, Callable[[], pa.Table]]]:
-        """Split an unsorted chunk by leaf partition; each item sorts its rows when called."""
+        """Split an unsorted chunk by leaf partition (row slices in parallel); each item
+        sorts its rows when called."""
         table = pa.Table.from_batches(chunk).combine_chunks()
-        return [(leaf, functools.partial(self._sorted_leaf_rows, table, idx))
-                for leaf, idx in leaf_indices(table, tree)]
+        with ThreadPoolExecutor(self.threads) as pool:
+            leaves = leaf_indices_sliced(table, tree, self.threads, pool.map)
+        return [(leaf, functools.partial(self._sorted_leaf_rows, table, idx)) for leaf, idx in leaves]
 
-    def _parallel(self, fn: Callable[[tuple[Partition, Callable[[], pa.Table]]], _T],
-                  items: list[tuple[Partition, Callable[[], pa.Table]]]) -> list[_T]:
-        """Run ``fn`` over items in the thread pool; every item runs even if one fails."""
+    def _parallel(self, fn: Callable[[_I], _T], items: Sequence[_I],
+                  meanwhile: Optional[Callable[[], None]] = None) -> list[_T]:
+        """Run ``fn`` over items in the thread pool; every item runs even if one fails.
+        ``meanwhile`` runs in this thread once the items are submitted."""
         with ThreadPoolExecutor(self.threads) as pool:
             futures = [pool.submit(fn, item) for item in items]
+            if meanwhile is not None:
+                meanwhile()
         results, errors = [], []
         for f in futures:
             try:
@@ -275,13 +281,24 @@ class IngestRunner:
 
     def _write_direct(self, chunk: list[pa.RecordBatch], tree: PartitionTree,
                       attempt: _Attempt) -> list[tuple[str, WrittenFile]]:
+        """Sort and write each leaf's rows of the only chunk; the sorting of the first
+        leaves overlaps the saving of the job record that names the outputs, and each
+        write waits for it."""
         items = self._by_leaf(chunk, tree)
-        keys = dict(zip((leaf.id for leaf, _ in items), attempt.new_keys([leaf.id for leaf, _ in items])))
+        named: Future[dict[str, str]] = Future()
+
+        def name() -> None:
+            try:
+                ids = [leaf.id for leaf, _ in items]
+                named.set_result(dict(zip(ids, attempt.new_keys(ids))))
+            except BaseException as e:
+                named.set_exception(e)  # every write raises it; _parallel raises it here
 
         def write(item: tuple[Partition, Callable[[], pa.Table]]) -> tuple[str, WrittenFile]:
             leaf, rows = item
-            return leaf.id, write_data_file(self.objects, keys[leaf.id], self.schema, rows(), self.settings)
-        return self._parallel(write, items)
+            data = rows()
+            return leaf.id, write_data_file(self.objects, named.result()[leaf.id], self.schema, data, self.settings)
+        return self._parallel(write, items, meanwhile=name)
 
     def _spill(self, chunk: list[pa.RecordBatch], tree: PartitionTree, root: str, chunk_no: int,
                runs: dict[str, list[str]]) -> None:
@@ -296,13 +313,11 @@ class IngestRunner:
             runs.setdefault(leaf_id, []).append(path)
 
     def _merge_runs(self, runs: dict[str, list[str]], attempt: _Attempt) -> list[tuple[str, WrittenFile]]:
-        out: list[tuple[str, WrittenFile]] = []
+        """Merge each leaf's spilled runs into its data file, leaves in parallel."""
         keys = attempt.new_keys(list(runs))
-        try:
-            for (leaf_id, paths), key in zip(runs.items(), keys):
-                out.append((leaf_id, write_data_file(self.objects, key, self.schema,
-                                                     merge_sorted(paths, self.schema), self.settings)))
-        except BaseException:
-            self._cleanup(out)
-            raise
-        return out
+
+        def merge(item: tuple[tuple[str, list[str]], str]) -> tuple[str, WrittenFile]:
+            (leaf_id, paths), key = item
+            return leaf_id, write_data_file(self.objects, key, self.schema, merge_sorted(paths, self.schema),
+                                            self.settings)
+        return self._parallel(merge, list(zip(runs.items(), keys)))

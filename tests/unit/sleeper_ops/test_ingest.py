@@ -625,3 +625,61 @@ def test_ingest_chunks_hold_at_most_max_chunk_rows(sleeper, input_dir):
     path = write_parquet(input_dir / "in.parquet", base_rows(20_000))
     result = t.ingest([path], max_chunk_rows=1000)
     assert result.spilled_chunks >= 20
+
+
+# ----- outputs are named in the job record before they are written -------------------------
+
+class NamingStateStore(InMemoryStateStore):
+    """An in-memory store that remembers every key a saved job record names, and can
+    refuse to save a record that names outputs."""
+
+    def __init__(self, refuse_naming: bool = False) -> None:
+        super().__init__()
+        self.named: set[str] = set()
+        self.refuse_naming = refuse_naming
+
+    def put_job(self, record):  # type: ignore[no-untyped-def]
+        outputs = set(record.outputs)
+        if outputs and self.refuse_naming:
+            raise ConnectionError("state store lost while saving the job record")
+        super().put_job(record)
+        self.named |= outputs
+
+
+class CheckedObjectStore(ObjectStore):
+    """Refuses to write a data file or sketch that no saved job record names."""
+
+    def __init__(self, root: str, state_store: NamingStateStore) -> None:
+        super().__init__(root)
+        self.state_store = state_store
+
+    def open_output(self, key):  # type: ignore[no-untyped-def]
+        data_key = key.rsplit(".sketches", 1)[0] + ".parquet" if key.endswith(".sketches") else key
+        assert data_key in self.state_store.named, f"{key} written before a saved job record named it"
+        return super().open_output(key)
+
+
+@pytest.mark.parametrize("max_chunk_rows", [4_000_000, 1000], ids=["in-memory", "spilled"])
+def test_every_output_is_named_in_a_saved_job_record_before_it_is_written(tmp_path, input_dir, max_chunk_rows):
+    store = NamingStateStore()
+    s = Sleeper(state_store=store, objects=CheckedObjectStore(str(tmp_path / "data"), store))
+    t = s.create_table("t", BASE_SCHEMA, split_points=[200, 400, 600, 800])
+    path = write_parquet(input_dir / "in.parquet", base_rows(5000))
+
+    result = t.ingest([path], max_chunk_rows=max_chunk_rows)
+
+    assert len(result.files) == 5
+    assert sum(r.record_count for r in t.state().references.values()) == 5000
+
+
+@pytest.mark.parametrize("max_chunk_rows", [4_000_000, 1000], ids=["in-memory", "spilled"])
+def test_a_job_record_that_cannot_be_saved_leaves_nothing_written(tmp_path, input_dir, max_chunk_rows):
+    store = NamingStateStore(refuse_naming=True)
+    s = Sleeper(state_store=store, objects=CheckedObjectStore(str(tmp_path / "data"), store))
+    t = s.create_table("t", BASE_SCHEMA, split_points=[200, 400, 600, 800])
+    path = write_parquet(input_dir / "in.parquet", base_rows(5000))
+
+    with pytest.raises(ConnectionError, match="state store lost"):
+        t.ingest([path], max_chunk_rows=max_chunk_rows)
+
+    assert_nothing_committed(s, t)
