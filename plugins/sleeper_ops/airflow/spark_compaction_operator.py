@@ -15,7 +15,7 @@ from sleeper_ops.airflow import tasks
 from sleeper_ops.airflow.hook import SleeperHook
 from sleeper_ops.airflow.lineage import jobs_lineage
 from sleeper_ops.airflow.operator_base import _SleeperMixin
-from sleeper_ops.airflow.spark_operators import JOBS_FROM_CREATE_JOBS, _service_for_deferral
+from sleeper_ops.airflow.spark_deferral import JOBS_FROM_CREATE_JOBS, service_for_deferral
 from sleeper_ops.airflow.spark_triggers import POLL_SECONDS, SparkServiceJobTrigger, ended_or_lost
 from sleeper_ops.errors import ConfigError
 from statestore.errors import LeaseHeldError, SleeperError
@@ -61,7 +61,7 @@ class SleeperSparkCompactionOperator(_SleeperMixin, SparkSubmitOperator):
             config = sleeper.config
             assert config is not None
             table = sleeper.table(self.table)
-            service = _service_for_deferral(self, config)
+            service = service_for_deferral(self, config)
             if service is not None and jobs:
                 self._submit_and_defer(sleeper, service, table, jobs, run, context)
             if config.spark_service is not None:  # the standing Spark service: no spark-submit

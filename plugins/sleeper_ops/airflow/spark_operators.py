@@ -26,24 +26,11 @@ from sleeper_ops.airflow import tasks
 from sleeper_ops.airflow.assets import commit_extra, emit_commit_event, key_range_of_partitions, with_commit_outlets
 from sleeper_ops.airflow.lineage import note, spark_lineage_conf
 from sleeper_ops.airflow.operator_base import SleeperOperator
+from sleeper_ops.airflow.spark_deferral import JOBS_FROM_CREATE_JOBS, service_for_deferral  # noqa: F401 - public here
 from sleeper_ops.airflow.spark_triggers import POLL_SECONDS, SparkServiceJobTrigger, ended_or_lost
 from sleeper_ops.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-#: ``jobs`` argument of the compaction operators after ``create_jobs`` in the same DAG.
-JOBS_FROM_CREATE_JOBS = "{{ ti.xcom_pull(task_ids='create_jobs', key='jobs') }}"
-
-
-def _service_for_deferral(operator: Any, config: Any) -> Optional[str]:
-    """The Spark service to defer on, or None (blocking) with a line saying why."""
-    if not operator.deferrable:
-        return None
-    if config.spark_service is None:
-        log.warning("%s: deferrable, but the connection names no Spark service (extra spark_service); running "
-                    "spark-submit in this worker", operator.task_id)
-    return config.spark_service
-
 
 def task_import_key(context: Any) -> str:
     """The default import key of a deferrable bulk import: the task instance's
@@ -94,7 +81,7 @@ class SleeperBulkImportOperator(SleeperOperator):
         run_id = tasks.run_label(context)
         with self.hook.get_conn() as sleeper:
             assert sleeper.config is not None
-            service = _service_for_deferral(self, sleeper.config)
+            service = service_for_deferral(self, sleeper.config)
             if service is not None:
                 done = self._submit_and_defer(sleeper, service, sources, run_id, context)
                 return self._report(sleeper, done, sources, context)
