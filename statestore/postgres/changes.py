@@ -159,14 +159,7 @@ def _whole_at_once(conn: psycopg.Connection[Any], table_id: str) -> TableChanges
     if row is None:
         raise TableNotFoundError(f"no table with id {table_id}")
     with _gc_paused():
-        state = TableState()
-        for p in parts:
-            part = _partition_from_row(p)
-            state.partitions[part.id] = part
-        for r in refs:
-            state.put_reference(FileReference(*r))
-        _fill_tombstones(state, tombstones)
-        whole = TableChanges.whole(_table_info(row[:4]), ("postgres", row[4]), state)
+        whole = TableChanges.whole(_table_info(row[:4]), ("postgres", row[4]), _state_of(parts, refs, tombstones))
     return replace(whole, buffer_mark=(int(mark[0]), int(mark[1]), int(mark[2])))
 
 
@@ -217,14 +210,20 @@ def _read_whole(conn: psycopg.Connection[Any], table_id: str, info: Any, token: 
     with _gc_paused():
         refs = conn.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s",
                             (table_id,)).fetchall()
-        state = TableState()
-        for p in parts:
-            part = _partition_from_row(p)
-            state.partitions[part.id] = part
-        for r in refs:
-            state.put_reference(FileReference(*r))
-        _fill_tombstones(state, conn.execute(_TOMBSTONES, (table_id,)).fetchone())
-        return TableChanges.whole(info, token, state)
+        tombstones = conn.execute(_TOMBSTONES, (table_id,)).fetchone()
+        return TableChanges.whole(info, token, _state_of(parts, refs, tombstones))
+
+
+def _state_of(parts: Any, refs: Any, tombstones: Any) -> TableState:
+    """The table state held by its partition, reference and tombstone rows."""
+    state = TableState()
+    for p in parts:
+        part = _partition_from_row(p)
+        state.partitions[part.id] = part
+    for r in refs:
+        state.put_reference(FileReference(*r))
+    _fill_tombstones(state, tombstones)
+    return state
 
 
 def _read_rows(conn: psycopg.Connection[Any], table_id: str, info: Any, token: Any, pids: set[str],
