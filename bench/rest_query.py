@@ -34,7 +34,7 @@ from typing import Any, Iterator
 
 import _common  # noqa: F401
 from _common import parse_args, percentiles
-from rest_read_rss import free_port
+from rest_read_rss import free_port, serve, wait_ready
 
 TABLE = "t"
 
@@ -61,33 +61,6 @@ def build(home: Path, rows: int) -> tuple[Any, list[str]]:
         t.compact(runner="local")
     print(f"built {rows:,} rows in {time.perf_counter() - t0:.1f}s ({len(t.state().references)} files)", flush=True)
     return s, keys
-
-
-def serve(home: str, port: int) -> None:
-    """The child: the REST app over ``home`` on 127.0.0.1:``port``."""
-    import uvicorn
-
-    from sleeper_ops.web.rest import LazySleeper, create_app
-
-    uvicorn.run(create_app(LazySleeper(home)), host="127.0.0.1", port=port, log_level="warning")
-
-
-def wait_ready(port: int, server: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request("GET", "/tables")
-            r = conn.getresponse()
-            r.read()
-            conn.close()
-            if r.status == 200:
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline or server.poll() is not None:
-            sys.exit("the REST server did not start")
-        time.sleep(0.2)
 
 
 def rest_lookup(conn: http.client.HTTPConnection, key: str) -> Any:

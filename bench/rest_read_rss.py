@@ -84,6 +84,23 @@ def serve(home: str, port: int) -> None:
     uvicorn.run(create_app(LazySleeper(home)), host="127.0.0.1", port=port, log_level="warning")
 
 
+def wait_ready(port: int, server: subprocess.Popen[bytes]) -> None:
+    """Until the REST server on ``port`` answers ``GET /tables`` (exits if it dies or
+    takes over 120 s)."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            r = get(port, "/tables", {})
+            r.read()
+            if r.status == 200:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline or server.poll() is not None:
+            raise SystemExit("the REST server did not start")
+        time.sleep(0.2)
+
+
 def measure(rows: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="sleeper-bench-rss-") as d:
         home = Path(d)
@@ -92,18 +109,7 @@ def measure(rows: int) -> dict[str, float]:
         env = {**os.environ, "SLEEPER_HOME": str(home)}
         server = subprocess.Popen([sys.executable, __file__, "--serve", str(home), str(port)], env=env)
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    r = get(port, "/tables", {})
-                    r.read()
-                    if r.status == 200:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit("the REST server did not start")
-                time.sleep(0.2)
+            wait_ready(port, server)
             r = get(port, f"/tables/{TABLE}/records", {"key": '"key-000000001"'})
             r.read()
             assert r.status == 200, r.status
