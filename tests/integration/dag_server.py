@@ -1,4 +1,4 @@
-"""One ``dag_runner.py serve`` process per AIRFLOW_HOME, per pytest worker.
+"""One ``dag_runner.py serve`` process per AIRFLOW_HOME and DAG folder, per pytest worker.
 
 Starting Airflow costs a fresh interpreter about 15 s of CPU before its first task runs
 (imports, then building the in-process execution API on the first request), which is
@@ -44,9 +44,19 @@ class DagServer:
     def request(self, request: dict, timeout: float) -> str:
         """The output of ``request`` (see ``dag_runner.py serve``), up to the server's end
         marker. Raises AssertionError when the server exits or takes longer than ``timeout``."""
+        self.submit(request)
+        return self.collect(timeout)
+
+    def submit(self, request: dict) -> None:
+        """Send ``request`` and return at once: the server works on it while the caller
+        goes on; :meth:`collect` gives its output."""
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
+
+    def collect(self, timeout: float) -> str:
+        """The output of the request submitted last, up to the server's end marker (see
+        :meth:`request` for the errors)."""
         out: list[str] = []
         while True:
             try:
@@ -72,7 +82,7 @@ class DagServer:
                 self.proc.wait()
 
 
-_servers: dict[str, DagServer] = {}
+_servers: dict[tuple[str, str], DagServer] = {}
 
 
 def run_in_server(folder: Path, airflow_home: Path, base_env: dict[str, str], env: dict[str, str],
@@ -80,6 +90,15 @@ def run_in_server(folder: Path, airflow_home: Path, base_env: dict[str, str], en
     """Make ``runs`` in the server for ``airflow_home`` (started with ``base_env``), with
     ``env`` set for these runs only; the runs' output."""
     return _server(folder, airflow_home, base_env).request({"env": env, "runs": runs}, timeout)
+
+
+def start_in_server(folder: Path, airflow_home: Path, base_env: dict[str, str], env: dict[str, str],
+                    runs: list[dict]) -> DagServer:
+    """Send ``runs`` to the server for ``airflow_home`` and ``folder`` and return at once
+    (the test acts while the runs go on); the server's ``collect`` gives their output."""
+    server = _server(folder, airflow_home, base_env)
+    server.submit({"env": env, "runs": runs})
+    return server
 
 
 def parse_in_server(folder: Path, airflow_home: Path, base_env: dict[str, str], env: dict[str, str],
@@ -91,7 +110,7 @@ def parse_in_server(folder: Path, airflow_home: Path, base_env: dict[str, str], 
 
 
 def _server(folder: Path, airflow_home: Path, base_env: dict[str, str]) -> DagServer:
-    key = str(airflow_home)
+    key = (str(airflow_home), str(folder))
     server = _servers.get(key)
     if server is None or server.proc.poll() is not None:
         server = _servers[key] = DagServer(folder, airflow_home, base_env)

@@ -91,6 +91,11 @@ def _finish_runs(proc: subprocess.Popen[str], n: int) -> Runs:
     return Runs(result, _split_logs(out, n))
 
 
+def runs_of(output: str, n: int) -> Runs:
+    """The ``n`` runs a DAG server's ``output`` reports."""
+    return Runs(_result(subprocess.CompletedProcess([], 0, output, "")), _split_logs(output, n))
+
+
 def run_dags(airflow_home: Path, sleeper_home: Path, *runs: dict[str, Any], **extra: str) -> Runs:
     """dag.test() each of ``runs`` ({"dag_id": ..., "conf": {...}}) in turn: in this
     worker's DAG server for ``airflow_home`` (:mod:`dag_server`), or in a subprocess of
@@ -99,8 +104,7 @@ def run_dags(airflow_home: Path, sleeper_home: Path, *runs: dict[str, Any], **ex
         return _finish_runs(_start_runs(airflow_home, sleeper_home, list(runs), **extra), len(runs))
     out = run_in_server(DAGS, airflow_home, _env(airflow_home, None),
                         {"SLEEPER_HOME": str(sleeper_home), **extra}, list(runs))
-    result = _result(subprocess.CompletedProcess([], 0, out, ""))
-    return Runs(result, _split_logs(out, len(runs)))
+    return runs_of(out, len(runs))
 
 
 def parse_dags(airflow_home: Path, sleeper_home: Optional[Path], folder: Path = DAGS, cwd: Optional[Path] = None,

@@ -8,9 +8,6 @@ test_airflow_end_to_end.py."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 import tomllib
 from pathlib import Path
@@ -24,6 +21,7 @@ import tomli_w
 from sleeper_ops import Sleeper
 from sleeper_ops.spark.service import SparkService, http_server
 from tests.integration import test_dags as dag_tests
+from tests.integration.dag_server import DagServer, start_in_server
 from tests.integration.spark_service_double import in_process_executor, serve, wait_for
 
 pytestmark = pytest.mark.integration
@@ -46,11 +44,15 @@ def _use_service(sleeper_home: Path, url: str) -> None:
     path.write_text(tomli_w.dumps(raw))
 
 
-def _start(airflow_home: Path, sleeper_home: Path, *runs: dict[str, Any]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, str(dag_tests.RUNNER), "test", str(DAGS), json.dumps(list(runs))],
-                            cwd=airflow_home, env=dag_tests._env(airflow_home, sleeper_home,
-                                                                 AIRFLOW__CORE__DAGS_FOLDER=str(DAGS)),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _start(airflow_home: Path, sleeper_home: Path, *runs: dict[str, Any]) -> DagServer:
+    """``runs`` started in this worker's DAG server for this folder (one Airflow start for
+    the module's tests, not one a test); ``_finish`` waits for them."""
+    return start_in_server(DAGS, airflow_home, dag_tests._env(airflow_home, None, AIRFLOW__CORE__DAGS_FOLDER=str(DAGS)),
+                           {"SLEEPER_HOME": str(sleeper_home)}, list(runs))
+
+
+def _finish(server: DagServer, n: int) -> dag_tests.Runs:
+    return dag_tests.runs_of(server.collect(300), n)
 
 
 def _records(sleeper: Sleeper) -> int:
@@ -73,7 +75,7 @@ def test_a_deferred_bulk_import_commits_while_its_task_waits_and_announces_it_on
             assert job.state in ("queued", "running") and _records(sleeper) == 0, "held at the gate: nothing yet"
         finally:
             gate.set()
-        runs = dag_tests._finish_runs(proc, 2)
+        runs = _finish(proc, 2)
     assert [r["state"] for r in runs.results] == ["success", "success"], runs.logs[0][-3000:]
     assert "[DAG TEST] running trigger in line" in runs.logs[0], "the task deferred"
     assert "running trigger in line" not in runs.logs[1], "the key was imported: nothing to wait for"
@@ -118,7 +120,7 @@ def test_a_service_restart_loses_the_job_and_the_state_store_decides_neither_twi
         second = start(SparkService(None, execute=in_process_executor({"events": never})))
         wait_for(lambda: second._jobs, 120, "day-2 to reach the second service")
         start(SparkService(None, execute=in_process_executor({})))
-        result = dag_tests._finish_runs(proc, 3)
+        result = _finish(proc, 3)
     finally:
         committed_held.set()
         servers[-1].shutdown()
@@ -144,15 +146,16 @@ def test_the_generated_compaction_dag_defers_its_spark_batch_when_the_table_says
     gate = threading.Event()
     with serve(in_process_executor({"events": gate})) as (url, service):
         _use_service(sleeper_home, url)
-        proc = dag_tests._start_runs(airflow_home, sleeper_home,
-                                     [{"dag_id": "sleeper_events_compaction", "conf": {"runner": "spark"}}])
+        proc = start_in_server(dag_tests.DAGS, airflow_home, dag_tests._env(airflow_home, None),
+                               {"SLEEPER_HOME": str(sleeper_home)},
+                               [{"dag_id": "sleeper_events_compaction", "conf": {"runner": "spark"}}])
         try:
             wait_for(lambda: service._jobs, 120, "the batch to reach the service")
             lease = sleeper.state_store.get_lease(lease_name(table.info.table_id, "compaction"))
             assert lease is not None and lease.holder.startswith("sleeper_events_compaction/"), lease
         finally:
             gate.set()
-        runs = dag_tests._finish_runs(proc, 1)
+        runs = _finish(proc, 1)
     assert runs.results[0]["state"] == "success", runs.logs[0][-3000:]
     assert runs.results[0]["tasks"]["run_spark"] == "success"
     assert "[DAG TEST] running trigger in line" in runs.logs[0], "run_spark deferred"

@@ -263,9 +263,11 @@ def wait_until_ready(port: int, airflow_home: Path, *, alive: Callable[[], bool]
                       f"see {airflow_home / 'standalone.log'}")
 
 
-def _airflow(env: dict[str, str], *args: str, log: Any) -> None:
-    subprocess.run([str(Path(sys.executable).parent / "airflow"), *args], env=env, check=True,
-                   stdout=log, stderr=subprocess.STDOUT)
+def airflow_batch(env: dict[str, str], *commands: list[str], log: Any, cwd: Optional[Path] = None) -> None:
+    """Run ``airflow`` ``commands`` in order in one interpreter
+    (:mod:`sleeper_ops.airflow.cli_batch`); CalledProcessError when one fails."""
+    subprocess.run([sys.executable, "-m", "sleeper_ops.airflow.cli_batch", *(json.dumps(c) for c in commands)],
+                   env=env, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
 
 
 def stop_process_group(proc: subprocess.Popen[Any], timeout: float = STOP_TIMEOUT_SECONDS) -> None:
@@ -352,14 +354,14 @@ def _run(config: SleeperConfig, *, port: int, demo: bool, users: Optional[str], 
             f"PostgreSQL; log {log_path}")
         with open(log_path, "ab") as log:
             say("migrating the Airflow database ...")
-            _airflow(env, "db", "migrate", log=log)
+            airflow_batch(env, ["db", "migrate"],
+                          ["pools", "set", "spark", str(SPARK_POOL_SLOTS), "spark-submit runs of Sleeper DAGs"],
+                          log=log)
             # after Airflow's first command has generated airflow.cfg with its secrets (the JWT
             # secret every component must share), never before
             cfg = write_airflow_cfg(config.airflow_home, env)
             say(f"Airflow's settings are in {cfg}: AIRFLOW_HOME={config.airflow_home} airflow ... reaches "
                 "this Airflow")
-            _airflow(env, "pools", "set", "spark", str(SPARK_POOL_SLOTS), "spark-submit runs of Sleeper DAGs",
-                     log=log)
             say(f"starting Airflow standalone on http://127.0.0.1:{port} ...")
             proc = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), "standalone"], env=env,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

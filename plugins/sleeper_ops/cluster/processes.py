@@ -109,7 +109,9 @@ def wait_until(check: Callable[[], bool], what: str, deadline: float, alive: Cal
 
 def stop_groups(pieces: Sequence[Piece], grace: float = STOP_GRACE_SECONDS) -> list[str]:
     """Stop the process groups of ``pieces`` together: SIGTERM to each, then SIGKILL to
-    what is left of any after ``grace`` seconds; the names of those killed so."""
+    what is left of any after ``grace`` seconds; the names of those killed so. Returns
+    once every process of the groups is gone (a SIGKILLed process dies when next
+    scheduled, not at once), or after 10 s more."""
     for piece in pieces:
         _signal_group(piece.process.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
@@ -120,11 +122,14 @@ def stop_groups(pieces: Sequence[Piece], grace: float = STOP_GRACE_SECONDS) -> l
     killed = [p.name for p in pieces if _group_alive(p.process.pid)]
     for piece in pieces:
         _signal_group(piece.process.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10.0
     for piece in pieces:
         try:
-            piece.process.wait(10.0)
+            piece.process.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
+    while time.monotonic() < deadline and any(_group_alive(p.process.pid) for p in pieces):
+        time.sleep(0.05)
     return killed
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import secrets
 import shutil
-import subprocess
 import sys
 import time
 from base64 import urlsafe_b64encode
@@ -42,7 +41,7 @@ from typing import Any, Iterator, Optional
 
 import tomli_w
 
-from sleeper_ops.airflow.standalone import DAGS_FOLDER, SPARK_POOL_SLOTS, sqlalchemy_url, user_passwords
+from sleeper_ops.airflow.standalone import DAGS_FOLDER, SPARK_POOL_SLOTS, airflow_batch, sqlalchemy_url, user_passwords
 from sleeper_ops.airflow.warm_imports import write_local_settings
 from sleeper_ops.cluster import environment as envs
 from sleeper_ops.cluster.processes import (
@@ -202,15 +201,9 @@ def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int 
             Path(home).mkdir(parents=True, exist_ok=True)
             write_local_settings(Path(home))  # DAG parses and tasks fork with their imports made
         init_env = {**base, **envs.process_environment(layout, "scheduler")}
-        airflow_cli = str(Path(sys.executable).parent / "airflow")
-        with open(work / "airflow-init.log", "wb") as log:
-            subprocess.run([airflow_cli, "db", "migrate"], env=init_env, cwd=layout.homes["scheduler"], check=True,
-                           stdout=log, stderr=subprocess.STDOUT)
-        # the pool only matters once a Spark task is queued: made while the components start
-        pool = start_process("airflow pools set", "", [airflow_cli, "pools", "set", "spark", str(SPARK_POOL_SLOTS),
-                                                        "Spark jobs"], log=work / "airflow-pool.log", env=init_env,
-                             cwd=Path(layout.homes["scheduler"]))
-        stack.callback(stop_groups, [pool])
+        with open(work / "airflow-init.log", "wb") as log:  # one interpreter for both commands
+            airflow_batch(init_env, ["db", "migrate"], ["pools", "set", "spark", str(SPARK_POOL_SLOTS), "Spark jobs"],
+                          log=log, cwd=Path(layout.homes["scheduler"]))
         for role in envs.ROLES:
             env = {**base, **envs.process_environment(layout, role)}
             url = layout.api_url if role == "api-server" else layout.broker_url if role in envs.WORKER_ROLES else ""
@@ -231,8 +224,6 @@ def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int 
             if "worker" in piece.name:
                 wait_for_log(piece, r"worker-\d@\S+ ready", deadline)
         cluster.admin_password = _wait_for_airflow(layout, deadline, cluster.dead)
-        if pool.process.wait(max(1.0, deadline - time.monotonic())) != 0:
-            raise ConfigError(f"airflow pools set failed (see {pool.log})")
         cluster.started_seconds = time.monotonic() - started
         yield cluster
 

@@ -8,9 +8,10 @@ import numpy as np
 import pyarrow as pa
 
 from sleeper_ops.engine import kernels
-from sleeper_ops.io.arrow_schema import key_scalar
+from sleeper_ops.io.arrow_schema import key_scalar, sort_keys
 from statestore.partitions import Partition, PartitionTree
 from statestore.region import Region
+from statestore.schema import Schema
 
 
 def leaf_indices(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, Optional[np.ndarray]]]:
@@ -71,6 +72,19 @@ def leaf_indices_sliced(table: pa.Table, tree: PartitionTree, slices: int,
     if len(found) == 1:
         return [(next(iter(found.values()))[0], None)]
     return [(leaf, np.concatenate(rows)) for leaf, rows in found.values()]
+
+
+def sorted_rows(table: pa.Table, idx: Optional[np.ndarray], schema: Schema) -> pa.Table:
+    """Rows ``idx`` of ``table`` (``None``: every row) in ``schema``'s key order: the
+    order comes from the key columns alone, and the full rows are taken once (taking a
+    leaf's rows, then sorting them, copies every column twice)."""
+    import pyarrow.compute as pc
+
+    keys = table.select(schema.key_names)
+    if idx is not None:
+        keys = keys.take(pa.array(idx))
+    order = pc.sort_indices(keys, sort_keys=sort_keys(schema)).to_numpy()
+    return table.take(pa.array(order if idx is None else idx[order]))
 
 
 def split_by_leaf(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, pa.Table]]:

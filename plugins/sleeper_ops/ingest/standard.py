@@ -37,16 +37,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sleeper_ops.engine.leaves import leaf_indices_sliced
+from sleeper_ops.engine.leaves import leaf_indices_sliced, sorted_rows
 from sleeper_ops.engine.merge import merge_sorted
 from sleeper_ops.errors import IngestError
 from sleeper_ops.heartbeat import Heartbeat
-from sleeper_ops.io.arrow_schema import sort_keys
 from sleeper_ops.io.datafile import ParquetSettings, WrittenFile, new_data_key, sketch_key, write_data_file
 from sleeper_ops.io.inputs import check_readable, read_batches
 from sleeper_ops.io.storage import ObjectStore, S3Options
@@ -238,14 +235,6 @@ class IngestRunner:
             raise
 
     # ----- steps ------------------------------------------------------------------------
-    def _sorted_leaf_rows(self, table: pa.Table, idx: Optional[np.ndarray]) -> pa.Table:
-        """Rows ``idx`` of ``table`` in key order, taking the full rows only once."""
-        keys = table.select(self.schema.key_names)
-        if idx is not None:
-            keys = keys.take(pa.array(idx))
-        order = pc.sort_indices(keys, sort_keys=sort_keys(self.schema)).to_numpy()
-        return table.take(pa.array(order if idx is None else idx[order]))
-
     def _by_leaf(self, chunk: list[pa.RecordBatch],
                  tree: PartitionTree) -> list[tuple[Partition, Callable[[], pa.Table]]]:
         """Split an unsorted chunk by leaf partition (row slices in parallel); each item
@@ -253,7 +242,7 @@ class IngestRunner:
         table = pa.Table.from_batches(chunk).combine_chunks()
         with ThreadPoolExecutor(self.threads) as pool:
             leaves = leaf_indices_sliced(table, tree, self.threads, pool.map)
-        return [(leaf, functools.partial(self._sorted_leaf_rows, table, idx)) for leaf, idx in leaves]
+        return [(leaf, functools.partial(sorted_rows, table, idx, self.schema)) for leaf, idx in leaves]
 
     def _parallel(self, fn: Callable[[_I], _T], items: Sequence[_I],
                   meanwhile: Optional[Callable[[], None]] = None) -> list[_T]:

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sleeper_ops.engine.leaves import leaf_indices
+from sleeper_ops.engine.leaves import leaf_indices, sorted_rows
 from sleeper_ops.engine.merge import merge_sorted
 from sleeper_ops.io.arrow_schema import arrow_schema, sort_keys
 from sleeper_ops.io.datafile import ParquetSettings, write_data_file
@@ -119,8 +119,7 @@ def sort_runs(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) -> 
         data = pa.Table.from_batches(pending, schema=schema).combine_chunks()
         out_leaf, out_run, out_rows = [], [], []
         for leaf, idx in leaf_indices(data, tree):
-            part = data if idx is None else data.take(pa.array(idx))
-            part = part.take(pc.sort_indices(part, sort_keys=sort_keys(table.schema)))
+            part = sorted_rows(data, idx, table.schema)
             run = own_key(f"{context['run_prefix']}/{task}-{flushes}-{leaf.id}{RUN_SUFFIX}")
             with objects.open_output(run) as f, pa.ipc.new_file(f, part.schema) as out:
                 out.write_table(part, max_chunksize=65_536)
