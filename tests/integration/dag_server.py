@@ -33,6 +33,7 @@ class DagServer:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, bufsize=1)
         self.lines: queue.Queue[Optional[str]] = queue.Queue()
+        self.pending = 0  # requests sent whose output is not collected yet
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self) -> None:
@@ -49,10 +50,14 @@ class DagServer:
 
     def submit(self, request: dict) -> None:
         """Send ``request`` and return at once: the server works on it while the caller
-        goes on; :meth:`collect` gives its output."""
+        goes on; :meth:`collect` gives its output. A request whose output nobody
+        collected (its test failed first) is waited for and its output dropped first."""
+        while self.pending:
+            self.collect(300)
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
+        self.pending += 1
 
     def collect(self, timeout: float) -> str:
         """The output of the request submitted last, up to the server's end marker (see
@@ -68,6 +73,7 @@ class DagServer:
             if line is None:
                 raise AssertionError(f"the DAG server exited ({self.proc.wait()}):\n{''.join(out)[-4000:]}")
             if line.rstrip("\n") == DONE:
+                self.pending -= 1
                 return "".join(out)
             out.append(line)
 

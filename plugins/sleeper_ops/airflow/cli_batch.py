@@ -6,9 +6,9 @@ way Airflow's own entry point (``airflow.__main__``) runs one: the default
 configuration written if it is missing, then the command's parser and function.
 
 Every ``airflow`` command is a new interpreter that imports Airflow and its providers
-(3-4 s of CPU on a laptop core). ``sleeper airflow`` and ``sleeper cluster`` prepare the
-metadata database with two of them (migrate it, then create the ``spark`` pool), so
-they run both here and pay the import once.
+(about 3.5 s of CPU on the 2-core test machine). ``sleeper airflow`` and ``sleeper
+cluster`` prepare the metadata database with two of them (migrate it, then create the
+``spark`` pool), so they run both here and pay the import once.
 
 Guarantees: the commands run in the order given; the first that fails ends the batch
 with its exit status (or 1 when it raised), and the commands after it do not run.
