@@ -26,12 +26,12 @@ def test_anything_else_is_refused_before_airflow_runs(bad: str) -> None:
 def test_the_commands_run_in_order_and_the_first_failure_ends_the_batch(tmp_path: Path) -> None:
     env = {"AIRFLOW_HOME": str(tmp_path / "airflow"), "PATH": "/usr/bin:/bin",
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    # the database is never migrated: the pool lookup fails, so the second version never prints
+    # "pools set" without its arguments is refused by Airflow's parser (exit status 2), so the
+    # second version never runs
     p = subprocess.run([sys.executable, "-m", "sleeper_ops.airflow.cli_batch", '["version"]',
-                        '["pools", "get", "nope"]', '["version"]'], env=env, capture_output=True, text=True,
-                       timeout=120)
+                        '["pools", "set"]', '["version"]'], env=env, capture_output=True, text=True, timeout=120)
     out = p.stdout
-    assert p.returncode != 0, out + p.stderr
-    assert out.count("--- airflow version") == 1 and "--- airflow pools get nope" in out, out
-    assert out.index("--- airflow version") < out.index("--- airflow pools get nope"), out
+    assert p.returncode == 2, out + p.stderr
+    assert out.count("--- airflow version") == 1 and "--- airflow pools set" in out, out
+    assert out.index("--- airflow version") < out.index("--- airflow pools set"), out
     assert (tmp_path / "airflow" / "airflow.cfg").exists()  # the default configuration, as airflow writes it
