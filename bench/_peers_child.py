@@ -140,6 +140,7 @@ def threads() -> dict[str, Any]:
     partitions = pa.table(qb.execute("SHOW datafusion.execution.target_partitions").read_all()).column(1)[0].as_py()
     cores = os.cpu_count()
     return {"pyarrow cpu_count": pa.cpu_count(), "pyarrow io_thread_count": pa.io_thread_count(),
+            "pyarrow memory pool": pa.default_memory_pool().backend_name,
             "delta-rs DataFusion target_partitions": partitions,
             "LANCE_CPU_THREADS": os.environ.get("LANCE_CPU_THREADS", f"unset (cores: {cores})"),
             "LANCE_IO_THREADS": os.environ.get("LANCE_IO_THREADS", "unset (8 for a local store)"),

@@ -63,6 +63,7 @@ from _peers_report import report
 from _rows import sql_queries, timed_queries
 
 from sleeper_ops.demo import KEY_SPACE, SYSTEM_TEST_SCHEMA, generate_rows, split_points
+from sleeper_ops.io.memory_pool import environment_without_our_choice
 from sleeper_ops.query.runner import exact_key_region, range_region
 
 HERE = Path(__file__).resolve().parent
@@ -140,8 +141,10 @@ def ours(s: Any, home: Path, work: Path, q: dict[str, Any], run: int) -> list[di
 
 
 def peer(python: Path, work: Path, name: str, run: int) -> list[dict[str, Any]]:
+    # the peer at its libraries' defaults: without the Arrow memory pool our import chose
+    # (ADR 0012), unless the user set one for the whole bench
     out = subprocess.run([str(python), str(HERE / "_peers_child.py"), str(work), name, str(run)],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, env=environment_without_our_choice(dict(os.environ)))
     if out.returncode != 0:
         sys.exit(f"{name} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
@@ -153,6 +156,7 @@ def our_threads() -> dict[str, Any]:
     ctx = SessionContext(SessionConfig().with_information_schema(True))  # as sleeper_ops.query.sql builds it
     partitions = ctx.sql("SHOW datafusion.execution.target_partitions").to_arrow_table().column(1)[0].as_py()
     return {"pyarrow cpu_count": pa.cpu_count(), "pyarrow io_thread_count": pa.io_thread_count(),
+            "pyarrow memory pool": pa.default_memory_pool().backend_name,
             "Sleeper.sql DataFusion target_partitions": partitions}
 
 

@@ -25,11 +25,20 @@ import sys
 
 VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
 PREFERRED = "jemalloc"
+_chosen_here = False
+
+
+def environment_without_our_choice(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without the variable when :func:`prefer_jemalloc` set it in this process
+    (a user's own setting is kept): for processes that must run at their library's
+    default, such as a peer system in a benchmark."""
+    return {k: v for k, v in env.items() if not (_chosen_here and k == VARIABLE)}
 
 
 def prefer_jemalloc() -> bool:
     """Make jemalloc Arrow's default pool as the module docstring says; whether this
     call chose it (False: the user's choice stands, or not on Linux)."""
+    global _chosen_here
     if VARIABLE in os.environ or not sys.platform.startswith("linux"):
         return False
     os.environ[VARIABLE] = PREFERRED
@@ -40,4 +49,5 @@ def prefer_jemalloc() -> bool:
         except (NotImplementedError, AttributeError):  # a pyarrow built without jemalloc
             del os.environ[VARIABLE]
             return False
+    _chosen_here = True
     return True

@@ -39,3 +39,10 @@ def test_jemalloc_when_pyarrow_was_imported_and_used_first() -> None:
 def test_the_users_choice_stands(chosen: str) -> None:
     assert _pool("import sleeper_ops, pyarrow as pa; print(pa.default_memory_pool().backend_name)",
                  ARROW_DEFAULT_MEMORY_POOL=chosen) == chosen
+
+
+@pytest.mark.parametrize("users", [None, "system"])
+def test_a_peer_in_a_bench_runs_at_its_default_unless_the_user_chose_a_pool(users: str | None) -> None:
+    code = ("import os, sleeper_ops; from sleeper_ops.io.memory_pool import environment_without_our_choice;"
+            "print(environment_without_our_choice(dict(os.environ)).get('ARROW_DEFAULT_MEMORY_POOL', 'unset'))")
+    assert _pool(code, **({"ARROW_DEFAULT_MEMORY_POOL": users} if users else {})) == (users or "unset")
