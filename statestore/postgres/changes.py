@@ -100,17 +100,26 @@ class ChangesMixin(PostgresConnection):
         return out
 
 
+#: the write buffer's mark of table ``t`` (flushes, entries, highest seq), three columns
+#: (:attr:`TableChanges.buffer_mark`; :func:`_mark` reads them)
+_MARK_COLUMNS = (
+    "coalesce((SELECT f.flushes FROM write_buffer_flushes f WHERE f.table_id = t.table_id), 0),"
+    " (SELECT count(*) FROM write_buffer b WHERE b.table_id = t.table_id),"
+    " coalesce((SELECT max(b.seq) FROM write_buffer b WHERE b.table_id = t.table_id), 0)")
+
 _UNCHANGED = (
     "SELECT t.table_id, t.name, t.schema, t.properties, pg_current_snapshot()::text,"
     " EXISTS (SELECT 1 FROM state_changes c WHERE c.table_id = t.table_id"
     " AND c.xid >= pg_snapshot_xmin(%(held)s::pg_snapshot)"
     " AND NOT pg_visible_in_snapshot(c.xid, %(held)s::pg_snapshot)),"
     " COALESCE((SELECT h.pruned_xid >= pg_snapshot_xmin(%(held)s::pg_snapshot) FROM state_change_horizon h"
-    " WHERE h.table_id = t.table_id), false),"
-    " coalesce((SELECT f.flushes FROM write_buffer_flushes f WHERE f.table_id = t.table_id), 0),"
-    " (SELECT count(*) FROM write_buffer b WHERE b.table_id = t.table_id),"
-    " coalesce((SELECT max(b.seq) FROM write_buffer b WHERE b.table_id = t.table_id), 0)"
+    " WHERE h.table_id = t.table_id), false), " + _MARK_COLUMNS +
     " FROM tables t WHERE t.table_id = %(table)s")
+
+
+def _mark(columns: Any) -> tuple[int, int, int]:
+    """The buffer mark from the three columns of :data:`_MARK_COLUMNS`."""
+    return int(columns[0]), int(columns[1]), int(columns[2])
 
 
 def _unchanged(conn: psycopg.Connection[Any], table_id: str, snapshot: str) -> Optional[TableChanges]:
@@ -125,13 +134,7 @@ def _unchanged(conn: psycopg.Connection[Any], table_id: str, snapshot: str) -> O
         raise TableNotFoundError(f"no table with id {table_id}")
     if row[5] or row[6]:
         return None
-    return TableChanges(_table_info(row[:4]), ("postgres", row[4]), False,
-                        buffer_mark=(int(row[7]), int(row[8]), int(row[9])))
-
-
-_BUFFER_MARK = ("SELECT coalesce((SELECT f.flushes FROM write_buffer_flushes f WHERE f.table_id = %(t)s), 0),"
-                " (SELECT count(*) FROM write_buffer b WHERE b.table_id = %(t)s),"
-                " coalesce((SELECT max(b.seq) FROM write_buffer b WHERE b.table_id = %(t)s), 0)")
+    return TableChanges(_table_info(row[:4]), ("postgres", row[4]), False, buffer_mark=_mark(row[7:10]))
 
 
 def _whole_at_once(conn: psycopg.Connection[Any], table_id: str) -> TableChanges:
@@ -139,20 +142,19 @@ def _whole_at_once(conn: psycopg.Connection[Any], table_id: str) -> TableChanges
     and one round trip: every statement, COMMIT included, goes in one pipeline. It
     carries the write buffer's mark, so a first query needs no second read of the
     buffer (:meth:`~statestore.changes.TableChanges.buffer_mark`)."""
-    def send() -> tuple[Any, list[Any], list[Any], Any, Any]:
+    def send() -> tuple[Any, list[Any], list[Any], Any]:
         conn.execute(_BEGIN)
-        table = conn.execute("SELECT table_id, name, schema, properties, pg_current_snapshot()::text"
-                             " FROM tables WHERE table_id = %s", (table_id,))
+        table = conn.execute("SELECT t.table_id, t.name, t.schema, t.properties, pg_current_snapshot()::text, "
+                             + _MARK_COLUMNS + " FROM tables t WHERE t.table_id = %s", (table_id,))
         parts = conn.execute(f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE table_id = %s", (table_id,))
         refs = conn.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s", (table_id,))
         tombstones = conn.execute(_TOMBSTONES, (table_id,))
-        mark = conn.execute(_BUFFER_MARK, {"t": table_id})
         conn.execute("COMMIT")
         with _gc_paused():
-            return table.fetchone(), parts.fetchall(), refs.fetchall(), tombstones.fetchone(), mark.fetchone()
+            return table.fetchone(), parts.fetchall(), refs.fetchall(), tombstones.fetchone()
 
     try:
-        row, parts, refs, tombstones, mark = _pipelined(conn, send)
+        row, parts, refs, tombstones = _pipelined(conn, send)
     except BaseException:
         _rollback_quietly(conn)
         raise
@@ -160,7 +162,7 @@ def _whole_at_once(conn: psycopg.Connection[Any], table_id: str) -> TableChanges
         raise TableNotFoundError(f"no table with id {table_id}")
     with _gc_paused():
         whole = TableChanges.whole(_table_info(row[:4]), ("postgres", row[4]), _state_of(parts, refs, tombstones))
-    return replace(whole, buffer_mark=(int(mark[0]), int(mark[1]), int(mark[2])))
+    return replace(whole, buffer_mark=_mark(row[5:8]))
 
 
 def _attempt(conn: psycopg.Connection[Any], table_id: str, snapshot: Optional[str], *,
