@@ -58,16 +58,6 @@ class Utf8SerDe(ds.PyObjectSerDe):
 RUN_ROWS = 262_144
 
 
-def _utf8(items: list[str]) -> bytes:
-    """``items`` as :class:`Utf8SerDe` writes them, one after another."""
-    out = []
-    for item in items:
-        b = item.encode("utf-8")
-        out.append(struct.pack("<i", len(b)))
-        out.append(b)
-    return b"".join(out)
-
-
 def _utf8_arrow(values: pa.Array) -> bytes:
     """The string ``values`` as :class:`Utf8SerDe` writes them (a little-endian int32
     length before each value's UTF-8 bytes), assembled in numpy."""
@@ -106,7 +96,7 @@ def items_sketch_bytes(values: pa.Array, hex_bytes: bool = False) -> bytes:
     at = np.frombuffer(raw, dtype="<f8", offset=header).astype(np.int64)
     picked = values.take(pa.array(at))
     if hex_bytes:
-        return raw[:header] + _utf8([v.hex() for v in picked.to_pylist()])
+        picked = pa.array([v.hex() for v in picked.to_pylist()], pa.string())
     return raw[:header] + _utf8_arrow(picked)
 
 
