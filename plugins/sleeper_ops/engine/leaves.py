@@ -78,13 +78,11 @@ def sorted_rows(table: pa.Table, idx: Optional[np.ndarray], schema: Schema) -> p
     """Rows ``idx`` of ``table`` (``None``: every row) in ``schema``'s key order: the
     order comes from the key columns alone, and the full rows are taken once (taking a
     leaf's rows, then sorting them, copies every column twice)."""
-    import pyarrow.compute as pc
-
     keys = table.select(schema.key_names)
     if idx is not None:
-        keys = keys.take(pa.array(idx))
-    order = pc.sort_indices(keys, sort_keys=sort_keys(schema)).to_numpy()
-    return table.take(pa.array(order if idx is None else idx[order]))
+        keys = kernels.take(keys, pa.array(idx))
+    order = kernels.sort_indices(keys, sort_keys(schema)).to_numpy()
+    return kernels.take(table, pa.array(order if idx is None else idx[order]))
 
 
 def split_by_leaf(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, pa.Table]]:

@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 
 from sleeper_ops.engine.leaves import leaf_indices, sorted_rows
 from sleeper_ops.engine.merge import merge_sorted
-from sleeper_ops.io.arrow_schema import arrow_schema, sort_keys
+from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.io.datafile import ParquetSettings, write_data_file
 from sleeper_ops.io.inputs import read_batches
 from sleeper_ops.io.storage import ObjectStore, S3Options
@@ -96,8 +96,7 @@ def write_leaves(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) 
             parts.setdefault(leaf, []).append(rows.filter(pc.equal(tags, leaf)))
     settings = ParquetSettings.of(table)
     for leaf, chunks in sorted(parts.items()):
-        data = pa.Table.from_batches(chunks).cast(schema)
-        data = data.take(pc.sort_indices(data, sort_keys=sort_keys(table.schema)))
+        data = sorted_rows(pa.Table.from_batches(chunks).cast(schema), None, table.schema)
         key = own_key(context["output_keys"][leaves[leaf]])
         written = write_data_file(objects, key, table.schema, data, settings)
         yield pa.RecordBatch.from_pydict({"leaf": [leaves[leaf]], "key": [key], "records": [written.record_count]},
