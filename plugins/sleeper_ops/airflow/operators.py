@@ -251,11 +251,11 @@ class SleeperCompactionReportOperator(SleeperRunCompactionJobsOperator):
 
 
 def __getattr__(name: str) -> Any:
-    """``SleeperSparkCompactionOperator``, public here too, imported on first use (its
-    ``SparkSubmitOperator`` base costs about half a second to import: see
-    :mod:`sleeper_ops.airflow.spark_operators`)."""
+    """``SleeperSparkCompactionOperator``, public here too, imported on first use as
+    :mod:`sleeper_ops.airflow.spark_operators` imports it (its ``SparkSubmitOperator``
+    base costs about half a second to import)."""
     if name == "SleeperSparkCompactionOperator":
-        from sleeper_ops.airflow.spark_compaction_operator import SleeperSparkCompactionOperator
+        from sleeper_ops.airflow import spark_operators
 
-        return SleeperSparkCompactionOperator
+        return spark_operators.SleeperSparkCompactionOperator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
