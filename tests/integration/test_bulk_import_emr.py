@@ -6,9 +6,9 @@ plays EMR: it reads the job moto was asked to start and runs the job's entry poi
 (:func:`sleeper_ops.spark.bulk_driver.main`, what ``bulk_import.py`` in the package calls)
 with the job's own arguments, on a local SparkSession with nothing but the package's
 configuration and the AWS credential chain (as the execution role gives). The deferral
-is completed as the provider's trigger would: its own waiter (``serverless_job_completed``)
-polled through the operator's hook, and the event the trigger yields handed to
-``execute_complete``. Records carry a unique ``id``: exact counts compare multisets.
+is completed by the provider's own trigger, rebuilt from its serialized form as the
+triggerer rebuilds it and run on an event loop (its waiter polled through aiobotocore),
+its event handed to ``execute_complete``. Records carry a unique ``id``: exact counts compare multisets.
 """
 
 from __future__ import annotations
@@ -145,18 +145,24 @@ def _start(task: Any, context: dict[str, Any]) -> Any:
 
 
 def _complete(task: Any, context: dict[str, Any], trigger: Any) -> Any:
-    """What the triggerer does with ``trigger`` (its waiter, polled; its event), then
-    ``execute_complete``: returns the job id, or raises as the task would."""
-    from botocore.exceptions import WaiterError
+    """What the triggerer does with ``trigger``, then ``execute_complete``: the trigger is
+    rebuilt from its serialized form, its async ``run()`` polls the job through
+    aiobotocore (polling every second instead of the task's 30) and its first event is
+    handed to ``execute_complete``. Returns the job id, or raises as the task would."""
+    import asyncio
+    import importlib
 
-    waiter = task.hook.get_waiter(trigger.waiter_name)
-    try:
-        waiter.wait(**trigger.waiter_args, WaiterConfig={"Delay": 1, "MaxAttempts": 5})
-        event = {"status": "success", trigger.return_key: trigger.return_value}
-    except WaiterError as e:
-        event = {"status": "error", "message": f"{trigger.failure_message}: {e}", trigger.return_key:
-                 trigger.return_value}
-    return task.execute_complete(context, event)
+    classpath, kwargs = trigger.serialize()
+    module, name = classpath.rsplit(".", 1)
+    rebuilt = getattr(importlib.import_module(module), name)(**{**kwargs, "waiter_delay": 1,
+                                                                "waiter_max_attempts": 10})
+
+    async def first_event() -> Any:
+        async for event in rebuilt.run():
+            return event.payload
+        raise AssertionError("the trigger ended without an event")
+
+    return task.execute_complete(context, asyncio.run(first_event()))
 
 
 def _play_emr(aws: dict[str, Any], job_id: str, spark: Any, *, fail_if_nonzero: bool = True) -> int:
@@ -213,7 +219,9 @@ def test_the_dated_dag_starts_the_emr_job_with_the_entry_point_arguments_and_imp
     t = _emr_table(sleeper, "requested", aws["app"])
     day = datetime(2026, 1, 2, tzinfo=UTC)
     task, context = _task_and_context(sleeper, "requested", day)
-    assert type(task).__name__ == "EmrServerlessStartJobOperator" and task.deferrable
+    from airflow.providers.amazon.aws.operators.emr import EmrServerlessStartJobOperator
+
+    assert isinstance(task, EmrServerlessStartJobOperator) and task.deferrable
     trigger = _start(task, context)
     run = aws["emr"].get_job_run(applicationId=aws["app"], jobRunId=trigger.return_value["job_id"])["jobRun"]
     request = {k: run[k] for k in ("name", "executionRole", "jobDriver")}
@@ -273,7 +281,9 @@ def test_an_emr_job_that_fails_mid_import_commits_nothing_and_leaves_no_file(sle
     task, context = _task_and_context(sleeper, "fails", day)
     trigger = _start(task, context)
     assert _play_emr(aws, trigger.return_value["job_id"], emr_spark) != 0
-    with pytest.raises(AirflowException, match="EMR Serverless job failed"):
+    # the job's own reason, from the trigger's event (the provider's operator alone raised KeyError)
+    with pytest.raises(AirflowException, match="EMR Serverless job of application .* failed: .*the driver exited "
+                                               "with 1"):
         _complete(task, context, trigger)
     assert sum(ids(t).values()) == 0
     state = t.state()

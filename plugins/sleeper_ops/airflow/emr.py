@@ -1,5 +1,6 @@
 """The dated bulk import task of a table on EMR Serverless: the amazon provider's
-``EmrServerlessStartJobOperator``, deferrable, sending
+``EmrServerlessStartJobOperator`` (as :mod:`sleeper_ops.airflow.emr_operator`, which
+reports a failed job's reason), deferrable, sending
 :func:`sleeper_ops.spark.emr_serverless.job_request`.
 
 The task starts the job (and the application when it is stopped), then defers to the
@@ -45,10 +46,10 @@ def emr_bulk_import_task(dag: DAG, table: TableInfo, *, sources: str, import_key
     ``EmrServerlessStartJobOperator`` (``deferrable=True``) of the job that imports
     ``sources`` (templated) under ``import_key`` (templated). It updates the table's
     asset when it succeeds."""
-    from airflow.providers.amazon.aws.operators.emr import EmrServerlessStartJobOperator
+    from sleeper_ops.airflow.emr_operator import SleeperEmrServerlessStartJobOperator
 
     request = job_request(table, sources=sources, import_key=import_key, run_id=RUN_ID_TEMPLATE)
-    return EmrServerlessStartJobOperator(
+    return SleeperEmrServerlessStartJobOperator(
         task_id="bulk_import", dag=dag, application_id=request.application_id,
         execution_role_arn=request.execution_role_arn, job_driver=request.job_driver,
         configuration_overrides=request.configuration_overrides or None, name=request.name,
