@@ -7,7 +7,6 @@ tests/scheduling.py), so the session's JVM and Airflow's start-up are paid once.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -30,13 +29,10 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def migrated_airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Migrated once per test session (per xdist worker), copied per test."""
-    from tests.integration.test_dags import BIN, _env
+    """An AIRFLOW_HOME holding the run's migrated database (tests/airflow_db.py), copied per test."""
+    from tests.airflow_db import seed_home
 
-    home = tmp_path_factory.mktemp("airflow-template")
-    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=_env(home, None), check=True,
-                   capture_output=True, timeout=300)
-    return home
+    return seed_home(tmp_path_factory.mktemp("airflow-template"), tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,8 @@ fixed at import, so every scenario gets a fresh interpreter with its own environ
         JSON request {"env": {...}, "runs": [...]} (or {"env": ..., "parse": FOLDER,
         "cwd": DIR} for what ``parse`` answers); the environment is reset to the
         server's own plus ``env`` (SLEEPER_HOME and the like, never AIRFLOW_* settings,
-        which Airflow reads at import), the catalog cache is cleared, the folder is parsed
+        which Airflow reads at import; a PYTHONPATH goes on ``sys.path`` for the request
+        alone), the catalog cache is cleared, the folder is parsed
         afresh and the runs are made as ``test`` makes them. Each answer ends with a line
         "=== DONE ===".
     A line "RESULT <json>" carries the answer; everything else is Airflow's log.
@@ -143,6 +144,8 @@ def serve(folder: str) -> None:
                 os.environ.pop(key, None)
         given = set(request["env"])
         os.environ.update(request["env"])
+        paths = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:0] = paths
         clear_catalog_cache()
         try:
             os.chdir(request.get("cwd") or home)
@@ -150,6 +153,8 @@ def serve(folder: str) -> None:
             print("RESULT " + json.dumps(result, default=str), flush=True)
         except BaseException:  # the test reads the traceback; the server serves on
             traceback.print_exc(file=sys.stdout)
+        finally:
+            del sys.path[:len(paths)]
         print("=== DONE ===", flush=True)
 
 

@@ -231,9 +231,6 @@ def test_the_airflow_command_with_only_airflow_home_reaches_the_running_airflow(
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([cli, *args], env=env, capture_output=True, text=True, timeout=300)
 
-    listed = run("dags", "list", "-o", "plain")
-    assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
-    assert "sleeper_events_compaction" in listed.stdout
     # a dated DAG (the only kind that backfills), once the DAG processor has it
     (airflow["home"] / "dated.json").write_text(DAILY_SCHEMA)
     _sleeper(airflow["home"], "table", "create", "dated", "--schema", str(airflow["home"] / "dated.json"),
@@ -245,7 +242,9 @@ def test_the_airflow_command_with_only_airflow_home_reaches_the_running_airflow(
         while c.get("/api/v2/dags/sleeper_dated_bulk_import").status_code != 200:
             assert time.monotonic() < deadline, "the dated DAG did not appear in 240 s"
             time.sleep(2)
-    assert "sleeper_dated_bulk_import" in run("dags", "list", "-o", "plain").stdout
+    listed = run("dags", "list", "-o", "plain")
+    assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
+    assert "sleeper_events_compaction" in listed.stdout and "sleeper_dated_bulk_import" in listed.stdout
     backfill = run("backfill", "create", "--dag-id", "sleeper_dated_bulk_import", "--from-date", "2026-01-01",
                    "--to-date", "2026-01-03", "--dry-run")
     out = backfill.stdout + backfill.stderr

@@ -35,6 +35,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.airflow_db import seed_home
+
 httpx = pytest.importorskip("httpx")
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,7 +87,7 @@ def _populate(sleeper_home: Path, work: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def server(pg_admin_dsn: str, pg_template: str) -> Iterator[dict[str, Any]]:
+def server(pg_admin_dsn: str, pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     import psycopg
     from psycopg import sql
     from psycopg.conninfo import make_conninfo
@@ -128,8 +130,7 @@ def server(pg_admin_dsn: str, pg_template: str) -> Iterator[dict[str, Any]]:
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         })
         log = open(root / "api-server.log", "wb")
-        subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                       check=True, timeout=300)
+        seed_home(airflow_home, tmp_path_factory)  # the run's migrated database (tests/airflow_db.py)
         proc = subprocess.Popen([str(BIN / "airflow"), "api-server", "--host", "127.0.0.1", "--port", str(port),
                                  "--workers", "1"], env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)

@@ -38,6 +38,9 @@ def responses(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     (sleeper_home / "sleeper.toml").write_text('[state_store]\nbackend = "memory"\n'
                                                f'[object_store]\nuri = "{root / "data"}"\n')
     (airflow_home / "passwords.json").write_text(json.dumps(PASSWORDS))
+    from tests.airflow_db import seed_home  # here: the child runs this file as a script
+
+    seed_home(airflow_home, tmp_path_factory)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SLEEPER"))}
     env.update({
         "AIRFLOW_HOME": str(airflow_home),
@@ -135,10 +138,9 @@ def _child() -> None:  # pragma: no cover - runs in a subprocess
 
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from airflow.utils import db
 
-    db.initdb()  # the token check looks up revoked tokens in Airflow's database
-
+    # the token check looks up revoked tokens in Airflow's database: the parent copied a
+    # migrated one into AIRFLOW_HOME (tests/airflow_db.py)
     from airflow import plugins_manager
     from airflow.api_fastapi.app import create_app, get_auth_manager
 

@@ -99,8 +99,10 @@ def runs_of(output: str, n: int) -> Runs:
 def run_dags(airflow_home: Path, sleeper_home: Path, *runs: dict[str, Any], **extra: str) -> Runs:
     """dag.test() each of ``runs`` ({"dag_id": ..., "conf": {...}}) in turn: in this
     worker's DAG server for ``airflow_home`` (:mod:`dag_server`), or in a subprocess of
-    their own when ``extra`` sets what Airflow or Python read only at start-up."""
-    if any(k.startswith("AIRFLOW") or k == "PYTHONPATH" for k in extra):
+    their own when ``extra`` sets what Airflow reads only at start-up (a connection,
+    ``AIRFLOW_CONN_*``, is looked up in the environment when a task asks; the server puts
+    a ``PYTHONPATH`` on ``sys.path`` for the runs)."""
+    if any(k.startswith("AIRFLOW") and not k.startswith("AIRFLOW_CONN_") for k in extra):
         return _finish_runs(_start_runs(airflow_home, sleeper_home, list(runs), **extra), len(runs))
     out = run_in_server(DAGS, airflow_home, _env(airflow_home, None),
                         {"SLEEPER_HOME": str(sleeper_home), **extra}, list(runs))
@@ -421,11 +423,13 @@ def gated(batch):
 
 
 def test_two_compaction_runs_at_once_one_works_the_other_skips(sleeper: Sleeper, sleeper_home: Path,
-                                                               migrated_airflow_home: Path, tmp_path: Path,
+                                                               migrated_airflow_home: Path, airflow_home: Path,
+                                                               tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The first run's jobs hold in a user iterator until the test releases them (a file
-    as the event between the processes); the second run, started meanwhile, finds the
-    lease held and skips, naming the holder; then the first finishes."""
+    as the event between the processes); the second run, started meanwhile in another
+    Airflow (the worker's DAG server), finds the lease held and skips, naming the
+    holder; then the first finishes."""
     module_dir, gate = tmp_path / "iterators", tmp_path / "gate"
     module_dir.mkdir()
     gate.mkdir()
@@ -434,12 +438,10 @@ def test_two_compaction_runs_at_once_one_works_the_other_skips(sleeper: Sleeper,
     monkeypatch.syspath_prepend(str(module_dir))
     monkeypatch.setenv("SLEEPER_TEST_GATE", str(gate))
     table = _filled_table(sleeper, "events", **{"sleeper.table.iterator.python": "dag_gated_iterator:gated"})
-    homes = []
-    for i in range(2):
-        homes.append(tmp_path / f"airflow-{i}")
-        shutil.copytree(migrated_airflow_home, homes[-1])
+    first_home = tmp_path / "airflow-first"
+    shutil.copytree(migrated_airflow_home, first_home)
     env = {"PYTHONPATH": str(module_dir), "SLEEPER_TEST_GATE": str(gate)}
-    first = _start_runs(homes[0], sleeper_home, [{"dag_id": "sleeper_events_compaction"}], **env)
+    first = _start_runs(first_home, sleeper_home, [{"dag_id": "sleeper_events_compaction"}], **env)
     finished: list[Runs] = []
     reader = threading.Thread(target=lambda: finished.append(_finish_runs(first, 1)))  # drains its output
     reader.start()
@@ -449,8 +451,7 @@ def test_two_compaction_runs_at_once_one_works_the_other_skips(sleeper: Sleeper,
             assert reader.is_alive(), f"the first run ended early: {finished and finished[0].results}"
             assert time.monotonic() < deadline, "the first run never reached its compaction"
             time.sleep(0.1)
-        second = _finish_runs(_start_runs(homes[1], sleeper_home, [{"dag_id": "sleeper_events_compaction"}], **env),
-                              1)
+        second = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_compaction"}, **env)
     finally:
         (gate / "release").touch()
         reader.join(300)

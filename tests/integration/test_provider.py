@@ -64,10 +64,9 @@ def readme_user_dag() -> str:
 
 @pytest.fixture(scope="module")
 def migrated_airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    home = tmp_path_factory.mktemp("airflow-provider")
-    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=_env(home), check=True, capture_output=True,
-                   timeout=300)
-    return home
+    from tests.airflow_db import seed_home
+
+    return seed_home(tmp_path_factory.mktemp("airflow-provider"), tmp_path_factory)
 
 
 def test_providers_manager_lists_the_sleeper_provider(tmp_path: Path) -> None:
