@@ -31,6 +31,27 @@ def bench_sleeper(state_store: str = "postgres") -> Iterator:
             yield s, Path(d)
         finally:
             s.close()
+            if state_store != "memory":
+                stop_embedded(Path(d))
+
+
+@contextlib.contextmanager
+def stopping_embedded(home: Path) -> Iterator[None]:
+    """On leaving, :func:`stop_embedded` of ``home`` (put it before the Sleeper in a ``with``)."""
+    try:
+        yield
+    finally:
+        stop_embedded(home)
+
+
+def stop_embedded(home: Path) -> None:
+    """Stop the embedded PostgreSQL of the temporary ``home``. It outlives the bench's
+    process (as it outlives a user's command, ``[state_store] idle_minutes``), so without
+    this it would keep running, and writing, in a directory being removed."""
+    from sleeper_ops.config import SleeperConfig
+    from statestore.postgres.idle_stop import stop_server
+
+    stop_server(SleeperConfig.load(home).embedded_pg_dir)
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:

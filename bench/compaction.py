@@ -63,7 +63,7 @@ import _common  # noqa: F401  (sets sys.path)
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from _common import parse_args
+from _common import parse_args, stopping_embedded
 
 from sleeper_ops.demo import SYSTEM_TEST_SCHEMA, generate_rows
 
@@ -312,7 +312,7 @@ def main() -> None:
         home.mkdir()
         (home / "sleeper.toml").write_text('[object_store]\nuri = "data"\n\n[spark]\nmaster = "local[*]"\n')
         table: dict[int, dict[str, dict[str, Any]]] = {}
-        with Sleeper(home=home) as s:
+        with stopping_embedded(home), Sleeper(home=home) as s:
             print(f"compaction of {FILES} sorted files into one (string key, long sort key, 2 string values), "
                   f"{cores} cores, embedded PostgreSQL, local disk, row groups of "
                   f"{args.rowgroup_rows or 'the default number of'} rows")

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import _common  # noqa: F401
-from _common import parse_args, percentiles
+from _common import parse_args, percentiles, stop_embedded
 from rest_read_rss import free_port, serve, wait_ready
 
 TABLE = "t"
@@ -103,9 +103,6 @@ def main() -> None:
     if args.serve:
         serve(args.serve[0], int(args.serve[1]))
         return
-    from sleeper_ops.config import SleeperConfig
-    from statestore.postgres.idle_stop import stop_server
-
     with tempfile.TemporaryDirectory(prefix="sleeper-bench-rest-") as d:
         home = Path(d)
         sleeper, keys = build(home, args.rows)
@@ -124,7 +121,7 @@ def main() -> None:
             server.terminate()
             server.wait(30)
             sleeper.close()
-            stop_server(SleeperConfig.load(home).embedded_pg_dir)
+            stop_embedded(home)
     print(f"exact-key lookups, {args.rows:,} rows, {args.queries} each way per run, {args.runs} runs "
           "(median over runs, spread):")
     for kind, label in (("rest", "REST GET /records?key= (HTTP, keep-alive)"), ("local", "in process Table.query")):

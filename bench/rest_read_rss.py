@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Iterator
 
 import _common  # noqa: F401
-from _common import parse_args
+from _common import parse_args, stop_embedded
 
 TABLE = "t"
 
@@ -138,6 +138,7 @@ def measure(rows: int) -> dict[str, float]:
             server.terminate()
             server.wait(30)
             sleeper.close()
+            stop_embedded(home)
     counts = re.findall(rb'"count":\s*(\d+)', tail)
     got = int(counts[-1]) if counts else tail.count(b"\n")
     return {"rows_asked": limit, "rows_read": got, "bytes": size, "seconds": seconds,

@@ -87,12 +87,12 @@ def _writer(dsn: str, data_dir: str, mode: str, seconds: float, start_at: float,
     results.put(n * ROWS)
 
 
-def concurrent(dsn: str, data_dir: str, mode: str, seconds: float) -> float:
+def concurrent(dsn: str, data_dir: str, mode: str, seconds: float, writers: int = WRITERS) -> float:
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     start_at = time.time() + 3.0
     procs = [ctx.Process(target=_writer, args=(dsn, data_dir, mode, seconds, start_at, results))
-             for _ in range(WRITERS)]
+             for _ in range(writers)]
     for p in procs:
         p.start()
     total = sum(results.get(timeout=120) for _ in procs)
@@ -113,7 +113,8 @@ def exact_key_p50(t: Any, keys: list[str], n: int = 300, buffer: bool = True) ->
 
 
 def run(s: Any, dsn: str, data_dir: str, writes: int, seconds: float, scale: int = 1) -> None:
-    """Every figure; ``scale`` divides the sizes of (c) and (d) (``--smoke``: 100)."""
+    """Every figure; ``scale`` divides the sizes of (c) and (d) (``--smoke``: 100, and
+    (b) with 1 writer process a side instead of 4)."""
     import psycopg
 
     from sleeper_ops.ingest.buffer import encode
@@ -150,9 +151,11 @@ def run(s: Any, dsn: str, data_dir: str, writes: int, seconds: float, scale: int
     print(f"    write of {ROWS} records (list of dicts): p50 {pd['p50'] * 1e3:.2f} ms  p99 {pd['p99'] * 1e3:.2f} ms")
 
     # (b) 4 writer processes
-    ours_rate = concurrent(dsn, data_dir, "buffer", seconds)
-    plain_rate = concurrent(dsn, data_dir, "plain", seconds)
-    print(f"(b) {WRITERS} writers: {ours_rate:,.0f} records/s [goal >= 200,000]; plain INSERT {plain_rate:,.0f}"
+    writers = WRITERS if scale == 1 else 1
+    ours_rate = concurrent(dsn, data_dir, "buffer", seconds, writers)
+    plain_rate = concurrent(dsn, data_dir, "plain", seconds, writers)
+    plural = "s" if writers > 1 else ""
+    print(f"(b) {writers} writer{plural}: {ours_rate:,.0f} records/s [goal >= 200,000]; plain INSERT {plain_rate:,.0f}"
           f" records/s; ratio {ours_rate / plain_rate:.2f}")
 
     # (c) flush of everything buffered so far, topped up to ~1 M records

@@ -53,7 +53,7 @@ EXPECTED: dict[str, list[str]] = {
                        rf"compaction: \d+ files into \d+: {NUM} requests",
                        rf"cold exact-key lookup .*: {NUM} requests per lookup",
                        rf"warm exact-key lookup \(20\): {NUM} requests per lookup"],
-    "write.py": [rf"\(a\) write of 1000 records \(Arrow\): p50 {NUM} ms", rf"\(b\) 4 writers: {NUM} records/s",
+    "write.py": [rf"\(a\) write of 1000 records \(Arrow\): p50 {NUM} ms", rf"\(b\) 1 writer: {NUM} records/s",
                  rf"\(c\) flush: {NUM} records", rf"\(d\) exact-key query p50: empty buffer {NUM} ms"],
 }
 
