@@ -53,7 +53,9 @@ def _plain_insert(dsn: str, data: bytes, n: int) -> list[float]:
     return out
 
 
-def _writer(dsn: str, data_dir: str, mode: str, seconds: float, start_at: float, results: Any) -> None:
+def _writer(dsn: str, data_dir: str, mode: str, seconds: float, ready: Any, results: Any) -> None:
+    """One writer process: connects, waits at ``ready`` until every writer (and the parent)
+    is connected, then writes for ``seconds`` and puts its record count in ``results``."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -68,8 +70,7 @@ def _writer(dsn: str, data_dir: str, mode: str, seconds: float, start_at: float,
         import psycopg
         data = [encode(b.to_batches()[0]) for b in batches]
         with psycopg.connect(dsn, autocommit=True) as conn:
-            while time.time() < start_at:
-                time.sleep(0.001)
+            ready.wait(120)
             deadline = time.perf_counter() + seconds
             while time.perf_counter() < deadline:
                 conn.execute("INSERT INTO bench_plain (data) VALUES (%b)", (data[n % 20],), prepare=True)
@@ -78,8 +79,7 @@ def _writer(dsn: str, data_dir: str, mode: str, seconds: float, start_at: float,
         with Sleeper(state_store=PostgresStateStore(dsn, max_connections=1), objects=ObjectStore(data_dir)) as s:
             t = s.table("w")
             t.write(batches[0])  # connect first
-            while time.time() < start_at:
-                time.sleep(0.001)
+            ready.wait(120)
             deadline = time.perf_counter() + seconds
             while time.perf_counter() < deadline:
                 t.write(batches[n % 20])
@@ -90,11 +90,12 @@ def _writer(dsn: str, data_dir: str, mode: str, seconds: float, start_at: float,
 def concurrent(dsn: str, data_dir: str, mode: str, seconds: float, writers: int = WRITERS) -> float:
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    start_at = time.time() + 3.0
-    procs = [ctx.Process(target=_writer, args=(dsn, data_dir, mode, seconds, start_at, results))
+    ready = ctx.Barrier(writers + 1)  # all start writing together, once every one is connected
+    procs = [ctx.Process(target=_writer, args=(dsn, data_dir, mode, seconds, ready, results))
              for _ in range(writers)]
     for p in procs:
         p.start()
+    ready.wait(120)
     total = sum(results.get(timeout=120) for _ in procs)
     for p in procs:
         p.join()
