@@ -1,6 +1,9 @@
 # Everything sets itself up: a .venv in the repo from pinned requirements + constraints,
 # installed by uv (pinned here): from its cache alone when that holds every wheel (a few
 # seconds), else from the index; pip took 85 s for the same set on a warm cache.
+# Byte code is compiled at install, as pip does and uv does not by default: an environment
+# that sets PYTHONDONTWRITEBYTECODE (these machines do) would otherwise compile every
+# module afresh in every process (0.2-0.8 s of each CLI command; docs/adr/0013).
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -15,6 +18,8 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 	$(UV) --offline -r requirements.txt -c constraints.txt 2>/dev/null || $(UV) -r requirements.txt -c constraints.txt
 	$(UV) --no-deps -e .
+	$(BIN)/python -m compileall -q -j 0 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))') \
+		plugins statestore dags spark_apps >/dev/null
 	touch $(STAMP)
 
 install: $(STAMP)
