@@ -25,11 +25,16 @@ once the grace and the job's abandon time have passed), and then: every acknowle
 record and every imported record is in the table exactly once, every date was imported
 by one committed job, and the bucket holds exactly the files the table references
 (history retention 0). The timeline of each kill and of what recovered it is printed.
+
+Then, on the same cluster, a table on EMR Serverless: its dated import defers to the
+cluster's triggerer (the provider's trigger, polling moto's EMR through ``aws_default``)
+and resumes on a worker; the task's log is read back over REST from the bucket.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import threading
 import time
@@ -227,3 +232,78 @@ def _scenario(cluster: Any, log: Timeline) -> None:
         f"{len(DATES)} dates, one committed import each; bucket = the {len(referenced)} referenced files")
     sleeper.close()
     client.close()
+
+
+EMR_TABLE = "emr"
+EMR_DATE = "2026-04-01"
+EMR_ROLE = "arn:aws:iam::123456789012:role/sleeper-emr-bulk-import"  # moto's account
+
+
+def test_an_emr_serverless_import_defers_to_the_clusters_triggerer_and_ends_on_a_worker(cluster):
+    """The dated import of a table on EMR Serverless, in the cluster's own processes: a
+    Celery worker starts the job on moto's EMR Serverless through ``aws_default`` and
+    defers; the cluster's triggerer rebuilds the provider's trigger and polls the job
+    through aiobotocore with the same connection; the task resumes on a worker and
+    succeeds. moto ends every job SUCCESS at once and runs nothing, so nothing is
+    imported here (what the job commits, and a failed job, are
+    tests/integration/test_bulk_import_emr.py's)."""
+    import boto3
+
+    from sleeper_ops import Sleeper
+
+    layout = cluster.layout
+    aws = {"endpoint_url": layout.aws_endpoint, "region_name": layout.aws_region,
+           "aws_access_key_id": layout.aws_access_key, "aws_secret_access_key": layout.aws_secret_key}
+    emr = boto3.client("emr-serverless", **aws)
+    app = emr.create_application(name="sleeper", releaseLabel="emr-7.9.0", type="SPARK")["applicationId"]
+    emr.start_application(applicationId=app)
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"key": ["a", "b"], "n": pa.array([1, 2], pa.int64())}), buf)
+    boto3.client("s3", **aws).put_object(Bucket=layout.bucket, Key=f"raw-emr/{EMR_DATE}/part-0.parquet",
+                                         Body=buf.getvalue())
+    package = f"s3://{layout.bucket}/emr-package"
+    none = {f"sleeper.table.schedule.{op}": "none" for op in ("flush", "compaction", "split", "gc", "ingest_batcher")}
+    with Sleeper(cluster.client_home) as sleeper:
+        table = sleeper.create_table(EMR_TABLE, SCHEMA, properties={
+            **none,
+            "sleeper.table.bulk.import.source": f"s3://{layout.bucket}/raw-emr/{{{{ data_interval_start | ds }}}}/",
+            "sleeper.table.bulk.import.platform": "emr_serverless",
+            "sleeper.table.bulk.import.emr.serverless.application.id": app,
+            "sleeper.table.bulk.import.emr.serverless.execution.role.arn": EMR_ROLE,
+            "sleeper.table.bulk.import.emr.serverless.package": package})
+        table_id = table.info.table_id
+    dag = f"sleeper_{EMR_TABLE}_bulk_import"
+    client = airflow_client(layout.api_url, cluster.admin_password)
+    try:
+        poll(lambda: client.get(f"/api/v2/dags/{dag}").status_code == 200, f"the {dag} DAG", 120)
+        r = client.post("/api/v2/backfills", json={"dag_id": dag, "from_date": f"{EMR_DATE}T00:00:00Z",
+                                                   "to_date": f"{EMR_DATE}T00:00:00Z"})
+        assert r.status_code in (200, 201), r.text
+        (run,) = poll(lambda: [x for x in client.get(f"/api/v2/dags/{dag}/dagRuns").json()["dag_runs"]
+                               if x["state"] in ("success", "failed")], "the EMR import's run to end", 180)
+        ti = client.get(f"/api/v2/dags/{dag}/dagRuns/{run['dag_run_id']}/taskInstances/bulk_import").json()
+        assert (run["state"], ti["state"], ti["try_number"]) == ("success", "success", 1), ti
+        assert ti["executor"] in (None, "CeleryExecutor") and ti["hostname"], ti
+        logs = client.get(f"/api/v2/dags/{dag}/dagRuns/{run['dag_run_id']}/taskInstances/bulk_import/logs/1",
+                          headers={"Accept": "application/x-ndjson"}).text
+    finally:
+        client.close()
+
+    # one job, asked of EMR with the date's source and import key
+    (job,) = emr.list_job_runs(applicationId=app)["jobRuns"]
+    args = emr.get_job_run(applicationId=app, jobRunId=job["id"])["jobRun"]["jobDriver"]["sparkSubmit"][
+        "entryPointArguments"]
+    assert args[args.index("--sources") + 1] == f"s3://{layout.bucket}/raw-emr/{EMR_DATE}/"
+    assert args[args.index("--import-key") + 1] == f"{table_id}/{EMR_DATE}T00:00:00+00:00"
+    # the task's log, read over REST from the bucket (remote logging; the worker's and the
+    # triggerer's parts): deferred on a worker, the job polled in the triggerer until its
+    # success event, then resumed on a worker
+    lines = [json.loads(line) for line in logs.splitlines() if line.strip()]
+    events = [str(x.get("event")) for x in lines]
+    assert any(e.startswith(f"s3://{layout.bucket}/airflow-logs/dag_id={dag}/") and e.endswith("attempt=1.log")
+               for e in events), events[:5]
+    deferred = events.index("Pausing task as DEFERRED. ")
+    started = next(i for i, e in enumerate(events) if e.startswith("trigger ") and e.endswith(" starting"))
+    fired = events.index("Trigger fired event")
+    assert "'status': 'success'" in lines[fired]["result"] and job["id"] in lines[fired]["result"], lines[fired]
+    assert deferred < started < fired < events.index("Serverless job completed"), events

@@ -10,7 +10,11 @@ Roles and what each is given (besides ``AIRFLOW_HOME`` and ``HOME``, its own fol
   component must share (JWT, API secret key, Fernet key) and the connections
   ``sleeper_default`` (state store, object store, Spark service), ``aws_default``
   (region, endpoint, keys of S3 and DynamoDB) and ``sleeper_spark`` (the Spark master),
-  each as an ``AIRFLOW_CONN_*`` variable in Airflow's JSON form;
+  each as an ``AIRFLOW_CONN_*`` variable in Airflow's JSON form; task logs written to
+  the bucket (``s3://<bucket>/airflow-logs``, Airflow's remote logging through
+  ``aws_default``), so the API server shows the log of a task that ran on any worker
+  (the processes share no log folder, and on one machine each worker serves its logs on
+  a port of its own, which the API server cannot know);
 * the control plane (scheduler, DAG processor, triggerer, API server): the metadata
   database;
 * the API server: its address and ``SLEEPER_HOME`` for the Sleeper plugin (a home holding
@@ -28,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 CONTROL_ROLES = ("scheduler", "dag-processor", "triggerer", "api-server")
+#: where in the bucket the task logs go (Airflow's remote logging)
+LOG_PREFIX = "airflow-logs"
 WORKER_ROLES = ("worker-1", "worker-2")
 ROLES = CONTROL_ROLES + WORKER_ROLES
 EXECUTOR = "CeleryExecutor"
@@ -145,6 +151,9 @@ def process_environment(layout: ClusterLayout, role: str) -> dict[str, str]:
         SLEEPER_CONN: json.dumps(sleeper_connection(layout)),
         AWS_CONN: json.dumps(aws_connection(layout)),
         SPARK_CONN: json.dumps({"conn_type": "spark", "host": layout.spark_master}),
+        "AIRFLOW__LOGGING__REMOTE_LOGGING": "True",
+        "AIRFLOW__LOGGING__REMOTE_BASE_LOG_FOLDER": f"s3://{layout.bucket}/{LOG_PREFIX}",
+        "AIRFLOW__LOGGING__REMOTE_LOG_CONN_ID": "aws_default",
     }
     home = layout.homes.get(role)
     if home is not None:
