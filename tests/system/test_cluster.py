@@ -284,8 +284,12 @@ def test_an_emr_serverless_import_defers_to_the_clusters_triggerer_and_ends_on_a
         ti = client.get(f"/api/v2/dags/{dag}/dagRuns/{run['dag_run_id']}/taskInstances/bulk_import").json()
         assert (run["state"], ti["state"], ti["try_number"]) == ("success", "success", 1), ti
         assert ti["executor"] in (None, "CeleryExecutor") and ti["hostname"], ti
-        logs = client.get(f"/api/v2/dags/{dag}/dagRuns/{run['dag_run_id']}/taskInstances/bulk_import/logs/1",
-                          headers={"Accept": "application/x-ndjson"}).text
+        path = f"/api/v2/dags/{dag}/dagRuns/{run['dag_run_id']}/taskInstances/bulk_import/logs/1"
+        # the worker uploads the log once the task process ends, just after the task's state is set
+        def resumed_log() -> str | None:
+            text = client.get(path, headers={"Accept": "application/x-ndjson"}).text
+            return text if "Serverless job completed" in text else None
+        logs = poll(resumed_log, "the resumed task's log in the bucket", 60)
     finally:
         client.close()
 
