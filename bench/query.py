@@ -16,6 +16,11 @@ On the embedded PostgreSQL it also runs, on the largest table, ``--processes`` l
 as the shell runs them: ``sleeper query TABLE --key K`` as a new process, whole wall
 time, against ``sleeper --help`` in the same run (goal: at most 400 ms).
 
+Warm-up: one lookup at the start of each leaf (each file's footer is read once; their
+median and maximum are printed), then 10 random keys. A 6 M-row file's footer takes
+about 15 ms to read the first time, so a warm-up that missed a file put that first read
+among the measured lookups, at p99.
+
 Goals (issue 12; local disk, warm caches, 2 cores): exact-key p50 <= 1 ms and p95 <=
 3 ms, range p50 <= 3 ms, p50 ratio 100 M / 1 M rows <= 1.3. The 10,000-leaf figures are
 bench/query_leaves.py's.
@@ -94,8 +99,15 @@ def run(s, size: int, queries: int, properties: dict[str, str], compact: bool,  
           f"({len(t.state().references)} files)", flush=True)
     rng = random.Random(size)
     exact, ranged = [], []
-    for _ in range(10):  # warm footers and connections
+    first = []  # warm: one lookup at the start of each leaf opens its file (footer read once)
+    for lo in ["", *split_points(15)]:
+        t0 = time.perf_counter()
+        t.query(keys=[lo])
+        first.append((time.perf_counter() - t0) * 1000)
+    for _ in range(10):  # and the connections
         t.query(keys=[rng.choice(keys)])
+    print(f"  first lookup in each of the {len(first)} leaves' files (its footer read): "
+          f"median {statistics.median(first):.2f} ms, max {max(first):.2f} ms", flush=True)
     for _ in range(queries):
         k = rng.choice(keys)
         t0 = time.perf_counter()
@@ -139,7 +151,8 @@ def main() -> None:
     for kind in ("exact", "range"):
         print(f"  {kind} p50 ratio {large:,} / {small:,} rows: "
               f"{results[large][kind]['p50'] / results[small][kind]['p50']:.2f}")
-    print("  goals: exact-key p50 <= 1 ms, p95 <= 3 ms; range p50 <= 3 ms; p50 ratio 100 M / 1 M rows <= 1.3")
+    print("  goals: exact-key p50 <= 1 ms, p95 <= 3 ms; range p50 <= 3 ms; p50 ratio 100 M / 1 M rows <= 1.3; "
+          "at 100 M rows exact-key p50 <= 0.5 ms and p99 <= 2 ms (issue 24)")
 
 
 if __name__ == "__main__":
