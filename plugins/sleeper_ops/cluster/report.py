@@ -22,7 +22,8 @@ def ready_lines(c: RunningCluster) -> list[str]:
     lines += [
         f"Airflow: {layout.api_url}  user admin  password {c.admin_password}  (CeleryExecutor, broker "
         f"{layout.broker_url})",
-        f"state store: {layout.state_store}; data: s3://{layout.bucket}/data on {layout.aws_endpoint}",
+        f"state store: {layout.state_store}; data: s3://{layout.bucket}/data on {layout.aws_endpoint}; "
+        f"task logs: {worker_env['AIRFLOW__LOGGING__REMOTE_BASE_LOG_FOLDER']}",
         f"Spark: master {layout.spark_master}, service {layout.spark_service or '(not started)'}",
         "connections given to every Airflow process (AIRFLOW_CONN_*):",
         f"  sleeper_default = {worker_env[SLEEPER_CONN]}",
