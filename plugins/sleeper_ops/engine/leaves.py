@@ -13,16 +13,26 @@ from statestore.partitions import Partition, PartitionTree
 from statestore.region import Region
 from statestore.schema import Schema
 
+#: the most split points for which :func:`leaf_indices` compares every row with each
+#: (beyond, it walks the tree, comparing each node's rows only)
+MAX_FLAT_SPLITS = 32
+
 
 def leaf_indices(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, Optional[np.ndarray]]]:
     """Row indices of ``table`` per leaf partition, ascending (``None``: every row).
 
-    Leaves with no rows are left out. Walks the tree with one vectorised comparison
-    per internal node on its split dimension.
+    Leaves with no rows are left out. When every split of the tree is on one field and
+    there are at most :data:`MAX_FLAT_SPLITS`, each row's leaf is the number of split
+    points at or below its key (one vectorised comparison of the whole column per split
+    point, then one stable sort of the leaf numbers); otherwise the tree is walked with
+    one vectorised comparison per internal node on its split dimension.
     """
     import pyarrow.compute as pc
 
     assert tree.root is not None
+    flat = _flat_splits(tree)
+    if flat is not None and table.num_rows > 0:
+        return _by_split_points(table, *flat)
     out: list[tuple[Partition, Optional[np.ndarray]]] = []
     stack: list[tuple[Partition, Optional[np.ndarray]]] = [(tree.root, None)]
     while stack:
@@ -44,6 +54,33 @@ def leaf_indices(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, 
         stack.append((right, base[~mask]))
         stack.append((left, base[mask]))
     return out
+
+
+def _flat_splits(tree: PartitionTree) -> Optional[tuple[str, list[Partition], list[object]]]:
+    """(field, leaves in key order, split points) when every split of ``tree`` is on one
+    field and there are 1 to :data:`MAX_FLAT_SPLITS` of them; else None."""
+    internal = [p for p in tree.by_id.values() if not p.is_leaf]
+    if not internal or len(internal) > MAX_FLAT_SPLITS or len({p.dimension for p in internal}) != 1:
+        return None
+    dim = internal[0].dimension
+    leaves = sorted((p for p in tree.by_id.values() if p.is_leaf), key=lambda p: p.region.ranges[dim].min)
+    return leaves[0].region.ranges[dim].field, leaves, [leaf.region.ranges[dim].min for leaf in leaves[1:]]
+
+
+def _by_split_points(table: pa.Table, field: str, leaves: list[Partition],
+                     points: list[object]) -> list[tuple[Partition, Optional[np.ndarray]]]:
+    """:func:`leaf_indices` for leaves that are consecutive ranges of ``field`` split at
+    ``points`` (ascending): a row at a split point belongs to the leaf it starts."""
+    column = table.column(field)
+    number = np.zeros(table.num_rows, dtype=np.uint8)  # a leaf's number: at most 33 (radix-sorted below)
+    for point in points:
+        number += kernels.greater_equal(column, key_scalar(point, column.type)).to_numpy(zero_copy_only=False)
+    counts = np.bincount(number, minlength=len(leaves))
+    if counts.max() == table.num_rows:
+        return [(leaves[int(np.argmax(counts))], None)]
+    order = np.argsort(number, kind="stable")  # each leaf's rows stay ascending
+    ends = np.cumsum(counts)
+    return [(leaf, order[end - n:end]) for leaf, n, end in zip(leaves, counts, ends) if n]
 
 
 #: the fewest rows per slice worth a task of its own in :func:`leaf_indices_sliced`
