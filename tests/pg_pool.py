@@ -117,16 +117,22 @@ class DatabasePool:
 
     @staticmethod
     def _end_sessions(admin: Any, name: str, wait_seconds: float = 2.0) -> None:
-        """Terminate every session on ``name`` and wait (up to ``wait_seconds``) until
-        they are gone: termination is a signal, and a rename fails while one remains."""
+        """Terminate every session on ``name``, each call waiting until its backend has
+        exited (``pg_terminate_backend``'s timeout, PostgreSQL 14+), all within
+        ``wait_seconds``: termination is a signal, and a rename fails while one remains
+        (a session still there, or a new one, makes the rename fail and the caller drop
+        the database)."""
         import time
 
         deadline = time.monotonic() + wait_seconds
-        while admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                            "WHERE datname = %s AND pid <> pg_backend_pid()", (name,)).fetchone()[0]:
-            if time.monotonic() > deadline:
+        pids = [r[0] for r in admin.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s "
+                                            "AND pid <> pg_backend_pid()", (name,)).fetchall()]
+        for pid in pids:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
                 return
-            time.sleep(0.01)
+            # a backend already gone is a warning (a notice), not an error
+            admin.execute("SELECT pg_terminate_backend(%s, %s)", (pid, left_ms))
 
     def _reset(self, admin: Any, name: str) -> bool:
         from psycopg import sql
