@@ -102,11 +102,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     shutil.rmtree(work, ignore_errors=True)
 
 
-def _put_inputs(layout: Any) -> None:
+def _aws_client(layout: Any, service: str) -> Any:
+    """A boto3 client of ``service`` on the cluster's moto server."""
     import boto3
 
-    s3 = boto3.client("s3", endpoint_url=layout.aws_endpoint, region_name=layout.aws_region,
-                      aws_access_key_id=layout.aws_access_key, aws_secret_access_key=layout.aws_secret_key)
+    return boto3.client(service, endpoint_url=layout.aws_endpoint, region_name=layout.aws_region,
+                        aws_access_key_id=layout.aws_access_key, aws_secret_access_key=layout.aws_secret_key)
+
+
+def _put_inputs(layout: Any) -> None:
+    s3 = _aws_client(layout, "s3")
     for day in DATES:
         rows = pa.table({"key": [f"d{day}-{i:05d}" for i in range(ROWS_PER_DATE)],
                          "n": pa.array(range(ROWS_PER_DATE), pa.int64())})
@@ -247,19 +252,15 @@ def test_an_emr_serverless_import_defers_to_the_clusters_triggerer_and_ends_on_a
     succeeds. moto ends every job SUCCESS at once and runs nothing, so nothing is
     imported here (what the job commits, and a failed job, are
     tests/integration/test_bulk_import_emr.py's)."""
-    import boto3
-
     from sleeper_ops import Sleeper
 
     layout = cluster.layout
-    aws = {"endpoint_url": layout.aws_endpoint, "region_name": layout.aws_region,
-           "aws_access_key_id": layout.aws_access_key, "aws_secret_access_key": layout.aws_secret_key}
-    emr = boto3.client("emr-serverless", **aws)
+    emr = _aws_client(layout, "emr-serverless")
     app = emr.create_application(name="sleeper", releaseLabel="emr-7.9.0", type="SPARK")["applicationId"]
     emr.start_application(applicationId=app)
     buf = io.BytesIO()
     pq.write_table(pa.table({"key": ["a", "b"], "n": pa.array([1, 2], pa.int64())}), buf)
-    boto3.client("s3", **aws).put_object(Bucket=layout.bucket, Key=f"raw-emr/{EMR_DATE}/part-0.parquet",
+    _aws_client(layout, "s3").put_object(Bucket=layout.bucket, Key=f"raw-emr/{EMR_DATE}/part-0.parquet",
                                          Body=buf.getvalue())
     package = f"s3://{layout.bucket}/emr-package"
     none = {f"sleeper.table.schedule.{op}": "none" for op in ("flush", "compaction", "split", "gc", "ingest_batcher")}
