@@ -64,6 +64,10 @@ class FixedMetadata(TableMetadata):
         with self._lock:
             return fn(self)
 
+    def guess(self, fn: Callable[[TableMetadata], T]) -> Optional[T]:
+        """None: a plan here makes no round trip, so there is nothing to overlap."""
+        return None
+
     def with_table(self, info: TableInfo) -> FixedMetadata:
         """The same state with the catalog entry ``info`` (the table's current properties:
         its iterators apply to as-of reads as they are now); shares the state, read-only."""

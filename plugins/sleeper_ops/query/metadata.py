@@ -77,6 +77,18 @@ class TableMetadata:
                 self._fresh_from = began
             return fn(self)
 
+    def guess(self, fn: Callable[[TableMetadata], T]) -> Optional[T]:
+        """``fn(self)`` over the copy as it stands, without asking the state store: a
+        guess at what :meth:`plan` will see, for work that may start before the plan's
+        round trip ends and must be checked against it. None when there is no copy yet,
+        or a refresh is under way in another thread (this never waits for one)."""
+        if self._token is None or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return fn(self)
+        finally:
+            self._lock.release()
+
     def _apply(self, ch: TableChanges) -> None:
         self.refreshes += 1
         self.table = ch.table

@@ -134,17 +134,16 @@ class QueryRunner:
         planned on the table's metadata brought up to date now (read-your-writes), each
         with the tombstones that hide rows of it; with the table's live tombstones then."""
         disjoint = _disjoint(regions)
+        return self.metadata.plan(lambda meta: self._tasks_on(meta, disjoint))
 
-        def plan(meta: TableMetadata) -> _Tasks:
-            self._current_plan(meta)
-            live = tuple(meta.tombstones[n] for n in sorted(meta.tombstones))
-            tasks = _Tasks(live, meta.buffer_mark)
-            for i, region in enumerate(disjoint):
-                exclude = tuple(r for r in disjoint[:i] if r.overlaps(region))
-                tasks.extend(_region_tasks(meta, region, exclude, live))
-            return tasks
-
-        return self.metadata.plan(plan)
+    def _tasks_on(self, meta: TableMetadata, disjoint: list[Region]) -> _Tasks:
+        self._current_plan(meta)
+        live = tuple(meta.tombstones[n] for n in sorted(meta.tombstones))
+        tasks = _Tasks(live, meta.buffer_mark)
+        for i, region in enumerate(disjoint):
+            exclude = tuple(r for r in disjoint[:i] if r.overlaps(region))
+            tasks.extend(_region_tasks(meta, region, exclude, live))
+        return tasks
 
     def leaf_plan(self, region: Region, *, buffer: bool = True) -> LeafPlan:
         """Every leaf partition overlapping ``region``, each with the tasks that read
@@ -221,11 +220,15 @@ class QueryRunner:
     def query(self, regions: Sequence[Region], *, buffer: bool = True) -> pa.Table:
         """Every record in any of ``regions``, once, in key order; with ``buffer``
         (the default), the records still in the write buffer too."""
-        tasks, buffered = self._plan(regions, buffer)
-        if len(tasks) == 1:
-            parts = [self._read(tasks[0])]
+        guess = None
+        if self.threads > 1:
+            disjoint = _disjoint(regions)
+            guess = self.metadata.guess(lambda meta: list(self._tasks_on(meta, disjoint)))
+        if guess is None:
+            tasks, buffered = self._plan(regions, buffer)
+            parts = self._read_all(tasks)
         else:
-            parts = list(self._pool.map(self._read, tasks))
+            parts, buffered = self._read_guessed(guess, regions, buffer)
         if buffered is not None:
             parts.append(buffered)
         parts = [p for p in parts if p.num_rows]
@@ -237,6 +240,34 @@ class QueryRunner:
         if not self.iterators.is_empty:
             result = self.iterators.apply_table(result)
         return result
+
+    def _read_all(self, tasks: Sequence[_Task]) -> list[pa.Table]:
+        if len(tasks) == 1:
+            return [self._read(tasks[0])]
+        return list(self._pool.map(self._read, tasks))
+
+    def _read_guessed(self, guess: list[_Task], regions: Sequence[Region], buffer: bool
+                      ) -> tuple[list[pa.Table], Optional[pa.Table]]:
+        """The parts and buffered rows :meth:`query` reads, with the state store's round
+        trip overlapped: the files of ``guess`` (tasks planned on the metadata copy as it
+        stood) are read here while a pool thread plans on the copy brought up to date
+        (:meth:`_plan`). The guess's reads are kept only when the plan's tasks read exactly
+        the same (file, region, exclusions, tombstones); otherwise the plan's are read.
+        So the answer is the one :meth:`query` gives without a guess: a read depends on
+        nothing else, and data files never change. A read of the guess that failed (say,
+        a file of a stale plan already collected) is raised only if the plan reads it too."""
+        planned = self._pool.submit(self._plan, regions, buffer)
+        failure: Optional[Exception] = None
+        try:
+            parts = self._read_all(guess)
+        except Exception as e:
+            parts, failure = [], e
+        tasks, buffered = planned.result()
+        if [_reads(t) for t in tasks] != [_reads(t) for t in guess]:
+            return self._read_all(tasks), buffered
+        if failure is not None:
+            raise failure
+        return parts, buffered
 
     def stream(self, regions: Sequence[Region], *, limit: Optional[int] = None,
                batch_rows: int = DEFAULT_BATCH_ROWS, buffer: bool = True) -> Generator[pa.RecordBatch, None, None]:
@@ -337,6 +368,11 @@ class QueryRunner:
                 if past:  # the file is sorted on the first row key field: nothing further is inside
                     return
 
+
+
+def _reads(task: _Task) -> tuple[Any, ...]:
+    """All that a task's read depends on (its reference's counts and job do not)."""
+    return task.ref.filename, task.region, task.exclude, task.deletes
 
 
 def _region_tasks(meta: TableMetadata, region: Region, exclude: tuple[Region, ...],
