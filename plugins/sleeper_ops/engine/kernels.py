@@ -45,6 +45,11 @@ def invert(a: Any) -> Any:
     return call_function("invert", [a])
 
 
+def count_true(mask: Any) -> int:
+    """``pc.sum(mask)`` as an int: how many of a boolean array's values are true."""
+    return call_function("sum", [mask]).as_py() or 0
+
+
 def filter_rows(data: Any, mask: Any) -> Any:
     """``data.filter(mask)`` for a Table or RecordBatch: the rows where ``mask`` is true
     (null drops the row)."""

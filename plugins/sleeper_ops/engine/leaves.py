@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -10,7 +10,7 @@ import pyarrow as pa
 from sleeper_ops.engine import kernels
 from sleeper_ops.io.arrow_schema import key_scalar, sort_keys
 from statestore.partitions import Partition, PartitionTree
-from statestore.region import Region
+from statestore.region import Range, Region
 from statestore.schema import Schema
 
 #: the most split points for which :func:`leaf_indices` compares every row with each
@@ -125,6 +125,16 @@ def sorted_rows(table: pa.Table, idx: Optional[np.ndarray], schema: Schema) -> p
 def split_by_leaf(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, pa.Table]]:
     """One table per leaf partition with rows, each keeping the input's row order."""
     return [(leaf, table if idx is None else table.take(pa.array(idx))) for leaf, idx in leaf_indices(table, tree)]
+
+
+def sorted_slice(table: Any, r: Range) -> Any:
+    """The rows of ``table`` (a Table or RecordBatch sorted on ``r.field``, as every data
+    file is) inside the range ``r``: one zero-copy slice, its ends found by counting the
+    rows below ``r.min`` and below ``r.max``."""
+    c = table.column(r.field)
+    start = kernels.count_true(kernels.less(c, key_scalar(r.min, c.type)))
+    end = table.num_rows if r.max is None else kernels.count_true(kernels.less(c, key_scalar(r.max, c.type)))
+    return table.slice(start, max(0, end - start))
 
 
 def region_mask(table: pa.Table | pa.RecordBatch, region: Region) -> pa.ChunkedArray:

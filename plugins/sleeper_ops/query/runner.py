@@ -30,7 +30,7 @@ from sleeper_ops.engine import kernels
 from sleeper_ops.engine.deletes import covering_file, without_deleted
 from sleeper_ops.engine.iterators import BatchFn, IteratorChain
 from sleeper_ops.engine.key_regions import exact_key_region, range_region  # noqa: F401 - re-exported
-from sleeper_ops.engine.leaves import region_mask
+from sleeper_ops.engine.leaves import region_mask, sorted_slice
 from sleeper_ops.io.arrow_schema import arrow_schema, empty_table, sort_keys
 from sleeper_ops.io.datafile import FILE_CACHE, ParquetFileCache
 from sleeper_ops.io.storage import ObjectStore
@@ -326,12 +326,17 @@ class QueryRunner:
         return md, groups
 
     def _select(self, table: Any, task: _Task) -> Any:
-        """The rows of ``table`` (a Table or RecordBatch) in the task's region and none of
-        its excluded regions, with the table's Arrow types."""
-        mask = region_mask(table, task.region)
-        for other in task.exclude:
-            mask = kernels.and_(mask, kernels.invert(region_mask(table, other)))
-        table = without_deleted(kernels.filter_rows(table, mask), task.deletes)
+        """The rows of ``table`` (a Table or RecordBatch read from a data file, so sorted on
+        the first row key field) in the task's region and none of its excluded regions,
+        with the table's Arrow types. The first field's range is one slice (no copy); a
+        region on more fields, or with exclusions, is then filtered."""
+        table = sorted_slice(table, task.region.ranges[0])
+        if len(task.region.ranges) > 1 or task.exclude:
+            mask = region_mask(table, task.region)
+            for other in task.exclude:
+                mask = kernels.and_(mask, kernels.invert(region_mask(table, other)))
+            table = kernels.filter_rows(table, mask)
+        table = without_deleted(table, task.deletes)
         if table.schema != self.target:
             table = table.cast(self.target)
         return table
