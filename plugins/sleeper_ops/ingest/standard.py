@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from sleeper_ops.engine.leaves import leaf_indices_sliced, sorted_rows
 from sleeper_ops.engine.merge import merge_sorted
@@ -215,6 +214,7 @@ class IngestRunner:
         if chunk:
             self._spill(chunk, tree, spill_root, chunks_seen, runs)
             chunks_seen += 1
+        del chunk  # the last chunk is in its runs now: not held through the merge
         result.spilled_chunks = chunks_seen
         return self._merge_runs(runs, attempt)
 
@@ -295,8 +295,13 @@ class IngestRunner:
             leaf, rows = item
             d = os.path.join(root, leaf.id)
             os.makedirs(d, exist_ok=True)
-            path = os.path.join(d, f"run-{chunk_no:06d}.parquet")
-            pq.write_table(rows(), path, compression="none", use_dictionary=False, row_group_size=65536)
+            # an uncompressed Arrow IPC run, as bulk import's: faster to write and read than a
+            # Parquet one, and the merge of Parquet runs held memory growing with their size
+            # (peak RSS 1.10/1.16/1.43 GB at 5/10/20 M rows, against 1.10/1.12/1.10 GB)
+            path = os.path.join(d, f"run-{chunk_no:06d}.arrow")
+            data = rows()
+            with pa.ipc.new_file(path, data.schema) as w:
+                w.write_table(data, max_chunksize=65_536)
             return leaf.id, path
         for leaf_id, path in self._parallel(spill, self._by_leaf(chunk, tree)):
             runs.setdefault(leaf_id, []).append(path)
