@@ -31,7 +31,7 @@ EXPECTED: dict[str, list[str]] = {
                       rf"sleeper compact \(CLI\)\s+{NUM}\s+{NUM}",
                       r"goals: local runner"],
     "ingest.py": [rf"baseline: pyarrow read \+ write zstd\s+{SPREAD} rows/s",
-                  rf"ingest, in-memory sort\s+{SPREAD} rows/s .*peak RSS {SPREAD} MB",
+                  rf"ingest, 4 M-row chunks\s+{SPREAD} rows/s .*peak RSS {SPREAD} MB",
                   rf"ingest, 4 spilled chunks \+ merge\s+{SPREAD} rows/s .*peak RSS {SPREAD} MB"],
     "peers.py": [rf"\| a \| ours \| query runner \| native \| \d+ \| [\d,]+ \|( {SPREAD} \|){{6}}$",
                  rf"\| b \| ours \| Sleeper.sql \| SQL \| \d+ \| [\d,]+ \|( {SPREAD} \|){{6}}$",
