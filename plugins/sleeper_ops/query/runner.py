@@ -134,16 +134,24 @@ class QueryRunner:
         planned on the table's metadata brought up to date now (read-your-writes), each
         with the tombstones that hide rows of it; with the table's live tombstones then."""
         disjoint = _disjoint(regions)
-        return self.metadata.plan(lambda meta: self._tasks_on(meta, disjoint))
 
-    def _tasks_on(self, meta: TableMetadata, disjoint: list[Region]) -> _Tasks:
-        self._current_plan(meta)
-        live = tuple(meta.tombstones[n] for n in sorted(meta.tombstones))
-        tasks = _Tasks(live, meta.buffer_mark)
-        for i, region in enumerate(disjoint):
-            exclude = tuple(r for r in disjoint[:i] if r.overlaps(region))
-            tasks.extend(_region_tasks(meta, region, exclude, live))
-        return tasks
+        def plan(meta: TableMetadata) -> _Tasks:
+            self._current_plan(meta)
+            return _tasks_on(meta, disjoint)
+
+        return self.metadata.plan(plan)
+
+    def _guess(self, regions: Sequence[Region]) -> Optional[list[_Task]]:
+        """The tasks of ``regions`` on the metadata copy as it stands, without asking the
+        state store (:meth:`TableMetadata.guess`); None when there is none to make, or
+        it failed (the plan then decides alone)."""
+        if self.threads < 2:
+            return None
+        disjoint = _disjoint(regions)
+        try:
+            return self.metadata.guess(lambda meta: list(_tasks_on(meta, disjoint)))
+        except Exception:  # a guess never fails a query: the up-to-date plan raises what is wrong
+            return None
 
     def leaf_plan(self, region: Region, *, buffer: bool = True) -> LeafPlan:
         """Every leaf partition overlapping ``region``, each with the tasks that read
@@ -220,10 +228,7 @@ class QueryRunner:
     def query(self, regions: Sequence[Region], *, buffer: bool = True) -> pa.Table:
         """Every record in any of ``regions``, once, in key order; with ``buffer``
         (the default), the records still in the write buffer too."""
-        guess = None
-        if self.threads > 1:
-            disjoint = _disjoint(regions)
-            guess = self.metadata.guess(lambda meta: list(self._tasks_on(meta, disjoint)))
+        guess = self._guess(regions)
         if guess is None:
             tasks, buffered = self._plan(regions, buffer)
             parts = self._read_all(tasks)
@@ -373,6 +378,17 @@ class QueryRunner:
                 if past:  # the file is sorted on the first row key field: nothing further is inside
                     return
 
+
+
+def _tasks_on(meta: TableMetadata, disjoint: list[Region]) -> _Tasks:
+    """The tasks of the ``disjoint`` regions on ``meta``, with its live tombstones and
+    write buffer mark."""
+    live = tuple(meta.tombstones[n] for n in sorted(meta.tombstones))
+    tasks = _Tasks(live, meta.buffer_mark)
+    for i, region in enumerate(disjoint):
+        exclude = tuple(r for r in disjoint[:i] if r.overlaps(region))
+        tasks.extend(_region_tasks(meta, region, exclude, live))
+    return tasks
 
 
 def _reads(task: _Task) -> tuple[Any, ...]:

@@ -128,3 +128,14 @@ def test_concurrent_warm_queries_each_get_their_own_answer(warm):
     for th in threads:
         th.join()
     assert errors == []
+
+
+def test_a_guess_that_fails_leaves_the_query_to_the_plan(warm, monkeypatch):
+    t, rows, runner = warm
+
+    def broken(fn):
+        raise RuntimeError("a guess on a copy that cannot be planned")
+
+    monkeypatch.setattr(runner.metadata, "guess", broken)
+    result = runner.query([exact_key_region(t.schema, [5])])
+    assert got(result) == counter(r for r in rows if r["key"] == 5)
