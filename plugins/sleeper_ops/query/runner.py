@@ -83,6 +83,9 @@ class QueryRunner:
 
     Every query plans on the table's metadata brought up to date when it starts
     (:class:`~sleeper_ops.query.metadata.TableMetadata`: incremental, read-your-writes).
+    Once the runner holds a copy of it, :meth:`query` reads the files the copy names
+    while the copy is brought up to date, and keeps those reads only if the up-to-date
+    plan reads the same (docs/adr/0014-query-overlaps-freshness-check.md).
     The table's iterator properties, then ``iterators`` (extra user iterators, run
     after the table's own), apply to every result; they are checked here and again
     whenever the table's properties change (a bad property raises
