@@ -20,14 +20,14 @@ once ``limit`` rows are out.
 from __future__ import annotations
 
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable, Generator, Iterator, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sleeper_ops.engine import kernels
-from sleeper_ops.engine.deletes import covering_file, without_deleted
+from sleeper_ops.engine.deletes import without_deleted
 from sleeper_ops.engine.iterators import BatchFn, IteratorChain
 from sleeper_ops.engine.key_regions import exact_key_region, range_region  # noqa: F401 - re-exported
 from sleeper_ops.engine.leaves import region_mask, sorted_slice
@@ -37,45 +37,25 @@ from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.buffered import BufferedRows
 from sleeper_ops.query.metadata import TableMetadata
 from sleeper_ops.query.stream import PendingSource, limited, merge_sources
+from sleeper_ops.query.tasks import (
+    LeafPlan,
+    LeafTasks,
+    Task,
+    Tasks,
+    disjoint_regions,
+    intersect,
+    reads_of,
+    region_tasks,
+    tasks_on,
+)
 from statestore.catalog import TableInfo
-from statestore.deletes import Tombstone
 from statestore.files import FileReference
 from statestore.history import AsOfState
-from statestore.region import Range, Region
+from statestore.region import Region
 from statestore.store import StateStore
-
-
-def _intersect(a: Region, b: Region) -> Optional[Region]:
-    out = []
-    for x, y in zip(a.ranges, b.ranges):
-        lo = max(x.min, y.min)
-        hi = x.max if y.max is None else (y.max if x.max is None else min(x.max, y.max))
-        if hi is not None and hi <= lo:
-            return None
-        out.append(Range(x.field, lo, hi))
-    return Region(tuple(out))
-
 
 #: Rows per batch that :meth:`QueryRunner.stream` reads from a file and yields.
 DEFAULT_BATCH_ROWS = 32_768
-
-
-@dataclass(frozen=True)
-class _Task:
-    ref: FileReference
-    region: Region  # query region ∩ partition region
-    exclude: tuple[Region, ...] = ()  # earlier query regions: their rows are returned by their own tasks
-    deletes: tuple[Tombstone, ...] = ()  # tombstones covering the file whose regions meet the task's
-
-
-class _Tasks(list[_Task]):
-    """A query's tasks, and the table's live tombstones and write buffer mark in the
-    state they were planned on."""
-
-    def __init__(self, tombstones: tuple[Tombstone, ...], buffer_mark: Optional[tuple[int, int, int]]) -> None:
-        super().__init__()
-        self.tombstones = tombstones
-        self.buffer_mark = buffer_mark
 
 
 class QueryRunner:
@@ -132,27 +112,27 @@ class QueryRunner:
         if self._owns_pool:
             self._pool.shutdown(wait=False)
 
-    def _tasks(self, regions: Sequence[Region]) -> _Tasks:
+    def _tasks(self, regions: Sequence[Region]) -> Tasks:
         """One task per file reference and (disjoint) query region it may hold rows of,
         planned on the table's metadata brought up to date now (read-your-writes), each
         with the tombstones that hide rows of it; with the table's live tombstones then."""
-        disjoint = _disjoint(regions)
+        disjoint = disjoint_regions(regions)
 
-        def plan(meta: TableMetadata) -> _Tasks:
+        def plan(meta: TableMetadata) -> Tasks:
             self._current_plan(meta)
-            return _tasks_on(meta, disjoint)
+            return tasks_on(meta, disjoint)
 
         return self.metadata.plan(plan)
 
-    def _guess(self, regions: Sequence[Region]) -> Optional[list[_Task]]:
+    def _guess(self, regions: Sequence[Region]) -> Optional[list[Task]]:
         """The tasks of ``regions`` on the metadata copy as it stands, without asking the
         state store (:meth:`TableMetadata.guess`); None when there is none to make, or
         it failed (the plan then decides alone)."""
         if self.threads < 2:
             return None
-        disjoint = _disjoint(regions)
+        disjoint = disjoint_regions(regions)
         try:
-            return self.metadata.guess(lambda meta: list(_tasks_on(meta, disjoint)))
+            return self.metadata.guess(lambda meta: list(tasks_on(meta, disjoint)))
         except Exception:  # a guess never fails a query: the up-to-date plan raises what is wrong
             return None
 
@@ -170,9 +150,9 @@ class QueryRunner:
             live = tuple(meta.tombstones[n] for n in sorted(meta.tombstones))
             leaves = []
             for part in meta.overlapping(region):
-                inter = _intersect(region, part.region) if part.is_leaf else None
+                inter = intersect(region, part.region) if part.is_leaf else None
                 if inter is not None:
-                    leaves.append(LeafTasks(part.id, inter, tuple(_region_tasks(meta, inter, (), live))))
+                    leaves.append(LeafTasks(part.id, inter, tuple(region_tasks(meta, inter, (), live))))
             leaves.sort(key=lambda leaf: tuple(r.min for r in leaf.region.ranges))
             return LeafPlan(tuple(leaves), live)
 
@@ -209,7 +189,7 @@ class QueryRunner:
             merged = self.iterators.apply(merged)
         return limited(merged, None)
 
-    def _plan(self, regions: Sequence[Region], buffer: bool) -> tuple[list[_Task], Optional[pa.Table]]:
+    def _plan(self, regions: Sequence[Region], buffer: bool) -> tuple[list[Task], Optional[pa.Table]]:
         """The tasks of ``regions`` and, with ``buffer``, the write buffer's records in
         them, consistent with each other: no flush committed between the two reads
         (see :mod:`sleeper_ops.query.buffered`)."""
@@ -249,12 +229,12 @@ class QueryRunner:
             result = self.iterators.apply_table(result)
         return result
 
-    def _read_all(self, tasks: Sequence[_Task]) -> list[pa.Table]:
+    def _read_all(self, tasks: Sequence[Task]) -> list[pa.Table]:
         if len(tasks) == 1:
             return [self._read(tasks[0])]
         return list(self._pool.map(self._read, tasks))
 
-    def _read_guessed(self, guess: list[_Task], regions: Sequence[Region], buffer: bool
+    def _read_guessed(self, guess: list[Task], regions: Sequence[Region], buffer: bool
                       ) -> tuple[list[pa.Table], Optional[pa.Table]]:
         """The parts and buffered rows :meth:`query` reads, with the state store's round
         trip overlapped: the files of ``guess`` (tasks planned on the metadata copy as it
@@ -269,7 +249,7 @@ class QueryRunner:
         decoding: the decoding releases the GIL, so the plan's Python runs beside it
         instead of against the read's own Python (exact-key p50 0.36-0.44 ms to
         0.32-0.34, p95 0.49-0.61 to 0.36-0.40, on 2 cores; ADR 0014)."""
-        planned: list[Future[tuple[list[_Task], Optional[pa.Table]]]] = []
+        planned: list[Future[tuple[list[Task], Optional[pa.Table]]]] = []
 
         def plan() -> None:  # once
             if not planned:
@@ -286,7 +266,7 @@ class QueryRunner:
             parts, failure = [], e
         plan()
         tasks, buffered = planned[0].result()
-        if [_reads(t) for t in tasks] != [_reads(t) for t in guess]:
+        if [reads_of(t) for t in tasks] != [reads_of(t) for t in guess]:
             return self._read_all(tasks), buffered
         if failure is not None:
             raise failure
@@ -329,7 +309,7 @@ class QueryRunner:
             chosen.setdefault((t.ref.filename, t.ref.partition_id), t.ref)
         return list(chosen.values())
 
-    def _row_groups(self, task: _Task) -> tuple[pq.FileMetaData, list[int]]:
+    def _row_groups(self, task: Task) -> tuple[pq.FileMetaData, list[int]]:
         """The file's footer and the row groups whose statistics may hold rows of the
         task: a binary search of the file's cached row group index on the first row key
         field, so the cost does not grow with the file (a scan of every group's
@@ -348,7 +328,7 @@ class QueryRunner:
             groups.append(i)
         return md, groups
 
-    def _select(self, table: Any, task: _Task) -> Any:
+    def _select(self, table: Any, task: Task) -> Any:
         """The rows of ``table`` (a Table or RecordBatch read from a data file, so sorted on
         the first row key field) in the task's region and none of its excluded regions,
         with the table's Arrow types. The first field's range is one slice (no copy); a
@@ -364,7 +344,7 @@ class QueryRunner:
             table = table.cast(self.target)
         return table
 
-    def _read(self, task: _Task, before_decode: Optional[Callable[[], None]] = None) -> pa.Table:
+    def _read(self, task: Task, before_decode: Optional[Callable[[], None]] = None) -> pa.Table:
         """The task's rows (:meth:`_select`) from the row groups that may hold them, read
         whole; ``before_decode`` is called once the file is open, before its decoding (or
         when no row group needs reading)."""
@@ -381,7 +361,7 @@ class QueryRunner:
             table = pf.read_row_groups(groups, use_threads=False)
         return self._select(table, task)
 
-    def _read_batches(self, task: _Task, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    def _read_batches(self, task: Task, batch_rows: int) -> Iterator[pa.RecordBatch]:
         """The task's rows, in key order, ``batch_rows`` rows of the file at a time;
         stops at the first row past the region on the first row key field."""
         md, groups = self._row_groups(task)
@@ -405,84 +385,5 @@ class QueryRunner:
 
 
 
-def _tasks_on(meta: TableMetadata, disjoint: list[Region]) -> _Tasks:
-    """The tasks of the ``disjoint`` regions on ``meta``, with its live tombstones and
-    write buffer mark."""
-    live = tuple(meta.tombstones[n] for n in sorted(meta.tombstones))
-    tasks = _Tasks(live, meta.buffer_mark)
-    for i, region in enumerate(disjoint):
-        exclude = tuple(r for r in disjoint[:i] if r.overlaps(region))
-        tasks.extend(_region_tasks(meta, region, exclude, live))
-    return tasks
-
-
-def _reads(task: _Task) -> tuple[Any, ...]:
-    """All that a task's read depends on (its reference's counts and job do not)."""
-    return task.ref.filename, task.region, task.exclude, task.deletes
-
-
-def _region_tasks(meta: TableMetadata, region: Region, exclude: tuple[Region, ...],
-                  live: tuple[Tombstone, ...]) -> list[_Task]:
-    """One task per file reference of a partition overlapping ``region`` (leaves and
-    their ancestors), reading the reference's rows in ``region`` less ``exclude``,
-    with the tombstones of ``live`` that hide rows of it."""
-    tasks = []
-    for part in meta.overlapping(region):
-        refs = meta.references_in(part.id)
-        if not refs:
-            continue
-        inter = _intersect(region, part.region)
-        if inter is None:
-            continue
-        near = tuple(t for t in live if any(r.overlaps(inter) for r in t.regions))
-        for ref in refs:
-            tasks.append(_Task(ref, inter, exclude, covering_file(near, ref.delete_horizon)))
-    return tasks
-
-
-@dataclass(frozen=True)
-class LeafTasks:
-    """One leaf of a :meth:`QueryRunner.leaf_plan`: its part of the planned region, the
-    tasks reading its files, and the write buffer's records in it (None: none).
-    Plain data (picklable): a Spark task can read a leaf planned on the driver."""
-
-    leaf_id: str
-    region: Region
-    tasks: tuple[_Task, ...]
-    buffered: Optional[pa.Table] = None
-
-
-@dataclass(frozen=True)
-class LeafPlan:
-    """The leaves of one :meth:`QueryRunner.leaf_plan`, in key order, and the table's
-    live tombstones in the state they were planned on."""
-
-    leaves: tuple[LeafTasks, ...]
-    tombstones: tuple[Tombstone, ...]
-
-
-def _opener(runner: QueryRunner, task: _Task, batch_rows: int) -> Any:
+def _opener(runner: QueryRunner, task: Task, batch_rows: int) -> Any:
     return lambda: runner._read_batches(task, batch_rows)
-
-
-def _disjoint(regions: Sequence[Region]) -> list[Region]:
-    """Merge overlapping single-dimension ranges so no record is returned twice."""
-    if not regions:
-        return []
-    if len(regions[0].ranges) == 1:
-        rs = sorted(regions, key=lambda r: r.ranges[0].min)
-        out = [rs[0]]
-        for r in rs[1:]:
-            last = out[-1].ranges[0]
-            cur = r.ranges[0]
-            if last.max is None or cur.min <= last.max:
-                hi = None if last.max is None or cur.max is None else max(last.max, cur.max)
-                out[-1] = Region((Range(last.field, last.min, hi),))
-            else:
-                out.append(r)
-        return out
-    uniq: list[Region] = []
-    for r in regions:
-        if r not in uniq:
-            uniq.append(r)
-    return uniq
