@@ -107,6 +107,7 @@ def ingest_in_new_process(home: Path, name: str, src: Path, options: dict[str, A
 
 
 def child(home: str, name: str, src: str, options: str) -> None:
+    """``--child``: print :func:`ingest_measured`'s figures as one JSON line."""
     from sleeper_ops.api import Sleeper
 
     s = Sleeper(home=home)
