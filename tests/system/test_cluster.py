@@ -126,6 +126,24 @@ def _runs(client: httpx.Client, op: str, **params: Any) -> list[dict[str, Any]]:
     return list(r.json()["dag_runs"])
 
 
+def _failed_run(client: httpx.Client, op: str, run_id: str) -> str:
+    """What a failed run's task instances say (state, times, try, host) with the end of each
+    one's log over REST: why a run failed that the killed worker did not run."""
+    dag = f"sleeper_{TABLE}_{op}"
+    out = [f"{op} run {run_id} failed without a log in the killed worker's folder:"]
+    try:
+        for ti in client.get(f"/api/v2/dags/{dag}/dagRuns/{run_id}/taskInstances").json().get("task_instances", []):
+            fields = {k: ti.get(k) for k in ("state", "start_date", "end_date", "try_number", "hostname", "pid")}
+            out.append(f"  {ti['task_id']}: {fields}")
+            if ti.get("try_number"):
+                r = client.get(f"/api/v2/dags/{dag}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/logs/"
+                               f"{ti['try_number']}", headers={"Accept": "application/x-ndjson"})
+                out.append("    log: " + r.text[-2000:].replace("\n", "\n    "))
+    except Exception as e:
+        out.append(f"  (its task instances could not be read: {e!r})")
+    return "\n".join(out)
+
+
 def test_records_and_dates_land_exactly_once_through_a_worker_an_executor_and_the_scheduler_killed(cluster):
     log = Timeline()
     try:
@@ -204,7 +222,8 @@ def _scenario(cluster: Any, log: Timeline) -> None:
     failed = [(op, r["dag_run_id"]) for op, rs in runs.items() for r in rs if r["state"] == "failed"]
     assert ("compaction", chaos.celery_killed[1]) in failed, failed
     for op, run_id in failed:
-        assert list(killed_home.rglob(f"dag_id=sleeper_{TABLE}_{op}/run_id={run_id}/**/*.log")), (op, run_id)
+        assert list(killed_home.rglob(f"dag_id=sleeper_{TABLE}_{op}/run_id={run_id}/**/*.log")), \
+            _failed_run(client, op, run_id)
     log(f"the failed runs are the tasks the killed worker ran: {', '.join(f'{op} {r}' for op, r in failed)}")
     untracked = table.gc(dry_run=True, orphans=True, now_ms=int(time.time() * 1000) + 12 * 60_000).orphans_deleted
     report = table.gc(now_ms=int(time.time() * 1000) + 12 * 60_000)
