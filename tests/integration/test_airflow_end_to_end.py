@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 import tomli_w
 
+from tests.airflow_runs import run_report
 from tests.integration.spark_service_double import in_process_executor, job_times, serve
 
 httpx = pytest.importorskip("httpx")
@@ -133,15 +134,8 @@ def _run_dag(c: Any, dag_id: str, conf: dict[str, Any] | None = None, timeout: f
             break
         assert time.monotonic() < deadline, f"{dag_id} run {run_id} still {run['state']}"
         time.sleep(2)
-    if run["state"] != "success":
-        tis = c.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
-        logs = []
-        for t in tis:
-            if t["state"] != "success":  # the end of each failed task's log, so a failure explains itself
-                r = c.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{t['task_id']}/logs/"
-                          f"{max(1, t.get('try_number') or 1)}", params={"full_content": True})
-                logs.append(f"--- {t['task_id']} ({t['state']}) ---\n{r.text[-3000:]}")
-        pytest.fail(f"{dag_id} run {run_id} failed: {[(t['task_id'], t['state']) for t in tis]}\n" + "\n".join(logs))
+    if run["state"] != "success":  # with the end of each failed task's log, so a failure explains itself
+        pytest.fail(f"{dag_id} run {run_id} failed:\n" + run_report(c, dag_id, run_id))
     return run
 
 

@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.airflow_runs import run_report, task_log
 from tests.cluster_helpers import airflow_client, cluster_work_dir, poll, processes_using
 from tests.system.cluster_faults import Chaos, Timeline, Writer
 
@@ -124,24 +125,6 @@ def _runs(client: httpx.Client, op: str, **params: Any) -> list[dict[str, Any]]:
     r = client.get(f"/api/v2/dags/sleeper_{TABLE}_{op}/dagRuns", params={"limit": 1000, **params})
     assert r.status_code == 200, r.text
     return list(r.json()["dag_runs"])
-
-
-def _failed_run(client: httpx.Client, op: str, run_id: str) -> str:
-    """What a failed run's task instances say (state, times, try, host) with the end of each
-    one's log over REST: why a run failed that the killed worker did not run."""
-    dag = f"sleeper_{TABLE}_{op}"
-    out = [f"{op} run {run_id} failed without a log in the killed worker's folder:"]
-    try:
-        for ti in client.get(f"/api/v2/dags/{dag}/dagRuns/{run_id}/taskInstances").json().get("task_instances", []):
-            fields = {k: ti.get(k) for k in ("state", "start_date", "end_date", "try_number", "hostname", "pid")}
-            out.append(f"  {ti['task_id']}: {fields}")
-            if ti.get("try_number"):
-                r = client.get(f"/api/v2/dags/{dag}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/logs/"
-                               f"{ti['try_number']}", headers={"Accept": "application/x-ndjson"})
-                out.append("    log: " + r.text[-2000:].replace("\n", "\n    "))
-    except Exception as e:
-        out.append(f"  (its task instances could not be read: {e!r})")
-    return "\n".join(out)
 
 
 def test_records_and_dates_land_exactly_once_through_a_worker_an_executor_and_the_scheduler_killed(cluster):
@@ -223,7 +206,8 @@ def _scenario(cluster: Any, log: Timeline) -> None:
     assert ("compaction", chaos.celery_killed[1]) in failed, failed
     for op, run_id in failed:
         assert list(killed_home.rglob(f"dag_id=sleeper_{TABLE}_{op}/run_id={run_id}/**/*.log")), \
-            _failed_run(client, op, run_id)
+            f"{op} run {run_id} failed without a log in the killed worker's folder:\n" + \
+            run_report(client, f"sleeper_{TABLE}_{op}", run_id)
     log(f"the failed runs are the tasks the killed worker ran: {', '.join(f'{op} {r}' for op, r in failed)}")
     untracked = table.gc(dry_run=True, orphans=True, now_ms=int(time.time() * 1000) + 12 * 60_000).orphans_deleted
     report = table.gc(now_ms=int(time.time() * 1000) + 12 * 60_000)
@@ -304,10 +288,9 @@ def test_an_emr_serverless_import_defers_to_the_clusters_triggerer_and_ends_on_a
         ti = client.get(f"/api/v2/dags/{dag}/dagRuns/{run['dag_run_id']}/taskInstances/bulk_import").json()
         assert (run["state"], ti["state"], ti["try_number"]) == ("success", "success", 1), ti
         assert ti["executor"] in (None, "CeleryExecutor") and ti["hostname"], ti
-        path = f"/api/v2/dags/{dag}/dagRuns/{run['dag_run_id']}/taskInstances/bulk_import/logs/1"
         # the worker uploads the log once the task process ends, just after the task's state is set
         def resumed_log() -> str | None:
-            text = client.get(path, headers={"Accept": "application/x-ndjson"}).text
+            text = task_log(client, dag, run["dag_run_id"], "bulk_import", 1)
             return text if "Serverless job completed" in text else None
         logs = poll(resumed_log, "the resumed task's log in the bucket", 60)
     finally:
