@@ -18,7 +18,10 @@ The protocol, all through DynamoDB (no process talks to another):
    wait, reads the pending requests too and leads if its request is the oldest -- or
    whoever's is, after :data:`TAKEOVER_SECONDS` (the leader may be gone). A leader
    finding fewer requests than its last batch held waits a few milliseconds for the
-   others to come. Then it catches up the log, reads the pending requests' ``c#``/
+   others to come. Then it catches up the log (a store that keeps leading skips that
+   query and validates on its own copy at log number ``n``: the batch's first log item
+   ``n + 1``, or with no request accepted a check that no item ``n + 1`` exists, makes
+   the transaction fail if the log moved on), reads the pending requests' ``c#``/
    ``j#`` items and verdicts (one BatchGetItem), validates each against the state as a
    single commit does (commit id applied before, the job record's revision and
    outputs, the ingest assignment, the transaction itself; see
@@ -64,7 +67,7 @@ import botocore.exceptions
 from statestore.bookkeeping import Bookkeeping
 from statestore.dynamodb.cache import CachedTable
 from statestore.dynamodb.commits import COMMIT_ID, TABLE, CommitsMixin, commit_id_key
-from statestore.dynamodb.connection import cancellation_codes, get_s, is_condition_failed, s
+from statestore.dynamodb.connection import cancellation_codes, get_s, is_condition_failed, n, s
 from statestore.dynamodb.group_batch import (
     MAX_REQUESTS,
     PENDING,
@@ -332,7 +335,11 @@ class GroupCommitMixin(CommitsMixin):
         whether that cancellation came after botocore retried (it may have applied)."""
         entry = self._cache.entry(table_id)
         with entry.lock:
-            self._cache.refresh(table_id, entry)
+            if table_id not in self._leading or entry.n < 0:
+                # A store whose last batch went through validates on its own copy: a log item
+                # written since (by anyone) makes this batch's put of log item n + 1 fail its
+                # condition, which cancels the batch, ends the lead and reads the log again.
+                self._cache.refresh(table_id, entry)
             keys: dict[str, dict[str, Any]] = {}
             told: list[dict[str, Any]] = []
             for r in pending:
@@ -388,6 +395,12 @@ class GroupCommitMixin(CommitsMixin):
         items += [unpend(r) for r in batch.stale]
         if not items:
             return {}, False
+        if batch.verdicts and not batch.accepted:
+            # verdicts alone still hold only on the state they were decided on (the batch's
+            # put of log item n + 1 holds that state otherwise): no log item after n yet
+            items.append({"ConditionCheck": {"TableName": d.table("log"),
+                                             "Key": {"table_id": s(table_id), "n": n(entry.n + 1)},
+                                             "ConditionExpression": "attribute_not_exists(n)"}})
         try:
             d.call(f"commit a batch of {len(batch)} to table {table_id}", d.client.transact_write_items,
                    TransactItems=items)

@@ -207,3 +207,38 @@ def test_an_owner_giving_up_while_a_leader_commits_gets_exactly_one_outcome(opti
         assert outcome == [True]
         assert names == ["out/leader", "out/owner"]
     assert _leftovers(setup, tid) == []
+
+
+@pytest.mark.parametrize("accepted", [True, False], ids=["batch_accepted", "batch_of_verdicts_only"])
+def test_a_leader_whose_copy_is_behind_the_log_decides_on_the_log_not_its_copy(options, accepted):
+    """A store that keeps leading validates on its own copy of the state, without
+    reading the log (statestore.dynamodb.group_commit, step 2). Another store commits
+    between two of its batches: the leader's next batch must be decided on the log as
+    it is, whether the copy would accept the request (its log item n + 1 is taken) or
+    refuse it (a batch holding only a verdict: nothing else ties it to the log)."""
+    setup = open_dynamodb(**options)
+    tid, jobs, records = _table_with_jobs(setup, 3)
+    leader = open_dynamodb(**options)
+    other = open_dynamodb(**{**options, "group_commit": False})
+    assert leader.commit(tid, _compaction(jobs[0], "out/0"), job=records[jobs[0].job_id]) is True
+    assert tid in leader._leading  # its next commit validates on its copy
+    reads: list[int] = []
+    refresh = leader._cache.refresh
+    leader._cache.refresh = lambda *a: reads.append(1) or refresh(*a)  # type: ignore[method-assign]
+    if accepted:  # the other store takes log item n + 1; the leader's copy would accept jobs[1]'s commit
+        assert other.commit(tid, _compaction(jobs[2], "out/2"), job=records[jobs[2].job_id]) is True
+        assert leader.commit(tid, _compaction(jobs[1], "out/1"), job=records[jobs[1].job_id]) is True
+        expected = ["out/0", "out/1", "out/2"]
+    else:  # the other store adds the file the leader's next commit replaces; its copy would refuse it
+        other.commit(tid, AddFiles((FileReference("late/a", jobs[1].partition_id, 5),)))
+        other.commit(tid, AssignJobIds((JobAssignment("late", jobs[1].partition_id, ("late/a",)),)))
+        late = ReplaceFileReferences("late", jobs[1].partition_id, ("late/a",),
+                                     FileReference("out/late", jobs[1].partition_id, 5))
+        assert leader.commit(tid, late) is True
+        expected = ["in/0002", "in/0003", "in/0004", "in/0005", "out/0", "out/late"]
+    assert reads, "the leader never read the log again after its batch failed"
+    state = open_dynamodb(**options).load_state(tid)
+    assert sorted(r.filename for r in state.references.values()) == expected
+    assert sum(r.record_count for r in state.references.values()) == (60 if accepted else 4 * 10 + 20 + 5)
+    assert open_dynamodb(**options).transaction_number(tid) == 3 + (3 if accepted else 4)
+    assert _leftovers(setup, tid) == []
