@@ -7,8 +7,10 @@ moto's TransactWriteItems deep-copies the table of every item a transaction name
 (to restore them if it is cancelled) -- once per item, not once per table -- so on moto
 a commit costs more the more items the log and items tables hold and the more items
 it writes, which DynamoDB's does not: each measurement gets DynamoDB tables of its
-own (a fresh name prefix), holding only what it needs. ``--moto-copy-once`` makes the
-bench's moto server copy each table once per transaction (bench/_moto_copy_once.py).
+own (a fresh name prefix), holding only what it needs. ``--moto-txn copy-once`` makes
+the bench's moto server copy each table once per transaction (bench/_moto_copy_once.py),
+``--moto-txn journal`` back up only the items a transaction names, as DynamoDB's cost
+goes (bench/_moto_txn_journal.py).
 Small commits are measured each racing for the log, then through group commit
 (statestore.dynamodb.group_commit)."""
 
@@ -32,17 +34,22 @@ from statestore.jobs import JobRecord
 MOTO_KEYS = {"access_key": "test", "secret_key": "test", "region": "us-east-1"}
 
 
-def _moto_server(copy_once: bool = False) -> tuple[subprocess.Popen[bytes], str]:
+#: how the bench's moto server backs up a transaction: moto's own way, or a patch module of bench/
+MOTO_TXN = {"stock": None, "copy-once": "_moto_copy_once", "journal": "_moto_txn_journal"}
+
+
+def _moto_server(txn: str = "stock") -> tuple[subprocess.Popen[bytes], str]:
     """A moto server in a process of its own (so it does not share the GIL with the
-    committers), answering one request at a time; ``copy_once``: its TransactWriteItems
-    backs up each table once, not once per item (bench/_moto_copy_once.py)."""
+    committers), answering one request at a time; ``txn`` (:data:`MOTO_TXN`): how its
+    TransactWriteItems backs up what it may have to put back."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     # One request at a time: moto's TransactWriteItems restores whole tables when a
     # transaction is cancelled, wiping concurrent writes, so a threaded server loses commits.
+    module = MOTO_TXN[txn]
     patch = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-             "import _moto_copy_once; _moto_copy_once.install(); ") if copy_once else ""
+             f"import {module}; {module}.install(); ") if module else ""
     serve = (patch + "from werkzeug.serving import run_simple; "
              "from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app; "
              f"run_simple('127.0.0.1', {port}, DomainDispatcherApplication(create_backend_app), threaded=False)")
@@ -59,14 +66,15 @@ def _moto_server(copy_once: bool = False) -> tuple[subprocess.Popen[bytes], str]
     raise RuntimeError("moto server did not start")
 
 
-def run_dynamodb(endpoint: Optional[str], moto_copy_once: bool = False) -> Figures:
+def run_dynamodb(endpoint: Optional[str], moto_txn: str = "stock") -> Figures:
     """Every figure on DynamoDB at ``endpoint`` (None: a moto server of its own, see
-    :func:`_moto_server` for ``moto_copy_once``)."""
+    :func:`_moto_server` for ``moto_txn``)."""
     proc = None
     if endpoint is None:
-        proc, endpoint = _moto_server(moto_copy_once)
-        print(f"moto server at {endpoint}" + (" (TransactWriteItems copying each table once)" if moto_copy_once
-                                              else " (stock)"))
+        proc, endpoint = _moto_server(moto_txn)
+        how = {"stock": "stock", "copy-once": "TransactWriteItems copying each table once",
+               "journal": "TransactWriteItems backing up only the items it names"}[moto_txn]
+        print(f"moto server at {endpoint} ({how})")
     try:
         with tempfile.TemporaryDirectory(prefix="sleeper-bench-blobs-") as blobs:
             return _bench_dynamodb(endpoint, blobs, label="DynamoDB (moto)" if proc else "DynamoDB")
@@ -101,7 +109,7 @@ def _bench_small_commits(store: Callable[..., Any], with_jobs: bool, seconds: fl
     (statestore.dynamodb.group_commit), else each commit racing for the log itself."""
     setup = store()
     table_id, leaves = new_table(setup, 16)
-    per_thread_jobs = 100 if with_jobs else 400
+    per_thread_jobs = 250 if with_jobs else 400
     refs = add_files(setup, table_id, leaves, THREADS * per_thread_jobs * 3, "in")
     by_partition: dict[str, list[str]] = {}
     for r in refs:

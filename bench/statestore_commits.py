@@ -20,7 +20,7 @@ With both backends (the default) it ends with a table of both sets of figures, e
 also against its own baseline, and DynamoDB's over PostgreSQL's.
 
 Usage: ``python bench/statestore_commits.py [--backend both|postgres|dynamodb]
-[--dsn DSN] [--endpoint-url URL] [--moto-copy-once]``. Takes under 3 minutes.
+[--dsn DSN] [--endpoint-url URL] [--moto-txn stock|copy-once|journal]``. Takes under 3 minutes.
 """
 
 from __future__ import annotations
@@ -203,9 +203,13 @@ def main() -> None:
     parser.add_argument("--backend", choices=("both", "postgres", "dynamodb"), default="both")
     parser.add_argument("--dsn", help="PostgreSQL DSN (default: an embedded server in a temporary directory)")
     parser.add_argument("--endpoint-url", help="DynamoDB endpoint (default: a moto server started for the run)")
-    parser.add_argument("--moto-copy-once", action="store_true",
-                        help="DynamoDB on moto: its TransactWriteItems backs up each table once, not once per item "
-                             "(bench/_moto_copy_once.py)")
+    parser.add_argument("--moto-txn", choices=("stock", "copy-once", "journal"), default="stock",
+                        help="DynamoDB on moto: how its TransactWriteItems backs up what a cancelled transaction "
+                             "puts back: a copy of each table per item (stock), of each table once "
+                             "(bench/_moto_copy_once.py), or of the items it names, as DynamoDB's cost goes "
+                             "(bench/_moto_txn_journal.py)")
+    parser.add_argument("--moto-copy-once", action="store_const", dest="moto_txn", const="copy-once",
+                        help="the same as --moto-txn copy-once")
     parser.add_argument("--smoke", action="store_true",
                         help="PostgreSQL only, tiny sizes, a few seconds: a check that the bench runs")
     args = parser.parse_args()
@@ -220,7 +224,7 @@ def main() -> None:
         from _statestore_dynamodb import run_dynamodb
 
         print("== DynamoDB ==", flush=True)
-        dd = run_dynamodb(args.endpoint_url, args.moto_copy_once)
+        dd = run_dynamodb(args.endpoint_url, args.moto_txn)
     if pg is not None and dd is not None:
         print(f"\n== {dd.backend} against {pg.backend}, same run ==\n{comparison(pg, dd)}")
     print(f"total {time.perf_counter() - t0:.0f} s")
