@@ -21,6 +21,12 @@ in a child process of its own so its peak RSS can be read:
   job creation, merge, sketches, write, commit), its CPU time and peak RSS from
   ``wait4``. The bench's own process keeps the embedded PostgreSQL running, so the
   command joins it (as it joins a server another command left running);
+* compaction DAG (``airflow dags test``): the table's compaction DAG
+  (``sleeper_<table>_compaction``: ``create_jobs`` -> ``run_local`` -> ``report``) run
+  by ``airflow dags test`` as a new process, with an Airflow home of the bench's own
+  (SQLite, migrated once at the start) and the same Sleeper home: the whole wall time
+  (Airflow's start-up, parsing the DAG file, the three tasks) and, on a row of its
+  own, the ``run_local`` task's duration as Airflow records it (what the UI shows);
 * runner spark: ``table.compact(runner="spark")``, one spark-submit (its 10-20 s of
   start-up included; the rate inside the Spark task is printed too).
 
@@ -39,7 +45,7 @@ column chunks under 128 KiB (about 16k rows of this schema), or on S3, it is fla
 The merged output is checked: one file, every row, in key order, same checksum.
 
     .venv/bin/python bench/compaction.py [--rows 2000000] [--big 4000000] [--repeat 2] [--no-spark]
-                                           [--rowgroup-rows N]
+                                           [--no-dag] [--rowgroup-rows N]
     .venv/bin/python bench/compaction.py --rows 10000000     # the issue's figure (--big defaults to 2x)
     .venv/bin/python bench/compaction.py --rows 11000000 --big 0 --repeat 3 --no-spark   # 11 files of 1 M rows
 """
@@ -51,6 +57,7 @@ import json
 import os
 import queue
 import resource
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -233,6 +240,48 @@ def run_cli(home: Path, table: str, timeout: float) -> dict[str, Any]:
     return {k: result[k] for k in ("seconds", "cpu_seconds", "peak_rss_mb")}
 
 
+def airflow_env(airflow_home: Path, home: Path) -> dict[str, str]:
+    """The environment of an ``airflow`` command: the bench's Airflow home (SQLite), the
+    project's DAG folder, the bench's Sleeper home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "_AIRFLOW", "SLEEPER_"))}
+    env.update(AIRFLOW_HOME=str(airflow_home), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+               AIRFLOW__CORE__DAGS_FOLDER=str(Path(__file__).resolve().parents[1] / "dags"), SLEEPER_HOME=str(home),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    return env
+
+
+def migrate_airflow(airflow_home: Path, home: Path) -> None:
+    """Make the bench's Airflow metadata database (``airflow db migrate``, once a run)."""
+    airflow_home.mkdir(parents=True, exist_ok=True)
+    p = subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], capture_output=True,
+                       text=True, env=airflow_env(airflow_home, home), timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"airflow db migrate failed: {(p.stdout + p.stderr)[-500:]}")
+
+
+def run_dag(home: Path, airflow_home: Path, table: str, timeout: float) -> dict[str, Any]:
+    """``airflow dags test sleeper_<table>_compaction`` as a new process: its wall time,
+    CPU time and peak RSS (``wait4``), and each task's state and duration as Airflow
+    recorded them in its database."""
+    dag_id = f"sleeper_{table}_compaction"  # sleeper_ops.airflow.dag_factory.dag_id_for
+    cmd = [str(Path(sys.executable).with_name("airflow")), "dags", "test", dag_id]
+    try:
+        p = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, *cmd], capture_output=True, text=True,
+                           env=airflow_env(airflow_home, home), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    lines = p.stdout.strip().splitlines()
+    result = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"exit": p.returncode}
+    with sqlite3.connect(airflow_home / "airflow.db") as db:
+        tasks = {task: (state, duration) for task, state, duration in db.execute(
+            "SELECT task_id, state, duration FROM task_instance WHERE dag_id = ?", (dag_id,))}
+    if result["exit"] != 0 or tasks.get("run_local", ("",))[0] != "success":
+        tail = " ".join((p.stdout + p.stderr).split())[-300:]
+        return {"error": f"exit {result['exit']}, tasks {tasks}: {tail}"}
+    return {**{k: result[k] for k in ("seconds", "cpu_seconds", "peak_rss_mb")},
+            "task_seconds": tasks["run_local"][1], "tasks": {k: v[1] for k, v in tasks.items()}}
+
+
 def check_output(uri: str, rows: int, checksum: int, *, ordered: bool) -> None:
     """One file holding every row with the inputs' checksum; if ``ordered``, sorted by
     (key, timestamp)."""
@@ -252,15 +301,20 @@ def measure(s: Any, home: Path, kind: str, size: int, tag: str, sources: list[st
             timeout: float, properties: dict[str, str]) -> dict[str, Any]:
     table = f"{kind.replace('-', '_')}_{size}_{tag}"
     build_inputs(s, table, sources, properties)
-    r = run_cli(home, table, timeout) if kind == "cli" else run_child(kind, home, table, timeout)
-    if kind == "cli" and "error" not in r:
+    if kind == "cli":
+        r = run_cli(home, table, timeout)
+    elif kind == "dag":
+        r = run_dag(home, home.parent / "airflow", table, timeout)
+    else:
+        r = run_child(kind, home, table, timeout)
+    if kind in ("cli", "dag") and "error" not in r:
         refs = list(s.table(table).state().references.values())
         r.update(rows=sum(ref.record_count for ref in refs), references=len(refs),
                  output=s.objects.uri_of(refs[0].filename))
     if "error" not in r:
         try:
-            check_output(r["output"], size, checksum, ordered=kind in ("local", "cli", "spark"))
-            if kind in ("local", "cli", "spark"):
+            check_output(r["output"], size, checksum, ordered=kind in ("local", "cli", "dag", "spark"))
+            if kind in ("local", "cli", "dag", "spark"):
                 assert r["references"] == 1, f"{r['references']} references after compaction"
         except AssertionError as e:
             r = {"error": f"wrong output: {e}"}
@@ -276,8 +330,12 @@ def median(results: list[dict[str, Any]]) -> dict[str, Any]:
         return failed[0]
     ordered = sorted(results, key=lambda r: r["seconds"])
     mid = ordered[(len(ordered) - 1) // 2]
-    return {**mid, "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
-            "spread": (ordered[0]["seconds"], ordered[-1]["seconds"])}
+    out = {**mid, "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
+           "spread": (ordered[0]["seconds"], ordered[-1]["seconds"])}
+    if all("task_seconds" in r for r in results):  # the task's own median and spread, not the median run's
+        tasks = sorted(r["task_seconds"] for r in results)
+        out.update(task_seconds=tasks[(len(tasks) - 1) // 2], task_spread=(tasks[0], tasks[-1]))
+    return out
 
 
 def main() -> None:
@@ -287,6 +345,7 @@ def main() -> None:
                     help="rows in all at the large size (default 2 x --rows; 0: only --rows)")
     ap.add_argument("--repeat", type=int, default=2, help="runs of the copies and the runners; the median is shown")
     ap.add_argument("--no-spark", action="store_true", help="skip the spark runner")
+    ap.add_argument("--no-dag", action="store_true", help="skip the compaction DAG (airflow dags test)")
     ap.add_argument("--rowgroup-rows", type=int, default=None,
                     help="the tables' sleeper.table.parquet.rowgroup.rows.max (default: the property's default)")
     ap.add_argument("--spark-timeout", type=float, default=600)
@@ -299,9 +358,10 @@ def main() -> None:
         return
     sizes = [args.rows] if args.big == 0 else [args.rows, args.big or 2 * args.rows]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    kinds = ["copy", "copy-ahead", "local", "cli"] + ([] if args.no_spark else ["spark"])
+    kinds = (["copy", "copy-ahead", "local", "cli"] + ([] if args.no_dag else ["dag"])
+             + ([] if args.no_spark else ["spark"]))
     labels = {"copy": "plain copy", "copy-ahead": "plain copy, read ahead", "local": "runner local",
-              "cli": "sleeper compact (CLI)", "spark": "runner spark"}
+              "cli": "sleeper compact (CLI)", "dag": "compaction DAG", "spark": "runner spark"}
 
     properties = {} if args.rowgroup_rows is None else {
         "sleeper.table.parquet.rowgroup.rows.max": str(args.rowgroup_rows)}
@@ -313,6 +373,8 @@ def main() -> None:
         (home / "sleeper.toml").write_text('[object_store]\nuri = "data"\n\n[spark]\nmaster = "local[*]"\n')
         table: dict[int, dict[str, dict[str, Any]]] = {}
         with stopping_embedded(home), Sleeper(home=home) as s:
+            if "dag" in kinds:
+                migrate_airflow(Path(tmp) / "airflow", home)
             print(f"compaction of {FILES} sorted files into one (string key, long sort key, 2 string values), "
                   f"{cores} cores, embedded PostgreSQL, local disk, row groups of "
                   f"{args.rowgroup_rows or 'the default number of'} rows")
@@ -348,12 +410,18 @@ def print_size(size: int, rows: dict[str, dict[str, Any]], labels: dict[str, str
               f"{r['peak_rss_mb']:>13,.0f}{r['cpu_seconds']:>8.2f}  {r['spread'][0]:.2f}-{r['spread'][1]:.2f}")
         if kind == "spark" and r.get("task_seconds"):
             print(f"  {'  (inside the Spark task)':<26}{r['task_seconds']:>9.2f}{size / r['task_seconds']:>13,.0f}")
+        if kind == "dag":
+            ts = r["task_seconds"]
+            ratio = f"{base / ts:.2f}" if base else "-"
+            print(f"  {'  (its run_local task)':<26}{ts:>9.2f}{size / ts:>13,.0f}{size / ts / cores:>13,.0f}{ratio:>9}"
+                  f"{'':>13}{'':>8}  {r['task_spread'][0]:.2f}-{r['task_spread'][1]:.2f}")
 
 
 def print_summary(sizes: list[int], table: dict[int, dict[str, dict[str, Any]]], cores: int) -> None:
     print()
     if len(sizes) < 2:
-        print("  goals: sleeper compact (CLI) >= 4,000,000 rows/s and >= 0.8 of the plain copy")
+        print("  goals: sleeper compact (CLI) and the compaction DAG's run_local task >= 4,000,000 rows/s and "
+              ">= 0.8 of the plain copy")
         return
     small, big = sizes
     for kind in ("local", "cli", "spark"):
@@ -363,8 +431,8 @@ def print_summary(sizes: list[int], table: dict[int, dict[str, dict[str, Any]]],
             print(f"  {what} peak RSS {a['peak_rss_mb']:,.0f} MB at {small:,} rows, "
                   f"{b['peak_rss_mb']:,.0f} MB at {big:,} rows (ratio {b['peak_rss_mb'] / a['peak_rss_mb']:.2f})")
     print(f"  goals: local runner >= 2,000,000 rows/s per core (here {cores} cores), "
-          ">= 0.8 of the plain copy, peak RSS flat as inputs grow; sleeper compact (CLI) >= 4,000,000 rows/s "
-          "and >= 0.8 of the plain copy")
+          ">= 0.8 of the plain copy, peak RSS flat as inputs grow; sleeper compact (CLI) and the compaction DAG's "
+          "run_local task >= 4,000,000 rows/s and >= 0.8 of the plain copy")
 
 
 if __name__ == "__main__":

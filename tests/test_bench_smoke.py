@@ -29,6 +29,7 @@ EXPECTED: dict[str, list[str]] = {
     "bulk_import.py": [rf"baseline: standard ingest\s+{NUM} rows/s", r"bulk import: not run"],
     "compaction.py": [rf"plain copy\s+{NUM}\s+{NUM}", rf"runner local\s+{NUM}\s+{NUM}",
                       rf"sleeper compact \(CLI\)\s+{NUM}\s+{NUM}",
+                      rf"compaction DAG\s+{NUM}\s+{NUM}", rf"\(its run_local task\)\s+{NUM}\s+{NUM}",
                       r"goals: local runner"],
     "ingest.py": [rf"baseline: pyarrow read \+ write zstd\s+{SPREAD} rows/s",
                   rf"ingest, 4 M-row chunks\s+{SPREAD} rows/s .*peak RSS {SPREAD} MB",
