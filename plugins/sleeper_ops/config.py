@@ -56,9 +56,11 @@ class DynamoDBSettings:
     boto3's usual chain), and ``object_store``: where snapshots and large transactions
     go (``s3://bucket/prefix`` or a local directory, relative to ``SLEEPER_HOME``; by
     default ``_statestore`` under the object store). S3 is reached with the
-    ``[object_store]`` endpoint and keys. ``group_commit = true``: commits go through
-    pending requests that one committer logs in a batch (fewer lost races with many
-    committers; :mod:`statestore.dynamodb.group_commit`, docs/adr/0010)."""
+    ``[object_store]`` endpoint and keys. ``group_commit`` (default true): while other
+    committers commit to a table, commits go through pending requests that one
+    committer logs in a batch (no lost races; alone, a commit is a single one;
+    :mod:`statestore.dynamodb.group_commit`, docs/adr/0010); false: every commit races
+    for the next log number itself."""
 
     region: str = "us-east-1"
     endpoint_url: Optional[str] = None
@@ -66,14 +68,14 @@ class DynamoDBSettings:
     access_key: Optional[str] = None
     secret_key: Optional[str] = None
     object_store: Optional[str] = None
-    group_commit: bool = False
+    group_commit: bool = True
 
     @classmethod
     def from_section(cls, home: Path, ss: dict[str, Any]) -> DynamoDBSettings:
         bad = [k for k in DYNAMODB_KEYS if k in ss and not isinstance(ss[k], str)]
         if bad:
             raise ConfigError(f"state_store.{bad[0]} must be a string, got {ss[bad[0]]!r}")
-        if not isinstance(ss.get("group_commit", False), bool):
+        if not isinstance(ss.get("group_commit", True), bool):
             raise ConfigError(f"state_store.group_commit must be true or false, got {ss['group_commit']!r}")
         store = ss.get("object_store") or None
         if store is not None and not store.startswith("s3://"):
@@ -81,7 +83,7 @@ class DynamoDBSettings:
         return cls(region=ss.get("region") or "us-east-1", endpoint_url=ss.get("endpoint_url") or None,
                    table_prefix=ss.get("table_prefix", "sleeper-"), access_key=ss.get("access_key") or None,
                    secret_key=ss.get("secret_key") or None, object_store=store,
-                   group_commit=ss.get("group_commit", False))
+                   group_commit=ss.get("group_commit", True))
 
 
 def default_home() -> Path:
@@ -180,8 +182,8 @@ class SleeperConfig:
                 ("access_key", d.access_key), ("secret_key", d.secret_key),
                 ("object_store", d.object_store if d.object_store is None or d.object_store.startswith("s3://")
                  else under_home(d.object_store))) if v is not None})
-            if d.group_commit:
-                out["state_store"]["group_commit"] = True
+            if not d.group_commit:
+                out["state_store"]["group_commit"] = False
         if self.ingest_allowed_prefixes is not None:
             out["ingest"] = {"allowed_prefixes": [p if p.startswith("s3://") else under_home(p)
                                                   for p in self.ingest_allowed_prefixes]}

@@ -14,11 +14,13 @@ objects, serialised with ``to_dict``) over its newest snapshot:
   Transaction bodies over ~350 KB compressed, and job records over ~300 KB, go to the
   object store behind a pointer.
 * **Group commit** (:mod:`~statestore.dynamodb.group_commit`, the store option
-  ``group_commit=True``): committers put pending requests in the ``requests`` table
-  and one of them, the leader, validates a batch in order and logs it in one
-  TransactWriteItems (log items ``n + 1 .. n + k``, each with its bookkeeping, and a
-  verdict for each refused request); owners poll for their verdict. Fewer lost
-  races and one transaction for many commits.
+  ``group_commit``, on by default): while other committers commit to the table
+  (:mod:`~statestore.dynamodb.contention`), committers put pending requests in the
+  ``requests`` table and one of them, the leader, validates a batch in order and logs
+  it in one TransactWriteItems (log items ``n + 1 .. n + k``, each with its
+  bookkeeping, and a verdict for each refused request); owners poll for their
+  verdict. No lost races, and one transaction for many commits. A committer alone
+  makes single commits, which cost fewer round trips.
 * **Lost replies** (:mod:`~statestore.dynamodb.writes`, the one rule every writer
   calls): botocore retries a request whose reply was lost, and the retry of a
   conditional write fails on the first try's own write; so a failed condition is

@@ -6,6 +6,9 @@ several committers most lose the race and retry, and each try costs a round trip
 (on moto, a copy of every table it names). Batching lets one transaction log up to
 ~25 commits at numbers ``n + 1 .. n + k``.
 
+A store with ``group_commit`` on uses it only while it sees other committers on the
+table; alone, it commits by itself (:mod:`statestore.dynamodb.contention`).
+
 The protocol, all through DynamoDB (no process talks to another):
 
 1. **Request.** The owner (the caller of :meth:`commit`) puts a pending item
@@ -68,6 +71,7 @@ from statestore.bookkeeping import Bookkeeping
 from statestore.dynamodb.cache import CachedTable
 from statestore.dynamodb.commits import COMMIT_ID, TABLE, CommitsMixin, commit_id_key
 from statestore.dynamodb.connection import cancellation_codes, get_s, is_condition_failed, n, s
+from statestore.dynamodb.contention import Contention
 from statestore.dynamodb.group_batch import (
     MAX_REQUESTS,
     PENDING,
@@ -123,6 +127,8 @@ class GroupCommitMixin(CommitsMixin):
     _last_batch: dict[str, int]
     #: how long this store's commits waited for a verdict lately, by table (a hint for polling)
     _wait_hint: dict[str, float]
+    #: the tables this store lately saw other committers on (statestore.dynamodb.contention)
+    _contention: Contention
     #: the tables this store leads (its last batch went through)
     _leading: set[str]
 
@@ -201,6 +207,7 @@ class GroupCommitMixin(CommitsMixin):
                 if patient:
                     verdict, there = self._read_verdict(table_id, commit_id, nonce)
                     if verdict is not None:
+                        self._contention.seen(table_id)  # another committer led the batch
                         waited = time.monotonic() - start
                         self._wait_hint[table_id] = 0.7 * self._wait_hint.get(table_id, waited) + 0.3 * waited
                         return self._settled(table_id, commit_id, verdict, there), uncertain
@@ -234,6 +241,8 @@ class GroupCommitMixin(CommitsMixin):
         """Lead one batch: this call's verdict if the batch decided it, and whether a
         cancelled transaction may have applied. A store whose batch went through keeps
         leading (its next requests lead at once; the others wait); a lost race ends that."""
+        if len(pending) > 1:
+            self._contention.seen(table_id)  # other committers' requests are pending too
         decided, maybe = self._lead(table_id, pending)
         if decided is None:  # a lost race: read again
             self._leading.discard(table_id)

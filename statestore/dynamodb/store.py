@@ -22,6 +22,7 @@ from statestore.dynamodb.catalog import CatalogMixin
 from statestore.dynamodb.catalog import _info as catalog_info
 from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping
 from statestore.dynamodb.connection import Dynamo, DynamoOptions, cancellation_codes, n, s
+from statestore.dynamodb.contention import Contention
 from statestore.dynamodb.group_batch import MAX_PENDING_BYTES, pending_size, prune_requests
 from statestore.dynamodb.group_commit import GroupCommitMixin
 from statestore.dynamodb.history import HistoryMixin, summary_attribute
@@ -47,6 +48,10 @@ from statestore.transactions import Transaction
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+#: what a single try that lost the race returns when group commit is to take over
+_RACED = object()
 
 
 class _Retry(NamedTuple):
@@ -76,9 +81,11 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
             newest snapshot...
         retention_seconds: ...and everything younger than this, so readers that
             started from an older snapshot can finish.
-        group_commit: commit through pending requests that one committer logs in a
-            batch (:mod:`statestore.dynamodb.group_commit`); False: each commit races
-            for the next log number itself.
+        group_commit: while other committers commit to the table, commit through
+            pending requests that one committer logs in a batch
+            (:mod:`statestore.dynamodb.group_commit`; alone, a single commit:
+            :mod:`statestore.dynamodb.contention`); False: each commit races for the
+            next log number itself.
     """
 
     #: how long a commit whose request was lost keeps trying to learn its outcome
@@ -86,7 +93,7 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
 
     def __init__(self, options: DynamoOptions, blobs: BlobStore, *, backoff: Optional[Backoff] = None,
                  snapshot_every: int = 1000, snapshot_seconds: float = 600.0, retention_margin: int = 100,
-                 retention_seconds: float = 3600.0, group_commit: bool = False) -> None:
+                 retention_seconds: float = 3600.0, group_commit: bool = True) -> None:
         self._dynamo = Dynamo(options)
         self._blobs = blobs
         self._cache = StateCache(self._dynamo, blobs)
@@ -99,6 +106,7 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
         self._last_batch = {}
         self._wait_hint = {}
         self._leading = set()
+        self._contention = Contention()
 
     def _now(self) -> int:
         return _now_ms()
@@ -126,7 +134,23 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
         if self.group_commit and not buffer_seqs:
             encoded = EncodedTransaction.of(table_id, transaction, self._blobs)
             if pending_size(encoded, job_encoded) <= MAX_PENDING_BYTES:
+                if not self._contention.grouped(table_id, lambda: bool(self._pending(table_id))):
+                    # alone lately: a single try first
+                    outcome = self._commit_single(table_id, transaction, books, encoded, job_encoded, job,
+                                                  until_race=True)
+                    if outcome is not _RACED:
+                        return outcome
+                    self._contention.seen(table_id)  # lost the race, nothing applied: join the others
                 return self._group_commit(table_id, transaction, books, encoded, job_encoded)
+        return self._commit_single(table_id, transaction, books, encoded, job_encoded, job)
+
+    def _commit_single(self, table_id: str, transaction: Transaction, books: Bookkeeping,
+                       encoded: Optional[EncodedTransaction], job_encoded: Optional[EncodedJob],
+                       job: Optional[JobRecord], until_race: bool = False) -> Any:
+        """A commit racing for the next log number itself: True (applied), False (its
+        commit id was applied before), or an error; with ``until_race``, :data:`_RACED`
+        when its first try lost the race and nothing of it can have applied (its blobs
+        are kept for the group commit that follows)."""
         entry = self._cache.entry(table_id)
         deadline: Optional[float] = None  # set once a write may have applied without our hearing
         uncertain = False  # a try may have applied: a refusal from now on is no definite no
@@ -153,6 +177,8 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
                         COMMIT_RETRIES.add(table_id)
                         continue
                     if isinstance(outcome, _Retry):  # another committer took the number, or a retry of ours did
+                        if until_race and not (uncertain or outcome.maybe_applied):
+                            return _RACED
                         encoded = outcome.encoded
                         if outcome.maybe_applied:
                             uncertain = True
@@ -192,7 +218,10 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
                         encoded: Optional[EncodedTransaction], job_encoded: Optional[EncodedJob]) -> bool | _Retry:
         """One try: True (applied), False (applied before), or :class:`_Retry` when the
         transaction was cancelled (try again)."""
+        loaded = entry.n >= 0
         tail = self._cache.refresh(table_id, entry)
+        if loaded and tail and self.group_commit:
+            self._contention.seen(table_id)  # others committed since this store's last read
         if any(t.commit_id == books.commit_id for t in tail):
             return False  # a try of this commit whose reply was lost
         done, job_rev, replaced_job_blob = self._check_bookkeeping(table_id, books)

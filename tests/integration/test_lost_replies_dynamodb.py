@@ -126,7 +126,7 @@ def test_a_large_commit_answered_with_server_errors_keeps_its_body_and_applies_o
 
 
 def test_a_commit_that_keeps_conflicting_after_a_lost_reply_is_unknown_not_refused(options, monkeypatch):
-    store = open_dynamodb(**options)
+    store = open_dynamodb(**{**options, "group_commit": False})  # the single commit's tries, driven one by one
     parts = partitions_from_split_points(SCHEMA, ["m"])
     tid = store.create_table("conflicts", SCHEMA, parts).table_id
     leaf = sorted(p.id for p in parts if p.is_leaf)[0]

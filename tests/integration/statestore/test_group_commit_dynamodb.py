@@ -27,6 +27,7 @@ from statestore import (
 from statestore.dynamodb import group_commit as group_commit_module
 from statestore.dynamodb import open_dynamodb
 from statestore.dynamodb.connection import s
+from statestore.dynamodb.contention import Contention
 from statestore.errors import BookkeepingError, CommitConflictError
 from statestore.jobs import JobRecord
 from tests.faults.aws_proxy import FaultProxy
@@ -41,6 +42,14 @@ COMMITTERS = 4
 @pytest.fixture
 def options(moto_endpoint_url: str, tmp_path: Path) -> dict[str, Any]:
     return {**dynamodb_options(moto_endpoint_url, tmp_path / "blobs"), "group_commit": True}
+
+
+@pytest.fixture(autouse=True)
+def always_grouped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every commit of a group-commit store goes through the request protocol, as when
+    other committers were seen lately (test_group_commit_adaptive_dynamodb.py tests the
+    choice itself)."""
+    monkeypatch.setattr(Contention, "active", lambda self, table_id: True)
 
 
 @pytest.fixture
