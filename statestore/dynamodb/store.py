@@ -134,8 +134,13 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
         if self.group_commit and not buffer_seqs:
             encoded = EncodedTransaction.of(table_id, transaction, self._blobs)
             if pending_size(encoded, job_encoded) <= MAX_PENDING_BYTES:
-                if not self._contention.grouped(table_id, lambda: bool(self._pending(table_id))):
-                    # alone lately: a single try first
+                def others_pending() -> bool:
+                    try:
+                        return bool(self._pending(table_id))
+                    except StateStoreUnavailableError:
+                        return False  # the single try meets the same trouble and settles its own blobs
+
+                if not self._contention.grouped(table_id, others_pending):  # alone lately: a single try first
                     outcome = self._commit_single(table_id, transaction, books, encoded, job_encoded, job,
                                                   until_race=True)
                     if outcome is not _RACED:

@@ -16,6 +16,7 @@ import pytest
 
 from statestore.dynamodb import open_dynamodb
 from statestore.dynamodb.contention import Contention
+from tests.faults.aws_proxy import FaultProxy
 from tests.integration.statestore.conftest import dynamodb_options
 from tests.integration.statestore.test_group_commit_dynamodb import (
     COMMITTERS,
@@ -146,3 +147,23 @@ def test_a_committer_alone_in_the_log_joins_the_group_when_others_requests_are_p
     assert sum(r.record_count for r in state.references.values()) == 2 * 20
     assert open_dynamodb(**options).transaction_number(tid) == 3 + 2
     assert _leftovers(setup, tid) == []
+
+
+def test_a_failed_look_for_others_requests_leaves_the_commit_to_its_single_try(options, moto_endpoint_url):
+    """The look for other committers' pending requests is a read before any write: when
+    DynamoDB fails it (here every try botocore makes answers 500), the commit goes on as
+    a single commit, which applies once."""
+    setup = open_dynamodb(**options)
+    tid, jobs, records = _table_with_jobs(setup, 1)
+    with FaultProxy(moto_endpoint_url, seed=3) as proxy:
+        store = open_dynamodb(**{**options, "endpoint_url": proxy.url})
+        store._contention = Contention(check_seconds=0.0)
+        store.load_state(tid)  # the table's tables exist and its state is read, so the next Query is the look
+        rule = proxy.inject("error", operation="Query", body=b'requests"', times=None)
+        assert store.commit(tid, _compaction(jobs[0], "out/0"), job=records[jobs[0].job_id]) is True
+        assert rule.fired >= 1
+    state = open_dynamodb(**options).load_state(tid)
+    assert sorted(r.filename for r in state.references.values()) == ["out/0"]
+    assert sum(r.record_count for r in state.references.values()) == 20
+    assert open_dynamodb(**options).transaction_number(tid) == 3 + 1
+    assert setup.get_job(tid, jobs[0].job_id).status == "committed"
