@@ -133,8 +133,9 @@ def test_the_cli_runs_on_s3_and_dynamodb_without_postgres(sleeper, moto):
 
 
 def test_a_home_that_asks_for_group_commit_commits_through_it(moto: str, tmp_path: Path) -> None:
-    """``[state_store] group_commit = true`` reaches the store: two writers' ingests
-    commit through pending requests (docs/adr/0010), every record once."""
+    """``[state_store] group_commit = true`` (the default) reaches the store: two
+    writers' ingests, committing by themselves or through pending requests as they meet
+    (docs/adr/0010), land every record once."""
     import threading
 
     import pyarrow as pa
