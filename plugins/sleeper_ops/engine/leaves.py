@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from sleeper_ops.engine import kernels
+from sleeper_ops.io.arrow_numpy import indices, to_numpy
 from sleeper_ops.io.arrow_schema import key_scalar, sort_keys
 from statestore.partitions import Partition, PartitionTree
 from statestore.region import Range, Region
@@ -27,8 +28,6 @@ def leaf_indices(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, 
     point, then one stable sort of the leaf numbers); otherwise the tree is walked with
     one vectorised comparison per internal node on its split dimension.
     """
-    import pyarrow.compute as pc
-
     assert tree.root is not None
     flat = _flat_splits(tree)
     if flat is not None and table.num_rows > 0:
@@ -48,8 +47,8 @@ def leaf_indices(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, 
         r = left.region.ranges[node.dimension]
         column = table.column(r.field)
         if idx is not None:
-            column = column.take(pa.array(idx))
-        mask = pc.less(column, pa.scalar(r.max, column.type)).to_numpy(zero_copy_only=False)
+            column = column.take(indices(idx))
+        mask = to_numpy(kernels.less(column, key_scalar(r.max, column.type)))
         base = np.arange(table.num_rows) if idx is None else idx
         stack.append((right, base[~mask]))
         stack.append((left, base[mask]))
@@ -74,7 +73,7 @@ def _by_split_points(table: pa.Table, field: str, leaves: list[Partition],
     column = table.column(field)
     number = np.zeros(table.num_rows, dtype=np.uint8)  # a leaf's number: at most 33 (radix-sorted below)
     for point in points:
-        number += kernels.greater_equal(column, key_scalar(point, column.type)).to_numpy(zero_copy_only=False)
+        number += to_numpy(kernels.greater_equal(column, key_scalar(point, column.type)))
     counts = np.bincount(number, minlength=len(leaves))
     if counts.max() == table.num_rows:
         return [(leaves[int(np.argmax(counts))], None)]
@@ -117,14 +116,15 @@ def sorted_rows(table: pa.Table, idx: Optional[np.ndarray], schema: Schema) -> p
     leaf's rows, then sorting them, copies every column twice)."""
     keys = table.select(schema.key_names)
     if idx is not None:
-        keys = kernels.take(keys, pa.array(idx))
-    order = kernels.sort_indices(keys, sort_keys(schema)).to_numpy()
-    return kernels.take(table, pa.array(order if idx is None else idx[order]))
+        keys = kernels.take(keys, indices(idx))
+    order = to_numpy(kernels.sort_indices(keys, sort_keys(schema)))
+    return kernels.take(table, indices(order if idx is None else idx[order]))
 
 
 def split_by_leaf(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, pa.Table]]:
     """One table per leaf partition with rows, each keeping the input's row order."""
-    return [(leaf, table if idx is None else table.take(pa.array(idx))) for leaf, idx in leaf_indices(table, tree)]
+    return [(leaf, table if idx is None else kernels.take(table, indices(idx)))
+            for leaf, idx in leaf_indices(table, tree)]
 
 
 def sorted_slice(table: Any, r: Range) -> Any:

@@ -34,6 +34,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     import datasketches as ds
 
+from sleeper_ops.io.arrow_numpy import indices, to_numpy
 from statestore.schema import Schema
 
 K = 200
@@ -94,7 +95,7 @@ def items_sketch_bytes(values: pa.Array, hex_bytes: bool = False) -> bytes:
     # byte and a uint32 per level; then min, max and the retained values (doubles)
     header = 8 if raw[0] == 2 else 20 + 4 * raw[18]
     at = np.frombuffer(raw, dtype="<f8", offset=header).astype(np.int64)
-    picked = values.take(pa.array(at))
+    picked = values.take(indices(at))
     if hex_bytes:
         picked = pa.array([v.hex() for v in picked.to_pylist()], pa.string())
     return raw[:header] + _utf8_arrow(picked)
@@ -147,9 +148,9 @@ class FieldSketch:
         if len(values) == 0:
             return
         if self.key_type == "IntType":
-            self._sketch.update(np.array(values.to_numpy(zero_copy_only=False), dtype=np.int32))
+            self._sketch.update(np.array(to_numpy(values), dtype=np.int32))
         elif self.key_type == "LongType":
-            self._sketch.update(values.to_numpy(zero_copy_only=False).astype(np.float64))
+            self._sketch.update(to_numpy(values).astype(np.float64))
         else:
             self._pending.append(values)
             self._pending_rows += len(values)
