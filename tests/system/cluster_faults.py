@@ -102,6 +102,9 @@ class Chaos:
         self.failed_seen = False
         self.celery_killed: Optional[tuple[str, str, str]] = None  # worker, run id, try
         self.celery_done = False
+        #: the state Airflow gave the killed run_local: failed, or success when the task had
+        #: reported its end just before the kill
+        self.killed_state: Optional[str] = None
         self.spark_killed_at: Optional[float] = None
         self.spark_done = False
         self.scheduler_restarted_at: Optional[datetime] = None
@@ -158,6 +161,7 @@ class Chaos:
         states = {ti["task_id"]: ti["state"] for ti in tis}
         if states.get("run_local") in ("failed", "success") and not self.failed_seen:
             self.failed_seen = True
+            self.killed_state = states["run_local"]
             self.log(f"the scheduler marked the killed run_local {states['run_local']} (no heartbeat for "
                      f"{self.heartbeat_timeout} s); restarting {name}")
             self.cluster.restart(name, kill=True)

@@ -203,7 +203,15 @@ def _scenario(cluster: Any, log: Timeline) -> None:
     # the runs failed are those of the killed worker's tasks alone (it ran up to two at once)
     killed_home = Path(layout.homes[chaos.celery_killed[0].removeprefix("airflow ")])
     failed = [(op, r["dag_run_id"]) for op, rs in runs.items() for r in rs if r["state"] == "failed"]
-    assert ("compaction", chaos.celery_killed[1]) in failed, failed
+    killed_run = chaos.celery_killed[1]
+    if chaos.killed_state == "success":
+        # the task reported its end in the instant before the kill (seen once in CI): then its work is done
+        label = f"sleeper_{TABLE}_compaction/{killed_run}"
+        jobs = [j for j in table.jobs("compaction") if j.run_id == label]
+        assert jobs and all(j.status == "committed" for j in jobs), (label, jobs)
+        log(f"the killed run_local had reported success just before the kill: its {len(jobs)} job(s) committed")
+    else:
+        assert ("compaction", killed_run) in failed, failed
     for op, run_id in failed:
         assert list(killed_home.rglob(f"dag_id=sleeper_{TABLE}_{op}/run_id={run_id}/**/*.log")), \
             f"{op} run {run_id} failed without a log in the killed worker's folder:\n" + \

@@ -39,6 +39,7 @@ from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
 import pyarrow as pa
 
+from sleeper_ops.engine.key_order import rows_at, sorted_leaf_slices
 from sleeper_ops.engine.leaves import leaf_indices_sliced, sorted_rows
 from sleeper_ops.engine.merge import merge_sorted
 from sleeper_ops.errors import IngestError
@@ -237,9 +238,15 @@ class IngestRunner:
     # ----- steps ------------------------------------------------------------------------
     def _by_leaf(self, chunk: list[pa.RecordBatch],
                  tree: PartitionTree) -> list[tuple[Partition, Callable[[], pa.Table]]]:
-        """Split an unsorted chunk by leaf partition (row slices in parallel); each item
-        sorts its rows when called."""
+        """Split an unsorted chunk by leaf partition; each item gives its leaf's rows in
+        key order when called. The chunk is sorted on its first row key's prefix numbers
+        here and each item takes its slice (:mod:`sleeper_ops.engine.key_order`), or, where
+        that does not apply, split by row slices in parallel and each item sorts its rows."""
         table = pa.Table.from_batches(chunk).combine_chunks()
+        fast = sorted_leaf_slices(table, tree, self.schema)
+        if fast is not None:
+            order, slices = fast
+            return [(leaf, functools.partial(rows_at, table, order[a:b])) for leaf, a, b in slices]
         with ThreadPoolExecutor(self.threads) as pool:
             leaves = leaf_indices_sliced(table, tree, self.threads, pool.map)
         return [(leaf, functools.partial(sorted_rows, table, idx, self.schema)) for leaf, idx in leaves]
@@ -270,9 +277,9 @@ class IngestRunner:
 
     def _write_direct(self, chunk: list[pa.RecordBatch], tree: PartitionTree,
                       attempt: _Attempt) -> list[tuple[str, WrittenFile]]:
-        """Sort and write each leaf's rows of the only chunk; the sorting of the first
-        leaves overlaps the saving of the job record that names the outputs, and each
-        write waits for it."""
+        """Sort and write each leaf's rows of the only chunk; the taking (or sorting) of
+        the first leaves' rows overlaps the saving of the job record that names the
+        outputs, and each write waits for it."""
         items = self._by_leaf(chunk, tree)
         named: Future[dict[str, str]] = Future()
 

@@ -354,6 +354,39 @@ def test_multiple_row_key_fields_sort_and_query_by_every_field(sleeper, input_di
     assert row_counter(prefix) == Counter(tuple(r.values()) for r in rows if r["region"] == "us")
 
 
+
+def test_a_tree_split_on_the_second_row_key_puts_each_record_in_its_leaf_sorted(sleeper, input_dir):
+    """Leaves split on a row key other than the first take the sort of
+    ``engine/leaves.py`` (the prefix-number sort applies to splits on the first only)."""
+    from statestore.partitions import split_children
+    from statestore.transactions import SplitPartition
+
+    rnd = random.Random(6)
+    schema = {"rowKeyFields": [{"name": "region", "type": "StringType"}, {"name": "user", "type": "LongType"}],
+              "sortKeyFields": [{"name": "ts", "type": "LongType"}],
+              "valueFields": [{"name": "id", "type": "LongType"}]}
+    n = 2000
+    data = pa.table({"region": [rnd.choice(["eu", "us", "ap"]) for _ in range(n)],
+                     "user": pa.array([rnd.randrange(20) for _ in range(n)], pa.int64()),
+                     "ts": pa.array([rnd.randrange(100) for _ in range(n)], pa.int64()),
+                     "id": pa.array(range(n), pa.int64())})
+    t = sleeper.create_table("t", schema)
+    root = next(iter(t.state().partitions.values()))
+    parent, left, right = split_children(root, 1, 10, "low-users", "high-users")
+    sleeper.state_store.commit(t.info.table_id, SplitPartition(parent, left, right))
+
+    t.ingest([write_parquet(input_dir / "in.parquet", data)])
+
+    refs = list(t.state().references.values())
+    assert sorted(r.partition_id for r in refs) == ["high-users", "low-users"]
+    for r in refs:
+        rows = read_data_file(sleeper, r.filename)
+        assert_sorted(rows, ["region", "user", "ts"], r.filename)
+        users = rows.column("user").to_pylist()
+        assert all(u < 10 for u in users) if r.partition_id == "low-users" else all(u >= 10 for u in users)
+    assert sum(r.record_count for r in refs) == n
+    assert row_counter(everything(t)) == row_counter(data)
+
 # ----- map and list values ------------------------------------------------------------------
 
 NESTED_SCHEMA = {
