@@ -5,11 +5,13 @@ a deadline, and the check that nothing the cluster started is left."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
@@ -21,6 +23,19 @@ def cluster_work_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Pat
     if os.geteuid() == 0:
         return Path(tempfile.mkdtemp(prefix=f"sleeper-{name}-"))
     return tmp_path_factory.mktemp(name)
+
+
+@contextlib.contextmanager
+def one_cluster_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Holds the test run's one cluster slot (a lock in the folder all xdist workers share)
+    while a module's cluster lives: two clusters of a dozen processes each at once on 2
+    cores starved their Airflow API servers past the clients' 30 s timeouts (a CI run
+    failed both cluster modules so)."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    with open(root / "sleeper-cluster.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def processes_using(path: str) -> list[str]:
@@ -41,7 +56,7 @@ def processes_using(path: str) -> list[str]:
     return found
 
 
-def airflow_client(api: str, password: str, timeout: float = 30.0) -> httpx.Client:
+def airflow_client(api: str, password: str, timeout: float = 90.0) -> httpx.Client:
     """A client of Airflow's REST API at ``api``, signed in as ``admin``."""
     client = httpx.Client(base_url=api, timeout=timeout)
     token = client.post("/auth/token", json={"username": "admin", "password": password})

@@ -22,7 +22,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from tests.cluster_helpers import cluster_work_dir, processes_using
+from tests.cluster_helpers import cluster_work_dir, one_cluster_at_a_time, processes_using
 
 pytestmark = pytest.mark.integration
 
@@ -38,56 +38,57 @@ START_TIMEOUT = 240.0
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The running cluster: its work dir, client home, API URL and admin password; at
     the end, Ctrl-C and the check that nothing it started is left."""
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (make redis)")
-    work = cluster_work_dir(tmp_path_factory, "cluster-shape")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLEEPER_", "AIRFLOW"))}
-    # A user's shell may name a Sleeper of its own: no cluster process may use it (a task or
-    # DAG parse that did would fail on its unreachable state store).
-    decoy = work / "decoy"
-    decoy.mkdir()
-    (decoy / "sleeper.toml").write_text('[state_store]\ndsn = "postgresql://nobody@127.0.0.1:9/none"\n')
-    env.update(SLEEPER_HOME=str(decoy), SLEEPER_STATE_STORE_DSN="postgresql://nobody@127.0.0.1:9/none")
-    out = open(work / "cluster.out", "w+")
-    started = time.monotonic()
-    proc = subprocess.Popen([SLEEPER, "--home", str(work / "home"), "cluster", "--state-store", "dynamodb",
-                             "--port", "0", "--no-spark", "--work-dir", str(work / "w"),
-                             "--timeout", str(START_TIMEOUT)],
-                            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work)
-    try:
-        text = ""
-        deadline = time.monotonic() + START_TIMEOUT + 30
-        while READY_LINE not in text:
-            assert proc.poll() is None, f"sleeper cluster exited {proc.returncode}:\n{text}"
-            assert time.monotonic() < deadline, f"sleeper cluster not ready in time:\n{text}"
-            time.sleep(0.5)
-            text = (work / "cluster.out").read_text()
-        print(f"sleeper cluster ready in {time.monotonic() - started:.1f} s:\n{text}")
-        info = {"work": str(work / "w"), "text": text}
-        for line in text.splitlines():
-            if line.startswith("Airflow: "):
-                parts = line.split()
-                info["api"], info["password"] = parts[1], parts[5]
-            if line.startswith("the CLI on this cluster: SLEEPER_HOME="):
-                info["client_home"] = line.split("SLEEPER_HOME=", 1)[1].split()[0]
-            if line.strip().startswith("airflow worker-"):
-                info[line.split()[1]] = line.split(" pid ")[1].split()[0]
-        yield info
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
+    with one_cluster_at_a_time(tmp_path_factory):
+        if shutil.which("redis-server") is None:
+            pytest.skip("redis-server is not installed (make redis)")
+        work = cluster_work_dir(tmp_path_factory, "cluster-shape")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLEEPER_", "AIRFLOW"))}
+        # A user's shell may name a Sleeper of its own: no cluster process may use it (a task or
+        # DAG parse that did would fail on its unreachable state store).
+        decoy = work / "decoy"
+        decoy.mkdir()
+        (decoy / "sleeper.toml").write_text('[state_store]\ndsn = "postgresql://nobody@127.0.0.1:9/none"\n')
+        env.update(SLEEPER_HOME=str(decoy), SLEEPER_STATE_STORE_DSN="postgresql://nobody@127.0.0.1:9/none")
+        out = open(work / "cluster.out", "w+")
+        started = time.monotonic()
+        proc = subprocess.Popen([SLEEPER, "--home", str(work / "home"), "cluster", "--state-store", "dynamodb",
+                                 "--port", "0", "--no-spark", "--work-dir", str(work / "w"),
+                                 "--timeout", str(START_TIMEOUT)],
+                                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work)
         try:
-            code = proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
-        out.close()
-    text = (work / "cluster.out").read_text()
-    assert code == 0, text
-    assert "SIGINT received: stopped the cluster" in text
-    left = processes_using(str(work / "w"))
-    assert left == [], f"processes left behind by sleeper cluster: {left}"
-    shutil.rmtree(work, ignore_errors=True)
+            text = ""
+            deadline = time.monotonic() + START_TIMEOUT + 30
+            while READY_LINE not in text:
+                assert proc.poll() is None, f"sleeper cluster exited {proc.returncode}:\n{text}"
+                assert time.monotonic() < deadline, f"sleeper cluster not ready in time:\n{text}"
+                time.sleep(0.5)
+                text = (work / "cluster.out").read_text()
+            print(f"sleeper cluster ready in {time.monotonic() - started:.1f} s:\n{text}")
+            info = {"work": str(work / "w"), "text": text}
+            for line in text.splitlines():
+                if line.startswith("Airflow: "):
+                    parts = line.split()
+                    info["api"], info["password"] = parts[1], parts[5]
+                if line.startswith("the CLI on this cluster: SLEEPER_HOME="):
+                    info["client_home"] = line.split("SLEEPER_HOME=", 1)[1].split()[0]
+                if line.strip().startswith("airflow worker-"):
+                    info[line.split()[1]] = line.split(" pid ")[1].split()[0]
+            yield info
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            try:
+                code = proc.wait(120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise
+            out.close()
+        text = (work / "cluster.out").read_text()
+        assert code == 0, text
+        assert "SIGINT received: stopped the cluster" in text
+        left = processes_using(str(work / "w"))
+        assert left == [], f"processes left behind by sleeper cluster: {left}"
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _sleeper(home: str, *args: str) -> str:
@@ -114,7 +115,7 @@ def test_a_dag_run_on_a_celery_worker_flushes_cli_writes_into_the_dynamodb_clust
     assert _sleeper(home, "query", TABLE, "--range", '""', "null", "--no-buffer") == ""  # only in the buffer yet
 
     dag_id = f"sleeper_{TABLE}_flush"
-    with httpx.Client(base_url=cluster["api"], timeout=30.0) as client:
+    with httpx.Client(base_url=cluster["api"], timeout=90.0) as client:
         token = client.post("/auth/token", json={"username": "admin", "password": cluster["password"]}).json()
         client.headers["Authorization"] = f"Bearer {token['access_token']}"
         deadline = time.monotonic() + 90

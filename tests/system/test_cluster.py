@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.airflow_runs import run_report, task_log
-from tests.cluster_helpers import airflow_client, cluster_work_dir, poll, processes_using
+from tests.cluster_helpers import airflow_client, cluster_work_dir, one_cluster_at_a_time, poll, processes_using
 from tests.system.cluster_faults import Chaos, Timeline, Writer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -87,20 +87,21 @@ SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}], "valueFields"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The whole shape, started in this process; at the end, stopped with nothing left."""
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (make redis)")
-    from sleeper_ops.cluster.run import running_cluster
-    from sleeper_ops.spark.cluster import free_port
+    with one_cluster_at_a_time(tmp_path_factory):
+        if shutil.which("redis-server") is None:
+            pytest.skip("redis-server is not installed (make redis)")
+        from sleeper_ops.cluster.run import running_cluster
+        from sleeper_ops.spark.cluster import free_port
 
-    work = cluster_work_dir(tmp_path_factory, "cluster-kills")
-    started = time.monotonic()
-    with running_cluster(work / "w", state_store="dynamodb", api_port=free_port(), spark=True,
-                         timeout=240.0, task_heartbeat_timeout=HEARTBEAT_TIMEOUT) as c:
-        print(f"cluster ready in {time.monotonic() - started:.1f} s")
-        yield c
-    left = processes_using(str(work / "w"))
-    assert left == [], f"processes left behind by the cluster: {left}"
-    shutil.rmtree(work, ignore_errors=True)
+        work = cluster_work_dir(tmp_path_factory, "cluster-kills")
+        started = time.monotonic()
+        with running_cluster(work / "w", state_store="dynamodb", api_port=free_port(), spark=True,
+                             timeout=240.0, task_heartbeat_timeout=HEARTBEAT_TIMEOUT) as c:
+            print(f"cluster ready in {time.monotonic() - started:.1f} s")
+            yield c
+        left = processes_using(str(work / "w"))
+        assert left == [], f"processes left behind by the cluster: {left}"
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _aws_client(layout: Any, service: str) -> Any:
