@@ -162,10 +162,11 @@ def _settle_ties(table: pa.Table, schema: Schema, order: np.ndarray, equal: np.n
     run = np.cumsum(np.concatenate([[1], ~equal[positions[:-1]]]))  # a run's rows are adjacent
     rows = order[positions]
     names = schema.key_names
+    run_name, row_name = (base + "_" * max(len(n) for n in names) for base in ("run", "row"))  # names no key has
     sub = kernels.take(table.select(names), indices(rows))
-    sub = sub.append_column("__run", indices(run)).append_column("__row", indices(rows))
-    settled = to_numpy(kernels.sort_indices(sub, [("__run", "ascending"), *sort_keys(schema),
-                                                   ("__row", "ascending")]))
+    sub = sub.append_column(run_name, indices(run)).append_column(row_name, indices(rows))
+    settled = to_numpy(kernels.sort_indices(sub, [(run_name, "ascending"), *sort_keys(schema),
+                                                   (row_name, "ascending")]))
     order[positions] = rows[settled]
 
 
