@@ -24,7 +24,7 @@ BIN = Path(sys.executable).parent
 DB_FILE = "airflow.db"
 
 
-def _shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run's directory shared by all xdist workers (each worker's base temp is a
     child of it), or this session's own base temp without xdist."""
     base = tmp_path_factory.getbasetemp()
@@ -33,7 +33,7 @@ def _shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def migrated_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The path of this run's migrated ``airflow.db`` (migrated on the first call)."""
-    root = _shared_root(tmp_path_factory)
+    root = shared_root(tmp_path_factory)
     done = root / "airflow-migrated" / DB_FILE
     with open(root / "airflow-migrated.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

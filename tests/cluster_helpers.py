@@ -16,6 +16,8 @@ from typing import Any, Callable, Iterator
 import httpx
 import pytest
 
+from tests.airflow_db import shared_root
+
 
 def cluster_work_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     """A fresh folder for a cluster: under pytest's temp folder, except as root, where the
@@ -31,9 +33,7 @@ def one_cluster_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     while a module's cluster lives: two clusters of a dozen processes each at once on 2
     cores starved their Airflow API servers past the clients' 30 s timeouts (a CI run
     failed both cluster modules so)."""
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    with open(root / "sleeper-cluster.lock", "w") as lock:
+    with open(shared_root(tmp_path_factory) / "sleeper-cluster.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 

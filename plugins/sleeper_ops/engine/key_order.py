@@ -27,18 +27,20 @@ such as URLs of one site), where Arrow's sorts of each leaf in parallel are fast
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pyarrow as pa
 
 from sleeper_ops.engine import kernels
+from sleeper_ops.engine.leaves import splits_along_one_dimension
 from sleeper_ops.io.arrow_numpy import indices, to_numpy
 from sleeper_ops.io.arrow_schema import key_scalar, sort_keys
 from statestore.partitions import Partition, PartitionTree
 from statestore.schema import Schema
 
 _SIGN = np.uint64(1 << 63)
+_LARGEST = np.uint64(2**64 - 1)
 #: more rows than 1 in this many tied with the next (equal numbers) and the chunk takes the other path
 MAX_TIED_SHARE = 4
 
@@ -49,10 +51,10 @@ def sorted_leaf_slices(table: pa.Table, tree: PartitionTree, schema: Schema
     sort keys would put it, and each leaf partition with rows as ``(leaf, start, end)``:
     its rows are ``order[start:end]``, leaves in key order. None when the fast path does
     not apply (see the module docstring)."""
-    split = _splits_on_first_field(tree)
-    if split is None or table.num_rows == 0:
+    along = splits_along_one_dimension(tree)
+    if along is None or along[0] != 0 or table.num_rows == 0:
         return None
-    field, leaves, points = split
+    _, field, leaves, points = along
     column = table.column(field).combine_chunks()
     if column.null_count:
         return None
@@ -67,7 +69,7 @@ def sorted_leaf_slices(table: pa.Table, tree: PartitionTree, schema: Schema
     _settle_ties(table, schema, order, equal)
     bounds = [0]
     for point in points:
-        bounds.append(_rows_below(column, order, ordered, point, number_of))
+        bounds.append(_rows_below(column, order, ordered, point, number_of(point)))
     bounds.append(len(order))
     return order, [(leaf, a, b) for leaf, a, b in zip(leaves, bounds, bounds[1:]) if b > a]
 
@@ -78,25 +80,11 @@ def rows_at(table: pa.Table, positions: np.ndarray) -> pa.Table:
     return kernels.take(table, indices(positions))
 
 
-def _splits_on_first_field(tree: PartitionTree) -> Optional[tuple[str, list[Partition], list[object]]]:
-    """(field, leaves in key order, split points) when every split of ``tree`` is on its
-    first dimension (a single leaf counts); else None."""
-    internal = [p for p in tree.by_id.values() if not p.is_leaf]
-    if any(p.dimension != 0 for p in internal):
-        return None
-    leaves = sorted((p for p in tree.by_id.values() if p.is_leaf), key=lambda p: _min_order(p.region.ranges[0].min))
-    field = leaves[0].region.ranges[0].field
-    return field, leaves, [leaf.region.ranges[0].min for leaf in leaves[1:]]
-
-
-def _min_order(value: object) -> tuple[int, object]:
-    """Sorts a range's minimum, where None is the smallest value (-infinity)."""
-    return (0, 0) if value is None else (1, value)
-
-
-def _key_numbers(column: pa.Array) -> tuple[Optional[np.ndarray], Optional[object]]:
+def _key_numbers(column: pa.Array) -> tuple[Optional[np.ndarray], Optional[Callable[[Any], np.uint64]]]:
     """Each row's order-preserving unsigned 64-bit number, and the function giving a
-    key value's number (None, None for a type without one)."""
+    split point's number (None, None for a type without one). A string or bytes split
+    point outside the chunk's keys gets the smallest or largest number: it need not
+    share their prefix, and the rows with that number are compared with it exactly."""
     t = column.type
     if pa.types.is_int64(t) or pa.types.is_int32(t):
         values = to_numpy(column).astype(np.int64)
@@ -104,10 +92,17 @@ def _key_numbers(column: pa.Array) -> tuple[Optional[np.ndarray], Optional[objec
     if not (pa.types.is_string(t) or pa.types.is_binary(t)):
         return None, None
     extremes = kernels.call_function("min_max", [column])
-    lo, hi = extremes["min"].as_py(), extremes["max"].as_py()
-    lo_b, hi_b = (v.encode() if isinstance(v, str) else v for v in (lo, hi))
-    skip = _common_prefix(lo_b, hi_b)
-    return _prefix_numbers(column, skip), lambda v: _bytes_number((v.encode() if isinstance(v, str) else v)[skip:])
+    lo, hi = _as_bytes(extremes["min"].as_py()), _as_bytes(extremes["max"].as_py())
+    skip = _common_prefix(lo, hi)
+
+    def number_of(point: Any) -> np.uint64:
+        b = _as_bytes(point)
+        return np.uint64(0) if b < lo else _LARGEST if b > hi else _bytes_number(b[skip:])
+    return _prefix_numbers(column, skip), number_of
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value.encode() if isinstance(value, str) else value
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:
@@ -170,18 +165,12 @@ def _settle_ties(table: pa.Table, schema: Schema, order: np.ndarray, equal: np.n
     order[positions] = rows[settled]
 
 
-def _rows_below(column: pa.Array, order: np.ndarray, ordered: np.ndarray, point: object, number_of: object) -> int:
-    """How many rows have a first row key below ``point`` (a split point)."""
-    n = len(ordered)
-    if isinstance(point, (str, bytes)):  # outside the chunk's keys: below all or above all
-        lo_v, hi_v = column[int(order[0])].as_py(), column[int(order[-1])].as_py()
-        if point <= lo_v:
-            return 0
-        if point > hi_v:
-            return n
-    p = number_of(point)  # type: ignore[operator]
-    lo = int(np.searchsorted(ordered, p, side="left"))
-    hi = int(np.searchsorted(ordered, p, side="right"))
+def _rows_below(column: pa.Array, order: np.ndarray, ordered: np.ndarray, point: object, number: np.uint64) -> int:
+    """How many rows have a first row key below ``point`` (a split point whose number is
+    ``number``): those with smaller numbers, and of those with the same number the ones
+    an exact comparison puts below."""
+    lo = int(np.searchsorted(ordered, number, side="left"))
+    hi = int(np.searchsorted(ordered, number, side="right"))
     if hi == lo:
         return lo
     keys = kernels.take(column, indices(order[lo:hi]))

@@ -55,15 +55,24 @@ def leaf_indices(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, 
     return out
 
 
+def splits_along_one_dimension(tree: PartitionTree) -> Optional[tuple[int, str, list[Partition], list[object]]]:
+    """(dimension, field, leaves in key order, split points) when every split of ``tree``
+    is on one dimension (a tree of one leaf: dimension 0, no split points); else None."""
+    internal = [p for p in tree.by_id.values() if not p.is_leaf]
+    if len({p.dimension for p in internal}) > 1:
+        return None
+    dim = internal[0].dimension if internal else 0
+    leaves = sorted((p for p in tree.by_id.values() if p.is_leaf), key=lambda p: p.region.ranges[dim].min)
+    return dim, leaves[0].region.ranges[dim].field, leaves, [leaf.region.ranges[dim].min for leaf in leaves[1:]]
+
+
 def _flat_splits(tree: PartitionTree) -> Optional[tuple[str, list[Partition], list[object]]]:
     """(field, leaves in key order, split points) when every split of ``tree`` is on one
     field and there are 1 to :data:`MAX_FLAT_SPLITS` of them; else None."""
-    internal = [p for p in tree.by_id.values() if not p.is_leaf]
-    if not internal or len(internal) > MAX_FLAT_SPLITS or len({p.dimension for p in internal}) != 1:
+    along = splits_along_one_dimension(tree)
+    if along is None or not 1 <= len(along[3]) <= MAX_FLAT_SPLITS:
         return None
-    dim = internal[0].dimension
-    leaves = sorted((p for p in tree.by_id.values() if p.is_leaf), key=lambda p: p.region.ranges[dim].min)
-    return leaves[0].region.ranges[dim].field, leaves, [leaf.region.ranges[dim].min for leaf in leaves[1:]]
+    return along[1:]
 
 
 def _by_split_points(table: pa.Table, field: str, leaves: list[Partition],
