@@ -29,6 +29,11 @@ class BlobStore(Protocol):
 
     def delete(self, keys: Sequence[str]) -> None: ...
 
+    def list(self, prefix: str) -> list[tuple[str, int]]:
+        """Every whole object whose key starts with ``prefix``, as (key, when it was
+        last written in ms since the epoch), in key order."""
+        ...
+
     def describe(self) -> str: ...
 
 
@@ -62,6 +67,21 @@ class LocalBlobStore:
     def delete(self, keys: Sequence[str]) -> None:
         for k in keys:
             self._path(k).unlink(missing_ok=True)
+
+    def list(self, prefix: str) -> list[tuple[str, int]]:
+        out = []
+        for p in self.root.rglob("*"):
+            if p.name.startswith(".tmp-"):
+                continue  # a put under way (renamed into place when whole)
+            key = p.relative_to(self.root).as_posix()
+            if not key.startswith(prefix):
+                continue
+            try:
+                if p.is_file():
+                    out.append((key, int(p.stat().st_mtime * 1000)))
+            except OSError:
+                continue  # deleted meanwhile
+        return sorted(out)
 
     def describe(self) -> str:
         return str(self.root)
@@ -103,6 +123,18 @@ class S3BlobStore:
                 self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
             except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
                 raise StateStoreUnavailableError(f"cannot delete from s3://{self.bucket}/{self.prefix}: {e}") from e
+
+    def list(self, prefix: str) -> list[tuple[str, int]]:
+        full = self._key(prefix)
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        out = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full):
+                for o in page.get("Contents", []):
+                    out.append((o["Key"][strip:], int(o["LastModified"].timestamp() * 1000)))
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+            raise StateStoreUnavailableError(f"cannot list s3://{self.bucket}/{full}: {e}") from e
+        return sorted(out)
 
     def describe(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}"

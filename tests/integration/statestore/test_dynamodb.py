@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -238,3 +239,21 @@ def test_stores_racing_to_split_one_partition_let_exactly_one_win(options):
     assert len(winners) == 1 and all(isinstance(e, PartitionError) for e in outcome if e is not None), outcome
     assert set(stores[0].load_state(tid).partitions) == {root.id, f"left{winners[0]}", f"right{winners[0]}"}
     assert all(isinstance(e, TransactionError) for e in outcome if e is not None)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_blob_store_lists_the_whole_objects_under_a_prefix(where, s3_options, tmp_path):
+    from statestore.dynamodb.blobs import open_blob_store
+
+    loc = s3_options["object_store"] if where == "s3" else tmp_path / "blobs"
+    blobs = open_blob_store(loc, **(s3_options["object_store_options"] if where == "s3" else {}))
+    for k in ("t1/buffer/2-b.arrow", "t1/buffer/1-a.arrow", "t1/bodies/x.json.zst", "t2/buffer/1-c.arrow"):
+        blobs.put(k, b"x")
+    if where == "local":
+        (tmp_path / "blobs" / "t1" / "buffer" / ".tmp-half").write_bytes(b"half")  # a put under way
+    listed = blobs.list("t1/buffer/")
+    assert [k for k, _ in listed] == ["t1/buffer/1-a.arrow", "t1/buffer/2-b.arrow"]
+    assert all(abs(ms - time.time() * 1000) < 120_000 for _, ms in listed)
+    assert [k for k, _ in blobs.list("t1/")] == ["t1/bodies/x.json.zst", "t1/buffer/1-a.arrow",
+                                                  "t1/buffer/2-b.arrow"]
+    assert blobs.list("t3/") == []
