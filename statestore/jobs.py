@@ -22,6 +22,8 @@ from typing import Any, Optional, Sequence
 from statestore.errors import BookkeepingError
 
 JOB_KINDS = ("compaction", "split", "ingest", "bulk_import", "gc", "flush", "export")
+#: how the reason of a record declared abandoned starts (:meth:`JobRecord.abandoned`)
+ABANDONED = "abandoned:"
 JOB_STATUSES = ("created", "started", "finished", "committed", "failed")
 
 
@@ -109,6 +111,19 @@ class JobRecord:
     def failed(self, reason: str) -> JobRecord:
         return replace(self, status="failed", finished_ms=self.finished_ms or now_ms(), reason=reason)
 
+    def abandoned(self, idle_minutes: float, at_ms: int) -> JobRecord:
+        """This attempt declared abandoned at ``at_ms`` after ``idle_minutes`` without
+        progress: failed, and fenced -- a commit by this attempt is refused from now on
+        (:func:`check_job_bookkeeping`); a new attempt (:meth:`started`) may run."""
+        return replace(self, status="failed", finished_ms=self.finished_ms or at_ms,
+                       reason=f"{ABANDONED} no progress for {idle_minutes:g} minutes "
+                              "(sleeper.table.gc.job.abandon.minutes)")
+
+    @property
+    def was_abandoned(self) -> bool:
+        """Declared abandoned (:meth:`abandoned`): this attempt may not commit."""
+        return self.status == "failed" and (self.reason or "").startswith(ABANDONED)
+
     @property
     def duration_s(self) -> Optional[float]:
         if self.started_ms is None or self.finished_ms is None:
@@ -143,12 +158,17 @@ class JobRecord:
 
 def check_job_bookkeeping(stored: Optional[JobRecord], job: JobRecord) -> None:
     """Refuse (BookkeepingError) to commit ``job``'s attempt when the stored record of
-    the job is already committed, or names other outputs (a later attempt took over:
+    the job is already committed, declares this attempt abandoned (garbage collection
+    stopped waiting for it, so a delete it would undo may have let its tombstone go),
+    or names other outputs (a later attempt took over:
     its outputs are the ones the orphan sweep keeps, so this attempt's may be gone)."""
     if stored is None:
         return
     if stored.status == "committed":
         raise BookkeepingError(f"job {job.job_id} of table {job.table_id} is already committed")
+    if stored.was_abandoned and stored.outputs == job.outputs:
+        raise BookkeepingError(f"job {job.job_id} of table {job.table_id} was declared abandoned ({stored.reason}): "
+                               "this attempt may not commit; run the job again")
     if stored.outputs != job.outputs:
         raise BookkeepingError(f"job {job.job_id} of table {job.table_id}: this attempt was superseded "
                                f"(the job's record names {list(stored.outputs)[:3]}, this attempt "

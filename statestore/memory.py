@@ -257,6 +257,11 @@ class InMemoryStateStore(MemoryHistoryMixin, StateStore):
         jobs.sort(key=lambda j: (j.created_ms, j.job_id), reverse=True)
         return jobs[:limit]
 
+    def open_jobs(self, table_id: str) -> list[JobRecord]:
+        with self._lock:
+            self._state(table_id)
+            return [j for (t, _), j in self._jobs.items() if t == table_id and not j.final]
+
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> Optional[Lease]:
         now = int(time.time() * 1000)
         with self._lock:

@@ -210,6 +210,13 @@ class StateStore(abc.ABC):
     def list_jobs(self, table_id: str, *, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
         """A table's jobs, newest created first (at most ``limit``)."""
 
+    @abc.abstractmethod
+    def open_jobs(self, table_id: str) -> list[JobRecord]:
+        """Every job of the table that is not final (neither committed nor failed),
+        however many jobs came after it: read through an index of open jobs, so the
+        cost follows the open jobs, not every job ever run. Raises
+        :class:`TableNotFoundError` for a table not in the catalog."""
+
     # ----- leases ---------------------------------------------------------------------
     @abc.abstractmethod
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> Optional[Lease]:

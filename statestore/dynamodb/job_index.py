@@ -82,7 +82,9 @@ class JobIndexMixin(DynamoBase):
                Item={"table_id": s(table_id), "sk": s(MARKER)})
 
     def open_jobs(self, table_id: str) -> list[JobRecord]:
-        """The table's jobs not yet final, reading only their records."""
+        """The table's jobs not yet final, reading only their records (see
+        :meth:`statestore.store.StateStore.open_jobs`)."""
+        self._require_table_id(table_id)
         self._ensure_indexed(table_id)
         d = self._dynamo
         entries = {str(get_s(it, "sk"))[len(OPEN):]: get_s(it, "token") or "" for it in d.query(

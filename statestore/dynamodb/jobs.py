@@ -224,5 +224,4 @@ class JobsMixin(JobIndexMixin):
     def in_flight_outputs(self, table_id: str, active_since_ms: int) -> set[str]:
         """See :meth:`StateStore.in_flight_outputs`: reads only the jobs not yet final
         (:mod:`statestore.dynamodb.job_index`), not every job ever run."""
-        self._require_table_id(table_id)
         return {o for j in self.open_jobs(table_id) if j.last_update_ms >= active_since_ms for o in j.outputs}

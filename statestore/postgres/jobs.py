@@ -71,6 +71,18 @@ class JobsMixin(PostgresConnection):
         return self._run(f"list jobs of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED,
                          read_only=True)
 
+    def open_jobs(self, table_id: str) -> list[JobRecord]:
+        """See :meth:`StateStore.open_jobs`: the partial index ``jobs_in_flight``
+        (migration 004) holds just these rows."""
+        def fn(cur: psycopg.Cursor[Any]) -> list[JobRecord]:
+            _require_table_id(cur, table_id)
+            cur.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE table_id = %s"
+                        " AND status IN ('created', 'started', 'finished')", (table_id,))
+            return [_job_from_row(r) for r in cur.fetchall()]
+
+        return self._run(f"list the open jobs of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED,
+                         read_only=True)
+
     def in_flight_outputs(self, table_id: str, active_since_ms: int) -> set[str]:
         def fn(cur: psycopg.Cursor[Any]) -> set[str]:
             _require_table_id(cur, table_id)

@@ -26,6 +26,7 @@ from sleeper_ops.errors import QueryError
 from statestore.catalog import TableInfo
 from statestore.client_writes import check_key
 from statestore.errors import NotSupportedError
+from statestore.properties import ABANDON
 from statestore.region import Region
 from statestore.schema import Schema
 from statestore.state import TableState
@@ -123,21 +124,39 @@ def spent_tombstones(state: TableState, buffer_seqs: Sequence[int], *, running_s
 
 def drop_spent_tombstones(state_store: StateStore, table: TableInfo, now_ms: Optional[int] = None) -> list[int]:
     """Forget the table's spent tombstones (:func:`spent_tombstones`; settled after
-    ``sleeper.table.gc.job.abandon.minutes``); returns their numbers. The jobs and the
-    buffer are read before the state, so a job or an entry that commits files in
-    between is seen either way (still running or buffered, or in a file the state names)."""
+    ``sleeper.table.gc.job.abandon.minutes``); returns their numbers.
+
+    Every job not yet final counts, however many jobs came after it
+    (:meth:`~statestore.store.StateStore.open_jobs`): one that began before a
+    tombstone keeps it. A job silent for the abandon time is declared abandoned first
+    (:meth:`~statestore.jobs.JobRecord.abandoned`): its attempt can no longer commit,
+    so it holds nothing up; a job that commits before that save is committed, and its
+    files are in the state read after it. The jobs and the buffer are read before the
+    state, so a job or an entry that commits files in between is seen either way
+    (still open or buffered, or in a file the state names)."""
     if not state_store.tombstones(table.table_id)[1]:
         return []
     now = int(time.time() * 1000) if now_ms is None else now_ms
+    abandon_minutes = table.get_int(ABANDON)
+    running = []
     # an export writes outside the table, never files a tombstone could cover: it holds nothing up
-    running = [j.created_ms for j in state_store.list_jobs(table.table_id) if not j.final and j.kind != "export"]
+    for job in state_store.open_jobs(table.table_id):
+        if job.kind == "export":
+            continue
+        if now - job.last_update_ms >= abandon_minutes * 60_000:
+            state_store.put_job(job.abandoned(abandon_minutes, now))
+            stored = state_store.get_job(table.table_id, job.job_id)
+            if stored is None or stored.final:
+                continue  # fenced (its commit is refused), or committed meanwhile (its files in the state)
+            job = stored  # a new attempt started meanwhile: it is running
+        running.append(job.created_ms)
     try:
         seqs = state_store.read_buffer(table.table_id).seqs
     except NotSupportedError:
         seqs = ()
     state = state_store.load_state(table.table_id)
     spent = spent_tombstones(state, seqs, running_since_ms=min(running, default=None), now_ms=now,
-                             settle_ms=table.get_int("sleeper.table.gc.job.abandon.minutes") * 60_000)
+                             settle_ms=abandon_minutes * 60_000)
     if spent:
         state_store.commit(table.table_id, DropTombstones(tuple(spent)))
     return spent

@@ -120,3 +120,17 @@ def test_bookkeeping_on_an_unknown_table(store: StateStore) -> None:
         store.in_flight_outputs("no-such-table", 0)
     with pytest.raises(TableNotFoundError):
         store.commit("no-such-table", _refs("a"), commit_id="x")
+
+
+def test_an_attempt_declared_abandoned_may_not_commit_and_a_new_attempt_may(store: StateStore) -> None:
+    tid = new_table(store)
+    first = JobRecord.created(tid, "j", "ingest").started("run", outputs=["a"])
+    store.put_job(first)
+    store.put_job(first.abandoned(60, now_ms()))
+    with pytest.raises(BookkeepingError, match="declared abandoned"):
+        store.commit(tid, _refs("a"), job=first.finished(10, 10, "a").committed())
+    assert store.load_state(tid).files == {}
+    second = store.get_job(tid, "j").started("run-2", outputs=["b"])  # type: ignore[union-attr]
+    store.put_job(second)
+    assert store.commit(tid, _refs("b"), job=second.finished(10, 10, "b").committed()) is True
+    assert sorted(store.load_state(tid).files) == ["b"]

@@ -118,3 +118,21 @@ def test_a_committed_job_record_is_final(store: StateStore) -> None:
     store.put_job(JobRecord.created(tid, "j", "compaction").started("late"))
     got = store.get_job(tid, "j")
     assert got is not None and got.status == "committed" and got.run_id == "winner"
+
+
+def test_open_jobs_are_every_job_not_final_of_the_table(store: StateStore) -> None:
+    a, b = _table(store, "a"), _table(store, "b")
+    store.put_job(JobRecord(a, "created", "compaction", created_ms=1000))
+    store.put_job(JobRecord(a, "started", "ingest", created_ms=1001).started("run", outputs=["x"]))
+    store.put_job(JobRecord(a, "finished", "bulk_import", created_ms=1002).started().finished(1, 1))
+    store.put_job(JobRecord(a, "committed", "flush", created_ms=1003).started().committed())
+    store.put_job(JobRecord(a, "failed", "split", created_ms=1004).started().failed("no"))
+    store.put_job(JobRecord(b, "other", "compaction", created_ms=1005))
+    assert sorted(j.job_id for j in store.open_jobs(a)) == ["created", "finished", "started"]
+    store.put_job(store.get_job(a, "started").finished(1, 1).committed())  # type: ignore[union-attr]
+    reopened = store.get_job(a, "failed").started("retry")  # type: ignore[union-attr]
+    store.put_job(reopened)
+    assert sorted(j.job_id for j in store.open_jobs(a)) == ["created", "failed", "finished"]
+    assert [j.status for j in store.open_jobs(b)] == ["created"]
+    with pytest.raises(TableNotFoundError):
+        store.open_jobs("no-such-table")

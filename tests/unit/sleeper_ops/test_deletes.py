@@ -168,3 +168,64 @@ def test_a_bulk_import_already_running_when_a_delete_commits_loses_its_matching_
     pq.write_table(pa.table({"key": pa.array([15], pa.int64()), "v": ["y"]}), again / "b.parquet")
     bulk_import(sleeper.state_store, sleeper.objects, t.info, [str(again)], run=runner, import_key="k2")
     assert t.query(keys=[15])["v"].to_pylist() == ["y"]  # an import started after the delete keeps its records
+
+
+def _import_running_across_a_delete(sleeper, t):  # type: ignore[no-untyped-def]
+    """An import that named its output and read the delete count, then a delete of key 5
+    and a compaction that purges it from the files; returns (import record, output, horizon)."""
+    from sleeper_ops.io.datafile import new_data_key
+    from statestore.jobs import JobRecord
+
+    st, tid = sleeper.state_store, t.info.table_id
+    t.ingest(_rows(0, 10))
+    out = new_data_key(tid, "root")
+    rec = JobRecord.created(tid, "import-1", "bulk_import").started("run", outputs=[out])
+    st.put_job(rec)
+    horizon = st.tombstones(tid)[0]
+    time.sleep(0.002)
+    t.delete(keys=[5])
+    t.compact()
+    return rec, out, horizon
+
+
+def _commit_import(sleeper, t, rec, out, horizon):  # type: ignore[no-untyped-def]
+    """The import writes what it read (key 5 among it) and commits it."""
+    from sleeper_ops.io.datafile import ParquetSettings, write_data_file
+    from statestore.files import FileReference
+    from statestore.transactions import AddFiles
+
+    write_data_file(sleeper.objects, out, t.info.schema, _rows(5, 6, "import"), ParquetSettings.of(t.info))
+    sleeper.state_store.commit(t.info.table_id, AddFiles((FileReference(out, "root", 1, delete_horizon=horizon),)),
+                               job=rec.finished(1, 1).committed())
+
+
+def test_a_tombstone_stays_while_a_job_begun_before_it_is_open_however_many_jobs_follow(sleeper) -> None:  # type: ignore[no-untyped-def]
+    from sleeper_ops.maintenance.gc import collect_garbage
+    from statestore.jobs import JobRecord
+
+    t = sleeper.create_table("one", SCHEMA, properties={"sleeper.table.delete.purge.hours": "0"})
+    st, tid = sleeper.state_store, t.info.table_id
+    rec, out, horizon = _import_running_across_a_delete(sleeper, t)
+    for i in range(1_500):  # flushes, compactions...: far more than any page of recent jobs
+        st.put_job(JobRecord.created(tid, f"later-{i}", "compaction").started().finished(0, 0).committed())
+    st.heartbeat_jobs(tid, [rec.job_id], FAR_FUTURE)  # the import is alive and well
+    g = collect_garbage(st, sleeper.objects, st.get_table("one"), now_ms=FAR_FUTURE)
+    assert g.tombstones_dropped == [] and len(st.tombstones(tid)[1]) == 1
+    _commit_import(sleeper, t, rec, out, horizon)
+    assert keys(t) == [0, 1, 2, 3, 4, 6, 7, 8, 9], "the delete holds for what the import read before it"
+
+
+def test_a_job_silent_for_the_abandon_time_is_fenced_and_holds_no_tombstone(sleeper) -> None:  # type: ignore[no-untyped-def]
+    from sleeper_ops.maintenance.gc import collect_garbage
+    from statestore.errors import BookkeepingError
+
+    t = sleeper.create_table("one", SCHEMA, properties={"sleeper.table.delete.purge.hours": "0"})
+    st, tid = sleeper.state_store, t.info.table_id
+    rec, out, horizon = _import_running_across_a_delete(sleeper, t)
+    g = collect_garbage(st, sleeper.objects, st.get_table("one"), now_ms=FAR_FUTURE)
+    assert len(g.tombstones_dropped) == 1, "a job that stopped beating holds no tombstone for ever"
+    stored = st.get_job(tid, rec.job_id)
+    assert stored is not None and stored.status == "failed" and stored.reason.startswith("abandoned:")
+    with pytest.raises(BookkeepingError, match="declared abandoned"):
+        _commit_import(sleeper, t, rec, out, horizon)
+    assert keys(t) == [0, 1, 2, 3, 4, 6, 7, 8, 9]
