@@ -14,7 +14,9 @@ then, when a fault rule matches, the answer is replaced:
 A rule matches on the DynamoDB operation (the ``X-Amz-Target`` header, e.g.
 ``PutItem``), on the HTTP method and a path pattern (S3), and optionally on bytes in
 the request body (e.g. a table name), and fires for the next ``times`` matching
-requests, or with a probability drawn from a seeded RNG. Being a real server, it works
+requests, or with a probability drawn from a seeded RNG (each rule's own, when it is
+given a ``seed``: its draws then follow only the requests it matches, not every other
+rule's traffic from other threads). Being a real server, it works
 across processes (a CLI or Spark worker pointed at :attr:`FaultProxy.url`).
 """
 
@@ -57,6 +59,8 @@ class Rule:
     probability: float = 1.0
     provisioned: bool = False  # throttle DynamoDB with ProvisionedThroughputExceededException
     fired: int = 0
+    #: this rule's own RNG (None: the proxy's)
+    rng: Optional[random.Random] = None
 
     def matches(self, target: Optional[str], method: str, path: str, body: bytes) -> bool:
         if self.operation is not None:
@@ -117,11 +121,13 @@ class FaultProxy:
 
     def inject(self, kind: str, *, times: Optional[int] = 1, probability: float = 1.0,
                operation: Optional[str] = None, method: Optional[str] = None, path: Optional[str] = None,
-               body: Optional[bytes] = None, provisioned: bool = False) -> Rule:
-        """Add a rule (see :class:`Rule`); it is dropped once it has fired ``times``."""
+               body: Optional[bytes] = None, provisioned: bool = False, seed: Optional[str] = None) -> Rule:
+        """Add a rule (see :class:`Rule`); it is dropped once it has fired ``times``.
+        ``seed``: the rule draws its probability from an RNG of its own, so seeded."""
         if kind not in KINDS:
             raise ValueError(f"fault kind must be one of {KINDS}, not {kind!r}")
-        rule = Rule(kind, operation, method, path, body, times, probability, provisioned)
+        rule = Rule(kind, operation, method, path, body, times, probability, provisioned,
+                    rng=None if seed is None else random.Random(seed))
         with self._lock:
             self._rules.append(rule)
         return rule
@@ -136,7 +142,7 @@ class FaultProxy:
             for rule in self._rules:
                 if not rule.matches(target, method, path, body):
                     continue
-                if rule.probability < 1.0 and self.rng.random() >= rule.probability:
+                if rule.probability < 1.0 and (rule.rng or self.rng).random() >= rule.probability:
                     continue
                 rule.fired += 1
                 self.counts.fired[rule.kind] += 1

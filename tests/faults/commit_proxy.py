@@ -6,9 +6,16 @@ connection that has sent the arming's ``marker`` (by default ``INSERT INTO file`
 only a state-store data commit sends) since its last COMMIT, is
 forwarded to the server (``after=True``) or not (``after=False``), the server's reply
 is withheld, and both sides of that connection are closed (with ``dark=True``, every
-other connection too, and no new one is accepted: the server stays out of reach). With ``after=True`` the
-server has committed but the client never hears it -- the "unknown outcome" of
-DESIGN.md section 10; with ``after=False`` nothing was committed. One drop per arming.
+other connection too, and no new one is accepted: the server stays out of reach).
+
+With ``after=True`` the rest of the client's message is forwarded too (a large
+statement spans many reads), and the connection is cut only once the server has
+answered that it committed: its reply carries the commit's completion tag and ends
+ready for a new transaction. That drop is counted in :attr:`CommitDroppingProxy.applied`
+-- the server committed and the client never heard it, the "unknown outcome" of
+DESIGN.md section 10 -- so a test can tell it from a drop before the server finished
+(counted in :attr:`drops` only). With ``after=False`` nothing was committed. One drop
+per arming.
 """
 
 from __future__ import annotations
@@ -16,7 +23,6 @@ from __future__ import annotations
 import re
 import socket
 import threading
-import time
 from typing import Optional
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -25,6 +31,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 _PARSE = re.compile(rb"P.{4}([^\x00]*)\x00([^\x00]*)\x00", re.DOTALL)
 #: a Bind message: the statement name it runs (after the portal name)
 _BIND = re.compile(rb"B.{4}[^\x00]*\x00([^\x00]+)\x00", re.DOTALL)
+#: ReadyForQuery, idle: the server finished everything sent and holds no transaction open
+_IDLE = b"Z\x00\x00\x00\x05I"
+#: CommandComplete tags that say a transaction committed (COMMIT; an autocommit INSERT)
+_COMMITTED = re.compile(rb"C.{4}(COMMIT|INSERT 0 [1-9][0-9]*)\x00", re.DOTALL)
+#: how long a cut "after" connection waits for the server's answer before cutting anyway
+_ANSWER_WAIT_S = 30.0
 
 
 class CommitDroppingProxy:
@@ -41,7 +53,10 @@ class CommitDroppingProxy:
         self._armed: Optional[bool] = None  # None: pass through; else the "after" of the next drop
         self._marker = b"INSERT INTO file"
         self._commit = b"COMMIT"
+        #: connections cut at an arming (before or after the server committed)
         self.drops = 0
+        #: of those, the ones cut after the server answered that it committed
+        self.applied = 0
         self._dark = False
         self._socks: list[socket.socket] = []
         self._closed = False
@@ -92,7 +107,7 @@ class CommitDroppingProxy:
             server = self._connect()
             with self._lock:
                 self._socks += [client, server]
-            cut = threading.Event()
+            cut = _Cut()
             threading.Thread(target=self._client_to_server, args=(client, server, cut), daemon=True).start()
             threading.Thread(target=self._server_to_client, args=(server, client, cut), daemon=True).start()
 
@@ -132,7 +147,10 @@ class CommitDroppingProxy:
                 self.drops += 1
             return after
 
-    def _client_to_server(self, client: socket.socket, server: socket.socket, cut: threading.Event) -> None:
+    def _client_to_server(self, client: socket.socket, server: socket.socket, cut: _Cut) -> None:
+        """Forward the client's messages. At the armed commit: with ``after``, keep
+        forwarding (the rest of the message) and leave the cut to the other direction,
+        once the server has answered; without, cut at once."""
         seen = [False]
         prepared: dict[bytes, bytes] = {}
         try:
@@ -140,37 +158,90 @@ class CommitDroppingProxy:
                 data = client.recv(65536)
                 if not data:
                     break
+                if cut.after:
+                    server.sendall(data)
+                    continue
                 after = self._take_arming(data, seen, prepared)
                 if after is None:
                     server.sendall(data)
-                    continue
-                cut.set()  # withhold every reply from now on
-                if after:
+                elif after:
+                    server.settimeout(_ANSWER_WAIT_S)  # the server's answer is awaited this long at most
+                    cut.cut(after=True)  # every reply withheld from now on
                     server.sendall(data)
-                    time.sleep(0.3)  # let the server commit before it sees the connection go
-                if self._dark:
-                    self.close()
-                break
+                else:
+                    cut.cut(after=False)
+                    break
         except OSError:
             pass
-        finally:
-            _close(client, server)
+        if cut.after:
+            return  # the other direction cuts once the server has answered
+        if cut.is_set() and self._dark:
+            self.close()
+        _close(client, server)
 
-    @staticmethod
-    def _server_to_client(server: socket.socket, client: socket.socket, cut: threading.Event) -> None:
-        """Forward replies until the cut; then drop them and leave the closing to the
-        other direction (which closes once the server has had time to commit)."""
+    def _server_to_client(self, server: socket.socket, client: socket.socket, cut: _Cut) -> None:
+        """Forward the server's replies until the cut; after it, withhold them, and with
+        ``after`` read the answer to the commit until the server is idle again, count it
+        in :attr:`applied` when it says the transaction committed, and cut. An answer
+        ending idle without a commit (to a Parse sent alone to prepare the statement) is
+        passed on, and the wait goes on."""
+        got = b""
         try:
             while True:
                 data = server.recv(65536)
-                if cut.is_set():
-                    return
                 if not data:
                     break
-                client.sendall(data)
+                if not cut.is_set():
+                    client.sendall(data)
+                    continue
+                if not cut.after:
+                    return  # cut before the commit: the other direction closes
+                got += data
+                if not got.endswith(_IDLE):
+                    continue
+                if _COMMITTED.search(got) and b"E" not in _message_types(got):
+                    with self._lock:
+                        self.applied += 1
+                    break
+                if b"E" in _message_types(got):
+                    break  # the statement failed: nothing committed
+                client.sendall(got)  # the answer to a step before the commit (psycopg's prepare): pass it on
+                got = b""
         except OSError:
             pass
+        if cut.after and self._dark:
+            self.close()
         _close(client, server)
+
+
+class _Cut:
+    """One connection's cut: not yet, or at an armed commit forwarded (``after``) or not."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.after = False
+
+    def cut(self, *, after: bool) -> None:
+        self.after = after
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+def _message_types(answer: bytes) -> bytes:
+    """The message types of ``answer`` walked from its start (an ErrorResponse is 'E');
+    empty when the framing cannot be walked from its start (the answer then counts as
+    committed only by its tag)."""
+    types = bytearray()
+    i = 0
+    while i + 5 <= len(answer):
+        kind, length = answer[i:i + 1], int.from_bytes(answer[i + 1:i + 5], "big")
+        if length < 4 or not kind.isalpha():
+            return b""
+        types += kind
+        i += 1 + length
+    return bytes(types)
 
 
 def _close(*socks: socket.socket) -> None:
