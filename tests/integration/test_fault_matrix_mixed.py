@@ -95,7 +95,8 @@ def test_random_faults_on_every_dynamodb_write_lose_and_double_nothing(fault, se
     run = Run(name)
     with stack.open_fresh() as s:
         s.create_table(name, SCHEMA, ["m"], {**PROPERTIES, "sleeper.table.partition.splitting.threshold": "150"})
-    replay = f"seed {seed} (replay: SLEEPER_FAULT_SEEDS={seed} pytest tests/integration/test_fault_matrix_mixed.py -k '{fault}-{seed}')"
+    replay = (f"seed {seed} (replay: SLEEPER_FAULT_SEEDS={seed} pytest tests/integration/test_fault_matrix_mixed.py "
+              f"-k '{fault}-{seed}')")
     # the first commit and the first object write always fail, so no run goes by without both kinds
     state_rules = [proxy.inject(fault, operation="TransactWriteItems", times=1)]
     state_rules += [proxy.inject(fault, operation=op, times=None, probability=0.15, seed=f"{fault}-{seed}-{op}")
