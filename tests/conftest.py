@@ -56,14 +56,45 @@ if "JAVA_TOOL_OPTIONS" not in os.environ:
 _CDS_MAKER = pytest.StashKey[threading.Thread]()
 
 
+#: the seed of every hypothesis test in a run: chosen once per run (or given), printed in the
+#: header, the same in every xdist worker; a failure replays with it (and with the printed
+#: ``@reproduce_failure`` blob, or from the example database under ``.hypothesis/``)
+HYPOTHESIS_SEED_ENV = "SLEEPER_HYPOTHESIS_SEED"
+
+
+def _hypothesis_profile() -> None:
+    from hypothesis import settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    root = Path(__file__).resolve().parent.parent
+    settings.register_profile("sleeper", print_blob=True,
+                              database=DirectoryBasedExampleDatabase(root / ".hypothesis" / "examples"))
+    settings.load_profile("sleeper")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """A parallel run (the whole suite, ``make test``) without this machine's CDS archive
+    """Hypothesis: one seed per run (:data:`HYPOTHESIS_SEED_ENV`, inherited by xdist's
+    workers), failures printed with their replay blob and kept in the example database.
+
+    A parallel run (the whole suite, ``make test``) without this machine's CDS archive
     makes it in the background; JVMs started before it is there run without it."""
+    import random
+
+    _hypothesis_profile()
+    if config.getoption("hypothesis_seed", None) is None:
+        os.environ.setdefault(HYPOTHESIS_SEED_ENV, str(random.randrange(2 ** 32)))
+        config.option.hypothesis_seed = int(os.environ[HYPOTHESIS_SEED_ENV])
     if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
         return
     archive = spark_cds.archive_path()
     if archive is not None and not archive.exists() and str(archive) in os.environ.get("JAVA_TOOL_OPTIONS", ""):
         config.stash[_CDS_MAKER] = spark_cds.make_in_background(archive, JAVA_BASE_OPTIONS)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    seed = config.getoption("hypothesis_seed", None)
+    return f"hypothesis seed: {seed} (replay the run's hypothesis tests with {HYPOTHESIS_SEED_ENV}={seed})"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

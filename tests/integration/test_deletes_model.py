@@ -91,7 +91,7 @@ class DeletesMachine(RuleBasedStateMachine):
 def _run(sleeper: Sleeper, examples: int, steps: int) -> None:
     machine = type("Machine", (DeletesMachine,), {"sleeper": sleeper})
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
+        max_examples=examples, stateful_step_count=steps, deadline=None,
         suppress_health_check=[HealthCheck.too_slow]))
 
 
@@ -174,7 +174,7 @@ class AsOfMachine(DeletesMachine):
 def _run_as_of(sleeper: Sleeper, examples: int, steps: int) -> None:
     machine = type("Machine", (AsOfMachine,), {"sleeper": sleeper})
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
+        max_examples=examples, stateful_step_count=steps, deadline=None,
         suppress_health_check=[HealthCheck.too_slow]))
 
 

@@ -105,7 +105,7 @@ def test_the_schema_is_the_rest_apps_whole_schema() -> None:
 
 
 @schema.parametrize()
-@settings(max_examples=100, deadline=None, database=None,
+@settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                  HealthCheck.function_scoped_fixture])
 def test_no_request_gets_a_5xx_and_every_4xx_has_a_message(case: Any, served_sleeper: Sleeper) -> None:

@@ -42,7 +42,7 @@ from statestore.region import Range
 from tests.integration.statestore.table_model import Part, Refusal, TableModel, plain_state
 
 SCHEMA = Schema.from_dict({"rowKeyFields": [{"name": "key", "type": "LongType"}]})
-SETTINGS = settings(max_examples=40, stateful_step_count=30, deadline=None, database=None,
+SETTINGS = settings(max_examples=40, stateful_step_count=30, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 ROOT = partitions_from_split_points(SCHEMA)[0]
 REFUSALS = {"file": FileReferenceError, "partition": PartitionError}
