@@ -25,9 +25,9 @@ import pytest
 from tests.integration import test_fault_matrix as matrix_module
 from tests.integration.statestore.conftest import MOTO_CREDENTIALS
 from tests.integration.test_fault_matrix import (
+    AWS_FAULTS,
     BUCKET,
     DAYS_AHEAD_MS,
-    FAULTS,
     PROPERTIES,
     SCHEMA,
     Cell,
@@ -73,7 +73,7 @@ def _send_until_acknowledged(run: Run, keys: list[str], step: Callable[[str], An
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("fault", AWS_FAULTS)
 def test_random_faults_on_every_dynamodb_write_lose_and_double_nothing(fault, seed, moto, proxy, dynamo_prefix,
                                                                        matrix):
     from sleeper_ops.api import Sleeper
