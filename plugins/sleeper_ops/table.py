@@ -243,13 +243,15 @@ class Table:
         """The catalog entry as it is now (properties may have changed since opening)."""
         return self.sleeper.state_store.get_table(self.info.name)
 
-    def exclusive(self, operation: str, holder: str) -> Any:
+    def exclusive(self, operation: str, holder: str, *, holder_gone: Optional[Callable[[str], bool]] = None) -> Any:
         """The table's lease for ``operation`` (``compaction``, ``split``, ``gc``, ...) as a
         context manager, the same one the Airflow DAGs take: raises LeaseHeldError if
-        another run holds it; renewed while held, released on exit."""
+        another run holds it (unless ``holder_gone`` says that holder is gone for good:
+        then it is taken over); renewed while held, released on exit."""
         from sleeper_ops.maintenance.leases import OperationLease, lease_name
 
-        return OperationLease(self.sleeper.state_store, lease_name(self.info.table_id, operation), holder)
+        return OperationLease(self.sleeper.state_store, lease_name(self.info.table_id, operation), holder,
+                              holder_gone=holder_gone)
 
     @_by_name
     def compact(self, runner: Optional[str] = None, *, iterators: Sequence[Any] = (), run_id: Optional[str] = None,

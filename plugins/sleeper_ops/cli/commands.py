@@ -15,6 +15,7 @@ from typing import Any, Optional
 import click
 
 from sleeper_ops.cli.lazy import LazyGroup
+from sleeper_ops.cli.run_ids import process_gone, run_id_of
 from sleeper_ops.cli.support import open_sleeper as _sleeper
 from statestore.errors import BufferFullError, SleeperError
 
@@ -113,8 +114,8 @@ def write(ctx: click.Context, table_name: str, files: tuple[str, ...], request_i
 @click.pass_context
 def flush(ctx: click.Context, table_name: str) -> None:
     """Write TABLE's buffered records as sorted files, exactly once (takes the flush lease)."""
-    t, run_id = _sleeper(ctx).table(table_name), _run_id("flush")
-    with t.exclusive("flush", run_id):
+    t, run_id = _sleeper(ctx).table(table_name), run_id_of("flush")
+    with t.exclusive("flush", run_id, holder_gone=process_gone):
         r = t.flush(run_id=run_id)
     click.echo(f"flushed {r.records:,} records ({r.entries} writes) into {r.files} files in {r.seconds:.2f}s")
 
@@ -268,8 +269,9 @@ def compact(ctx: click.Context, table_name: str, runner: Optional[str], workers:
     from sleeper_ops.cli.support import record_progress
 
     t = _sleeper(ctx).table(table_name)
-    run_id = _run_id("compact")
-    with t.exclusive("compaction", run_id), record_progress(f"compact {table_name}") as progress:
+    run_id = run_id_of("compact")
+    with t.exclusive("compaction", run_id, holder_gone=process_gone), \
+            record_progress(f"compact {table_name}") as progress:
         r = t.compact(runner, max_workers=workers, progress=progress, run_id=run_id)
     click.echo(r.summary())
     if r.count("failed"):
@@ -281,8 +283,8 @@ def compact(ctx: click.Context, table_name: str, runner: Optional[str], workers:
 @click.pass_context
 def split(ctx: click.Context, table_name: str) -> None:
     """Split TABLE's leaf partitions that are over the splitting threshold."""
-    t, run_id = _sleeper(ctx).table(table_name), _run_id("split")
-    with t.exclusive("split", run_id):
+    t, run_id = _sleeper(ctx).table(table_name), run_id_of("split")
+    with t.exclusive("split", run_id, holder_gone=process_gone):
         click.echo(t.split(run_id=run_id).summary())
 
 
@@ -292,17 +294,9 @@ def split(ctx: click.Context, table_name: str) -> None:
 @click.pass_context
 def gc(ctx: click.Context, table_name: str, dry_run: bool) -> None:
     """Delete TABLE's unreferenced files (after the GC delay) and old orphaned objects."""
-    t, run_id = _sleeper(ctx).table(table_name), _run_id("gc")
-    with t.exclusive("gc", run_id):
+    t, run_id = _sleeper(ctx).table(table_name), run_id_of("gc")
+    with t.exclusive("gc", run_id, holder_gone=process_gone):
         click.echo(t.gc(dry_run=dry_run, explain=True).summary())
-
-
-def _run_id(operation: str) -> str:
-    """Names this CLI process in job records: ``cli/<operation>/<host>/<pid>``."""
-    import os
-    import socket
-
-    return f"cli/{operation}/{socket.gethostname()}/{os.getpid()}"
 
 
 @cli.command()

@@ -13,7 +13,10 @@ Guarantees:
 * Entering takes the lease atomically (the state store's ``acquire_lease``) or raises
   :class:`~statestore.errors.LeaseHeldError` naming the current holder, having changed
   nothing. Re-entering with the same holder (an Airflow retry of the same try, a
-  restarted process) renews the lease instead of failing.
+  restarted process) renews the lease instead of failing. A holder that the caller can
+  tell is gone (``holder_gone``: e.g. a CLI process of this host that no longer exists,
+  killed or interrupted) is not waited for: its lease is released, conditional on it
+  still being that holder's, and taken.
 * While inside, a daemon thread renews the lease every ``ttl_seconds / 3``, so a long run
   keeps it and a crashed one (no more renewals) loses it ``ttl_seconds`` after its last
   renewal at the latest.
@@ -65,11 +68,13 @@ class OperationLease:
         on_lost: called once (from the renewal thread) if the lease is lost.
         release: release on leaving (default); False keeps it for a later step (see the
             module docstring).
+        holder_gone: says whether a holder is known to be gone for good (its lease is then
+            taken over rather than waited for); None: every holder is waited for.
     """
 
     def __init__(self, store: StateStore, name: str, holder: str, *, ttl_seconds: float = DEFAULT_TTL_SECONDS,
                  renew_every: Optional[float] = None, on_lost: Optional[Callable[[OperationLease], None]] = None,
-                 release: bool = True):
+                 release: bool = True, holder_gone: Optional[Callable[[str], bool]] = None):
         if ttl_seconds <= 0:
             raise ValueError(f"ttl_seconds must be positive, got {ttl_seconds}")
         self.store = store
@@ -81,6 +86,7 @@ class OperationLease:
             raise ValueError(f"renew_every must be between 0 and ttl_seconds ({self.ttl_seconds}), "
                              f"got {self.renew_every}")
         self._on_lost = on_lost
+        self._holder_gone = holder_gone
         self.release = release
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -93,6 +99,12 @@ class OperationLease:
         lease = self.store.acquire_lease(self.name, self.holder, self.ttl_seconds)
         if lease is None:
             current = self.store.get_lease(self.name)
+            if current is not None and self._holder_gone is not None and self._holder_gone(current.holder):
+                if self.store.release_lease(self.name, current.holder):
+                    log.info("lease %s: its holder %s is gone; taking it over", self.name, current.holder)
+                lease = self.store.acquire_lease(self.name, self.holder, self.ttl_seconds)
+                current = self.store.get_lease(self.name) if lease is None else current
+        if lease is None:
             by = current.holder if current is not None else "another holder (just released)"
             raise LeaseHeldError(f"lease {self.name} held by {by}")
         self.lease = lease

@@ -185,3 +185,31 @@ def test_kept_lease_is_released_when_the_step_fails(store):
         with OperationLease(store, "t/compaction", "dag/run1", release=False):
             raise RuntimeError("job creation failed")
     assert store.get_lease("t/compaction") is None
+
+
+def test_a_lease_of_a_killed_cli_process_of_this_host_is_taken_over_and_no_other(store):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from sleeper_ops.cli.run_ids import process_gone
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    killed = f"cli/flush/{host}/{dead.pid}"
+    alive = f"cli/flush/{host}/{os.getppid()}"
+    elsewhere = f"cli/flush/{host}-other/{dead.pid}"
+    for holder, taken in ((killed, True), (alive, False), (elsewhere, False), ("dag/run/1", False)):
+        store.acquire_lease("t/flush", holder, 600)
+        lease = OperationLease(store, "t/flush", "cli/flush/me/1", holder_gone=process_gone)
+        if taken:
+            with lease:
+                assert store.get_lease("t/flush").holder == "cli/flush/me/1"
+            assert store.get_lease("t/flush") is None
+        else:
+            with pytest.raises(LeaseHeldError, match=holder):
+                lease.__enter__()
+            assert store.get_lease("t/flush").holder == holder
+            store.release_lease("t/flush", holder)
