@@ -56,7 +56,8 @@ def test_a_query_as_of_before_a_delete_returns_the_deleted_records_until_the_ret
 
     gone = t.gc(now_ms=now + 61 * MINUTE + 15 * MINUTE)  # the retention and the GC delay have passed
     assert sorted(gone.deleted) == sorted(f.filename for f in ingested), gone.summary()
-    with pytest.raises(HistoryError, match="replaced at"):  # at the time that GC ran, the state is refused
+    # at the time that GC ran, the state is refused (its history forgotten by that GC, as on every backend)
+    with pytest.raises(HistoryError, match="replaced at|has no transaction 1 in its history"):
         resolve(sleeper.state_store, sleeper.table("t").info, before_delete.number, now_ms=now + 76 * MINUTE)
 
 

@@ -1,0 +1,72 @@
+"""The proof of erasure looks everywhere a copy could be (issue 33): objects under the
+table's data prefix the state store does not track (an output kept after an unknown
+commit outcome, a losing Spark attempt, a bulk import's scratch run, a sketch sidecar),
+crashed exports and exports beyond the newest 1,000 jobs, and the state store's own
+records holding a delete's keys, each with when it goes; exit 3 until none holds one."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pytest
+
+from sleeper_ops import Sleeper
+from sleeper_ops.io.storage import ObjectStore
+from statestore.errors import CommitOutcomeUnknownError
+from statestore.memory import InMemoryStateStore
+from statestore.transactions import ReplaceFileReferences
+
+SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}], "sortKeyFields": [],
+          "valueFields": [{"name": "v", "type": "StringType"}]}
+MINUTE = 60_000
+
+
+class _LostCompactionReply(InMemoryStateStore):
+    """Fails the next compaction commit with an unknown outcome (not applied): the job
+    keeps its output for the orphan sweep (DESIGN.md section 10)."""
+
+    fail_next_compaction = False
+
+    def commit(self, table_id, txn, **kw):  # type: ignore[no-untyped-def]
+        if isinstance(txn, ReplaceFileReferences) and self.fail_next_compaction:
+            self.fail_next_compaction = False
+            raise CommitOutcomeUnknownError("connection lost during COMMIT (injected; not applied)")
+        return super().commit(table_id, txn, **kw)
+
+
+@pytest.fixture
+def lossy(tmp_path):  # type: ignore[no-untyped-def]
+    store = _LostCompactionReply()
+    s = Sleeper(state_store=store, objects=ObjectStore(str(tmp_path / "data")))
+    yield s, store
+    s.close()
+
+
+def _table(s: Sleeper):  # type: ignore[no-untyped-def]
+    return s.create_table("t", SCHEMA, properties={"sleeper.table.delete.purge.hours": "0",
+                                                   "sleeper.table.compaction.strategy": "basic",
+                                                   "sleeper.table.compaction.files.batch.size": "2"})
+
+
+def test_an_output_kept_after_an_unknown_commit_outcome_is_reported_until_the_orphan_sweep_takes_it(lossy) -> None:  # type: ignore[no-untyped-def]
+    s, store = lossy
+    t = _table(s)
+    t.ingest(pa.table({"key": ["alice", "bob"], "v": ["x", "y"]}))
+    t.ingest(pa.table({"key": ["carol"], "v": ["z"]}))
+    store.fail_next_compaction = True
+    assert [r.status for r in t.compact().results] == ["failed"]
+    t.delete(keys=["alice"])
+    time.sleep(0.01)
+    assert [r.status for r in t.compact().results] == ["committed"]
+    now = int(time.time() * 1000) + 50 * MINUTE  # past the GC delay and history retention, inside the orphan grace
+    t.gc(now_ms=now)
+    report = t.erasure_report(keys=["alice"], now_ms=now)
+    untracked = [(h.kind, h.rows) for h in report.held if h.kind != "state store record"]
+    assert sorted(untracked) == [("sketch sidecar", 1), ("untracked object", 1)], report.render()
+    line = next(x for x in report.render().splitlines() if x.startswith("  untracked object: "))
+    assert "orphan sweep after the 60-minute grace" in line, line
+    far = now + 10 * 24 * 60 * MINUTE  # past the orphan grace, the settle time and the history retention
+    t.gc(now_ms=far)
+    assert t.erasure_report(keys=["alice"], now_ms=far).clean
+    assert sorted(t.query(ranges=[("", None)])["key"].to_pylist()) == ["bob", "carol"]
