@@ -118,3 +118,13 @@ def test_a_committed_job_record_is_final(store: StateStore) -> None:
     store.put_job(JobRecord.created(tid, "j", "compaction").started("late"))
     got = store.get_job(tid, "j")
     assert got is not None and got.status == "committed" and got.run_id == "winner"
+
+
+def test_list_jobs_without_a_limit_returns_every_job_newest_first(store: StateStore) -> None:
+    tid = _table(store)
+    for i in range(1003):
+        store.put_job(JobRecord(tid, f"job-{i:04d}", "export" if i % 2 else "flush", "failed", created_ms=1_000 + i))
+    assert len(store.list_jobs(tid)) == 1000  # the default page
+    every = store.list_jobs(tid, limit=None)
+    assert [j.job_id for j in every] == [f"job-{i:04d}" for i in reversed(range(1003))]
+    assert len(store.list_jobs(tid, kind="export", limit=None)) == 501

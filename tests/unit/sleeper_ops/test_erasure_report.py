@@ -70,3 +70,55 @@ def test_an_output_kept_after_an_unknown_commit_outcome_is_reported_until_the_or
     t.gc(now_ms=far)
     assert t.erasure_report(keys=["alice"], now_ms=far).clean
     assert sorted(t.query(ranges=[("", None)])["key"].to_pylist()) == ["bob", "carol"]
+
+
+LONG = {"rowKeyFields": [{"name": "key", "type": "LongType"}], "sortKeyFields": [],
+        "valueFields": [{"name": "v", "type": "StringType"}]}
+FAR = int(time.time() * 1000) + 10 * 24 * 60 * MINUTE
+
+
+def _purged(t) -> None:  # type: ignore[no-untyped-def]
+    """Compact the deleted rows out and GC everything (files, tombstone, history) far ahead."""
+    t.sleeper.set_properties(t.name, {"sleeper.table.delete.purge.hours": "0"})
+    t.compact(runner="local")
+    t.gc(now_ms=FAR)
+
+
+def test_a_crashed_export_is_reported_from_its_job_record(sleeper, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sleeper_ops.query.export as export
+
+    t = sleeper.create_table("e", LONG)
+    t.ingest(pa.table({"key": pa.array(range(50), pa.int64()), "v": ["x"] * 50}))
+
+    def crash(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError("worker killed before its manifest")
+
+    monkeypatch.setattr(export, "write_manifest", crash)
+    with pytest.raises(OSError):
+        t.export(str(tmp_path / "out"), export_key="k")
+    monkeypatch.undo()
+    t.delete(ranges=[(10, 20)])
+    _purged(t)
+    report = t.erasure_report(ranges=[(10, 20)], now_ms=FAR)
+    assert [(h.kind, h.rows) for h in report.held] == [("crashed export file", 10)], report.render()
+    assert str(tmp_path / "out") in report.held[0].name
+    for p in (tmp_path / "out").iterdir():
+        p.unlink()
+    assert t.erasure_report(ranges=[(10, 20)], now_ms=FAR).clean
+
+
+def test_an_export_older_than_the_newest_1000_jobs_is_reported(sleeper, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from statestore.jobs import JobRecord
+
+    t = sleeper.create_table("e", LONG)
+    t.ingest(pa.table({"key": pa.array(range(50), pa.int64()), "v": ["x"] * 50}))
+    t.export(str(tmp_path / "out"), export_key="k")
+    t.delete(ranges=[(10, 20)])
+    _purged(t)
+    newest = max(j.created_ms for j in sleeper.state_store.list_jobs(t.info.table_id, limit=None))
+    for i in range(1001):  # e.g. daily exports that failed, years of them
+        sleeper.state_store.put_job(JobRecord(t.info.table_id, f"later-{i}", "export", "failed",
+                                              created_ms=newest + 1 + i))
+    report = t.erasure_report(ranges=[(10, 20)], now_ms=FAR)
+    assert [(h.kind, h.rows) for h in report.held] == [("export file", 10)], report.render()
+    assert report.exports_checked == 1
