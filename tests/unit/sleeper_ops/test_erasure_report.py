@@ -122,3 +122,18 @@ def test_an_export_older_than_the_newest_1000_jobs_is_reported(sleeper, tmp_path
     report = t.erasure_report(ranges=[(10, 20)], now_ms=FAR)
     assert [(h.kind, h.rows) for h in report.held] == [("export file", 10)], report.render()
     assert report.exports_checked == 1
+
+
+def test_a_losing_attempts_file_is_reported_as_such_until_the_orphan_sweep(sleeper) -> None:  # type: ignore[no-untyped-def]
+    from sleeper_ops.io.attempts import attempt_key
+
+    t = sleeper.create_table("e", LONG)
+    t.ingest(pa.table({"key": pa.array(range(50), pa.int64()), "v": ["x"] * 50}))
+    (name,) = t.state().files
+    loser = attempt_key(name, "7")
+    sleeper.objects.put(loser, sleeper.objects.get(name))  # a Spark task attempt whose result was not committed
+    now = int(time.time() * 1000)
+    report = t.erasure_report(keys=[7], now_ms=now)
+    assert sorted((h.kind, h.rows) for h in report.held) == [("file", 1), ("losing attempt", 1)], report.render()
+    t.gc(now_ms=now + 61 * MINUTE)
+    assert [h.kind for h in t.erasure_report(keys=[7], now_ms=now + 61 * MINUTE).held] == ["file"]
