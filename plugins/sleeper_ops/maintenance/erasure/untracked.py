@@ -48,9 +48,9 @@ def _data_key_of(key: str) -> str:
 
 def check_untracked(state_store: StateStore, objects: ObjectStore, table: TableInfo, state: TableState,
                     regions: Sequence[Region], probe: Tombstone, report: ErasureReport, now_ms: int) -> None:
-    """Add the untracked objects of ``table`` that hold matching rows (see the module
-    docstring). ``state`` is read after the listing would be fine too: an object
-    committed in between is tracked and was checked as a data file."""
+    """Add the untracked objects of ``table`` that hold matching rows, or cannot be
+    decoded (see the module docstring). ``state`` was read before the listing: an
+    object committed in between is listed here too (a false alarm, never a miss)."""
     grace = table.get_int(GRACE_PROPERTY)
     abandon = table.get_int(ABANDON_PROPERTY)
     open_jobs: dict[str, JobRecord] = {}
