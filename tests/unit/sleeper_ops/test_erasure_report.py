@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from sleeper_ops import Sleeper
@@ -137,3 +138,31 @@ def test_a_losing_attempts_file_is_reported_as_such_until_the_orphan_sweep(sleep
     assert sorted((h.kind, h.rows) for h in report.held) == [("file", 1), ("losing attempt", 1)], report.render()
     t.gc(now_ms=now + 61 * MINUTE)
     assert [h.kind for h in t.erasure_report(keys=[7], now_ms=now + 61 * MINUTE).held] == ["file"]
+
+
+def test_a_named_output_of_an_unfinished_job_and_a_scratch_run_are_reported_with_when_they_go(sleeper) -> None:  # type: ignore[no-untyped-def]
+    from sleeper_ops.maintenance.gc import scratch_root
+    from statestore.jobs import JobRecord
+
+    t = sleeper.create_table("e", LONG)
+    tid = t.info.table_id
+    rows = pa.table({"key": pa.array(range(20), pa.int64()), "v": ["x"] * 20})
+    out = f"{tid}/data/partition_root/bulk-1-a1.parquet"  # named before it is written (DESIGN.md section 10)
+    sleeper.state_store.put_job(JobRecord.created(tid, "bulk-1", "bulk_import").started("run", outputs=[out]))
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows, sink)
+    sleeper.objects.put(out, sink.getvalue().to_pybytes())
+    run = pa.BufferOutputStream()
+    with pa.ipc.new_file(run, rows.schema) as w:  # a sorted run of that attempt (Arrow IPC)
+        w.write_table(rows)
+    sleeper.objects.put(f"{scratch_root(tid)}/bulk-1-a1/0-0-root.arrow", run.getvalue().to_pybytes())
+    now = int(time.time() * 1000)
+    report = t.erasure_report(keys=[7], now_ms=now)
+    got = sorted((h.kind, h.rows) for h in report.held)
+    assert got == [("output of an unfinished job", 1), ("scratch run", 1)], report.render()
+    assert all("bulk_import job bulk-1" in h.goes for h in report.held)
+    sleeper.state_store.put_job(sleeper.state_store.get_job(tid, "bulk-1").failed("killed"))
+    report = t.erasure_report(keys=[7], now_ms=now)
+    assert sorted((h.kind, h.rows) for h in report.held) == [("scratch run", 1), ("untracked object", 1)]
+    t.gc(now_ms=now + 2 * 24 * 60 * MINUTE)  # the orphan sweep takes both
+    assert t.erasure_report(keys=[7]).clean
