@@ -27,6 +27,9 @@ from statestore.jobs import JobRecord
 
 OPEN, BY_TIME, MARKER = "o#", "t#", "j!indexed"
 
+#: the most index entries read a page (a query returns at most 1 MB)
+PAGE = 1000
+
 
 def _open_item(table_id: str, job_id: str) -> dict[str, Any]:
     return {"table_id": s(table_id), "sk": s(f"{OPEN}{job_id}")}
@@ -110,7 +113,7 @@ class JobIndexMixin(DynamoBase):
         it returns."""
         self._ensure_indexed(table_id)
         out: list[JobRecord] = []
-        for ids in self._time_pages(table_id, 1000 if limit is None else max(10, min(limit, 1000))):
+        for ids in self._time_pages(table_id, PAGE if limit is None else max(10, min(limit, PAGE))):
             records = self._job_records(table_id, ids)
             out.extend(r for r in (records.get(i) for i in ids) if r is not None and (kind is None or r.kind == kind))
             if limit is not None and len(out) >= limit:
