@@ -67,7 +67,7 @@ def test_history_lists_number_time_kind_files_records_and_job(table, run):  # ty
     assert [r["kind"] for r in rows] == ["delete_records", "add_files"]
     assert (rows[1]["files_added"], rows[1]["records_added"], rows[1]["files_removed"]) == (3, 9, 0)
     text = ok(run("history", "t", "--limit", "1")).out
-    assert "delete_records" in text and "add_files" not in text and 'delete 1: key in [' in text
+    assert "delete_records" in text and "add_files" not in text and 'delete 1: 1 region of key, sha256 ' in text
 
 
 def test_query_and_sql_as_of_say_on_stderr_that_the_buffer_is_excluded(table, run, files):  # type: ignore[no-untyped-def]
