@@ -7,7 +7,9 @@
   best-effort delete). Listed, then read; a blob gone in between (its flush deleted it)
   holds nothing and is skipped.
 * **Records holding a delete's keys**: the live tombstones; each log item of a delete
-  (its body, inline or spilled under ``transactions/<table_id>/``); each snapshot whose
+  (its body, inline or spilled under ``transactions/<table_id>/``); each group commit
+  request of a delete still pending (until decided, or pruned by GC after the commit
+  id retention when abandoned); each snapshot whose
   state holds tombstones; and any body or snapshot blob under the table's prefixes that
   no log item or pointer names (a stray of a failed commit). A log item and a snapshot
   go with :meth:`~statestore.dynamodb.store.DynamoDBStateStore.expire` (run by GC):
@@ -29,9 +31,11 @@ from statestore.dynamodb import snapshots
 from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.catalog import _info as catalog_info
 from statestore.dynamodb.connection import get_n, get_s, s
+from statestore.dynamodb.group_batch import PENDING, REQUESTS
 from statestore.dynamodb.log import decode
 from statestore.errors import StateStoreUnavailableError
 from statestore.history import retention_ms
+from statestore.store import COMMIT_ID_RETENTION_MS
 from statestore.transactions import DeleteRecords, transaction_from_dict
 
 _STRAY_GOES = "with the state store's sweep of blobs nothing names (after its floor)"
@@ -82,7 +86,7 @@ class ErasureMixin(DynamoBase):
             assert isinstance(txn, DeleteRecords)
             number, time_ms = get_n(it, "n") or 0, get_n(it, "time_ms") or 0
             where = f"log item {number} (a delete's body{f', spilled to {body_key}' if body_key else ''})"
-            out.append(KeyRecord(where, txn.regions, txn.where, *self._log_goes(number, time_ms, pointers,
+            out.append(KeyRecord(where, txn.regions, txn.where, *self._log_item_goes(number, time_ms, pointers,
                                                                                 history_ms)))
         for i, p in enumerate(pointers):
             held = self._tombstones_of(snapshots.load(self._blobs, p))
@@ -94,10 +98,30 @@ class ErasureMixin(DynamoBase):
                                      tuple(r for t in held for r in t.regions), None,
                                      "with expiry once a newer snapshot is older than the history retention",
                                      goes_ms))
-        out += self._strays(table_id, named)
+        out += self._pending_deletes(table_id, named)
+        out += self._stray_deletes(table_id, named)
         return out
 
-    def _log_goes(self, number: int, time_ms: int, pointers: list[snapshots.SnapshotPointer],
+    def _pending_deletes(self, table_id: str, named: set[str]) -> list[KeyRecord]:
+        """Group commit's pending requests of a delete (each holds its body until a
+        leader decides it; an abandoned one until GC prunes it)."""
+        out = []
+        for it in self._dynamo.query(f"list the pending commit requests of table {table_id}", REQUESTS,
+                                     "table_id = :t AND begins_with(sk, :p)", {":t": s(table_id), ":p": s(PENDING)}):
+            body_key = get_s(it, "body_key")
+            if body_key:
+                named.add(body_key)
+            if get_s(it, "type") != DeleteRecords.TYPE:
+                continue
+            txn = decode(it, self._blobs)
+            assert isinstance(txn, DeleteRecords)
+            t_ms = get_n(it, "t_ms") or 0
+            out.append(KeyRecord(f"pending commit request {get_s(it, 'sk')} (a delete's body)", txn.regions, txn.where,
+                                 "when a leader decides it (seconds); if abandoned, GC prunes it once older than the "
+                                 "commit id retention", t_ms + COMMIT_ID_RETENTION_MS))
+        return out
+
+    def _log_item_goes(self, number: int, time_ms: int, pointers: list[snapshots.SnapshotPointer],
                   history_ms: int) -> tuple[str, Optional[int]]:
         later = next((p for p in pointers if p.n >= number + max(1, self.retention_margin)), None)
         text = (f"with expiry once a snapshot made {self.retention_margin}+ transactions later is older than the "
@@ -111,7 +135,7 @@ class ErasureMixin(DynamoBase):
     def _tombstones_of(state: Any) -> list[Tombstone]:
         return sorted(state.tombstones.values(), key=lambda t: t.number)
 
-    def _strays(self, table_id: str, named: set[str]) -> list[KeyRecord]:
+    def _stray_deletes(self, table_id: str, named: set[str]) -> list[KeyRecord]:
         """Transaction bodies and snapshots in the blob store that nothing names."""
         out = []
         for prefix in (f"transactions/{table_id}/", f"snapshots/{table_id}/"):

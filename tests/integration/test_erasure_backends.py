@@ -102,3 +102,27 @@ def test_a_stray_dynamodb_buffer_blob_is_listed_until_it_is_gone(moto, tmp_path)
         store._blobs.delete([stray])
         assert not [h for h in t.erasure_report(ranges=[("k00000", "k00010")]).held if h.kind == "buffer blob"]
         assert t.query(ranges=[("", None)]).num_rows == 2990
+
+
+def test_a_pending_group_commit_request_of_a_delete_is_listed_until_decided_or_pruned(moto, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from statestore import DeleteRecords, Range, Region
+    from statestore.bookkeeping import Bookkeeping
+    from statestore.dynamodb import open_dynamodb
+    from statestore.dynamodb.group_batch import REQUESTS, pending_item
+    from statestore.dynamodb.log import EncodedTransaction
+    from statestore.store import COMMIT_ID_RETENTION_MS
+
+    store = open_dynamodb(**dynamodb_options(moto, tmp_path / "blobs"))
+    with Sleeper(state_store=store, objects=ObjectStore(str(tmp_path / "data"))) as s:
+        t = s.create_table("t", SCHEMA)
+        tid = t.info.table_id
+        txn = DeleteRecords((Region((Range("key", "alice@x.org", "alice@x.org\x00"),)),))
+        t_ms = int(time.time() * 1000) - 3_000  # its owner gave up (a request stuck behind a failing batch)
+        item = pending_item(tid, EncodedTransaction.of(tid, txn, store._blobs), Bookkeeping("c-1"), None, "nonce", t_ms)
+        store._dynamo.client.put_item(TableName=store._dynamo.table(REQUESTS), Item=item)
+        report = t.erasure_report(keys=["alice@x.org"])
+        assert [(h.kind, h.name) for h in report.held] == [
+            ("state store record", "pending commit request p#c-1 (a delete's body)")], report.render()
+        assert report.held[0].goes_ms == t_ms + COMMIT_ID_RETENTION_MS
+        t.gc(now_ms=t_ms + COMMIT_ID_RETENTION_MS + HOUR)  # GC prunes abandoned requests
+        assert t.erasure_report(keys=["alice@x.org"]).clean
