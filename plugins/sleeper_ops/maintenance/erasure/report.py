@@ -15,8 +15,9 @@ FINE_PRINT = (
     "table's data prefix and its bulk import scratch runs (orphans, losing Spark attempts, named outputs of "
     "unfinished jobs, sketch sidecars), the write buffer's entries and, on DynamoDB, every blob under its buffer "
     "prefix, every export the table recorded (committed or crashed), and the state store's own records that hold "
-    "a delete's keys (live tombstones, transaction bodies and history rows, snapshots, pending commit requests); not checked: files outside "
-    "the table that users own (ingest sources, copies they made), and backups of the state store or the bucket. "
+    "a delete's keys (live tombstones, transaction bodies and history rows, snapshots, pending commit requests); "
+    "not checked: files outside the table that users own (ingest sources, copies they made), and backups of the "
+    "state store or the bucket. "
     "An --as-of read of a state from before the delete returns the records until that state leaves the history.")
 
 #: ``HeldObject.kind`` of each place a copy can be
