@@ -69,3 +69,17 @@ def full_message(table_id: str, held: int, rows: int, most: int) -> str:
                 f"maximum of {most} records (sleeper.table.write.buffer.max.records); ingest them instead")
     return (f"buffer full, flush pending: the write buffer of table {table_id} holds {held} records and takes at most "
             f"{most} (sleeper.table.write.buffer.max.records); nothing of this write of {rows} was stored")
+
+
+@dataclass(frozen=True)
+class RecordBlob:
+    """An object a backend keeps outside its rows that holds records of a table (a
+    DynamoDB buffer entry's bytes in the blob store): its key, when it was written (ms
+    since the epoch), its bytes (Arrow IPC stream), and whether a live entry names it
+    (``named`` False: a stray left by a flush whose reply was lost, a failed write, or a
+    best-effort delete that failed)."""
+
+    key: str
+    written_ms: int
+    data: bytes
+    named: bool

@@ -60,3 +60,35 @@ class Tombstone:
     def from_dict(cls, d: dict[str, Any]) -> Tombstone:
         return cls(d["number"], tuple(Region.from_dict(r) for r in d["regions"]), d.get("where"),
                    d.get("buffer_seq", 0), d.get("created_ms", 0))
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """A record of the state store itself that holds a delete's keys (the bounds of its
+    regions are key values; ``where`` may name values too): a live tombstone, a
+    transaction body or history row, a snapshot of the state.
+
+    Attributes:
+        what: what and where it is, for a person (``"tombstone 3"``, ``"history row of
+            transaction 1234 (undo of a drop)"``, ``"snapshot 1000"``).
+        regions: the delete regions it holds; None when they cannot be read back (a
+            row written by an older release that keeps them only as text): it then
+            counts as holding any key.
+        where: the delete's predicate, if any.
+        goes: when it goes, in words (what must happen first).
+        goes_ms: the earliest time it can go (ms since the epoch), when one is known.
+    """
+
+    what: str
+    regions: Optional[tuple[Region, ...]]
+    where: Optional[str] = None
+    goes: str = ""
+    goes_ms: Optional[int] = None
+
+    def holds_any(self, regions: tuple[Region, ...]) -> bool:
+        """Whether it holds a key in one of ``regions`` (one of its regions overlaps one)."""
+        return self.regions is None or any(a.overlaps(b) for a in self.regions for b in regions)
+
+
+TOMBSTONE_GOES = ("when garbage collection drops it: once compaction has purged every row it covers "
+                  "(after sleeper.table.delete.purge.hours) and no job that started before the delete is unfinished")

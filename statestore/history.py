@@ -32,9 +32,12 @@ table never had, and a state no longer retained.
 from __future__ import annotations
 
 import datetime
+import hashlib
+import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
+from statestore.deletes import Tombstone
 from statestore.errors import SleeperError
 from statestore.state import TableState
 
@@ -130,6 +133,21 @@ def summarise(number: int, time_ms: int, txn: Transaction, before: TableState, a
                               job_id or _job_of(txn), _detail(txn, before, after))
 
 
+def delete_digest(t: Tombstone) -> str:
+    """What a delete's history detail says of it: how many regions on which fields, and
+    a digest of its regions and predicate -- never the keys, which the history would
+    otherwise keep for its whole retention after the delete is purged
+    (docs/adr/0015-erasure-of-delete-keys.md). The same delete always gives the same
+    digest, so an auditor holding the request can match it."""
+    fields = sorted({r.field for region in t.regions for r in region.ranges})
+    canonical = json.dumps({"regions": [r.to_dict() for r in t.regions], "where": t.where}, sort_keys=True,
+                           separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    n = len(t.regions)
+    return (f"{n} region{'' if n == 1 else 's'} of {', '.join(fields)}{' with a predicate' if t.where else ''}, "
+            f"sha256 {digest}")
+
+
 def _records_by_file(state: TableState) -> dict[str, int]:
     out: dict[str, int] = {}
     for (name, _), ref in state.references.items():
@@ -152,9 +170,7 @@ def _detail(txn: Transaction, before: TableState, after: TableState) -> Optional
         t = after.tombstones.get(n)
         if t is None:
             return f"delete {n}"
-        ranges = "; ".join(" and ".join(f"{r.field} in [{r.min!r}, {'∞' if r.max is None else repr(r.max)})"
-                                        for r in region.ranges) for region in t.regions)
-        return f"delete {n}: {ranges}" + (f" where {t.where}" if t.where else "")
+        return f"delete {n}: {delete_digest(t)}"
     if kind == "delete_files":
         gone = len(set(before.files) - set(after.files))
         return f"forgot {gone} unreferenced file{'' if gone == 1 else 's'}"

@@ -49,7 +49,8 @@ class InMemoryStateStore(MemoryHistoryMixin, StateStore):
         self._client_writes: dict[str, dict[str, ClientWriteRecord]] = {}  # table id -> key -> record
         # table id -> the state after create_table, and (summary, transaction) of every commit since
         self._first_states: dict[str, TableState] = {}
-        self._history: dict[str, list[tuple[TransactionSummary, Transaction]]] = {}
+        self._history: dict[str, list[tuple[TransactionSummary, Optional[Transaction]]]] = {}
+        self._base_numbers: dict[str, int] = {}
 
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
                      properties: Optional[Mapping[str, str]] = None) -> TableInfo:
@@ -117,6 +118,7 @@ class InMemoryStateStore(MemoryHistoryMixin, StateStore):
             self._client_writes.pop(info.table_id, None)
             self._first_states.pop(info.table_id, None)
             self._history.pop(info.table_id, None)
+            self._base_numbers.pop(info.table_id, None)
             return info
 
     def _state(self, table_id: str) -> TableState:
@@ -251,11 +253,12 @@ class InMemoryStateStore(MemoryHistoryMixin, StateStore):
         with self._lock:
             return self._jobs.get((table_id, job_id))
 
-    def list_jobs(self, table_id: str, *, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
+    def list_jobs(self, table_id: str, *, kind: Optional[str] = None,
+                  limit: Optional[int] = 1000) -> list[JobRecord]:
         with self._lock:
             jobs = [j for (t, _), j in self._jobs.items() if t == table_id and (kind is None or j.kind == kind)]
         jobs.sort(key=lambda j: (j.created_ms, j.job_id), reverse=True)
-        return jobs[:limit]
+        return jobs if limit is None else jobs[:limit]
 
     def open_jobs(self, table_id: str) -> list[JobRecord]:
         with self._lock:

@@ -27,13 +27,13 @@ Guarantees every backend gives:
 from __future__ import annotations
 
 import abc
-from typing import Any, Collection, Mapping, Optional, Sequence
+from typing import Any, Collection, Iterator, Mapping, Optional, Sequence
 
-from statestore.buffer import BufferSnapshot, BufferStats
+from statestore.buffer import BufferSnapshot, BufferStats, RecordBlob
 from statestore.catalog import TableInfo
 from statestore.changes import TableChanges
 from statestore.client_writes import ClientWrite, ClientWriteRecord
-from statestore.deletes import Tombstone
+from statestore.deletes import TOMBSTONE_GOES, KeyRecord, Tombstone
 from statestore.errors import NotSupportedError
 from statestore.files import FileReference, FileStatus
 from statestore.history import TransactionSummary
@@ -207,8 +207,10 @@ class StateStore(abc.ABC):
         """The record of one job, or None."""
 
     @abc.abstractmethod
-    def list_jobs(self, table_id: str, *, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
-        """A table's jobs, newest created first (at most ``limit``)."""
+    def list_jobs(self, table_id: str, *, kind: Optional[str] = None,
+                  limit: Optional[int] = 1000) -> list[JobRecord]:
+        """A table's jobs, newest created first (at most ``limit``; None: every one,
+        read a page at a time, for a caller that must see them all)."""
 
     @abc.abstractmethod
     def open_jobs(self, table_id: str) -> list[JobRecord]:
@@ -305,6 +307,22 @@ class StateStore(abc.ABC):
         """Entries, records and the oldest write time of the table's buffer, and its
         flush count, in one cheap read. Raises TableNotFoundError."""
         raise NotSupportedError(f"the {type(self).__name__} backend has no write buffer (table {table_id})")
+
+    def record_blobs(self, table_id: str) -> Iterator[RecordBlob]:
+        """Every object the backend keeps outside its rows that holds records of the
+        table (:class:`~statestore.buffer.RecordBlob`), whether a live entry names it
+        or not: for the proof of erasure. None for a backend that keeps records only in
+        its rows (the default). Raises TableNotFoundError."""
+        return iter(())
+
+    def delete_key_records(self, table_id: str, now_ms: int) -> list[KeyRecord]:
+        """Every record of the state store that holds a delete's keys
+        (:class:`~statestore.deletes.KeyRecord`), each with when it goes as judged at
+        ``now_ms``: for the proof of erasure. The default lists the live tombstones; a
+        backend adds what else it keeps (transaction bodies, history rows, snapshots).
+        Raises TableNotFoundError."""
+        _, live = self.tombstones(table_id)
+        return [KeyRecord(f"tombstone {t.number}", t.regions, t.where, TOMBSTONE_GOES) for t in live]
 
     # ----- idempotency keys of client writes (statestore.client_writes) ---------------------
     def client_write(self, table_id: str, request_id: str) -> Optional[ClientWriteRecord]:

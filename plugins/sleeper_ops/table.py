@@ -208,14 +208,14 @@ class Table:
 
     @_by_name
     def erasure_report(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
-                       where: Optional[str] = None) -> Any:
-        """Every object still holding a record matching the keys or ranges (and
-        ``where``): a :class:`~sleeper_ops.maintenance.erasure.ErasureReport`, clean
-        once none does."""
+                       where: Optional[str] = None, now_ms: Optional[int] = None) -> Any:
+        """Every place still holding a record (or the keys) matching the keys or ranges
+        (and ``where``), each with when it goes as judged at ``now_ms`` (default now):
+        a :class:`~sleeper_ops.maintenance.erasure.ErasureReport`, clean once none does."""
         from sleeper_ops.maintenance.erasure import erasure_report
 
         return erasure_report(self.sleeper.state_store, self.sleeper.objects, self._fresh(), keys=keys,
-                              ranges=ranges, where=where)
+                              ranges=ranges, where=where, now_ms=now_ms)
 
     @_by_name
     def export(self, destination: str, *, range: Optional[tuple[Any, Optional[Any]]] = None,

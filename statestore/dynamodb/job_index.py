@@ -27,6 +27,9 @@ from statestore.jobs import JobRecord
 
 OPEN, BY_TIME, MARKER = "o#", "t#", "j!indexed"
 
+#: the most index entries read a page (a query returns at most 1 MB)
+PAGE = 1000
+
 
 def _open_item(table_id: str, job_id: str) -> dict[str, Any]:
     return {"table_id": s(table_id), "sk": s(f"{OPEN}{job_id}")}
@@ -106,17 +109,18 @@ class JobIndexMixin(DynamoBase):
                     raise
         return out
 
-    def newest_jobs(self, table_id: str, kind: Optional[str], limit: int) -> list[JobRecord]:
-        """At most ``limit`` of the table's jobs (of ``kind``, if given), newest created
-        first, reading the index a page at a time and only the records it returns."""
+    def newest_jobs(self, table_id: str, kind: Optional[str], limit: Optional[int]) -> list[JobRecord]:
+        """At most ``limit`` (None: all) of the table's jobs (of ``kind``, if given),
+        newest created first, reading the index a page at a time and only the records
+        it returns."""
         self._ensure_indexed(table_id)
         out: list[JobRecord] = []
-        for ids in self._time_pages(table_id, max(10, min(limit, 1000))):
+        for ids in self._time_pages(table_id, PAGE if limit is None else max(10, min(limit, PAGE))):
             records = self._job_records(table_id, ids)
             out.extend(r for r in (records.get(i) for i in ids) if r is not None and (kind is None or r.kind == kind))
-            if len(out) >= limit:
+            if limit is not None and len(out) >= limit:
                 break
-        return out[:max(0, limit)]
+        return out if limit is None else out[:max(0, limit)]
 
     def _time_pages(self, table_id: str, page: int) -> Iterator[list[str]]:
         d = self._dynamo

@@ -209,7 +209,8 @@ class JobsMixin(JobIndexMixin):
                 time.sleep(0.05 * 2 ** attempt)
         return out
 
-    def list_jobs(self, table_id: str, *, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
+    def list_jobs(self, table_id: str, *, kind: Optional[str] = None,
+                  limit: Optional[int] = 1000) -> list[JobRecord]:
         """See :meth:`StateStore.list_jobs`: reads the newest entries of the job index and
         only their records (:mod:`statestore.dynamodb.job_index`). A table not in the
         catalog (deleted) has none."""

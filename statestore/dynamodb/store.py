@@ -23,6 +23,7 @@ from statestore.dynamodb.catalog import _info as catalog_info
 from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping
 from statestore.dynamodb.connection import Dynamo, DynamoOptions, cancellation_codes, n, s
 from statestore.dynamodb.contention import Contention
+from statestore.dynamodb.erasure import ErasureMixin
 from statestore.dynamodb.group_batch import MAX_PENDING_BYTES, pending_size, prune_requests
 from statestore.dynamodb.group_commit import GroupCommitMixin
 from statestore.dynamodb.history import HistoryMixin, summary_attribute
@@ -67,7 +68,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMixin):
+class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMixin, ErasureMixin):
     """The state store in DynamoDB and an object store (see the package docstring).
 
     Args:

@@ -24,7 +24,7 @@ import psycopg
 from psycopg import IsolationLevel
 from psycopg.types.json import Json
 
-from statestore.deletes import Tombstone
+from statestore.deletes import KeyRecord, Tombstone
 from statestore.files import FileRecord, FileReference
 from statestore.history import HistoryError, TransactionSummary, summarise
 from statestore.partitions import Partition
@@ -99,17 +99,54 @@ def log_history(cur: psycopg.Cursor[Any], table_id: str, txn: Transaction, diff:
                 (table_id, applied_ms, Json(summary), body))
 
 
+#: the undo record of a row no retained state needs undone (see :func:`prune_history`)
+_NO_UNDO = zlib.compress(json.dumps({"p": [], "pi": [], "r": [], "ri": [], "f": [], "fi": [], "t": [], "ti": [],
+                                     "dc": None}, separators=(",", ":")).encode(), 1)
+
+
 def prune_history(cur: psycopg.Cursor[Any], table_id: str, before_ms: int) -> int:
     """Forget the table's history rows no retained state needs; returns how many. Kept:
     the newest row applied before ``before_ms`` (the state current when the retention
     began: its successor is inside it) and every row numbered above it -- and, should
     committers' clocks disagree, every row numbered above the first applied at or after
-    ``before_ms``."""
+    ``before_ms``. The kept row applied before ``before_ms`` loses its undo record:
+    only the states before it, none retained, would undo it, and it may hold a dropped
+    tombstone's keys (docs/adr/0015-erasure-of-delete-keys.md)."""
     cur.execute("DELETE FROM table_history WHERE table_id = %(t)s AND number < LEAST("
                 " COALESCE((SELECT max(number) FROM table_history WHERE table_id = %(t)s AND applied_ms < %(ms)s), 0),"
                 " COALESCE((SELECT min(number) FROM table_history WHERE table_id = %(t)s AND applied_ms >= %(ms)s),"
                 " 9223372036854775807))", {"t": table_id, "ms": before_ms})
-    return cur.rowcount
+    gone = cur.rowcount
+    cur.execute("UPDATE table_history SET undo = %(u)s WHERE table_id = %(t)s AND applied_ms < %(ms)s AND number = ("
+                " SELECT min(number) FROM table_history WHERE table_id = %(t)s) AND undo <> %(u)s",
+                {"t": table_id, "ms": before_ms, "u": _NO_UNDO})
+    return gone
+
+
+def key_records(cur: psycopg.Cursor[Any], table_id: str, retention: int) -> list[KeyRecord]:
+    """The table's history rows that hold a delete's keys (see
+    :meth:`HistoryMixin.delete_key_records`)."""
+    out = []
+    rows = cur.execute("SELECT number, applied_ms, summary, undo FROM table_history WHERE table_id = %s"
+                       " ORDER BY number", (table_id,)).fetchall()
+    for i, (number, applied_ms, summary, body) in enumerate(rows):
+        dropped = [Tombstone.from_dict(d) for d in json.loads(zlib.decompress(body)).get("t", ())]
+        if dropped:
+            out.append(KeyRecord(f"history row of transaction {number} (the undo of a drop: tombstones "
+                                 f"{', '.join(str(t.number) for t in dropped)})",
+                                 tuple(r for t in dropped for r in t.regions), None, _UNDO_GOES,
+                                 int(applied_ms) + retention))
+        detail = summary.get("detail") or ""
+        if summary.get("kind") == "delete_records" and " in [" in detail:  # written by a release before 0015
+            nxt = int(rows[i + 1][1]) + retention if i + 1 < len(rows) else None
+            out.append(KeyRecord(f"history row of transaction {number} (detail {detail[:60]!r})", None, None,
+                                 _ROW_GOES, nxt))
+    return out
+
+
+_UNDO_GOES = "with the undo record, at the first GC once the row is older than sleeper.table.history.retention.minutes"
+_ROW_GOES = ("with the row, at the first GC once a later transaction is older than "
+             "sleeper.table.history.retention.minutes")
 
 
 def _summary(row: Any) -> TransactionSummary:

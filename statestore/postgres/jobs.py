@@ -62,10 +62,12 @@ class JobsMixin(PostgresConnection):
 
         return self._run(f"read job {job_id}", fn, isolation=IsolationLevel.READ_COMMITTED, read_only=True)
 
-    def list_jobs(self, table_id: str, *, kind: Optional[str] = None, limit: int = 1000) -> list[JobRecord]:
+    def list_jobs(self, table_id: str, *, kind: Optional[str] = None,
+                  limit: Optional[int] = 1000) -> list[JobRecord]:
         def fn(cur: psycopg.Cursor[Any]) -> list[JobRecord]:
             cur.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE table_id = %s AND (%s::text IS NULL OR kind = %s)"
-                        " ORDER BY created_ms DESC, job_id DESC LIMIT %s", (table_id, kind, kind, max(0, limit)))
+                        " ORDER BY created_ms DESC, job_id DESC LIMIT %s",  # LIMIT NULL: all
+                        (table_id, kind, kind, None if limit is None else max(0, limit)))
             return [_job_from_row(r) for r in cur.fetchall()]
 
         return self._run(f"list jobs of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED,

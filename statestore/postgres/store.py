@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence, Union
 import psycopg
 from psycopg import IsolationLevel
 
-from statestore.deletes import Tombstone
+from statestore.deletes import TOMBSTONE_GOES, KeyRecord, Tombstone
 from statestore.errors import (
     CommitOutcomeUnknownError,
     SleeperError,
@@ -29,7 +29,7 @@ from statestore.postgres.buffer import WriteBufferMixin
 from statestore.postgres.catalog import CatalogMixin
 from statestore.postgres.changes import CHANGE_RETENTION_MS, ChangesMixin, prune_changes
 from statestore.postgres.commits import ALREADY_APPLIED, Bookkeeping, _commit_attempt
-from statestore.postgres.history import HistoryMixin, prune_history
+from statestore.postgres.history import HistoryMixin, key_records, prune_history
 from statestore.postgres.ingest_queue import IngestQueueMixin
 from statestore.postgres.jobs import JobsMixin
 from statestore.postgres.leases import LeasesMixin
@@ -162,6 +162,23 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, HistoryMixin, JobsMixin, Le
                   lambda cur: prune_changes(cur, table_id, now_ms() - CHANGE_RETENTION_MS),
                   isolation=IsolationLevel.READ_COMMITTED)
         return count
+
+    def delete_key_records(self, table_id: str, now_ms: int) -> list[KeyRecord]:
+        """See :meth:`StateStore.delete_key_records`: the live tombstones (``table_deletes``)
+        and the ``table_history`` rows holding a delete's keys (the undo record of a drop,
+        or a detail written by a release before docs/adr/0015), read in one transaction."""
+        def fn(cur: psycopg.Cursor[Any]) -> list[KeyRecord]:
+            row = cur.execute("SELECT table_id, name, schema, properties FROM tables WHERE table_id = %s",
+                              (table_id,)).fetchone()
+            if row is None:
+                raise TableNotFoundError(f"no table with id {table_id}")
+            state = _fill_tombstones(TableState(), cur.execute(_TOMBSTONES, (table_id,)).fetchone())
+            live = [KeyRecord(f"tombstone {t.number}", t.regions, t.where, TOMBSTONE_GOES)
+                    for t in sorted(state.tombstones.values(), key=lambda t: t.number)]
+            return live + key_records(cur, table_id, retention_ms(_table_info(row)))
+
+        return self._run(f"find the records holding delete keys of table {table_id}", fn,
+                         isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
 
     def prune_history(self, table_id: str, now: int) -> int:
         """See :meth:`StateStore.prune_history` and

@@ -232,8 +232,9 @@ def sql(ctx: click.Context, statement: str, fmt: Optional[str], output: Optional
 def report(ctx: click.Context, kind: str, table_name: str, as_json: bool, limit: int, keys: tuple[str, ...],
            ranges: tuple[tuple[str, str], ...], where: Optional[str]) -> None:
     """Report a table's partitions (tree), files or jobs (newest first); or (erasure)
-    every object still holding records of a --key or --range (and --where), exiting 3
-    until none does."""
+    every place still holding records or keys of a --key or --range (and --where): data
+    files, untracked objects, buffer entries and blobs, exports, the state store's own
+    records, each with when it goes; exits 3 until none does (docs/usage/deletes.md)."""
     from sleeper_ops import reports as rep
 
     t = _sleeper(ctx).table(table_name)

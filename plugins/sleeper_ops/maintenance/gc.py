@@ -252,9 +252,10 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
             if progress is not None:
                 progress(len(batch))
         state_store.prune_commit_ids(table.table_id, now - COMMIT_ID_RETENTION_MS)
-        state_store.prune_history(table.table_id, now)
         state_store.prune_client_writes(table.table_id, now - table.get_int(IDEMPOTENCY_HOURS) * 3_600_000)
         report.tombstones_dropped = drop_spent_tombstones(state_store, table, now)
+        # after this run's own commits, so a drop already past the retention takes its keys out of the history
+        state_store.prune_history(table.table_id, now)
     if orphans:
         report.orphans_deleted = sweep_orphans(state_store, objects, table, dry_run=dry_run, now_ms=now,
                                                progress=progress, threads=threads)

@@ -121,3 +121,19 @@ def test_the_buffer_high_water_is_the_last_sequence_number_buffered(store: State
     except NotSupportedError:
         pytest.skip("no write buffer on this backend")
     assert store.buffer_high_water(tid) == max(first, second)
+
+
+def test_the_records_holding_a_deletes_keys_are_listed_and_the_history_keeps_only_a_digest(store: StateStore):
+    tid = new_table(store)
+    store.commit(tid, DeleteRecords((KEYS,), update_time=1))
+    records = store.delete_key_records(tid, now_ms=1)
+    assert [r.what for r in records][0] == "tombstone 1"
+    assert all(r.holds_any((KEYS,)) for r in records)
+    assert not any(r.holds_any((Region((Range("key", 30, 40),)),)) for r in records)
+    (summary,) = [h for h in store.history(tid, limit=5) if h.kind == "delete_records"]
+    assert summary.detail is not None and summary.detail.startswith("delete 1: 1 region of key, sha256 ")
+    assert "10" not in summary.detail.split("sha256")[0]
+    store.commit(tid, DropTombstones((1,)))
+    left = store.delete_key_records(tid, now_ms=1)
+    assert "tombstone 1" not in [r.what for r in left] and left, "the history still holds the keys until retention"
+    assert list(store.record_blobs(tid)) == []

@@ -71,7 +71,8 @@ def test_history_summarises_each_transaction_newest_first(store: StateStore):
         ("add_files", 3, 0, 22, 0, None),
     ]
     assert got[1].detail == "forgot 1 unreferenced file"
-    assert got[2].detail is not None and got[2].detail.startswith("delete 1: key in [10, 20)")
+    # a delete's detail holds no keys, only a digest (docs/adr/0015-erasure-of-delete-keys.md)
+    assert got[2].detail is not None and got[2].detail.startswith("delete 1: 1 region of key, sha256 ")
     assert [h.number for h in store.history(tid, limit=2, upto=numbers[2])] == [numbers[2], numbers[1]]
     assert store.history_after(tid, numbers[2]).number == numbers[3]
     assert store.history_after(tid, numbers[-1]) is None

@@ -136,3 +136,20 @@ def test_open_jobs_are_every_job_not_final_of_the_table(store: StateStore) -> No
     assert [j.status for j in store.open_jobs(b)] == ["created"]
     with pytest.raises(TableNotFoundError):
         store.open_jobs("no-such-table")
+
+
+def test_list_jobs_without_a_limit_returns_every_job_newest_first(store: StateStore, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    tid = _table(store)
+    count, page = 1003, 1000
+    if type(store).__name__ == "DynamoDBStateStore":  # a page of 5, not 1,000 (moto answers one request at a time)
+        import statestore.dynamodb.job_index as job_index
+
+        count, page = 13, 5
+        monkeypatch.setattr(job_index, "PAGE", page)
+    for i in range(count):
+        store.put_job(JobRecord(tid, f"job-{i:04d}", "export" if i % 2 else "flush", "failed", created_ms=1_000 + i))
+    if page == 1000:
+        assert len(store.list_jobs(tid)) == 1000  # the default limit
+    every = store.list_jobs(tid, limit=None)
+    assert [j.job_id for j in every] == [f"job-{i:04d}" for i in reversed(range(count))]
+    assert len(store.list_jobs(tid, kind="export", limit=None)) == count // 2
