@@ -40,9 +40,10 @@ from typing import Any, Callable, Optional
 from statestore.bookkeeping import Bookkeeping
 from statestore.dynamodb.blobs import BlobStore
 from statestore.dynamodb.connection import Dynamo, b, get_n, get_s, n, s
-from statestore.dynamodb.history import summary_attribute
+from statestore.dynamodb.history import SUMMARY_LIMIT, summary_attribute
 from statestore.dynamodb.jobs import EncodedJob, StoredJob, job_from_item
 from statestore.dynamodb.log import EncodedTransaction, decode
+from statestore.dynamodb.sizes import too_large
 from statestore.errors import StateStoreUnavailableError
 from statestore.state import TableState
 from statestore.transactions import Touches, Transaction
@@ -252,7 +253,7 @@ def choose(requests: list[Request], got: dict[str, dict[str, Any]], blobs: BlobS
         if keys & batch.keys:
             continue  # deferred: an item of this batch's
         need = 2 if applied is not None else 3 + (job is not None) + ("ingest_job_id" in r.item)
-        if items + need > budget_items or size + 2 * r.size() > MAX_BYTES:
+        if items + need > budget_items or size + 2 * r.size() + SUMMARY_LIMIT > MAX_BYTES:
             break
         books = Bookkeeping(r.commit_id, None if job is None else job[1],
                             get_s(r.item, "ingest_job_id"),
@@ -276,13 +277,25 @@ def choose(requests: list[Request], got: dict[str, dict[str, Any]], blobs: BlobS
             items += 2
             continue
         summary = summary_attribute(txn, rows, job_id)
+        too_big = log_item_too_large(r, summary)  # every attribute counts (statestore.dynamodb.sizes)
+        if too_big is not None:
+            batch.verdicts[r.commit_id] = (r, refusal(too_big, r.nonce))
+            items += 2
+            continue
         batch.accepted.append(Accepted(r, txn, books, stored, None if job is None else job[0], summary))
         items += need
-        size += 2 * r.size()
+        size += 2 * r.size() + SUMMARY_LIMIT
         if touched.whole_table:
             break
         txn.apply(rows)
     return batch
+
+
+def log_item_too_large(r: Request, summary: dict[str, Any]) -> Optional[BaseException]:
+    """The refusal of ``r`` when its log item, with ``summary``, would not fit an item."""
+    table_id = get_s(r.item, "table_id") or ""
+    item = {**r.encoded().item(table_id, 10**20, r.commit_id, 10**20), "summary": summary}
+    return too_large(table_id, get_s(r.item, "type") or "", item)
 
 
 def read_items(d: Dynamo, table_id: str, keys: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:

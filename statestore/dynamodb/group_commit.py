@@ -89,6 +89,7 @@ from statestore.dynamodb.group_batch import (
 )
 from statestore.dynamodb.jobs import EncodedJob, StoredJob, job_key
 from statestore.dynamodb.log import EncodedTransaction
+from statestore.dynamodb.sizes import rejection
 from statestore.dynamodb.writes import delete_quietly, may_have_applied, outcome_unknown
 from statestore.errors import (
     BookkeepingError,
@@ -131,6 +132,8 @@ class GroupCommitMixin(CommitsMixin):
     _contention: Contention
     #: the tables this store leads (its last batch went through)
     _leading: set[str]
+    #: tables whose next batches hold one request each, and how many (see _rejected)
+    _isolating: dict[str, int]
 
     def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:
         raise NotImplementedError
@@ -377,6 +380,8 @@ class GroupCommitMixin(CommitsMixin):
                     return refusal(e, r.nonce)
                 return None
 
+            if self._isolating.get(table_id):  # one request a batch, oldest first (see _rejected)
+                pending = sorted(pending, key=lambda r: (r.t_ms, r.commit_id))[:1]
             batch = choose(pending, got, self._blobs, entry.state, decide,
                            lambda it: self._job_of(f"read a job of table {table_id}", it))
             return self._write_batch(table_id, entry, batch)
@@ -413,7 +418,9 @@ class GroupCommitMixin(CommitsMixin):
         try:
             d.call(f"commit a batch of {len(batch)} to table {table_id}", d.client.transact_write_items,
                    TransactItems=items)
-        except botocore.exceptions.ClientError as e:
+        except (botocore.exceptions.ClientError, StateStoreUnavailableError) as e:
+            if rejection(e, "") is not None:  # DynamoDB rejected a request's items: find it, refuse it alone
+                return self._rejected(table_id, entry, batch, e)
             codes = cancellation_codes(e)
             if not codes:
                 raise
@@ -421,6 +428,9 @@ class GroupCommitMixin(CommitsMixin):
                 self._cache.forget(table_id)
                 raise TableNotFoundError(f"no table with id {table_id}") from None
             return None, may_have_applied(e)
+        isolating = self._isolating.pop(table_id, 0)
+        if isolating > 1:
+            self._isolating[table_id] = isolating - 1
         replaced = [a.stored_job.blob_key for a in batch.accepted if a.stored_job.blob_key]
         for a in batch.accepted:
             entry.apply(entry.n + 1, a.transaction)
@@ -432,3 +442,21 @@ class GroupCommitMixin(CommitsMixin):
         out = {a.request.commit_id: Verdict("applied", a.request.nonce) for a in batch.accepted}
         out.update({cid: v for cid, (_, v) in batch.verdicts.items()})
         return out, False
+
+    def _rejected(self, table_id: str, entry: CachedTable, batch: Batch,
+                  e: BaseException) -> tuple[Optional[dict[str, Verdict]], bool]:
+        """DynamoDB rejected the batch's items (:func:`statestore.dynamodb.sizes.rejection`):
+        nothing of it applied. A batch of one request gets a refused verdict of its own;
+        a larger one is not retried whole: the next :data:`len(batch)` batches of this
+        leader hold one request each, oldest first, so the one DynamoDB rejects is found
+        and refused alone while the others commit."""
+        if len(batch) == 1 and batch.accepted:
+            r = batch.accepted[0].request
+            refused = rejection(e, f"commit {get_s(r.item, 'type')} to table {table_id} (commit id {r.commit_id})")
+            assert refused is not None
+            self._isolating.pop(table_id, None)
+            return self._write_batch(table_id, entry, Batch(verdicts={r.commit_id: (r, refusal(refused, r.nonce))}))
+        log.warning("a batch of %d commits to table %s was rejected by DynamoDB; committing them one at a time "
+                    "to find the one it rejects: %s", len(batch), table_id, e)
+        self._isolating[table_id] = len(batch)
+        return None, False

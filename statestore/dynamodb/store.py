@@ -29,6 +29,7 @@ from statestore.dynamodb.history import HistoryMixin, summary_attribute
 from statestore.dynamodb.jobs import EncodedJob, encode_job
 from statestore.dynamodb.leases import LeasesMixin
 from statestore.dynamodb.log import EncodedTransaction
+from statestore.dynamodb.sizes import check_log_item, rejection
 from statestore.dynamodb.writes import delete_quietly, may_have_applied, outcome_unknown
 from statestore.errors import (
     CommitConflictError,
@@ -106,6 +107,7 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
         self._last_batch = {}
         self._wait_hint = {}
         self._leading = set()
+        self._isolating = {}
         self._contention = Contention()
 
     def _now(self) -> int:
@@ -240,10 +242,15 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
         summary = summary_attribute(txn, entry.state, books.job.job_id if books.job is not None else None)
         items = self._commit_items(table_id, number, encoded, books, job_rev, _now_ms(), flushed_rows, job_encoded,
                                    summary)
+        check_log_item(table_id, txn.TYPE, items[LOG]["Put"]["Item"])  # statestore.dynamodb.sizes
         d = self._dynamo
+        what = f"commit {txn.TYPE} to table {table_id}"
         try:
-            d.call(f"commit {txn.TYPE} to table {table_id}", d.client.transact_write_items, TransactItems=items)
-        except botocore.exceptions.ClientError as e:
+            d.call(what, d.client.transact_write_items, TransactItems=items)
+        except (botocore.exceptions.ClientError, StateStoreUnavailableError) as e:
+            refused = rejection(e, what)
+            if refused is not None:
+                raise refused from e
             codes = cancellation_codes(e)
             if not codes:
                 raise
