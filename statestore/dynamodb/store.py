@@ -15,6 +15,7 @@ import botocore.exceptions
 
 from statestore.changes import TableChanges, is_token_of
 from statestore.dynamodb import snapshots
+from statestore.dynamodb.blob_sweep import BlobSweepMixin
 from statestore.dynamodb.blobs import BlobStore, open_blob_store
 from statestore.dynamodb.buffer import MAX_FLUSH_ENTRIES
 from statestore.dynamodb.cache import CachedTable, StateCache
@@ -68,7 +69,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMixin):
+class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMixin, BlobSweepMixin):
     """The state store in DynamoDB and an object store (see the package docstring).
 
     Args:
@@ -163,12 +164,15 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
         uncertain = False  # a try may have applied: a refusal from now on is no definite no
         conflicts = 0
         what = f"commit {transaction.TYPE} to table {table_id}"
+        tried: dict[str, Any] = {}  # what the tries wrote and read: the body blob, the flushed entries' blobs
         with entry.lock:
             try:
                 while True:
                     try:
-                        outcome = self._commit_attempt(table_id, entry, transaction, books, encoded, job_encoded)
+                        outcome = self._commit_attempt(table_id, entry, transaction, books, encoded, job_encoded,
+                                                       tried)
                     except StateStoreUnavailableError as e:
+                        encoded = tried.get("encoded", encoded)  # a body spilled by the try is ours to settle
                         if not outcome_unknown(e):
                             raise  # e.g. a refusal to the first and only try: nothing applied
                         uncertain = True
@@ -203,10 +207,14 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
                         continue
                     if outcome:
                         self._maybe_snapshot(table_id, entry)
-                    elif job is not None and job_encoded is not None and job_encoded.blob_key:
-                        self._drop_unsaved_job_blob(job, job_encoded.blob_key, what)
+                    else:  # applied before: what a try of ours wrote or read may be named by nothing now
+                        if job is not None and job_encoded is not None and job_encoded.blob_key:
+                            self._drop_unsaved_job_blob(job, job_encoded.blob_key, what)
+                        self._settle_found_applied(table_id, books, tried.get("encoded", encoded),
+                                                   tried.get("flushed", []), what)
                     return outcome
             except BaseException as e:
+                encoded = tried.get("encoded", encoded)
                 owned = [encoded.blob_key if encoded else None, job_encoded.blob_key if job_encoded else None]
                 if any(owned) and not uncertain and not outcome_unknown(e):
                     delete_quietly(self._blobs, [k for k in owned if k], what)  # refused: never logged
@@ -222,9 +230,11 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
             log.warning("%s: spilled job record %s not checked: %s", what, key, e)
 
     def _commit_attempt(self, table_id: str, entry: CachedTable, txn: Transaction, books: Bookkeeping,
-                        encoded: Optional[EncodedTransaction], job_encoded: Optional[EncodedJob]) -> bool | _Retry:
+                        encoded: Optional[EncodedTransaction], job_encoded: Optional[EncodedJob],
+                        tried: dict[str, Any]) -> bool | _Retry:
         """One try: True (applied), False (applied before), or :class:`_Retry` when the
-        transaction was cancelled (try again)."""
+        transaction was cancelled (try again). Notes in ``tried`` the body it encoded
+        (``encoded``) and the blobs of the flushed entries it read (``flushed``)."""
         loaded = entry.n >= 0
         tail = self._cache.refresh(table_id, entry)
         if loaded and tail and self.group_commit:
@@ -235,9 +245,11 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
         if done:
             return False
         flushed_rows, blobs = self._flushed(table_id, books) if books.buffer_seqs else (0, [])
+        tried["flushed"] = sorted({*tried.get("flushed", ()), *blobs})
         txn.validate(entry.state)
         if encoded is None:
             encoded = EncodedTransaction.of(table_id, txn, self._blobs)
+            tried["encoded"] = encoded
         number = entry.n + 1
         summary = summary_attribute(txn, entry.state, books.job.job_id if books.job is not None else None)
         items = self._commit_items(table_id, number, encoded, books, job_rev, _now_ms(), flushed_rows, job_encoded,
