@@ -165,3 +165,30 @@ def test_gc_sweeps_what_a_lost_write_left_after_the_orphan_grace_and_a_dry_run_c
         assert store.buffer_stats(t.info.table_id).rows == 0
         assert sum(r.record_count for r in store.load_state(t.info.table_id).references.values()) == 3000
 
+
+def test_a_buffer_read_whose_blob_a_flush_deleted_meanwhile_reads_again(options, tmp_path):
+    """Issue 33, 9: the entry was read, then a flush committed it and deleted its blob
+    before the read fetched the blob. The read reads again: the entry is gone (its
+    records are in a file now), the other entry is read whole."""
+    store = open_dynamodb(**options, group_commit=False)
+    flusher = open_dynamodb(**options, group_commit=False)
+    tid, leaf = _table(store)
+    first = store.append_buffer(tid, os.urandom(BIG), 1000)
+    second_bytes = os.urandom(BIG)
+    store.append_buffer(tid, second_bytes, 700)
+    get = store._blobs.get
+    flushed: list[int] = []
+
+    def get_after_a_flush(key: str) -> bytes:
+        if not flushed:
+            flushed.append(first)
+            flusher.commit(tid, AddFiles((FileReference("flushed.parquet", leaf, 1000),)), buffer_seqs=[first])
+        return get(key)
+
+    store._blobs.get = get_after_a_flush  # type: ignore[method-assign]
+    snapshot = store.read_buffer(tid)
+    assert flushed == [first]
+    assert [(e.rows, len(e.data or b"")) for e in snapshot.entries] == [(700, BIG)]
+    assert snapshot.entries[0].data == second_bytes
+    assert sum(r.record_count for r in store.load_state(tid).references.values()) == 1000
+    assert store.buffer_stats(tid).rows == 700
