@@ -44,7 +44,7 @@ from statestore.dynamodb.history import SUMMARY_LIMIT, summary_attribute
 from statestore.dynamodb.jobs import EncodedJob, StoredJob, job_from_item
 from statestore.dynamodb.log import EncodedTransaction, decode
 from statestore.dynamodb.sizes import too_large
-from statestore.errors import StateStoreUnavailableError
+from statestore.errors import StateStoreUnavailableError, TransactionError
 from statestore.state import TableState
 from statestore.transactions import Touches, Transaction
 
@@ -246,7 +246,17 @@ def choose(requests: list[Request], got: dict[str, dict[str, Any]], blobs: BlobS
             batch.stale.append(r)
             items += 1
             continue
-        job = r.job(blobs)
+        try:
+            job = r.job(blobs)
+            txn = r.transaction(blobs) if applied is None else None
+        except StateStoreUnavailableError:
+            raise  # the blob store may answer the next leader
+        except Exception as e:  # a request no leader can read: refused alone, the others go on
+            if items + 2 > budget_items:
+                break
+            batch.verdicts[r.commit_id] = (r, refusal(unreadable(r, e), r.nonce))
+            items += 2
+            continue
         job_id = None if job is None else job[1].job_id
         keys = {f"c#{r.commit_id}", *([f"j#{job_id}"] if job_id else []),
                 *([f"e#{r.item['ingest_job_id']['S']}"] if "ingest_job_id" in r.item else [])}
@@ -263,7 +273,7 @@ def choose(requests: list[Request], got: dict[str, dict[str, Any]], blobs: BlobS
             batch.keys |= keys
             items += 2
             continue
-        txn = r.transaction(blobs)
+        assert txn is not None
         touched = txn.touches()
         if touched.whole_table and len(batch):
             break  # deferred: it goes first in a batch of its own
@@ -289,6 +299,12 @@ def choose(requests: list[Request], got: dict[str, dict[str, Any]], blobs: BlobS
             break
         txn.apply(rows)
     return batch
+
+
+def unreadable(r: Request, e: BaseException) -> TransactionError:
+    return TransactionError(f"commit {get_s(r.item, 'type')} to table {get_s(r.item, 'table_id')} (commit id "
+                            f"{r.commit_id}): its pending request cannot be read, so it was refused: "
+                            f"{type(e).__name__}: {e}")
 
 
 def log_item_too_large(r: Request, summary: dict[str, Any]) -> Optional[BaseException]:

@@ -250,6 +250,9 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
     if dry_run:
         report.deleted = state_store.unreferenced_files(table.table_id, before, limit=_DRY_RUN_LIMIT)
     else:
+        # first, so that a commit of this run that fails cannot keep old commit ids and the group
+        # commit's old requests and verdicts from being pruned
+        state_store.prune_commit_ids(table.table_id, now - COMMIT_ID_RETENTION_MS)
         seen: set[str] = set()
         while True:
             batch = [f for f in state_store.unreferenced_files(table.table_id, before, limit=batch_size)
@@ -261,7 +264,6 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
             _forget(state_store, table, batch, report)
             if progress is not None:
                 progress(len(batch))
-        state_store.prune_commit_ids(table.table_id, now - COMMIT_ID_RETENTION_MS)
         state_store.prune_history(table.table_id, now)
         state_store.prune_client_writes(table.table_id, now - table.get_int(IDEMPOTENCY_HOURS) * 3_600_000)
         report.tombstones_dropped = drop_spent_tombstones(state_store, table, now)

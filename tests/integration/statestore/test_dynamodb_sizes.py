@@ -169,3 +169,34 @@ def test_a_lone_commit_dynamodb_rejects_is_a_definite_refusal(options):
         store.commit(tid, AddFiles((FileReference("rejected.parquet", leaf, 10),)), commit_id="a-rejected-commit")
     assert store.load_state(tid).files == {}
     assert store.transaction_number(tid) == 1
+
+
+def test_a_pending_request_no_leader_can_read_is_refused_alone_and_gc_prunes_it(options, monkeypatch, tmp_path):
+    """A request whose item cannot be decoded (a malformed body) pending beside other
+    committers: it gets a refused verdict of its own, every other commit applies, and
+    GC's run (its own commit and the prune) leaves nothing pending."""
+    from sleeper_ops.io.storage import ObjectStore
+    from sleeper_ops.maintenance.gc import collect_garbage
+
+    monkeypatch.setattr(Contention, "active", lambda self, table_id: True)
+    setup = open_dynamodb(**options)
+    tid, leaf = _table(setup)
+    bad_id = uuid.uuid4().hex
+    setup._put_pending(pending_item(tid, EncodedTransaction("add_files", b"not a compressed body", None),
+                                    Bookkeeping(bad_id, None, None), None, uuid.uuid4().hex,
+                                    int(time.time() * 1000) - 10), "a malformed request")
+    others = [open_dynamodb(**options) for _ in range(2)]
+    for i, other in enumerate(others):
+        other.outcome_timeout_seconds = 20
+        assert other.commit(tid, AddFiles((FileReference(f"f{i}.parquet", leaf, 10),))) is True
+    verdicts = list(setup._dynamo.query("v", "requests", "table_id = :t", {":t": s(tid)}))
+    assert [(it["sk"]["S"], get_s(it, "kind")) for it in verdicts] == [(f"x#{bad_id}", "refused")]
+    assert "cannot be read" in (get_s(verdicts[0], "message") or "")
+    table = setup.list_tables()[0]
+    report = collect_garbage(setup, ObjectStore(str(tmp_path / "data")), table,
+                             now_ms=int(time.time() * 1000) + 2 * 86_400_000)
+    assert report.skipped_reason is None
+    assert _leftovers(setup, tid) == []
+    state = open_dynamodb(**options).load_state(tid)
+    assert sorted(state.files) == ["f0.parquet", "f1.parquet"]
+    assert sum(r.record_count for r in state.references.values()) == 20
