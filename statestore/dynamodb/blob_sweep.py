@@ -31,6 +31,7 @@ import logging
 from typing import Any, Optional, Sequence
 
 from statestore.bookkeeping import Bookkeeping
+from statestore.dynamodb.blobs import table_blob_prefixes
 from statestore.dynamodb.buffer import WriteBufferMixin
 from statestore.dynamodb.connection import get_n, get_s, n, s
 from statestore.dynamodb.log import EncodedTransaction
@@ -38,11 +39,6 @@ from statestore.dynamodb.writes import delete_quietly
 from statestore.errors import StateStoreUnavailableError
 
 log = logging.getLogger(__name__)
-
-
-def blob_prefixes(table_id: str) -> tuple[str, ...]:
-    """The prefixes under which the store keeps a table's blobs (see the module docstring)."""
-    return f"{table_id}/buffer/", f"transactions/{table_id}/", f"snapshots/{table_id}/", f"jobs/{table_id}/"
 
 
 class BlobSweepMixin(WriteBufferMixin):
@@ -53,7 +49,7 @@ class BlobSweepMixin(WriteBufferMixin):
         ``older_than_ms``; returns their keys (with ``dry_run``, the keys it would
         delete, deleting nothing). See the module docstring for what names a blob."""
         self._require_table_id(table_id)
-        old = [k for p in blob_prefixes(table_id) for k, at in self._blobs.list(p) if 0 < at < older_than_ms]
+        old = [k for p in table_blob_prefixes(table_id) for k, at in self._blobs.list(p) if 0 < at < older_than_ms]
         if not old:
             return []
         named = self._named_blobs(table_id)

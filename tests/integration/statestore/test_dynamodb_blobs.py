@@ -192,3 +192,22 @@ def test_a_buffer_read_whose_blob_a_flush_deleted_meanwhile_reads_again(options,
     assert snapshot.entries[0].data == second_bytes
     assert sum(r.record_count for r in store.load_state(tid).references.values()) == 1000
     assert store.buffer_stats(tid).rows == 700
+
+
+def test_deleting_a_table_leaves_none_of_its_blobs(options, tmp_path):
+    """A deleted table's buffered writes, job records, bodies and snapshots go with it:
+    no sweep runs for a table no longer in the catalog."""
+    store = open_dynamodb(**options, group_commit=False)
+    tid, leaf = _table(store)
+    keep, _ = _table(store)
+    for t in (tid, keep):
+        store.append_buffer(t, os.urandom(BIG), 1000)
+    assert store.commit(tid, _big_add(leaf, 10_000)) is True
+    store.snapshot(tid)
+    store.put_job(JobRecord.created(tid, "big", "compaction").started(
+        outputs=[f"{tid}/data/{i:06d}-{uuid.uuid4().hex}.parquet" for i in range(6000)]))
+    assert len([b for b in _blobs(tmp_path / "blobs") if tid in b]) == 4
+    store.delete_table(next(i.name for i in store.list_tables() if i.table_id == tid))
+    assert [b for b in _blobs(tmp_path / "blobs") if tid in b] == []
+    assert [b for b in _blobs(tmp_path / "blobs") if keep in b] != []
+    assert store.buffer_stats(keep).rows == 1000
