@@ -62,6 +62,8 @@ MAX_ITEMS = 99
 MAX_BYTES = 3_500_000
 #: a request whose pending item would be larger goes the single-commit way (items hold 400 KB)
 MAX_PENDING_BYTES = 350_000
+#: the most characters of a refusal's message a verdict item keeps
+MESSAGE_LIMIT = 10_000
 
 
 def pending_key(table_id: str, commit_id: str) -> dict[str, Any]:
@@ -144,7 +146,7 @@ class Verdict:
                "time_ms": n(now_ms)}
         if self.error:
             out["error"] = s(self.error)
-            out["message"] = s(self.message)
+            out["message"] = s(self.message[:MESSAGE_LIMIT])  # a verdict item always fits
         return out
 
     @classmethod

@@ -22,14 +22,15 @@ from statestore.dynamodb.cache import CachedTable, StateCache
 from statestore.dynamodb.catalog import CatalogMixin
 from statestore.dynamodb.catalog import _info as catalog_info
 from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping
-from statestore.dynamodb.connection import Dynamo, DynamoOptions, cancellation_codes, n, s
+from statestore.dynamodb.connection import Dynamo, DynamoOptions, cancellation_codes
 from statestore.dynamodb.contention import Contention
-from statestore.dynamodb.group_batch import MAX_PENDING_BYTES, pending_size, prune_requests
+from statestore.dynamodb.group_batch import MAX_PENDING_BYTES, pending_size
 from statestore.dynamodb.group_commit import GroupCommitMixin
 from statestore.dynamodb.history import HistoryMixin, summary_attribute
 from statestore.dynamodb.jobs import EncodedJob, encode_job
 from statestore.dynamodb.leases import LeasesMixin
 from statestore.dynamodb.log import EncodedTransaction
+from statestore.dynamodb.retention import RetentionMixin
 from statestore.dynamodb.sizes import check_log_item, rejection
 from statestore.dynamodb.writes import delete_quietly, may_have_applied, outcome_unknown
 from statestore.errors import (
@@ -40,7 +41,6 @@ from statestore.errors import (
     TableNotFoundError,
 )
 from statestore.files import FileReference
-from statestore.history import retention_ms
 from statestore.jobs import JobRecord
 from statestore.overview import DEFAULT_FILE_SAMPLE, TableOverview, overview_of
 from statestore.partitions import Partition
@@ -69,7 +69,8 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMixin, BlobSweepMixin):
+class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMixin, BlobSweepMixin,
+                         RetentionMixin):
     """The state store in DynamoDB and an object store (see the package docstring).
 
     Args:
@@ -366,53 +367,6 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
             snapshots.write(self._dynamo, self._blobs, table_id, entry.n, entry.state, now)
             entry.snapshot_n, entry.snapshot_ms = entry.n, now
             return entry.n
-
-    # ----- retention ------------------------------------------------------------------
-    def prune_commit_ids(self, table_id: str, before_ms: int) -> int:
-        """See :meth:`StateStore.prune_commit_ids`; also applies :meth:`expire`."""
-        self._require_table_id(table_id)
-        d = self._dynamo
-        old = [it for it in d.query(f"list the commit ids of table {table_id}", "items",
-                                    "table_id = :t AND begins_with(sk, :c)", {":t": s(table_id), ":c": s("c#")})
-               if int(it["applied_ms"]["N"]) < before_ms]
-        d.batch_delete(f"prune commit ids of table {table_id}", "items",
-                       [{"table_id": it["table_id"], "sk": it["sk"]} for it in old])
-        prune_requests(d, table_id, before_ms)  # statestore.dynamodb.group_commit
-        self.expire(table_id)
-        return len(old)
-
-    def prune_history(self, table_id: str, now: int) -> int:
-        """See :meth:`StateStore.prune_history`: :meth:`expire` as at ``now``."""
-        return sum(self.expire(table_id, now_ms=now))
-
-    def expire(self, table_id: str, *, now_ms: Optional[int] = None) -> tuple[int, int]:
-        """Delete the table's transactions numbered at or below the newest snapshot's
-        minus :attr:`retention_margin`, and its snapshots but the newest, that are older
-        than :attr:`retention_seconds`, keeping what the table's history retention needs
-        (:mod:`statestore.dynamodb.history`): the newest snapshot made before the
-        retention began and every transaction from its number on (all of them while no
-        snapshot is that old). Returns (transactions, snapshots) deleted. Readers
-        holding an older state reload from the newest snapshot when they find the gap."""
-        now = _now_ms() if now_ms is None else now_ms
-        cutoff_ms = now - int(self.retention_seconds * 1000)
-        d = self._dynamo
-        pointers = snapshots.all_pointers(d, table_id)
-        if not pointers:
-            return 0, 0
-        newest = pointers[-1]
-        history_from = now - retention_ms(catalog_info(self._table_item(table_id)))
-        base = max((p.n for p in pointers if p.time_ms <= history_from), default=0)
-        what = f"expire the transactions of table {table_id}"
-        old_log = [it for it in d.query(what, "log", "table_id = :t AND n <= :n",
-                                        {":t": s(table_id), ":n": n(min(newest.n - self.retention_margin, base - 1))},
-                                        projection="table_id, n, time_ms, body_key")
-                   if int(it["time_ms"]["N"]) < cutoff_ms]
-        d.batch_delete(what, "log", [{"table_id": it["table_id"], "n": it["n"]} for it in old_log])
-        self._blobs.delete([it["body_key"]["S"] for it in old_log if "body_key" in it])
-        old_snaps = [p for p in pointers[:-1] if p.time_ms < cutoff_ms and p.n < base]
-        d.batch_delete(what, "snapshots", [{"table_id": s(table_id), "n": n(p.n)} for p in old_snaps])
-        self._blobs.delete([p.key for p in old_snaps])
-        return len(old_log), len(old_snaps)
 
 
 def open_dynamodb(*, region: str = "us-east-1", endpoint_url: Optional[str] = None, table_prefix: str = "sleeper-",
