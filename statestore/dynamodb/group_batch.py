@@ -15,8 +15,10 @@ owner's clock ``t_ms`` (the order of the batch).
 * **before**: its commit id was applied before (the ``c#`` item exists, or the job's
   record is committed with this attempt's outputs): verdict ``before`` (the owner's
   call returns False);
-* **refused**: its bookkeeping or its transaction does not hold against the state:
-  verdict ``refused`` with the error's type and message;
+* **refused**: its bookkeeping or its transaction does not hold against the state, its
+  item cannot be read (a malformed body), or its log item with its summary would be
+  over DynamoDB's item limit (:mod:`statestore.dynamodb.sizes`): verdict ``refused``
+  with the error's type and message (at most :data:`MESSAGE_LIMIT` characters);
 * **accepted**: logged at the next free number;
 * **deferred** (left pending for the next batch): it names an item (commit id, job
   record, ingest job) an earlier request of this batch names, it touches the whole

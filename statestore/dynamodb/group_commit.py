@@ -253,7 +253,6 @@ class GroupCommitMixin(GroupRequestsMixin):
         verdict = decided.get(commit_id)
         return (verdict if verdict is not None and verdict.nonce == nonce else None), maybe
 
-
     # ----- the leader -----------------------------------------------------------------
     def _lead(self, table_id: str, pending: list[Request]) -> tuple[Optional[dict[str, Verdict]], bool]:
         """One batch of ``pending`` (step 2 of the module docstring): the verdicts it
