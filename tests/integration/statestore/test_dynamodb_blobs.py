@@ -211,3 +211,19 @@ def test_deleting_a_table_leaves_none_of_its_blobs(options, tmp_path):
     assert [b for b in _blobs(tmp_path / "blobs") if tid in b] == []
     assert [b for b in _blobs(tmp_path / "blobs") if keep in b] != []
     assert store.buffer_stats(keep).rows == 1000
+
+
+def test_a_large_commit_repeated_under_its_commit_id_leaves_only_the_logged_body(options, tmp_path):
+    """A commit id applied before, sent again by another call (a retry after an unknown
+    outcome): that call spilled its body before it found the id applied, and deletes it;
+    the logged body stays."""
+    first, again = open_dynamodb(**options), open_dynamodb(**options)  # group commit on: the body is spilled first
+    tid, leaf = _table(first)
+    txn = _big_add(leaf, 10_000)
+    assert first.commit(tid, txn, commit_id="import-1") is True
+    assert again.commit(tid, txn, commit_id="import-1") is False
+    bodies = [b for b in _blobs(tmp_path / "blobs") if b.startswith(f"transactions/{tid}/")]
+    assert len(bodies) == 1
+    assert first._logged_body(tid, "import-1") == bodies[0]
+    store = open_dynamodb(**options)
+    assert len(store.load_state(tid).files) == 10_000 and store.transaction_number(tid) == 2
