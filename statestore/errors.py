@@ -51,6 +51,11 @@ class BookkeepingError(TransactionError):
     ingest requests are no longer assigned to its job); nothing was applied."""
 
 
+class TransactionTooLargeError(TransactionError):
+    """A commit's items would exceed a limit of the backend (DynamoDB: 400 KB an item,
+    counting every attribute): refused before anything was written."""
+
+
 class CommitConflictError(SleeperError):
     """A commit kept conflicting with concurrent commits and gave up retrying."""
 

@@ -128,6 +128,16 @@ class StateStore(abc.ABC):
     def prune_commit_ids(self, table_id: str, before_ms: int) -> int:
         """Forget the ids of commits applied before ``before_ms``; returns how many."""
 
+    def sweep_blobs(self, table_id: str, *, older_than_ms: int, dry_run: bool = False) -> list[str]:
+        """Delete the objects the backend keeps outside its rows for the table (large
+        bodies, buffered bytes, snapshots) that none of its rows names and that were
+        written before ``older_than_ms`` (an object is written before the row naming it,
+        so a younger one may belong to a write under way); returns their keys (with
+        ``dry_run``, the keys it would delete). Left by a write whose outcome was
+        unknown or a delete that failed. A backend that keeps nothing outside its rows
+        has nothing to sweep."""
+        return []
+
     @abc.abstractmethod
     def load_state(self, table_id: str) -> TableState:
         """A consistent snapshot of the whole state of one table."""

@@ -20,7 +20,17 @@ objects, serialised with ``to_dict``) over its newest snapshot:
   it in one TransactWriteItems (log items ``n + 1 .. n + k``, each with its
   bookkeeping, and a verdict for each refused request); owners poll for their
   verdict. No lost races, and one transaction for many commits. A committer alone
-  makes single commits, which cost fewer round trips.
+  makes single commits, which cost fewer round trips. A request DynamoDB rejects, or
+  no leader can read, gets a refused verdict of its own; the rest of the batch commits.
+* **Sizes** (:mod:`~statestore.dynamodb.sizes`): every attribute of an item counts
+  toward DynamoDB's 400 KB; a log item's summary is capped
+  (:mod:`~statestore.dynamodb.history`), and a commit whose items would not fit, or
+  that DynamoDB rejects, is refused once with a :class:`TransactionError` naming the
+  table, never blocked or retried at run time.
+* **Blobs** (:mod:`~statestore.dynamodb.blob_sweep`): a commit deletes the blobs it no
+  longer needs once it is known applied, also when a retry finds it applied;
+  ``sweep_blobs`` (run by garbage collection after the orphan grace) deletes the blobs
+  that no item names, left by an unknown outcome or a failed delete.
 * **Lost replies** (:mod:`~statestore.dynamodb.writes`, the one rule every writer
   calls): botocore retries a request whose reply was lost, and the retry of a
   conditional write fails on the first try's own write; so a failed condition is
@@ -44,7 +54,9 @@ process's first read of a table costs a snapshot load. Modules, one per role:
 :mod:`~statestore.dynamodb.blobs` (object store), :mod:`~statestore.dynamodb.log`,
 :mod:`~statestore.dynamodb.snapshots`, :mod:`~statestore.dynamodb.cache`,
 :mod:`~statestore.dynamodb.commits`, :mod:`~statestore.dynamodb.group_commit`,
-:mod:`~statestore.dynamodb.group_batch`, :mod:`~statestore.dynamodb.catalog`,
+:mod:`~statestore.dynamodb.group_requests`, :mod:`~statestore.dynamodb.group_batch`,
+:mod:`~statestore.dynamodb.sizes`, :mod:`~statestore.dynamodb.blob_sweep`,
+:mod:`~statestore.dynamodb.catalog`,
 :mod:`~statestore.dynamodb.jobs`, :mod:`~statestore.dynamodb.leases`,
 :mod:`~statestore.dynamodb.ingest_queue` and :mod:`~statestore.dynamodb.store`
 (:class:`DynamoDBStateStore`, :func:`open_dynamodb`). boto3 is imported only in this

@@ -20,6 +20,13 @@ from botocore.config import Config
 from statestore.errors import StateStoreUnavailableError
 
 
+def table_blob_prefixes(table_id: str) -> tuple[str, ...]:
+    """The prefixes under which the DynamoDB store keeps a table's blobs: buffered
+    writes' bytes, transaction bodies, snapshots and job records (what names each:
+    :mod:`statestore.dynamodb.blob_sweep`)."""
+    return f"{table_id}/buffer/", f"transactions/{table_id}/", f"snapshots/{table_id}/", f"jobs/{table_id}/"
+
+
 class BlobStore(Protocol):
     """Immutable objects by key ('/'-separated, relative)."""
 

@@ -22,8 +22,9 @@ head in the same TransactWriteItems as its log entry
 :data:`MAX_FLUSH_ENTRIES` entries (a transaction has at most 100 items).
 
 A read lists the entries between two reads of the head; if ``flushes`` moved, or an
-entry's bytes are gone when fetched, it reads again, so the list and the count it
-returns hold at one instant.
+entry's bytes are gone when fetched (its entry gone too: a flush committed it and then
+deleted its blob), it reads again, so the list and the count it returns hold at one
+instant. A blob that cannot be read while its entry is still buffered is an error.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.client_writes import key_put
 from statestore.dynamodb.connection import b, cancellation_codes, get_n, get_s, n, s
 from statestore.dynamodb.writes import cleanup_on_refusal, delete_quietly, outcome_unknown
-from statestore.errors import BufferFullError, TableNotFoundError
+from statestore.errors import BufferFullError, StateStoreUnavailableError, TableNotFoundError
 
 #: entries whose bytes are larger than this go to the blob store, behind a pointer
 INLINE_LIMIT = 350 * 1024
@@ -194,14 +195,31 @@ class WriteBufferMixin(DynamoBase):
                 got = self._entry_items(table_id, wanted, "sk, #d, blob_key")
                 if len(got) != len(wanted):
                     continue  # a flush took some: read again
-                for q, it in got.items():
-                    key = get_s(it, "blob_key")
-                    data[q] = self._blobs.get(key) if key else bytes(it["data"]["B"])
+                if not self._read_data(table_id, got, data):
+                    continue  # a flush took one and deleted its blob meanwhile: read again
             if self._head(table_id)[1] != before:
                 continue
             return BufferSnapshot(tuple(BufferEntry(_seq_of(it), get_n(it, "rows") or 0,
                                                     get_n(it, "written_ms") or 0, data.get(_seq_of(it)))
                                         for it in chosen), before)
+
+    def _read_data(self, table_id: str, got: dict[int, dict[str, Any]], data: dict[int, bytes]) -> bool:
+        """Put the bytes of the entries ``got`` in ``data``; False when a blob could not
+        be read because its entry is gone (a flush committed it, then deleted the blob:
+        its records are in a file now). A blob that cannot be read while its entry is
+        still buffered is an error."""
+        for q, it in got.items():
+            key = get_s(it, "blob_key")
+            if not key:
+                data[q] = bytes(it["data"]["B"])
+                continue
+            try:
+                data[q] = self._blobs.get(key)
+            except StateStoreUnavailableError:
+                if q in self._entry_items(table_id, [q], "sk"):
+                    raise
+                return False
+        return True
 
     def buffer_stats(self, table_id: str) -> BufferStats:
         _, flushes = self._head(table_id)

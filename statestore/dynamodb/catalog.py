@@ -26,6 +26,7 @@ from typing import Any, Mapping, Optional, Sequence
 from statestore.catalog import TableInfo
 from statestore.dynamodb import snapshots
 from statestore.dynamodb.base import DynamoBase
+from statestore.dynamodb.blobs import table_blob_prefixes
 from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, n, s
 from statestore.dynamodb.ingest_queue import MAX_TRANSACTION_ITEMS
 from statestore.dynamodb.log import EncodedTransaction
@@ -220,7 +221,10 @@ class CatalogMixin(DynamoBase):
         raise TableNotFoundError(f"table {name!r} kept changing; not deleted")
 
     def _remove_state(self, table_id: str) -> None:
-        """Everything of a table no longer in the catalog: its log, snapshots, items and blobs."""
+        """Everything of a table no longer in the catalog: its log, snapshots, items and
+        blobs -- those its items named and every other blob under its prefixes (buffered
+        writes, job records, leftovers of unknown outcomes: no sweep runs for a table no
+        longer in the catalog)."""
         d = self._dynamo
         what = f"remove the state of deleted table {table_id}"
         keys = [get_s(it, "body_key") for it in d.query(what, "log", "table_id = :t", {":t": s(table_id)},
@@ -228,4 +232,5 @@ class CatalogMixin(DynamoBase):
         keys += [p.key for p in snapshots.all_pointers(d, table_id)]
         for role in ("log", "snapshots", "items", "requests"):  # requests: statestore.dynamodb.group_commit
             d.delete_partition(what, role, table_id)
-        self._blobs.delete([k for k in keys if k])
+        keys += [k for prefix in table_blob_prefixes(table_id) for k, _ in self._blobs.list(prefix)]
+        self._blobs.delete(sorted({k for k in keys if k}))

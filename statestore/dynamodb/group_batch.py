@@ -15,8 +15,10 @@ owner's clock ``t_ms`` (the order of the batch).
 * **before**: its commit id was applied before (the ``c#`` item exists, or the job's
   record is committed with this attempt's outputs): verdict ``before`` (the owner's
   call returns False);
-* **refused**: its bookkeeping or its transaction does not hold against the state:
-  verdict ``refused`` with the error's type and message;
+* **refused**: its bookkeeping or its transaction does not hold against the state, its
+  item cannot be read (a malformed body), or its log item with its summary would be
+  over DynamoDB's item limit (:mod:`statestore.dynamodb.sizes`): verdict ``refused``
+  with the error's type and message (at most :data:`MESSAGE_LIMIT` characters);
 * **accepted**: logged at the next free number;
 * **deferred** (left pending for the next batch): it names an item (commit id, job
   record, ingest job) an earlier request of this batch names, it touches the whole
@@ -40,10 +42,11 @@ from typing import Any, Callable, Optional
 from statestore.bookkeeping import Bookkeeping
 from statestore.dynamodb.blobs import BlobStore
 from statestore.dynamodb.connection import Dynamo, b, get_n, get_s, n, s
-from statestore.dynamodb.history import summary_attribute
+from statestore.dynamodb.history import SUMMARY_LIMIT, summary_attribute
 from statestore.dynamodb.jobs import EncodedJob, StoredJob, job_from_item
 from statestore.dynamodb.log import EncodedTransaction, decode
-from statestore.errors import StateStoreUnavailableError
+from statestore.dynamodb.sizes import too_large
+from statestore.errors import StateStoreUnavailableError, TransactionError
 from statestore.state import TableState
 from statestore.transactions import Touches, Transaction
 
@@ -61,6 +64,8 @@ MAX_ITEMS = 99
 MAX_BYTES = 3_500_000
 #: a request whose pending item would be larger goes the single-commit way (items hold 400 KB)
 MAX_PENDING_BYTES = 350_000
+#: the most characters of a refusal's message a verdict item keeps
+MESSAGE_LIMIT = 10_000
 
 
 def pending_key(table_id: str, commit_id: str) -> dict[str, Any]:
@@ -143,7 +148,7 @@ class Verdict:
                "time_ms": n(now_ms)}
         if self.error:
             out["error"] = s(self.error)
-            out["message"] = s(self.message)
+            out["message"] = s(self.message[:MESSAGE_LIMIT])  # a verdict item always fits
         return out
 
     @classmethod
@@ -245,14 +250,24 @@ def choose(requests: list[Request], got: dict[str, dict[str, Any]], blobs: BlobS
             batch.stale.append(r)
             items += 1
             continue
-        job = r.job(blobs)
+        try:
+            job = r.job(blobs)
+            txn = r.transaction(blobs) if applied is None else None
+        except StateStoreUnavailableError:
+            raise  # the blob store may answer the next leader
+        except Exception as e:  # a request no leader can read: refused alone, the others go on
+            if items + 2 > budget_items:
+                break
+            batch.verdicts[r.commit_id] = (r, refusal(unreadable(r, e), r.nonce))
+            items += 2
+            continue
         job_id = None if job is None else job[1].job_id
         keys = {f"c#{r.commit_id}", *([f"j#{job_id}"] if job_id else []),
                 *([f"e#{r.item['ingest_job_id']['S']}"] if "ingest_job_id" in r.item else [])}
         if keys & batch.keys:
             continue  # deferred: an item of this batch's
         need = 2 if applied is not None else 3 + (job is not None) + ("ingest_job_id" in r.item)
-        if items + need > budget_items or size + 2 * r.size() > MAX_BYTES:
+        if items + need > budget_items or size + 2 * r.size() + SUMMARY_LIMIT > MAX_BYTES:
             break
         books = Bookkeeping(r.commit_id, None if job is None else job[1],
                             get_s(r.item, "ingest_job_id"),
@@ -262,7 +277,7 @@ def choose(requests: list[Request], got: dict[str, dict[str, Any]], blobs: BlobS
             batch.keys |= keys
             items += 2
             continue
-        txn = r.transaction(blobs)
+        assert txn is not None
         touched = txn.touches()
         if touched.whole_table and len(batch):
             break  # deferred: it goes first in a batch of its own
@@ -276,13 +291,31 @@ def choose(requests: list[Request], got: dict[str, dict[str, Any]], blobs: BlobS
             items += 2
             continue
         summary = summary_attribute(txn, rows, job_id)
+        too_big = log_item_too_large(r, summary)  # every attribute counts (statestore.dynamodb.sizes)
+        if too_big is not None:
+            batch.verdicts[r.commit_id] = (r, refusal(too_big, r.nonce))
+            items += 2
+            continue
         batch.accepted.append(Accepted(r, txn, books, stored, None if job is None else job[0], summary))
         items += need
-        size += 2 * r.size()
+        size += 2 * r.size() + SUMMARY_LIMIT
         if touched.whole_table:
             break
         txn.apply(rows)
     return batch
+
+
+def unreadable(r: Request, e: BaseException) -> TransactionError:
+    return TransactionError(f"commit {get_s(r.item, 'type')} to table {get_s(r.item, 'table_id')} (commit id "
+                            f"{r.commit_id}): its pending request cannot be read, so it was refused: "
+                            f"{type(e).__name__}: {e}")
+
+
+def log_item_too_large(r: Request, summary: dict[str, Any]) -> Optional[BaseException]:
+    """The refusal of ``r`` when its log item, with ``summary``, would not fit an item."""
+    table_id = get_s(r.item, "table_id") or ""
+    item = {**r.encoded().item(table_id, 10**20, r.commit_id, 10**20), "summary": summary}
+    return too_large(table_id, get_s(r.item, "type") or "", item)
 
 
 def read_items(d: Dynamo, table_id: str, keys: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:

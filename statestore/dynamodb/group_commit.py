@@ -69,14 +69,11 @@ import botocore.exceptions
 
 from statestore.bookkeeping import Bookkeeping
 from statestore.dynamodb.cache import CachedTable
-from statestore.dynamodb.commits import COMMIT_ID, TABLE, CommitsMixin, commit_id_key
-from statestore.dynamodb.connection import cancellation_codes, get_s, is_condition_failed, n, s
+from statestore.dynamodb.commits import COMMIT_ID, TABLE, commit_id_key
+from statestore.dynamodb.connection import cancellation_codes, get_s, n, s
 from statestore.dynamodb.contention import Contention
 from statestore.dynamodb.group_batch import (
-    MAX_REQUESTS,
-    PENDING,
     REQUESTS,
-    VERDICT,
     Batch,
     Request,
     Verdict,
@@ -87,13 +84,14 @@ from statestore.dynamodb.group_batch import (
     refusal,
     verdict_key,
 )
+from statestore.dynamodb.group_requests import _POLL_FIRST, GroupRequestsMixin
 from statestore.dynamodb.jobs import EncodedJob, StoredJob, job_key
 from statestore.dynamodb.log import EncodedTransaction
+from statestore.dynamodb.sizes import rejection
 from statestore.dynamodb.writes import delete_quietly, may_have_applied, outcome_unknown
 from statestore.errors import (
     BookkeepingError,
     CommitConflictError,
-    CommitOutcomeUnknownError,
     StateStoreUnavailableError,
     TableNotFoundError,
 )
@@ -106,8 +104,8 @@ log = logging.getLogger(__name__)
 
 #: an owner that waited this long for a verdict leads, whoever's request is oldest
 TAKEOVER_SECONDS = 1.0
-#: the owner's polls: first pause, growth and cap
-_POLL_FIRST, _POLL_GROWTH, _POLL_CAP = 0.002, 1.5, 0.01
+#: the owner's polls: growth and cap (the first pause: group_requests._POLL_FIRST)
+_POLL_GROWTH, _POLL_CAP = 1.5, 0.01
 #: a leader finding fewer requests pending than its last batch held waits this long, at most this often
 _GATHER_SECONDS, _GATHERS = 0.003, 4
 #: an owner polls its own verdict (one BatchGetItem) for at least this long, or 3 times its usual
@@ -119,7 +117,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class GroupCommitMixin(CommitsMixin):
+class GroupCommitMixin(GroupRequestsMixin):
     """Commits through pending requests and leaders (see the module docstring)."""
 
     outcome_timeout_seconds: float
@@ -131,6 +129,8 @@ class GroupCommitMixin(CommitsMixin):
     _contention: Contention
     #: the tables this store leads (its last batch went through)
     _leading: set[str]
+    #: tables whose next batches hold one request each, and how many (see _rejected)
+    _isolating: dict[str, int]
 
     def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:
         raise NotImplementedError
@@ -253,89 +253,6 @@ class GroupCommitMixin(CommitsMixin):
         verdict = decided.get(commit_id)
         return (verdict if verdict is not None and verdict.nonce == nonce else None), maybe
 
-    def _put_pending(self, item: dict[str, Any], what: str) -> None:
-        """Put the request unless an item of its commit id is there already (ours, put
-        by an earlier try of this put, or another call's with the same id: the polls
-        tell which)."""
-        d = self._dynamo
-        try:
-            d.call(f"{what}: request", d.client.put_item, TableName=d.table(REQUESTS), Item=item,
-                   ConditionExpression="attribute_not_exists(sk)")
-        except botocore.exceptions.ClientError as e:
-            if not is_condition_failed(e):
-                raise
-
-    def _pending(self, table_id: str) -> list[Request]:
-        return [Request.of(it) for it in self._dynamo.query(
-            f"read the pending commits of table {table_id}", REQUESTS, "table_id = :t AND begins_with(sk, :p)",
-            {":t": s(table_id), ":p": s(PENDING)}, limit=MAX_REQUESTS)]
-
-    def _read_verdict(self, table_id: str, commit_id: str, nonce: str) -> tuple[Optional[Verdict], bool]:
-        """The verdict of this call's request (None: none yet), and whether its pending
-        item is there (with a verdict: a retried put's stale re-creation)."""
-        mine = [verdict_key(table_id, commit_id), pending_key(table_id, commit_id)]
-        got = read_items(self._dynamo, table_id, {"items": [commit_id_key(table_id, commit_id)], REQUESTS: mine})
-        pending = got.get(f"{PENDING}{commit_id}")
-        ours = pending is not None and get_s(pending, "nonce") == nonce
-        applied = got.get(f"c#{commit_id}")
-        if applied is not None and get_s(applied, "by") == nonce:
-            return Verdict("applied", nonce), ours
-        told = got.get(f"{VERDICT}{commit_id}")
-        if told is not None and get_s(told, "nonce") == nonce:
-            return Verdict.of(told), ours
-        return None, ours
-
-    def _delete_pending(self, table_id: str, commit_id: str, nonce: str) -> None:
-        """Delete this call's pending item if it is there (a failed condition: it is not)."""
-        d = self._dynamo
-        try:
-            d.call(f"withdraw commit {commit_id} of table {table_id}", d.client.delete_item,
-                   TableName=d.table(REQUESTS), Key=pending_key(table_id, commit_id),
-                   ConditionExpression="nonce = :n", ExpressionAttributeValues={":n": s(nonce)})
-        except botocore.exceptions.ClientError as e:
-            if not is_condition_failed(e):
-                raise
-
-    def _settled(self, table_id: str, commit_id: str, verdict: Verdict, stale: bool) -> Verdict:
-        """Clean up after a verdict (best effort: leftovers go to ``prune_commit_ids``):
-        a stale pending item first, then the verdict item, which while the pending item
-        is there tells a leader not to decide it again."""
-        try:
-            if stale:
-                self._delete_pending(table_id, commit_id, verdict.nonce)
-            if verdict.kind != "applied":
-                d = self._dynamo
-                d.call(f"clear the verdict of commit {commit_id}", d.client.delete_item, TableName=d.table(REQUESTS),
-                       Key=verdict_key(table_id, commit_id))
-        except StateStoreUnavailableError as e:
-            log.warning("commit %s of table %s: its items are left to the prune: %s", commit_id, table_id, e)
-        return verdict
-
-    def _withdraw(self, table_id: str, commit_id: str, nonce: str, what: str,
-                  last: Optional[BaseException]) -> Verdict:
-        """Delete this call's pending item and read what became of it: its verdict if a
-        leader decided it first, else ``withdrawn`` (it can never apply)."""
-        deadline = time.monotonic() + self.outcome_timeout_seconds
-        pause = _POLL_FIRST
-        while True:
-            try:
-                self._delete_pending(table_id, commit_id, nonce)
-                verdict, there = self._read_verdict(table_id, commit_id, nonce)
-                if verdict is not None:
-                    return self._settled(table_id, commit_id, verdict, there)
-                if not there:
-                    why = f": {last}" if last is not None else ""
-                    return Verdict("withdrawn", nonce, message=why)
-            except StateStoreUnavailableError as e:
-                last = e
-                if time.monotonic() >= deadline:
-                    raise CommitOutcomeUnknownError(
-                        f"{what}: DynamoDB was lost while the commit was pending and did not come back within "
-                        f"{self.outcome_timeout_seconds:g}s, so whether it applied is unknown "
-                        f"(commit id {commit_id}): {e}") from e
-            time.sleep(pause)
-            pause = min(1.0, pause * 2)
-
     # ----- the leader -----------------------------------------------------------------
     def _lead(self, table_id: str, pending: list[Request]) -> tuple[Optional[dict[str, Verdict]], bool]:
         """One batch of ``pending`` (step 2 of the module docstring): the verdicts it
@@ -354,7 +271,10 @@ class GroupCommitMixin(CommitsMixin):
             for r in pending:
                 keys[f"c#{r.commit_id}"] = commit_id_key(table_id, r.commit_id)
                 told.append(verdict_key(table_id, r.commit_id))
-                job = r.job(self._blobs)
+                try:
+                    job = r.job(self._blobs)
+                except Exception:  # unreadable: choose() refuses it (or raises what it meets)
+                    job = None
                 if job is not None:
                     keys[f"j#{job[1].job_id}"] = job_key(table_id, job[1].job_id)
             got = read_items(self._dynamo, table_id, {"items": list(keys.values()), REQUESTS: told})
@@ -377,6 +297,8 @@ class GroupCommitMixin(CommitsMixin):
                     return refusal(e, r.nonce)
                 return None
 
+            if self._isolating.get(table_id):  # one request a batch, oldest first (see _rejected)
+                pending = sorted(pending, key=lambda r: (r.t_ms, r.commit_id))[:1]
             batch = choose(pending, got, self._blobs, entry.state, decide,
                            lambda it: self._job_of(f"read a job of table {table_id}", it))
             return self._write_batch(table_id, entry, batch)
@@ -413,7 +335,9 @@ class GroupCommitMixin(CommitsMixin):
         try:
             d.call(f"commit a batch of {len(batch)} to table {table_id}", d.client.transact_write_items,
                    TransactItems=items)
-        except botocore.exceptions.ClientError as e:
+        except (botocore.exceptions.ClientError, StateStoreUnavailableError) as e:
+            if rejection(e, "") is not None:  # DynamoDB rejected a request's items: find it, refuse it alone
+                return self._rejected(table_id, entry, batch, e)
             codes = cancellation_codes(e)
             if not codes:
                 raise
@@ -421,6 +345,9 @@ class GroupCommitMixin(CommitsMixin):
                 self._cache.forget(table_id)
                 raise TableNotFoundError(f"no table with id {table_id}") from None
             return None, may_have_applied(e)
+        isolating = self._isolating.pop(table_id, 0)
+        if isolating > 1:
+            self._isolating[table_id] = isolating - 1
         replaced = [a.stored_job.blob_key for a in batch.accepted if a.stored_job.blob_key]
         for a in batch.accepted:
             entry.apply(entry.n + 1, a.transaction)
@@ -432,3 +359,21 @@ class GroupCommitMixin(CommitsMixin):
         out = {a.request.commit_id: Verdict("applied", a.request.nonce) for a in batch.accepted}
         out.update({cid: v for cid, (_, v) in batch.verdicts.items()})
         return out, False
+
+    def _rejected(self, table_id: str, entry: CachedTable, batch: Batch,
+                  e: BaseException) -> tuple[Optional[dict[str, Verdict]], bool]:
+        """DynamoDB rejected the batch's items (:func:`statestore.dynamodb.sizes.rejection`):
+        nothing of it applied. A batch of one request gets a refused verdict of its own;
+        a larger one is not retried whole: the next :data:`len(batch)` batches of this
+        leader hold one request each, oldest first, so the one DynamoDB rejects is found
+        and refused alone while the others commit."""
+        if len(batch) == 1 and batch.accepted:
+            r = batch.accepted[0].request
+            refused = rejection(e, f"commit {get_s(r.item, 'type')} to table {table_id} (commit id {r.commit_id})")
+            assert refused is not None
+            self._isolating.pop(table_id, None)
+            return self._write_batch(table_id, entry, Batch(verdicts={r.commit_id: (r, refusal(refused, r.nonce))}))
+        log.warning("a batch of %d commits to table %s was rejected by DynamoDB; committing them one at a time "
+                    "to find the one it rejects: %s", len(batch), table_id, e)
+        self._isolating[table_id] = len(batch)
+        return None, False

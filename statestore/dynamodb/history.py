@@ -5,6 +5,10 @@ and its snapshots.
   and time, which the item's ``n`` and ``time_ms`` give), computed by the committer
   from the rows the transaction touched (:func:`summary_attribute`). So
   :meth:`HistoryMixin.history` is one query of the log's newest items, bodies not read.
+  A summary counts toward its item's 400 KB (:mod:`statestore.dynamodb.sizes`), so it
+  takes at most :data:`SUMMARY_LIMIT` bytes: a longer detail (a delete of thousands of
+  keys) keeps its first ranges and says how many more there are ("... and 4,980
+  more"); the transaction's body holds them all.
 * :meth:`HistoryMixin.state_as_of` loads the newest snapshot at or before the number
   asked for and applies the logged transactions up to it (bodies stored in the object
   store read from there): at most ``snapshot_every`` transactions past a snapshot.
@@ -15,6 +19,7 @@ and its snapshots.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, Optional
 
@@ -25,21 +30,69 @@ from statestore.dynamodb.connection import get_n, get_s, n, s
 from statestore.dynamodb.log import decode
 from statestore.history import HistoryError, TransactionSummary, fragment_of, summarise
 from statestore.state import TableState
-from statestore.transactions import Transaction
+from statestore.transactions import DeleteRecords, Transaction
 
 _PROJECTION = "n, time_ms, #k, summary"
 _NAMES = {"#k": "type"}
+#: the most bytes of a log item's summary (items hold 400 KB: the body takes up to 350,000)
+SUMMARY_LIMIT = 8_000
 
 
-def summary_attribute(txn: Transaction, state: TableState, job_id: Optional[str]) -> dict[str, Any]:
-    """The ``summary`` attribute of the log item of ``txn``, validated against ``state``
-    (not changed): the summary of applying it to a copy of the rows it touches."""
+def _summary_dict(txn: Transaction, state: TableState, job_id: Optional[str]) -> dict[str, Any]:
     before = fragment_of(state, txn)
     after = before.copy()
     txn.apply(after)
     summary = summarise(0, 0, txn, before, after, job_id).to_dict()
     del summary["number"], summary["time_ms"]
-    return s(json.dumps(summary, separators=(",", ":")))
+    return summary
+
+
+def _encoded(summary: dict[str, Any]) -> str:
+    return json.dumps(summary, separators=(",", ":"))
+
+
+def _shorter_detail(txn: Transaction, state: TableState, summary: dict[str, Any]) -> Optional[str]:
+    """The detail of a delete of many regions cut to its first regions that fit the
+    limit, then "and N more" (the detail of the same delete of only those regions, so
+    the text reads as the full one does)."""
+    if not isinstance(txn, DeleteRecords) or len(txn.regions) < 2:
+        return None
+    regions = txn.regions
+
+    def fits(k: int) -> Optional[str]:
+        head = _summary_dict(dataclasses.replace(txn, regions=regions[:k]), state, None).get("detail") or ""
+        detail = f"{head} ... and {len(regions) - k} more"
+        return detail if len(_encoded({**summary, "detail": detail}).encode()) <= SUMMARY_LIMIT else None
+
+    lo, hi, best = 1, len(regions) - 1, None
+    while lo <= hi:  # the most regions that fit (each costs a few dozen bytes)
+        mid = (lo + hi) // 2
+        got = fits(mid)
+        if got is None:
+            hi = mid - 1
+        else:
+            lo, best = mid + 1, got
+    return best
+
+
+def summary_attribute(txn: Transaction, state: TableState, job_id: Optional[str]) -> dict[str, Any]:
+    """The ``summary`` attribute of the log item of ``txn``, validated against ``state``
+    (not changed): the summary of applying it to a copy of the rows it touches, at most
+    :data:`SUMMARY_LIMIT` bytes (see the module docstring)."""
+    summary = _summary_dict(txn, state, job_id)
+    text = _encoded(summary)
+    if len(text.encode()) <= SUMMARY_LIMIT:
+        return s(text)
+    for key in ("job_id", "detail"):  # each at most a quarter of the limit as JSON, the rest cut
+        value = summary.get(key)
+        if isinstance(value, str) and len(json.dumps(value)) > SUMMARY_LIMIT // 4:
+            while len(json.dumps(value)) > SUMMARY_LIMIT // 4:
+                value = value[:len(value) * 3 // 4]
+            summary[key] = value + " ..."
+    detail = _shorter_detail(txn, state, summary)
+    if detail is not None:
+        summary["detail"] = detail
+    return s(_encoded(summary))
 
 
 def _summary(item: dict[str, Any]) -> TransactionSummary:

@@ -15,21 +15,24 @@ import botocore.exceptions
 
 from statestore.changes import TableChanges, is_token_of
 from statestore.dynamodb import snapshots
+from statestore.dynamodb.blob_sweep import BlobSweepMixin
 from statestore.dynamodb.blobs import BlobStore, open_blob_store
 from statestore.dynamodb.buffer import MAX_FLUSH_ENTRIES
 from statestore.dynamodb.cache import CachedTable, StateCache
 from statestore.dynamodb.catalog import CatalogMixin
 from statestore.dynamodb.catalog import _info as catalog_info
 from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping
-from statestore.dynamodb.connection import Dynamo, DynamoOptions, cancellation_codes, n, s
+from statestore.dynamodb.connection import Dynamo, DynamoOptions, cancellation_codes
 from statestore.dynamodb.contention import Contention
 from statestore.dynamodb.erasure import ErasureMixin
-from statestore.dynamodb.group_batch import MAX_PENDING_BYTES, pending_size, prune_requests
+from statestore.dynamodb.group_batch import MAX_PENDING_BYTES, pending_size
 from statestore.dynamodb.group_commit import GroupCommitMixin
 from statestore.dynamodb.history import HistoryMixin, summary_attribute
 from statestore.dynamodb.jobs import EncodedJob, encode_job
 from statestore.dynamodb.leases import LeasesMixin
 from statestore.dynamodb.log import EncodedTransaction
+from statestore.dynamodb.retention import RetentionMixin
+from statestore.dynamodb.sizes import check_log_item, rejection
 from statestore.dynamodb.writes import delete_quietly, may_have_applied, outcome_unknown
 from statestore.errors import (
     CommitConflictError,
@@ -39,7 +42,6 @@ from statestore.errors import (
     TableNotFoundError,
 )
 from statestore.files import FileReference
-from statestore.history import retention_ms
 from statestore.jobs import JobRecord
 from statestore.overview import DEFAULT_FILE_SAMPLE, TableOverview, overview_of
 from statestore.partitions import Partition
@@ -68,7 +70,8 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMixin, ErasureMixin):
+class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMixin, BlobSweepMixin,
+                         RetentionMixin, ErasureMixin):
     """The state store in DynamoDB and an object store (see the package docstring).
 
     Args:
@@ -107,6 +110,7 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
         self._last_batch = {}
         self._wait_hint = {}
         self._leading = set()
+        self._isolating = {}
         self._contention = Contention()
 
     def _now(self) -> int:
@@ -162,12 +166,15 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
         uncertain = False  # a try may have applied: a refusal from now on is no definite no
         conflicts = 0
         what = f"commit {transaction.TYPE} to table {table_id}"
+        tried: dict[str, Any] = {}  # what the tries wrote and read: the body blob, the flushed entries' blobs
         with entry.lock:
             try:
                 while True:
                     try:
-                        outcome = self._commit_attempt(table_id, entry, transaction, books, encoded, job_encoded)
+                        outcome = self._commit_attempt(table_id, entry, transaction, books, encoded, job_encoded,
+                                                       tried)
                     except StateStoreUnavailableError as e:
+                        encoded = tried.get("encoded", encoded)  # a body spilled by the try is ours to settle
                         if not outcome_unknown(e):
                             raise  # e.g. a refusal to the first and only try: nothing applied
                         uncertain = True
@@ -202,10 +209,14 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
                         continue
                     if outcome:
                         self._maybe_snapshot(table_id, entry)
-                    elif job is not None and job_encoded is not None and job_encoded.blob_key:
-                        self._drop_unsaved_job_blob(job, job_encoded.blob_key, what)
+                    else:  # applied before: what a try of ours wrote or read may be named by nothing now
+                        if job is not None and job_encoded is not None and job_encoded.blob_key:
+                            self._drop_unsaved_job_blob(job, job_encoded.blob_key, what)
+                        self._settle_found_applied(table_id, books, tried.get("encoded", encoded),
+                                                   tried.get("flushed", []), what)
                     return outcome
             except BaseException as e:
+                encoded = tried.get("encoded", encoded)
                 owned = [encoded.blob_key if encoded else None, job_encoded.blob_key if job_encoded else None]
                 if any(owned) and not uncertain and not outcome_unknown(e):
                     delete_quietly(self._blobs, [k for k in owned if k], what)  # refused: never logged
@@ -221,9 +232,11 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
             log.warning("%s: spilled job record %s not checked: %s", what, key, e)
 
     def _commit_attempt(self, table_id: str, entry: CachedTable, txn: Transaction, books: Bookkeeping,
-                        encoded: Optional[EncodedTransaction], job_encoded: Optional[EncodedJob]) -> bool | _Retry:
+                        encoded: Optional[EncodedTransaction], job_encoded: Optional[EncodedJob],
+                        tried: dict[str, Any]) -> bool | _Retry:
         """One try: True (applied), False (applied before), or :class:`_Retry` when the
-        transaction was cancelled (try again)."""
+        transaction was cancelled (try again). Notes in ``tried`` the body it encoded
+        (``encoded``) and the blobs of the flushed entries it read (``flushed``)."""
         loaded = entry.n >= 0
         tail = self._cache.refresh(table_id, entry)
         if loaded and tail and self.group_commit:
@@ -234,17 +247,24 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
         if done:
             return False
         flushed_rows, blobs = self._flushed(table_id, books) if books.buffer_seqs else (0, [])
+        tried["flushed"] = sorted({*tried.get("flushed", ()), *blobs})
         txn.validate(entry.state)
         if encoded is None:
             encoded = EncodedTransaction.of(table_id, txn, self._blobs)
+            tried["encoded"] = encoded
         number = entry.n + 1
         summary = summary_attribute(txn, entry.state, books.job.job_id if books.job is not None else None)
         items = self._commit_items(table_id, number, encoded, books, job_rev, _now_ms(), flushed_rows, job_encoded,
                                    summary)
+        check_log_item(table_id, txn.TYPE, items[LOG]["Put"]["Item"])  # statestore.dynamodb.sizes
         d = self._dynamo
+        what = f"commit {txn.TYPE} to table {table_id}"
         try:
-            d.call(f"commit {txn.TYPE} to table {table_id}", d.client.transact_write_items, TransactItems=items)
-        except botocore.exceptions.ClientError as e:
+            d.call(what, d.client.transact_write_items, TransactItems=items)
+        except (botocore.exceptions.ClientError, StateStoreUnavailableError) as e:
+            refused = rejection(e, what)
+            if refused is not None:
+                raise refused from e
             codes = cancellation_codes(e)
             if not codes:
                 raise
@@ -348,53 +368,6 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
             snapshots.write(self._dynamo, self._blobs, table_id, entry.n, entry.state, now)
             entry.snapshot_n, entry.snapshot_ms = entry.n, now
             return entry.n
-
-    # ----- retention ------------------------------------------------------------------
-    def prune_commit_ids(self, table_id: str, before_ms: int) -> int:
-        """See :meth:`StateStore.prune_commit_ids`; also applies :meth:`expire`."""
-        self._require_table_id(table_id)
-        d = self._dynamo
-        old = [it for it in d.query(f"list the commit ids of table {table_id}", "items",
-                                    "table_id = :t AND begins_with(sk, :c)", {":t": s(table_id), ":c": s("c#")})
-               if int(it["applied_ms"]["N"]) < before_ms]
-        d.batch_delete(f"prune commit ids of table {table_id}", "items",
-                       [{"table_id": it["table_id"], "sk": it["sk"]} for it in old])
-        prune_requests(d, table_id, before_ms)  # statestore.dynamodb.group_commit
-        self.expire(table_id)
-        return len(old)
-
-    def prune_history(self, table_id: str, now: int) -> int:
-        """See :meth:`StateStore.prune_history`: :meth:`expire` as at ``now``."""
-        return sum(self.expire(table_id, now_ms=now))
-
-    def expire(self, table_id: str, *, now_ms: Optional[int] = None) -> tuple[int, int]:
-        """Delete the table's transactions numbered at or below the newest snapshot's
-        minus :attr:`retention_margin`, and its snapshots but the newest, that are older
-        than :attr:`retention_seconds`, keeping what the table's history retention needs
-        (:mod:`statestore.dynamodb.history`): the newest snapshot made before the
-        retention began and every transaction from its number on (all of them while no
-        snapshot is that old). Returns (transactions, snapshots) deleted. Readers
-        holding an older state reload from the newest snapshot when they find the gap."""
-        now = _now_ms() if now_ms is None else now_ms
-        cutoff_ms = now - int(self.retention_seconds * 1000)
-        d = self._dynamo
-        pointers = snapshots.all_pointers(d, table_id)
-        if not pointers:
-            return 0, 0
-        newest = pointers[-1]
-        history_from = now - retention_ms(catalog_info(self._table_item(table_id)))
-        base = max((p.n for p in pointers if p.time_ms <= history_from), default=0)
-        what = f"expire the transactions of table {table_id}"
-        old_log = [it for it in d.query(what, "log", "table_id = :t AND n <= :n",
-                                        {":t": s(table_id), ":n": n(min(newest.n - self.retention_margin, base - 1))},
-                                        projection="table_id, n, time_ms, body_key")
-                   if int(it["time_ms"]["N"]) < cutoff_ms]
-        d.batch_delete(what, "log", [{"table_id": it["table_id"], "n": it["n"]} for it in old_log])
-        self._blobs.delete([it["body_key"]["S"] for it in old_log if "body_key" in it])
-        old_snaps = [p for p in pointers[:-1] if p.time_ms < cutoff_ms and p.n < base]
-        d.batch_delete(what, "snapshots", [{"table_id": s(table_id), "n": n(p.n)} for p in old_snaps])
-        self._blobs.delete([p.key for p in old_snaps])
-        return len(old_log), len(old_snaps)
 
 
 def open_dynamodb(*, region: str = "us-east-1", endpoint_url: Optional[str] = None, table_prefix: str = "sleeper-",

@@ -39,6 +39,11 @@ A run that deletes also forgets delete tombstones that no longer cover any row
 writes older than ``sleeper.table.write.idempotency.hours``
 (:mod:`statestore.client_writes`).
 
+With the orphan sweep, a run also sweeps the state store's own blobs
+(:meth:`~statestore.store.StateStore.sweep_blobs`: on DynamoDB, buffered bytes, large
+transaction bodies, snapshots and job records that no item names, left by a write whose
+outcome was unknown or a delete that failed) once older than the same grace.
+
 Offline tables are skipped. ``dry_run=True`` lists what would be deleted and changes
 nothing.
 """
@@ -79,6 +84,8 @@ class GCReport:
         table: the table's name.
         deleted: files deleted and forgotten by the state store.
         orphans_deleted: untracked objects deleted by the orphan sweep.
+        blobs_deleted: the state store's blobs that none of its items named, deleted
+            with the orphan sweep (:meth:`~statestore.store.StateStore.sweep_blobs`).
         dry_run: nothing was changed; the lists say what would have been deleted.
         skipped_reason: why the table was skipped (offline), else None.
         commits: ``DeleteFiles`` commits made.
@@ -93,6 +100,7 @@ class GCReport:
     table: str
     deleted: list[str] = field(default_factory=list)
     orphans_deleted: list[str] = field(default_factory=list)
+    blobs_deleted: list[str] = field(default_factory=list)
     dry_run: bool = False
     skipped_reason: Optional[str] = None
     commits: int = 0
@@ -110,6 +118,8 @@ class GCReport:
         verb = "would delete" if self.dry_run else "deleted"
         out = (f"{self.table}: {verb} {_files(len(self.deleted), 'unreferenced file')}"
                f" and {_files(len(self.orphans_deleted), 'orphan object')}")
+        if self.blobs_deleted:
+            out += f", {_files(len(self.blobs_deleted), 'state store blob')} nothing named"
         if self.refused:
             out += f", {len(self.refused)} refused by the state store"
         if self.tombstones_dropped:
@@ -240,6 +250,9 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
     if dry_run:
         report.deleted = state_store.unreferenced_files(table.table_id, before, limit=_DRY_RUN_LIMIT)
     else:
+        # first, so that a commit of this run that fails cannot keep old commit ids and the group
+        # commit's old requests and verdicts from being pruned
+        state_store.prune_commit_ids(table.table_id, now - COMMIT_ID_RETENTION_MS)
         seen: set[str] = set()
         while True:
             batch = [f for f in state_store.unreferenced_files(table.table_id, before, limit=batch_size)
@@ -251,7 +264,6 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
             _forget(state_store, table, batch, report)
             if progress is not None:
                 progress(len(batch))
-        state_store.prune_commit_ids(table.table_id, now - COMMIT_ID_RETENTION_MS)
         state_store.prune_client_writes(table.table_id, now - table.get_int(IDEMPOTENCY_HOURS) * 3_600_000)
         report.tombstones_dropped = drop_spent_tombstones(state_store, table, now)
         # after this run's own commits, so a drop already past the retention takes its keys out of the history
@@ -259,6 +271,8 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
     if orphans:
         report.orphans_deleted = sweep_orphans(state_store, objects, table, dry_run=dry_run, now_ms=now,
                                                progress=progress, threads=threads)
+        report.blobs_deleted = state_store.sweep_blobs(
+            table.table_id, older_than_ms=now - table.get_int(GRACE_PROPERTY) * 60_000, dry_run=dry_run)
     if explain:
         report.waiting = waiting(state_store, objects, table, now)
     return report

@@ -144,6 +144,21 @@ def test_reads_bound_by_entries_and_large_entries_round_trip(store: StateStore) 
     assert store.buffer_stats(tid).rows == 2
 
 
+def test_the_blob_sweep_never_takes_what_a_row_names(store: StateStore) -> None:
+    """sweep_blobs with a floor in the future deletes nothing a row names: the large
+    entry still buffered and the table's state read whole afterwards, records exact."""
+    import time
+
+    tid = new_table(store)
+    big = bytes(range(256)) * 2000  # 512 KB: behind a pointer on DynamoDB
+    seqs = [store.append_buffer(tid, big, 3), store.append_buffer(tid, big[::-1], 4)]
+    store.commit(tid, _refs("f"), buffer_seqs=seqs[:1])
+    assert store.sweep_blobs(tid, older_than_ms=int(time.time() * 1000) + 60_000) == []
+    assert [(e.seq, e.rows, e.data) for e in store.read_buffer(tid).entries] == [(seqs[1], 4, big[::-1])]
+    assert store.buffer_stats(tid).rows == 4
+    assert sum(r.record_count for r in store.load_state(tid).references.values()) == 10
+
+
 def test_writes_flushed_through_the_api_end_in_files_exactly_once(store: StateStore, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Table.write and Table.flush on each backend: 120 writes (more than a DynamoDB
     flush commit may remove, so several rounds there), every record queried once before
