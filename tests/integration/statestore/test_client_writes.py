@@ -129,3 +129,33 @@ def test_dynamodb_keyed_ingest_request_whose_reply_was_lost_queues_once(store: S
     assert retried.lost == 1
     assert earlier is not None and earlier.answer == write.answer  # its own first attempt, found
     assert sorted(r.request_id for r in store.list_ingest_requests(tid)) == ["r-0", "r-1", "r-2"]
+
+
+# ----- a key kept with a commit (deletes, ingests, exports, bulk imports: DESIGN.md section 12) -----
+def _delete(lo: int) -> Any:
+    from statestore import DeleteRecords, Range, Region
+    return DeleteRecords((Region((Range("key", lo, lo + 10),)),))
+
+
+def test_a_keyed_commit_applies_once_and_a_repeat_answers_its_first_number(store: StateStore) -> None:
+    tid = new_table(store)
+    store.commit(tid, _delete(0))  # tombstone 1, unkeyed
+    write = ClientWrite("erase-7", digest_of("delete", b"10..20"))
+    assert store.commit(tid, _delete(10), client_write=write) is True
+    assert store.commit(tid, _delete(10), client_write=write) is False  # the same request again
+    state = store.load_state(tid)
+    assert state.delete_count == 2 and sorted(state.tombstones) == [1, 2]
+    record = store.client_write(tid, "erase-7")
+    assert record is not None and record.seq == 2 and record.digest == write.digest
+
+
+def test_a_commit_key_reused_for_another_request_is_refused_and_applies_nothing(store: StateStore) -> None:
+    tid = new_table(store)
+    store.commit(tid, _delete(10), client_write=ClientWrite("erase-7", digest_of("delete", b"10..20")))
+    with pytest.raises(IdempotencyKeyReusedError, match="'erase-7' was already used for a different request"):
+        store.commit(tid, _delete(50), client_write=ClientWrite("erase-7", digest_of("delete", b"50..60")))
+    assert store.load_state(tid).delete_count == 1
+    # a buffered write with a key a commit holds is refused too: one key names one request
+    with pytest.raises(IdempotencyKeyReusedError):
+        store.append_buffer(tid, b"abc", 3, client_write=_write("erase-7", b"abc"))
+    assert store.buffer_stats(tid).entries == 0
