@@ -22,7 +22,8 @@ WHERE = click.option("--where", default=None, metavar="PREDICATE",
 @RANGE
 @WHERE
 @click.option("--request-id", default=None, metavar="ID",
-              help="An idempotency key: the same ID again adds no second delete.")
+              help="An idempotency key, kept with what the delete matches: the same delete again adds "
+                   "no second tombstone; the ID with another delete is refused.")
 @click.pass_context
 def delete(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tuple[tuple[str, str], ...],
            where: Optional[str], request_id: Optional[str]) -> None:
