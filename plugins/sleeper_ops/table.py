@@ -70,15 +70,19 @@ class Table:
 
     @_by_name
     def ingest(self, source: Sequence[str] | pa.Table | Iterable[pa.RecordBatch], *,
-               progress: Optional[Progress] = None, **options: Any) -> IngestResult:
-        """Ingest files (paths or s3:// URIs), an Arrow table, or conformed record batches."""
+               progress: Optional[Progress] = None, request_id: Optional[str] = None, **options: Any) -> IngestResult:
+        """Ingest files (paths or s3:// URIs), an Arrow table, or conformed record batches.
+        ``request_id`` is an idempotency key kept with a digest of the files' names and
+        sizes (or the Arrow table's content): sent again with the same input (an Airflow
+        retry after an unknown outcome), nothing is added and the first ingest's answer
+        comes back (``repeat``); with other input it is refused. See
+        :mod:`sleeper_ops.ingest.standard`."""
         from sleeper_ops.ingest.standard import IngestRunner
 
         runner = IngestRunner(self.sleeper.state_store, self.sleeper.objects, self.info, s3=self.sleeper.s3,
-                              **options)
+                              request_id=request_id, **options)
         if isinstance(source, pa.Table):
-            from sleeper_ops.io.inputs import conform
-            return runner.ingest_batches((conform(b, self.schema, "table") for b in source.to_batches()), progress)
+            return runner.ingest_table(source, progress)
         if isinstance(source, (list, tuple)) and all(isinstance(s, str) for s in source):
             return runner.ingest_files(list(source), progress)
         return runner.ingest_batches(source, progress)

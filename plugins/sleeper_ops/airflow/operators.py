@@ -51,26 +51,55 @@ def _as_bool(value: Union[bool, str, None]) -> bool:
     return bool(value)
 
 
+def task_request_id(context: Any) -> str:
+    """The idempotency key of a task's write: its DAG id, task id, run id (and map index
+    when mapped), the same for every try of the task instance; hashed when longer than
+    a key may be (:data:`~statestore.client_writes.MAX_KEY_LENGTH`)."""
+    import hashlib
+
+    from statestore.client_writes import MAX_KEY_LENGTH
+
+    ti = context["ti"]
+    mapped = getattr(ti, "map_index", -1)
+    key = f"airflow:{ti.dag_id}/{ti.task_id}/{context['run_id']}" + (f"/{mapped}" if mapped not in (None, -1) else "")
+    if len(key) > MAX_KEY_LENGTH or not key.isascii() or not key.isprintable():
+        key = "airflow:" + hashlib.sha256(key.encode()).hexdigest()
+    return key
+
+
 class SleeperIngestOperator(SleeperOperator):
     """Ingest ``files`` (Parquet, CSV, JSON Lines; local paths or ``s3://`` URIs) into the
     table in one commit: all of them or none. Returns the records and files written.
 
+    Every try of a task instance ingests under one idempotency key (``request_id``,
+    default :func:`task_request_id`: DAG id, task id, run id), kept with the files'
+    names and sizes: a retry after ``CommitOutcomeUnknownError`` or a worker killed
+    after the commit adds nothing and answers the first ingest; the same key with other
+    files (the DAG changed them between tries) fails the task in one line.
+
     Args:
         files: the files (templated: a list of templates, or one template rendering a path).
+        request_id: the idempotency key (templated); default: the task instance's.
     """
 
-    template_fields: Sequence[str] = ("table", "files")
+    template_fields: Sequence[str] = ("table", "files", "request_id")
 
-    def __init__(self, *, files: Union[str, Sequence[str]], **kwargs: Any) -> None:
+    def __init__(self, *, files: Union[str, Sequence[str]], request_id: Optional[str] = None, **kwargs: Any) -> None:
         super().__init__(**with_commit_outlets(kwargs))
         self.files = files
+        self.request_id = request_id
 
     def execute(self, context: Any) -> dict[str, Any]:
         files = [self.files] if isinstance(self.files, str) else list(self.files)
         if not files:
             raise ConfigError(f"nothing to ingest into {self.table}: no files given")
+        key = self.request_id or task_request_id(context)
         with self.hook.get_conn() as sleeper:
-            result = sleeper.table(self.table).ingest(files)
+            result = sleeper.table(self.table).ingest(files, request_id=key)
+            if result.repeat:
+                log.info("%s: a repeat of request id %s: job %s ingested these files already (%d records); "
+                         "nothing more stored", self.table, key, result.job_id, result.records)
+                return {"records": result.records, "files": [], "seconds": 0.0, "repeat": True, "job_id": result.job_id}
             extra = commit_extra(sleeper, self.table, files=len(result.files), rows=result.records,
                                  key_range=key_range_of(sleeper, self.table, result.files))
             self.lineage = note(sleeper, self.table, inputs=files, rows=result.records, files=len(result.files))

@@ -74,25 +74,33 @@ def cli(ctx: click.Context, home: str) -> None:
 
 
 # ----- data ----------------------------------------------------------------------------
-@cli.command()
-@click.argument("table_name", metavar="TABLE")
-@click.argument("files", nargs=-1, required=True)
-@click.pass_context
-def ingest(ctx: click.Context, table_name: str, files: tuple[str, ...]) -> None:
-    """Ingest Parquet, CSV or JSON Lines FILES (local paths or s3:// URIs)."""
-    from sleeper_ops.cli.support import record_progress
-
-    t = _sleeper(ctx).table(table_name)
-    with record_progress(f"ingest {table_name}") as progress:
-        r = t.ingest(list(files), progress=progress)
-    click.echo(f"ingested {r.records:,} records into {len(r.files)} files in {r.seconds:.2f}s "
-               f"({r.rows_per_second:,.0f} records/s)")
-
-
 _REQUEST_ID = click.option(
     "--request-id", default=None, metavar="ID",
     help="An idempotency key: run again with the same ID and input (e.g. after a timeout), nothing more is stored "
-         "and the first answer is printed (within sleeper.table.write.idempotency.hours).")
+         "and the first answer is printed (within sleeper.table.write.idempotency.hours); the ID with other input "
+         "is refused. Without it the command takes one of its own, so its own retries never write twice.")
+
+
+@cli.command()
+@click.argument("table_name", metavar="TABLE")
+@click.argument("files", nargs=-1, required=True)
+@_REQUEST_ID
+@click.pass_context
+def ingest(ctx: click.Context, table_name: str, files: tuple[str, ...], request_id: Optional[str]) -> None:
+    """Ingest Parquet, CSV or JSON Lines FILES (local paths or s3:// URIs) in one commit.
+    With --request-id the ID is kept with the files' names and sizes."""
+    from sleeper_ops.cli.support import record_progress, request_id_of
+
+    t = _sleeper(ctx).table(table_name)
+    key = request_id_of(request_id, "ingest")
+    with record_progress(f"ingest {table_name}") as progress:
+        r = t.ingest(list(files), progress=progress, request_id=key)
+    if r.repeat:
+        click.echo(f"already ingested (a repeat of request id {key}): {r.records:,} records by job {r.job_id}; "
+                   "nothing more stored")
+        return
+    click.echo(f"ingested {r.records:,} records into {len(r.files)} files in {r.seconds:.2f}s "
+               f"({r.rows_per_second:,.0f} records/s)")
 
 
 @cli.command()
@@ -103,7 +111,9 @@ _REQUEST_ID = click.option(
 def write(ctx: click.Context, table_name: str, files: tuple[str, ...], request_id: Optional[str]) -> None:
     """Write the records of Parquet, CSV or JSON Lines FILES into TABLE's write buffer,
     as one write: durable when this returns, all or nothing. A full buffer exits 75."""
-    r = _sleeper(ctx).table(table_name).write_files(list(files), request_id=request_id)
+    from sleeper_ops.cli.support import request_id_of
+
+    r = _sleeper(ctx).table(table_name).write_files(list(files), request_id=request_id_of(request_id, "write"))
     click.echo(f"wrote {r.records:,} records to the buffer of {table_name} (sequence number {r.seq}) "
                f"in {r.seconds * 1000:.1f} ms")
 
@@ -330,9 +340,11 @@ def ingest_request(ctx: click.Context, table_name: str, files: tuple[str, ...], 
 
     Every file must exist and be Parquet, CSV or JSON Lines, or nothing is queued.
     """
+    from sleeper_ops.cli.support import request_id_of
     from sleeper_ops.ingest.batcher import submit_ingest_requests
 
-    requests = submit_ingest_requests(_sleeper(ctx), table_name, list(files), request_id=request_id)
+    requests = submit_ingest_requests(_sleeper(ctx), table_name, list(files),
+                                      request_id=request_id_of(request_id, "ingest-request"))
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in requests]))
         return

@@ -30,6 +30,8 @@ def delete(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: t
     """Delete the records with a --key or in a --range (and matching --where) written
     before this command: one commit, hidden from every read at once, purged from files
     by compaction within sleeper.table.delete.purge.hours."""
+    from sleeper_ops.cli.support import request_id_of
+
     t = _sleeper(ctx).table(table_name)
     ks, rs = parse_selection(t, keys, ranges)
-    click.echo(t.delete(keys=ks, ranges=rs, where=where, request_id=request_id).summary())
+    click.echo(t.delete(keys=ks, ranges=rs, where=where, request_id=request_id_of(request_id, "delete")).summary())

@@ -7,6 +7,7 @@ import binascii
 import contextlib
 import os
 import sys
+import uuid
 from typing import Any, Callable, Iterator, Optional
 
 from statestore.errors import SchemaError
@@ -14,6 +15,15 @@ from statestore.schema import Schema, key_from_json
 
 #: OpenBLAS's environment variable for the size of its thread pool
 BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+
+
+def request_id_of(given: Optional[str], command: str) -> str:
+    """The idempotency key of a write command: ``--request-id``, or one of this
+    invocation (DESIGN.md section 12), so a retry inside the command (botocore's, a
+    PostgreSQL commit whose reply was lost) finds its own first try and answers success
+    instead of raising or writing twice. It is kept like a given key
+    (``sleeper.table.write.idempotency.hours``)."""
+    return given if given is not None else f"cli-{command}-{uuid.uuid4().hex}"
 
 
 def import_arrow() -> None:
