@@ -311,6 +311,14 @@ class StateStore(abc.ABC):
         """The remembered write of key ``request_id`` to the table, or None."""
         return None
 
+    def claim_client_write(self, table_id: str, write: ClientWrite) -> Optional[ClientWriteRecord]:
+        """Record ``write``'s key alone, atomically, for a write whose commit point is not
+        in the state store (an export's manifest): None when this call recorded it, else
+        the first record of the key (:class:`~statestore.client_writes.IdempotencyKeyReusedError`
+        for another digest). Every backend records a key in the same atomic step as the
+        ingest requests it queues, so queuing none records the key alone."""
+        return self.add_ingest_requests(table_id, (), client_write=write)
+
     def prune_client_writes(self, table_id: str, before_ms: int) -> int:
         """Forget the keys of client writes stored before ``before_ms``; returns how many."""
         return 0

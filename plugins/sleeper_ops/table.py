@@ -236,11 +236,14 @@ class Table:
         check_export(info.schema, lo, hi, where, export_key)  # before the destination is made
         options = {} if runner == "local" else {"config": self.sleeper.config, "table": info.name}
         writer = load_leaves_writer(runner, **options)
+        from sleeper_ops.maintenance.leases import OperationLease
+
         holder = run_id or f"export-{os.getpid()}-{id(self)}"
-        return export_table(self.sleeper.state_store, self._shared_runner(()), info,
+        store = self.sleeper.state_store
+        return export_table(store, self._shared_runner(()), info,
                             ObjectStore(destination, self.sleeper.s3), lo=lo, hi=hi, where=where,
                             export_key=export_key, buffer=buffer, run_id=run_id, write_leaves=writer,
-                            lease=lambda op: self.exclusive(op, holder))
+                            lease=lambda name: OperationLease(store, name, holder))
 
     # ----- maintenance ----------------------------------------------------------------
     def _fresh(self) -> TableInfo:

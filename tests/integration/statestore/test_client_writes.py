@@ -159,3 +159,15 @@ def test_a_commit_key_reused_for_another_request_is_refused_and_applies_nothing(
     with pytest.raises(IdempotencyKeyReusedError):
         store.append_buffer(tid, b"abc", 3, client_write=_write("erase-7", b"abc"))
     assert store.buffer_stats(tid).entries == 0
+
+
+def test_a_claimed_key_is_kept_alone_and_answers_its_first_claim(store: StateStore) -> None:
+    """A write whose commit point is not in the state store (an export) keeps its key alone."""
+    tid = new_table(store)
+    first = ClientWrite("daily", digest_of("export", b"s3://a"), answer="s3://a")
+    assert store.claim_client_write(tid, first) is None
+    again = store.claim_client_write(tid, first)
+    assert again is not None and again.answer == "s3://a"
+    with pytest.raises(IdempotencyKeyReusedError, match="'daily'"):
+        store.claim_client_write(tid, ClientWrite("daily", digest_of("export", b"s3://b"), answer="s3://b"))
+    assert store.list_ingest_requests(tid) == []
