@@ -102,7 +102,7 @@ class Table:
 
         if self.sleeper.config is None:
             raise ConfigError("bulk import needs a Sleeper opened from a configuration (home or config)")
-        done = self.already_imported(import_key)
+        done = self.already_imported(import_key, sources)
         if done is not None:  # answered before Spark starts
             return done
         expand_sources(list(sources), self.sleeper.s3)  # a bad source fails here, before Spark starts
@@ -110,12 +110,14 @@ class Table:
         return submit(self.sleeper.config, self._fresh(), list(sources), import_key=import_key, run_id=run_id,
                       **options)
 
-    def already_imported(self, import_key: Optional[str]) -> Any:
+    def already_imported(self, import_key: Optional[str], sources: Optional[Sequence[str]] = None) -> Any:
         """The ``already imported`` :class:`~sleeper_ops.bulk_import.job.BulkImportResult`
-        when a bulk import of ``import_key`` into this table has committed, else None."""
+        when a bulk import of ``import_key`` into this table has committed, else None;
+        with ``sources``, IdempotencyKeyReusedError when the key was kept for others."""
         from sleeper_ops.bulk_import.job import already_imported
 
-        return already_imported(self.sleeper.state_store, self.info, import_key)
+        return already_imported(self.sleeper.state_store, self.info, import_key,
+                                None if sources is None else list(sources))
 
     def query_runner(self, threads: int = 4, iterators: Sequence[Any] = ()) -> QueryRunner:
         """A reusable runner with the table's current properties (iterators included),

@@ -160,7 +160,7 @@ def bulk_import(ctx: click.Context, table_name: Optional[str], sources: tuple[st
     if table_name is None or not sources:
         raise click.UsageError("give TABLE and SOURCES (or --package DEST)")
     t = _sleeper(ctx).table(table_name)
-    done = t.already_imported(import_key)
+    done = t.already_imported(import_key, list(sources))
     if done is not None:  # said before Spark starts
         click.echo(done.summary())
         return
