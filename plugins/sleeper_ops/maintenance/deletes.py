@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -94,13 +95,15 @@ def delete_records(state_store: StateStore, table: TableInfo, *, keys: Sequence[
     SQL predicate on any fields) committed before this call, in one commit."""
     regions = delete_regions(table.schema, keys, ranges)
     where = check_where(table.schema, where)
-    write = None if request_id is None else ClientWrite(check_key(request_id), delete_digest(regions, where))
+    # the answer names this call, so a retry of its own commit (a lost reply) is told from a repeat
+    write = None if request_id is None else ClientWrite(check_key(request_id), delete_digest(regions, where),
+                                                         answer=uuid.uuid4().hex)
     seq = state_store.buffer_high_water(table.table_id)
-    applied = state_store.commit(table.table_id, DeleteRecords(regions, where, seq), client_write=write)
+    state_store.commit(table.table_id, DeleteRecords(regions, where, seq), client_write=write)
     if write is not None:  # the key's record holds the tombstone number of its first delete
         record = state_store.client_write(table.table_id, write.request_id)
         if record is not None:
-            return DeleteResult(record.seq, seq, regions, where, repeat=not applied)
+            return DeleteResult(record.seq, seq, regions, where, repeat=record.answer != write.answer)
     # the newest tombstone of this content is ours (another delete may have followed)
     count, live = state_store.tombstones(table.table_id)
     mine = [t.number for t in live if t.regions == regions and t.where == where and t.buffer_seq == seq]
