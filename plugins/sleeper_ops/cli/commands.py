@@ -15,6 +15,7 @@ from typing import Any, Optional
 import click
 
 from sleeper_ops.cli.lazy import LazyGroup
+from sleeper_ops.cli.support import REQUEST_ID
 from sleeper_ops.cli.support import open_sleeper as _sleeper
 from statestore.errors import BufferFullError, SleeperError
 
@@ -74,17 +75,10 @@ def cli(ctx: click.Context, home: str) -> None:
 
 
 # ----- data ----------------------------------------------------------------------------
-_REQUEST_ID = click.option(
-    "--request-id", default=None, metavar="ID",
-    help="An idempotency key: run again with the same ID and input (e.g. after a timeout), nothing more is stored "
-         "and the first answer is printed (within sleeper.table.write.idempotency.hours); the ID with other input "
-         "is refused. Without it the command takes one of its own, so its own retries never write twice.")
-
-
 @cli.command()
 @click.argument("table_name", metavar="TABLE")
 @click.argument("files", nargs=-1, required=True)
-@_REQUEST_ID
+@REQUEST_ID
 @click.pass_context
 def ingest(ctx: click.Context, table_name: str, files: tuple[str, ...], request_id: Optional[str]) -> None:
     """Ingest Parquet, CSV or JSON Lines FILES (local paths or s3:// URIs) in one commit.
@@ -106,7 +100,7 @@ def ingest(ctx: click.Context, table_name: str, files: tuple[str, ...], request_
 @cli.command()
 @click.argument("table_name", metavar="TABLE")
 @click.argument("files", nargs=-1, required=True)
-@_REQUEST_ID
+@REQUEST_ID
 @click.pass_context
 def write(ctx: click.Context, table_name: str, files: tuple[str, ...], request_id: Optional[str]) -> None:
     """Write the records of Parquet, CSV or JSON Lines FILES into TABLE's write buffer,
@@ -332,7 +326,7 @@ def demo(ctx: click.Context, rows: int, batches: int, table_name: str) -> None:
 @click.argument("table_name", metavar="TABLE")
 @click.argument("files", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the queued requests as JSON.")
-@_REQUEST_ID
+@REQUEST_ID
 @click.pass_context
 def ingest_request(ctx: click.Context, table_name: str, files: tuple[str, ...], as_json: bool,
                    request_id: Optional[str]) -> None:

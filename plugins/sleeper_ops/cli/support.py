@@ -10,11 +10,21 @@ import sys
 import uuid
 from typing import Any, Callable, Iterator, Optional
 
+import click
+
 from statestore.errors import SchemaError
 from statestore.schema import Schema, key_from_json
 
 #: OpenBLAS's environment variable for the size of its thread pool
 BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+
+
+#: the ``--request-id`` option of every write command
+REQUEST_ID = click.option(
+    "--request-id", default=None, metavar="ID",
+    help="An idempotency key: run again with the same ID and input (e.g. after a timeout), nothing more is stored "
+         "and the first answer is printed (within sleeper.table.write.idempotency.hours); the ID with other input "
+         "is refused. Without it the command takes one of its own, so its own retries never write twice.")
 
 
 def request_id_of(given: Optional[str], command: str) -> str:

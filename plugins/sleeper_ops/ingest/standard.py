@@ -42,7 +42,6 @@ No record is lost or duplicated at the seams (DESIGN.md section 10):
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import shutil
 import tempfile
@@ -59,11 +58,12 @@ from sleeper_ops.engine.leaves import leaf_indices_sliced, sorted_rows
 from sleeper_ops.engine.merge import merge_sorted
 from sleeper_ops.errors import IngestError
 from sleeper_ops.heartbeat import Heartbeat
+from sleeper_ops.ingest.digests import arrow_digest, files_digest
 from sleeper_ops.io.datafile import ParquetSettings, WrittenFile, new_data_key, sketch_key, write_data_file
 from sleeper_ops.io.inputs import check_readable, read_batches
 from sleeper_ops.io.storage import ObjectStore, S3Options
 from statestore.catalog import TableInfo
-from statestore.client_writes import ClientWrite, check_key, digest_of
+from statestore.client_writes import ClientWrite, check_key
 from statestore.errors import CommitConflictError, TransactionError
 from statestore.files import FileReference
 from statestore.jobs import JobRecord
@@ -89,19 +89,6 @@ class IngestResult:
     @property
     def rows_per_second(self) -> float:
         return self.records / self.seconds if self.seconds else 0.0
-
-
-def files_digest(located: Sequence[tuple[str, int]]) -> str:
-    """The digest of an ingest of files: each one's name and size, in order."""
-    return digest_of("ingest-files", *(f"{name}\0{size}".encode() for name, size in located))
-
-
-def arrow_digest(table: pa.Table) -> str:
-    """The digest of an ingest of an Arrow table: its schema and every batch's bytes."""
-    h = hashlib.sha256(table.schema.serialize().to_pybytes())
-    for b in table.to_batches():
-        h.update(b.serialize())
-    return digest_of("ingest-arrow", h.digest())
 
 
 def _sliced(batches: Iterable[pa.RecordBatch], most: int) -> Iterable[pa.RecordBatch]:
