@@ -171,3 +171,32 @@ def test_a_claimed_key_is_kept_alone_and_answers_its_first_claim(store: StateSto
     with pytest.raises(IdempotencyKeyReusedError, match="'daily'"):
         store.claim_client_write(tid, ClientWrite("daily", digest_of("export", b"s3://b"), answer="s3://b"))
     assert store.list_ingest_requests(tid) == []
+
+
+def test_keyed_commits_racing_with_one_key_apply_once(store: StateStore) -> None:
+    """Four committers send one key at once, two requests: one applies; the others of its
+    request answer False, those of the other request are refused (PostgreSQL: the key's
+    read and insert in one serializable commit; DynamoDB: the key item's condition)."""
+    import threading
+
+    tid = new_table(store)
+    writes = [ClientWrite("race", digest_of("delete", b"a")), ClientWrite("race", digest_of("delete", b"b"))]
+    outcomes: list[object] = []
+    barrier = threading.Barrier(4)
+
+    def go(i: int) -> None:
+        barrier.wait(10)
+        try:
+            outcomes.append((i % 2, store.commit(tid, _delete(10 * (i % 2)), client_write=writes[i % 2])))
+        except IdempotencyKeyReusedError:
+            outcomes.append((i % 2, "refused"))
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert store.load_state(tid).delete_count == 1
+    winner = next(w for w, o in outcomes if o is True)
+    assert sorted(o for w, o in outcomes if w == winner) == [False, True]  # type: ignore[type-var]
+    assert [o for w, o in outcomes if w != winner] == ["refused", "refused"]
