@@ -34,7 +34,7 @@ from sleeper_ops.airflow.assets import (  # noqa: F401 - table_asset and commits
 )
 from sleeper_ops.airflow.hook import SleeperHook
 from sleeper_ops.airflow.lineage import compaction_lineage, jobs_lineage, note
-from sleeper_ops.airflow.operator_base import SleeperOperator, _SleeperMixin
+from sleeper_ops.airflow.operator_base import SleeperOperator, _SleeperMixin, task_request_id
 from sleeper_ops.airflow.spark_operators import (  # noqa: F401 - the Spark operators are public here too
     JOBS_FROM_CREATE_JOBS,
     SleeperBulkImportOperator,
@@ -49,22 +49,6 @@ def _as_bool(value: Union[bool, str, None]) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("true", "1", "yes")
     return bool(value)
-
-
-def task_request_id(context: Any) -> str:
-    """The idempotency key of a task's write: its DAG id, task id, run id (and map index
-    when mapped), the same for every try of the task instance; hashed when longer than
-    a key may be (:data:`~statestore.client_writes.MAX_KEY_LENGTH`)."""
-    import hashlib
-
-    from statestore.client_writes import MAX_KEY_LENGTH
-
-    ti = context["ti"]
-    mapped = getattr(ti, "map_index", -1)
-    key = f"airflow:{ti.dag_id}/{ti.task_id}/{context['run_id']}" + (f"/{mapped}" if mapped not in (None, -1) else "")
-    if len(key) > MAX_KEY_LENGTH or not key.isascii() or not key.isprintable():
-        key = "airflow:" + hashlib.sha256(key.encode()).hexdigest()
-    return key
 
 
 class SleeperIngestOperator(SleeperOperator):
