@@ -225,6 +225,9 @@ class IngestRunner:
                 first = self._commit(refs, attempt, result.records, written, write)
                 if first is not None:
                     return first
+            else:  # no records: nothing to commit; the record saved before reading ends final
+                done = attempt.record.finished(result.records, 0).committed()
+                self.state_store.put_job(replace(done, reason="no records: nothing committed"))
             result.files = refs
             result.job_id = attempt.record.job_id if attempt.saved or attempt.given else None
         finally:

@@ -147,3 +147,12 @@ def test_an_ingest_saves_its_job_record_before_it_reads_its_first_input(t: Any, 
     t.ingest(batches())
     assert [(j.status, j.outputs) for j in seen] == [("started", ())]
     assert [j.status for j in t.jobs("ingest")] == ["committed"]
+
+
+def test_an_ingest_of_no_records_leaves_no_unfinished_job(t: Any) -> None:
+    """Its record, saved before the input was read, ends final (an unfinished one would
+    hold every later tombstone)."""
+    result = t.ingest(pa.table({"key": pa.array([], pa.string()), "v": pa.array([], pa.string())}))
+    assert result.records == 0 and result.files == []
+    assert [(j.status, j.rows_written, j.outputs) for j in t.jobs("ingest")] == [("committed", 0, ())]
+    assert t.state().files == {}
