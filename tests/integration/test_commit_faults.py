@@ -151,3 +151,34 @@ def test_a_cli_write_without_a_request_id_through_a_lost_reply_finds_its_own_fir
     else:
         assert "queued 1 ingest requests" in out
         assert len(sleeper.state_store.list_ingest_requests(t.info.table_id)) == 1
+
+
+@pytest.mark.parametrize("after", [True, False], ids=["lost-after-commit", "cut-before-commit"])
+def test_an_ingest_whose_outcome_stayed_unknown_retried_with_its_request_id_adds_every_record_once(
+        pg_dsn, tmp_path, after: bool) -> None:
+    """Issue 33 finding 7 on PostgreSQL: the store stays out of reach past the commit
+    (CommitOutcomeUnknownError); the task's retry, in a new process with the same
+    request id, adds nothing if the commit applied and everything if it did not."""
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "in.parquet"
+    pq.write_table(_rows(1000), path)
+    proxy, dsn = CommitDroppingProxy.for_dsn(pg_dsn)
+    store = PostgresStateStore(dsn, connect_timeout=1.0)
+    store.outcome_timeout_seconds = 1.0
+    objects = ObjectStore(str(tmp_path / "data"))
+    sleeper = Sleeper(state_store=store, objects=objects)
+    try:
+        t = sleeper.create_table("t", SCHEMA, split_points=[500])
+        proxy.arm(after=after, dark=True)
+        with pytest.raises(CommitOutcomeUnknownError):
+            t.ingest([str(path)], request_id="airflow:load/ingest/run-1")
+        assert proxy.drops == 1
+    finally:
+        sleeper.close()
+        proxy.close()
+    with Sleeper(state_store=PostgresStateStore(pg_dsn), objects=objects) as again:
+        retried = again.table("t").ingest([str(path)], request_id="airflow:load/ingest/run-1")
+        assert retried.repeat is after
+        assert _read_all(again) == 1000 and _count(again) == 1000  # every record exactly once
+        assert [j.status for j in again.table("t").jobs("ingest")].count("committed") == 1
