@@ -202,10 +202,16 @@ class IngestRunner:
             if earlier is not None:
                 return earlier
         result = IngestResult()
-        horizon = (self.delete_horizon if self.delete_horizon is not None
-                   else self.state_store.tombstones(self.table.table_id)[0])
+        # on record before the delete count is read: a delete committed after the read covers
+        # the files; one committed before it is held while this job is unfinished
         attempt = _Attempt(self.state_store, self.table, self.job, self.run_id)
-        tree = PartitionTree(self.state_store.partitions(self.table.table_id))
+        try:
+            horizon = (self.delete_horizon if self.delete_horizon is not None
+                       else self.state_store.tombstones(self.table.table_id)[0])
+            tree = PartitionTree(self.state_store.partitions(self.table.table_id))
+        except BaseException as e:
+            attempt.fail(f"{type(e).__name__}: {e}")
+            raise
         written: list[tuple[str, WrittenFile]] = []
         spill_root = tempfile.mkdtemp(prefix="sleeper-ingest-", dir=self.spill_dir)
         beating = Heartbeat(self.state_store, self.table, [attempt.record.job_id]).start()

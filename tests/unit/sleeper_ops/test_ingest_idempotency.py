@@ -156,3 +156,21 @@ def test_an_ingest_of_no_records_leaves_no_unfinished_job(t: Any) -> None:
     assert result.records == 0 and result.files == []
     assert [(j.status, j.rows_written, j.outputs) for j in t.jobs("ingest")] == [("committed", 0, ())]
     assert t.state().files == {}
+
+
+def test_an_ingest_is_on_record_before_it_reads_the_delete_count_its_files_carry(
+        t: Any, sleeper: Sleeper, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delete committed after the ingest read the count covers the ingest's files; one
+    committed before the record existed would be dropped by GC as covering no running
+    job, and its records would come back with the ingest's commit."""
+    store = sleeper.state_store
+    real = store.tombstones
+    seen: list[list[str]] = []
+
+    def tombstones(table_id: str) -> Any:
+        seen.append([j.status for j in store.list_jobs(table_id, kind="ingest")])
+        return real(table_id)
+
+    monkeypatch.setattr(store, "tombstones", tombstones)
+    t.ingest(pa.table({"key": ["a"], "v": ["1"]}))
+    assert seen and seen[0] == ["started"]
