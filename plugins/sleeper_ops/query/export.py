@@ -76,7 +76,8 @@ RUNNERS = ("local", "spark")
 LEAF_WRITERS: dict[str, str] = {"spark": "sleeper_ops.spark.export:write_leaves"}
 #: How many times the plan is taken again when a commit lands while it is being taken.
 PLAN_ATTEMPTS = 5
-_PART = re.compile(r"^part-\d{5}-.+\.parquet$")
+#: a part file an export writes: ``part-<index>-<leaf id>.parquet``, or a task attempt's
+_PART = re.compile(r"^part-\d{5}-(?P<leaf>.+?)(?:\.attempt-[0-9A-Za-z]+)?\.parquet$")
 
 
 class ExportError(QueryError):
@@ -213,7 +214,7 @@ def export_table(state_store: StateStore, runner: QueryRunner, table: TableInfo,
             state_store.put_job(rec.failed(f"{type(e).__name__}: {e}"))
             raise
         state_store.put_job(rec.finished(manifest.rows, manifest.rows, dest.uri_of("_manifest.json")).committed())
-        _delete_leftovers(dest, manifest)
+        _delete_leftovers(dest, manifest, {p.id for p in state_store.partitions(table.table_id)})
         return ExportResult(dest.uri, manifest, True)
 
 
@@ -299,13 +300,16 @@ def load_leaves_writer(runner: str, **options: Any) -> Optional[LeavesWriter]:
     return made
 
 
-def _delete_leftovers(dest: ObjectStore, manifest: ExportManifest) -> None:
-    """Delete the part files earlier or losing attempts left in ``dest`` (named like
-    ours, with or without an attempt tag, and not in the committed manifest; the
-    destination holds this export only, under its lease)."""
+def _delete_leftovers(dest: ObjectStore, manifest: ExportManifest, partition_ids: set[str]) -> None:
+    """Delete the part files earlier or losing attempts left in ``dest``: named as an
+    export of this table names them (``part-<index>-<partition id>``, with or without an
+    attempt tag) and not in the committed manifest. The destination holds this export
+    only, under its lease; files of any other name (another tool's ``part-...`` files)
+    are left alone."""
     kept = {f.key for f in manifest.files}
     for o in list(dest.list("")):
-        if o.key not in kept and "/" not in o.key and _PART.match(o.key):
+        m = _PART.match(o.key) if "/" not in o.key else None
+        if o.key not in kept and m is not None and m["leaf"] in partition_ids:
             dest.delete(o.key)
 
 

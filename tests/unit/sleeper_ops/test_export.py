@@ -218,3 +218,15 @@ def test_concurrent_exports_of_two_tables_to_one_destination_are_refused(t, tmp_
     assert refused and "\n" not in refused[0]
     assert sorted(p.name for p in dest.iterdir()) == sorted([MANIFEST, *(f.key for f in m.files)])
     assert rows_of(ObjectStore(str(dest)), m).num_rows == t.query(ranges=[(0, None)]).num_rows == 438
+
+
+def test_leftovers_deleted_are_only_part_files_an_export_of_the_table_names(t, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "part-00000-0f1e-c000.snappy.parquet").write_bytes(b"another tool's file")
+    leaf = sorted(p.id for p in t.state().partitions.values() if p.is_leaf)[0]
+    (dest / f"part-00009-{leaf}.attempt-77.parquet").write_bytes(b"a killed attempt's")
+    (dest / f"part-00009-{leaf}.parquet").write_bytes(b"a killed run's")
+    m = t.export(str(dest)).manifest
+    assert sorted(p.name for p in dest.iterdir()) == sorted(
+        [MANIFEST, "part-00000-0f1e-c000.snappy.parquet", *(f.key for f in m.files)])
