@@ -15,9 +15,9 @@ from typing import Any, Optional
 import click
 
 from sleeper_ops.cli.lazy import LazyGroup
-from sleeper_ops.cli.support import REQUEST_ID
+from sleeper_ops.cli.support import REQUEST_ID, unknown_outcome_hint
 from sleeper_ops.cli.support import open_sleeper as _sleeper
-from statestore.errors import BufferFullError, SleeperError
+from statestore.errors import BufferFullError, SleeperError, StateStoreUnavailableError
 
 #: the exit code of a write refused because the buffer is full (EX_TEMPFAIL: try again later)
 EXIT_BUFFER_FULL = 75
@@ -388,6 +388,7 @@ def main(argv: Optional[list[str]] = None) -> Any:
 
 
 def _main(argv: Optional[list[str]]) -> Any:
+    unknown_outcome_hint(start=True)
     try:
         return cli.main(args=argv, prog_name="sleeper", standalone_mode=False)
     except click.exceptions.Abort:
@@ -399,6 +400,8 @@ def _main(argv: Optional[list[str]]) -> Any:
         _fail(e.format_message() + hint, e.exit_code)
     except BufferFullError as e:
         _fail(str(e), EXIT_BUFFER_FULL)
+    except StateStoreUnavailableError as e:  # a write's outcome may be unknown
+        _fail(str(e) + unknown_outcome_hint())
     except SleeperError as e:
         _fail(str(e))
     except (OSError, ValueError) as e:
