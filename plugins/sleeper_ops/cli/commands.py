@@ -127,7 +127,8 @@ def flush(ctx: click.Context, table_name: str) -> None:
 @click.argument("table_name", metavar="TABLE", required=False)
 @click.argument("sources", nargs=-1)
 @click.option("--import-key", default=None,
-              help="Imports of the same key add their records once (default: a fresh key).")
+              help="Imports of the same key and sources add their records once; the key with other sources "
+                   "is refused (default: a key of this invocation).")
 @click.option("--package", "package", metavar="DEST", default=None,
               help="Instead of importing: put the EMR Serverless job's entry point, library (sleeper.zip) and "
                    "secret-free configuration under DEST (s3://bucket/prefix or a directory).")
@@ -153,6 +154,9 @@ def bulk_import(ctx: click.Context, table_name: Optional[str], sources: tuple[st
         return
     if table_name is None or not sources:
         raise click.UsageError("give TABLE and SOURCES (or --package DEST)")
+    from sleeper_ops.cli.support import request_id_of
+
+    import_key = request_id_of(import_key, "bulk-import")  # one per invocation: a resubmission imports once
     t = _sleeper(ctx).table(table_name)
     done = t.already_imported(import_key, list(sources))
     if done is not None:  # said before Spark starts

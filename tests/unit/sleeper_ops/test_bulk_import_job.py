@@ -183,3 +183,26 @@ def test_an_import_racing_another_of_its_key_with_other_sources_is_refused_at_it
                     import_key="k")
     assert _keys(t) == list(range(3000))
     assert {o.key for o in sleeper.objects.list(t.info.table_id) if o.key.endswith(".parquet")} == set(t.state().files)
+
+
+def test_a_cli_bulk_import_without_a_key_imports_under_a_key_of_its_invocation(sleeper, inputs, monkeypatch, capsys):
+    """The key reaches the job (and every resubmission of it: a Spark service or EMR
+    retry imports once), and an invocation's key is its own."""
+    import types
+
+    from sleeper_ops.table import Table
+    from tests.unit.sleeper_ops.cli_runner import run_cli
+
+    sleeper.create_table("t", SCHEMA)
+    keys: list[object] = []
+
+    def fake_import(self, sources, *, import_key=None, **kw):  # type: ignore[no-untyped-def]
+        keys.append(import_key)
+        return types.SimpleNamespace(summary=lambda: "imported")
+
+    monkeypatch.setattr(Table, "bulk_import", fake_import)
+    for _ in range(2):
+        code, out, err = run_cli(sleeper, monkeypatch, capsys, "bulk-import", "t", str(inputs))
+        assert code == 0, err
+    assert all(isinstance(k, str) and k.startswith("cli-bulk-import-") for k in keys), keys
+    assert len(set(keys)) == 2
