@@ -18,8 +18,9 @@ and writes, in one TransactWriteItems:
 6. with ``client_write=``: the client's key item ``w#<key>`` with its request's digest,
    conditional on the key not being held (:mod:`statestore.dynamodb.client_writes`): when
    it is, the transaction is cancelled and the next try's read of the key answers (the
-   first result for the same digest, IdempotencyKeyReusedError for another). A keyed
-   commit is always a single commit, never a group commit's request.
+   first result for the same digest, IdempotencyKeyReusedError for another). Through
+   group commit, the leader reads the key item with the request's other items and
+   writes it in the batch (:mod:`statestore.dynamodb.group_commit`).
 
 So the data and the bookkeeping apply together or not at all, in at most 5 items plus a
 flush's entries.

@@ -132,7 +132,7 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
                             buffer_seqs=tuple(buffer_seqs), client_write=client_write)
         encoded: Optional[EncodedTransaction] = None
         job_encoded = None if job is None else encode_job(self._blobs, job)
-        if self.group_commit and not buffer_seqs and client_write is None:  # a keyed commit: commits.py item 6
+        if self.group_commit and not buffer_seqs:
             encoded = EncodedTransaction.of(table_id, transaction, self._blobs)
             if pending_size(encoded, job_encoded) <= MAX_PENDING_BYTES:
                 def others_pending() -> bool:
