@@ -1,11 +1,12 @@
-"""What a commit records besides its data (``StateStore.commit``'s ``commit_id``, ``job``
-and ``ingest_job_id``), shared by the backends."""
+"""What a commit records besides its data (``StateStore.commit``'s ``commit_id``, ``job``,
+``ingest_job_id``, ``buffer_seqs`` and ``client_write``), shared by the backends."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
+from statestore.client_writes import ClientWrite
 from statestore.jobs import JobRecord
 
 
@@ -21,3 +22,6 @@ class Bookkeeping:
     check_id: bool = True
     #: write-buffer entries the commit removes (a flush's), all still buffered or refused
     buffer_seqs: tuple[int, ...] = ()
+    #: the client's idempotency key and request digest, kept in the commit's own atomic step
+    #: (its ``seq``: the transaction's :meth:`~statestore.transactions.base.Transaction.number_in`)
+    client_write: Optional[ClientWrite] = None

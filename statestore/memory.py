@@ -129,11 +129,11 @@ class InMemoryStateStore(MemoryHistoryMixin, StateStore):
 
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
                job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,
-               buffer_seqs: Sequence[int] = ()) -> bool:
+               buffer_seqs: Sequence[int] = (), client_write: Optional[ClientWrite] = None) -> bool:
         with self._lock:
             state = self._state(table_id)
             applied = self._commit_ids.setdefault(table_id, {})
-            if commit_id is not None and commit_id in applied:
+            if commit_id is not None and commit_id in applied or self._earlier_write(table_id, client_write):
                 return False
             if job is not None:
                 check_job_bookkeeping(self._jobs.get((table_id, job.job_id)), job)
@@ -151,6 +151,7 @@ class InMemoryStateStore(MemoryHistoryMixin, StateStore):
                                        "buffered (flushed by another flush)")
             transaction.validate(state)
             before = fragment_of(state, transaction)
+            self._remember(table_id, client_write, transaction.number_in(state))
             transaction.apply(state)
             version = self._versions[table_id] = self._versions[table_id] + 1
             self._history[table_id].append((summarise(version, int(time.time() * 1000), transaction, before,

@@ -85,7 +85,7 @@ class StateStore(abc.ABC):
     @abc.abstractmethod
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
                job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,
-               buffer_seqs: Sequence[int] = ()) -> bool:
+               buffer_seqs: Sequence[int] = (), client_write: Optional[ClientWrite] = None) -> bool:
         """Validate and apply ``transaction`` atomically (see the module docstring),
         together with its bookkeeping.
 
@@ -105,6 +105,13 @@ class StateStore(abc.ABC):
             buffer_seqs: write-buffer entries (a flush's) removed in the same atomic
                 step; refused with :class:`BookkeepingError` when any of them is no
                 longer in the buffer (another flush took it).
+            client_write: the client's idempotency key with the digest of its request
+                (:mod:`statestore.client_writes`), recorded in the same atomic step with
+                ``seq`` = :meth:`Transaction.number_in` (a delete's tombstone number) and
+                its ``answer`` text. When the table holds the key already, nothing is
+                applied: the same digest returns False (read the first answer with
+                :meth:`client_write`); another digest raises
+                :class:`~statestore.client_writes.IdempotencyKeyReusedError`.
 
         Returns:
             True if applied by this call; False if ``commit_id`` had been applied before
@@ -338,6 +345,14 @@ class StateStore(abc.ABC):
     def client_write(self, table_id: str, request_id: str) -> Optional[ClientWriteRecord]:
         """The remembered write of key ``request_id`` to the table, or None."""
         return None
+
+    def claim_client_write(self, table_id: str, write: ClientWrite) -> Optional[ClientWriteRecord]:
+        """Record ``write``'s key alone, atomically, for a write whose commit point is not
+        in the state store (an export's manifest): None when this call recorded it, else
+        the first record of the key (:class:`~statestore.client_writes.IdempotencyKeyReusedError`
+        for another digest). Every backend records a key in the same atomic step as the
+        ingest requests it queues, so queuing none records the key alone."""
+        return self.add_ingest_requests(table_id, (), client_write=write)
 
     def prune_client_writes(self, table_id: str, before_ms: int) -> int:
         """Forget the keys of client writes stored before ``before_ms``; returns how many."""

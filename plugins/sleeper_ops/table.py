@@ -70,15 +70,19 @@ class Table:
 
     @_by_name
     def ingest(self, source: Sequence[str] | pa.Table | Iterable[pa.RecordBatch], *,
-               progress: Optional[Progress] = None, **options: Any) -> IngestResult:
-        """Ingest files (paths or s3:// URIs), an Arrow table, or conformed record batches."""
+               progress: Optional[Progress] = None, request_id: Optional[str] = None, **options: Any) -> IngestResult:
+        """Ingest files (paths or s3:// URIs), an Arrow table, or conformed record batches.
+        ``request_id`` is an idempotency key kept with a digest of the files' names and
+        sizes (or the Arrow table's content): sent again with the same input (an Airflow
+        retry after an unknown outcome), nothing is added and the first ingest's answer
+        comes back (``repeat``); with other input it is refused. See
+        :mod:`sleeper_ops.ingest.standard`."""
         from sleeper_ops.ingest.standard import IngestRunner
 
         runner = IngestRunner(self.sleeper.state_store, self.sleeper.objects, self.info, s3=self.sleeper.s3,
-                              **options)
+                              request_id=request_id, **options)
         if isinstance(source, pa.Table):
-            from sleeper_ops.io.inputs import conform
-            return runner.ingest_batches((conform(b, self.schema, "table") for b in source.to_batches()), progress)
+            return runner.ingest_table(source, progress)
         if isinstance(source, (list, tuple)) and all(isinstance(s, str) for s in source):
             return runner.ingest_files(list(source), progress)
         return runner.ingest_batches(source, progress)
@@ -98,7 +102,7 @@ class Table:
 
         if self.sleeper.config is None:
             raise ConfigError("bulk import needs a Sleeper opened from a configuration (home or config)")
-        done = self.already_imported(import_key)
+        done = self.already_imported(import_key, sources)
         if done is not None:  # answered before Spark starts
             return done
         expand_sources(list(sources), self.sleeper.s3)  # a bad source fails here, before Spark starts
@@ -106,12 +110,14 @@ class Table:
         return submit(self.sleeper.config, self._fresh(), list(sources), import_key=import_key, run_id=run_id,
                       **options)
 
-    def already_imported(self, import_key: Optional[str]) -> Any:
+    def already_imported(self, import_key: Optional[str], sources: Optional[Sequence[str]] = None) -> Any:
         """The ``already imported`` :class:`~sleeper_ops.bulk_import.job.BulkImportResult`
-        when a bulk import of ``import_key`` into this table has committed, else None."""
+        when a bulk import of ``import_key`` into this table has committed, else None;
+        with ``sources``, IdempotencyKeyReusedError when the key was kept for others."""
         from sleeper_ops.bulk_import.job import already_imported
 
-        return already_imported(self.sleeper.state_store, self.info, import_key)
+        return already_imported(self.sleeper.state_store, self.info, import_key,
+                                None if sources is None else list(sources))
 
     def query_runner(self, threads: int = 4, iterators: Sequence[Any] = ()) -> QueryRunner:
         """A reusable runner with the table's current properties (iterators included),
@@ -232,11 +238,14 @@ class Table:
         check_export(info.schema, lo, hi, where, export_key)  # before the destination is made
         options = {} if runner == "local" else {"config": self.sleeper.config, "table": info.name}
         writer = load_leaves_writer(runner, **options)
+        from sleeper_ops.maintenance.leases import OperationLease
+
         holder = run_id or f"export-{os.getpid()}-{id(self)}"
-        return export_table(self.sleeper.state_store, self._shared_runner(()), info,
+        store = self.sleeper.state_store
+        return export_table(store, self._shared_runner(()), info,
                             ObjectStore(destination, self.sleeper.s3), lo=lo, hi=hi, where=where,
                             export_key=export_key, buffer=buffer, run_id=run_id, write_leaves=writer,
-                            lease=lambda op: self.exclusive(op, holder))
+                            lease=lambda name: OperationLease(store, name, holder))
 
     # ----- maintenance ----------------------------------------------------------------
     def _fresh(self) -> TableInfo:

@@ -35,6 +35,11 @@ def key_put(table: str, table_id: str, write: ClientWrite, seq: int, written_ms:
     return {"Put": {"TableName": table, "Item": item, "ConditionExpression": "attribute_not_exists(sk)"}}
 
 
+def key_record(item: dict[str, Any]) -> ClientWriteRecord:
+    """The record a key item holds."""
+    return _record(item)
+
+
 def _record(item: dict[str, Any]) -> ClientWriteRecord:
     return ClientWriteRecord(str(get_s(item, "sk"))[len(PREFIX):], get_s(item, "digest") or "",
                              get_n(item, "seq") or 0, get_s(item, "answer") or "", get_n(item, "written_ms") or 0)

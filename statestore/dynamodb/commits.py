@@ -14,7 +14,13 @@ and writes, in one TransactWriteItems:
 4. with ``ingest_job_id=``: the job's ``e#`` item saying its requests were ingested,
    conditional on the job not having ended (see :mod:`statestore.dynamodb.ingest_queue`);
 5. with ``buffer_seqs=`` (a flush): the deletion of each write-buffer entry, conditional
-   on it existing, and the buffer head's update (:mod:`statestore.dynamodb.buffer`).
+   on it existing, and the buffer head's update (:mod:`statestore.dynamodb.buffer`);
+6. with ``client_write=``: the client's key item ``w#<key>`` with its request's digest,
+   conditional on the key not being held (:mod:`statestore.dynamodb.client_writes`): when
+   it is, the transaction is cancelled and the next try's read of the key answers (the
+   first result for the same digest, IdempotencyKeyReusedError for another). Through
+   group commit, the leader reads the key item with the request's other items and
+   writes it in the batch (:mod:`statestore.dynamodb.group_commit`).
 
 So the data and the bookkeeping apply together or not at all, in at most 5 items plus a
 flush's entries.
@@ -26,6 +32,7 @@ from typing import Any, Optional
 
 from statestore.bookkeeping import Bookkeeping
 from statestore.dynamodb.buffer import HEAD, WriteBufferMixin, entry_key
+from statestore.dynamodb.client_writes import key_put
 from statestore.dynamodb.connection import n, s
 from statestore.dynamodb.ingest_queue import IngestQueueMixin, ended_item
 from statestore.dynamodb.jobs import EncodedJob, JobsMixin, job_put
@@ -55,6 +62,8 @@ class CommitsMixin(JobsMixin, IngestQueueMixin, WriteBufferMixin):
         if books.check_id and self._dynamo.get(f"look up commit {books.commit_id}", "items",
                                                commit_id_key(table_id, books.commit_id)) is not None:
             return True, None, None
+        if books.client_write is not None and self.earlier_write(table_id, books.client_write) is not None:
+            return True, None, None
         rev = blob = None
         if books.job is not None:
             stored, rev, blob = self._read_job(table_id, books.job.job_id)
@@ -79,7 +88,7 @@ class CommitsMixin(JobsMixin, IngestQueueMixin, WriteBufferMixin):
     def _commit_items(self, table_id: str, number: int, encoded: EncodedTransaction, books: Bookkeeping,
                       job_rev: Optional[int], now_ms: int, flushed_rows: int = 0,
                       job_encoded: Optional[EncodedJob] = None,
-                      summary: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
+                      summary: Optional[dict[str, Any]] = None, number_in: int = 0) -> list[dict[str, Any]]:
         d = self._dynamo
         log_item = encoded.item(table_id, number, books.commit_id, now_ms)
         if summary is not None:
@@ -107,4 +116,6 @@ class CommitsMixin(JobsMixin, IngestQueueMixin, WriteBufferMixin):
             items.append({"Update": {"TableName": d.table("items"), "Key": {"table_id": s(table_id), "sk": s(HEAD)},
                                      "UpdateExpression": "ADD held :r, flushes :one",
                                      "ExpressionAttributeValues": {":r": n(-flushed_rows), ":one": n(1)}}})
+        if books.client_write is not None:
+            items.append(key_put(d.table("items"), table_id, books.client_write, number_in, now_ms))
         return items

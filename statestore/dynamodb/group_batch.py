@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from statestore.bookkeeping import Bookkeeping
+from statestore.client_writes import ClientWrite
 from statestore.dynamodb.blobs import BlobStore
 from statestore.dynamodb.connection import Dynamo, b, get_n, get_s, n, s
 from statestore.dynamodb.history import SUMMARY_LIMIT, summary_attribute
@@ -97,6 +98,10 @@ def pending_item(table_id: str, encoded: EncodedTransaction, books: Bookkeeping,
         item["job"] = {"M": job.attrs}
     if books.ingest_job_id is not None:
         item["ingest_job_id"] = s(books.ingest_job_id)
+    if books.client_write is not None:  # the client's key: checked and written by the leader
+        w = books.client_write
+        item["client_write"] = {"M": {"id": s(w.request_id), "digest": s(w.digest),
+                                      **({"answer": s(w.answer)} if w.answer else {})}}
     return item
 
 
@@ -129,6 +134,13 @@ class Request:
         attrs = self.item["job"]["M"]
         return EncodedJob(attrs, get_s(attrs, "record_key")), job_from_item(attrs, blobs)
 
+    def client_write(self) -> Optional[ClientWrite]:
+        """The client's key and request digest (None: an unkeyed commit)."""
+        if "client_write" not in self.item:
+            return None
+        w = self.item["client_write"]["M"]
+        return ClientWrite(get_s(w, "id") or "", get_s(w, "digest") or "", get_s(w, "answer") or "")
+
     def size(self) -> int:
         return sum(len(str(v)) for v in self.item.values())
 
@@ -159,9 +171,10 @@ class Verdict:
     def exception(self) -> BaseException:
         """The error the owner raises for a refusal: the refusing error's own type (a
         statestore error, or a builtin one), TransactionError when it is neither."""
-        from statestore import errors
+        from statestore import client_writes, errors
 
-        cls = getattr(errors, self.error, None) or getattr(builtins, self.error, None)
+        cls = (getattr(errors, self.error, None) or getattr(client_writes, self.error, None)
+               or getattr(builtins, self.error, None))
         if not (isinstance(cls, type) and issubclass(cls, Exception)):
             cls = errors.TransactionError
         try:
@@ -212,6 +225,8 @@ class Accepted:
     job_encoded: Optional[EncodedJob]
     #: the log item's summary (statestore.dynamodb.history), from the working rows
     summary: dict[str, Any]
+    #: what the transaction numbers (a delete's tombstone), kept with a client's key
+    number: int = 0
 
 
 @dataclass
@@ -262,16 +277,18 @@ def choose(requests: list[Request], got: dict[str, dict[str, Any]], blobs: BlobS
             items += 2
             continue
         job_id = None if job is None else job[1].job_id
+        keyed = r.client_write()
         keys = {f"c#{r.commit_id}", *([f"j#{job_id}"] if job_id else []),
-                *([f"e#{r.item['ingest_job_id']['S']}"] if "ingest_job_id" in r.item else [])}
+                *([f"e#{r.item['ingest_job_id']['S']}"] if "ingest_job_id" in r.item else []),
+                *([f"w#{keyed.request_id}"] if keyed is not None else [])}
         if keys & batch.keys:
             continue  # deferred: an item of this batch's
-        need = 2 if applied is not None else 3 + (job is not None) + ("ingest_job_id" in r.item)
+        need = 2 if applied is not None else 3 + (job is not None) + ("ingest_job_id" in r.item) + (keyed is not None)
         if items + need > budget_items or size + 2 * r.size() + SUMMARY_LIMIT > MAX_BYTES:
             break
         books = Bookkeeping(r.commit_id, None if job is None else job[1],
                             get_s(r.item, "ingest_job_id"),
-                            check_id=bool(r.item.get("check_id", {}).get("BOOL", True)))
+                            check_id=bool(r.item.get("check_id", {}).get("BOOL", True)), client_write=keyed)
         if applied is not None:
             batch.verdicts[r.commit_id] = (r, Verdict("before", r.nonce))
             batch.keys |= keys
@@ -296,7 +313,8 @@ def choose(requests: list[Request], got: dict[str, dict[str, Any]], blobs: BlobS
             batch.verdicts[r.commit_id] = (r, refusal(too_big, r.nonce))
             items += 2
             continue
-        batch.accepted.append(Accepted(r, txn, books, stored, None if job is None else job[0], summary))
+        batch.accepted.append(Accepted(r, txn, books, stored, None if job is None else job[0], summary,
+                                       txn.number_in(rows)))
         items += need
         size += 2 * r.size() + SUMMARY_LIMIT
         if touched.whole_table:

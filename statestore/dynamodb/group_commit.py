@@ -26,13 +26,15 @@ The protocol, all through DynamoDB (no process talks to another):
    ``n + 1``, or with no request accepted a check that no item ``n + 1`` exists, makes
    the transaction fail if the log moved on), reads the pending requests' ``c#``/
    ``j#`` items and verdicts (one BatchGetItem), validates each against the state as a
-   single commit does (commit id applied before, the job record's revision and
+   single commit does (commit id applied before, a client's idempotency key held
+   before -- ``before`` for the same request digest, refused with
+   IdempotencyKeyReusedError for another --, the job record's revision and
    outputs, the ingest assignment, the transaction itself; see
    :mod:`statestore.dynamodb.group_batch` for the order) and writes ONE
    TransactWriteItems holding, for each accepted request, what a single commit writes
    (log item ``n + i`` conditional on not existing, the commit id item ``c#`` --
    naming the nonce in ``by`` -- the job record conditional on its revision, the
-   ingest job's end), and for every other request a verdict item ``x#<commit id>``
+   ingest job's end, the client's key item ``w#``), and for every other request a verdict item ``x#<commit id>``
    (``before`` or ``refused`` with the error's type and message); each request's
    pending item is deleted in the same transaction, conditional on it still holding
    the nonce read. A lost race (another leader, a single committer, a job saved
@@ -69,6 +71,7 @@ import botocore.exceptions
 
 from statestore.bookkeeping import Bookkeeping
 from statestore.dynamodb.cache import CachedTable
+from statestore.dynamodb.client_writes import key_item, key_record
 from statestore.dynamodb.commits import COMMIT_ID, TABLE, commit_id_key
 from statestore.dynamodb.connection import cancellation_codes, get_s, n, s
 from statestore.dynamodb.contention import Contention
@@ -277,11 +280,18 @@ class GroupCommitMixin(GroupRequestsMixin):
                     job = None
                 if job is not None:
                     keys[f"j#{job[1].job_id}"] = job_key(table_id, job[1].job_id)
+                keyed = r.client_write()
+                if keyed is not None:
+                    keys[f"w#{keyed.request_id}"] = key_item(table_id, keyed.request_id)
             got = read_items(self._dynamo, table_id, {"items": list(keys.values()), REQUESTS: told})
 
             def decide(r: Request, books: Bookkeeping, txn: Transaction, stored: StoredJob,
                        rows: TableState) -> Optional[Verdict]:
                 try:
+                    held = None if books.client_write is None else got.get(f"w#{books.client_write.request_id}")
+                    if held is not None and books.client_write is not None:  # the key's first commit
+                        key_record(held).answer_for(table_id, books.client_write)  # another request: refused
+                        return Verdict("before", r.nonce)
                     if books.job is not None:
                         if (books.check_id and stored.record is not None and stored.record.status == "committed"
                                 and stored.record.outputs == books.job.outputs):
@@ -316,7 +326,7 @@ class GroupCommitMixin(GroupRequestsMixin):
         items: list[dict[str, Any]] = []
         for i, a in enumerate(batch.accepted):
             written = self._commit_items(table_id, entry.n + 1 + i, a.request.encoded(), a.books, a.stored_job.rev,
-                                         now, 0, a.job_encoded, a.summary)
+                                         now, 0, a.job_encoded, a.summary, a.number)
             written[COMMIT_ID]["Put"]["Item"]["by"] = s(a.request.nonce)
             if i > 0:
                 del written[TABLE]  # one catalog check per transaction

@@ -14,6 +14,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence, TypeVar
 import botocore.exceptions
 
 from statestore.changes import TableChanges, is_token_of
+from statestore.client_writes import ClientWrite
 from statestore.dynamodb import snapshots
 from statestore.dynamodb.blob_sweep import BlobSweepMixin
 from statestore.dynamodb.blobs import BlobStore, open_blob_store
@@ -119,7 +120,7 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
     # ----- table state ----------------------------------------------------------------
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
                job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,
-               buffer_seqs: Sequence[int] = ()) -> bool:
+               buffer_seqs: Sequence[int] = (), client_write: Optional[ClientWrite] = None) -> bool:
         """See :meth:`StateStore.commit` and :mod:`statestore.dynamodb.commits`. A flush
         (``buffer_seqs``) removes at most
         :data:`~statestore.dynamodb.buffer.MAX_FLUSH_ENTRIES` entries. Commits
@@ -133,7 +134,7 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
             raise NotSupportedError(f"a commit to table {table_id} may remove at most {MAX_FLUSH_ENTRIES} write "
                                     f"buffer entries in DynamoDB, not {len(set(buffer_seqs))}")
         books = Bookkeeping(commit_id or uuid.uuid4().hex, job, ingest_job_id, check_id=commit_id is not None,
-                            buffer_seqs=tuple(buffer_seqs))
+                            buffer_seqs=tuple(buffer_seqs), client_write=client_write)
         encoded: Optional[EncodedTransaction] = None
         job_encoded = None if job is None else encode_job(self._blobs, job)
         if self.group_commit and not buffer_seqs:
@@ -255,7 +256,7 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
         number = entry.n + 1
         summary = summary_attribute(txn, entry.state, books.job.job_id if books.job is not None else None)
         items = self._commit_items(table_id, number, encoded, books, job_rev, _now_ms(), flushed_rows, job_encoded,
-                                   summary)
+                                   summary, txn.number_in(entry.state))
         check_log_item(table_id, txn.TYPE, items[LOG]["Put"]["Item"])  # statestore.dynamodb.sizes
         d = self._dynamo
         what = f"commit {txn.TYPE} to table {table_id}"

@@ -12,6 +12,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from statestore.bookkeeping import Bookkeeping
+from statestore.client_writes import ClientWriteRecord
 from statestore.errors import BookkeepingError, TableNotFoundError, TransactionError
 from statestore.jobs import check_job_bookkeeping, now_ms
 from statestore.postgres.diff import _Diff, log_change
@@ -89,9 +90,16 @@ def _check_bookkeeping(conn: psycopg.Connection[Any], table_id: str,
     wanted = sorted(set(books.buffer_seqs))
     buffered = None if not wanted else conn.execute(
         "SELECT count(*) FROM write_buffer WHERE table_id = %s AND seq = ANY(%s::bigint[])", (table_id, wanted))
+    keyed = None if books.client_write is None else conn.execute(
+        "SELECT request_id, digest, seq, answer, written_ms FROM client_writes WHERE table_id = %s AND request_id = %s",
+        (table_id, books.client_write.request_id))
 
     def check() -> Optional[str]:
         if seen is not None and seen.fetchone() is not None:
+            return ALREADY_APPLIED
+        row = None if keyed is None else keyed.fetchone()
+        if row is not None and books.client_write is not None:  # raises IdempotencyKeyReusedError for another request
+            ClientWriteRecord(*row).answer_for(table_id, books.client_write)
             return ALREADY_APPLIED
         if job is not None and books.job is not None:
             row = job.fetchone()
@@ -114,10 +122,17 @@ def _check_bookkeeping(conn: psycopg.Connection[Any], table_id: str,
     return check
 
 
-def _write_bookkeeping(cur: psycopg.Cursor[Any], table_id: str, books: Bookkeeping) -> None:
+def _write_bookkeeping(cur: psycopg.Cursor[Any], table_id: str, books: Bookkeeping, number: int) -> None:
     """The commit's bookkeeping, in its transaction. A commit that saves its job's
     record needs no row in ``commit_ids``: the committed record, naming this attempt's
-    outputs (fresh for every attempt), says the commit applied."""
+    outputs (fresh for every attempt), says the commit applied. A client's key is
+    inserted after it was read absent in this serializable transaction, so a concurrent
+    first use of the key makes one of the two a serialization failure (retried: it then
+    reads the key)."""
+    if books.client_write is not None:
+        w = books.client_write
+        cur.execute("INSERT INTO client_writes (table_id, request_id, digest, seq, answer, written_ms)"
+                    " VALUES (%s, %s, %s, %s, %s, %s)", (table_id, w.request_id, w.digest, number, w.answer, now_ms()))
     if books.job is not None:
         upsert_job(cur, books.job)
     else:
@@ -175,6 +190,7 @@ def _commit_attempt(conn: psycopg.Connection[Any], table_id: str, txn: Transacti
                 # nothing written; committing confirms the reads were serializable
                 conn.execute("COMMIT")
                 return e
+            number = txn.number_in(fragment)
             txn.apply(fragment)
             diff = _Diff.between(before, fragment)
         with conn.cursor() as cur:
@@ -183,14 +199,14 @@ def _commit_attempt(conn: psycopg.Connection[Any], table_id: str, txn: Transacti
                 diff.write(cur, table_id)
                 log_change(cur, table_id, diff)
                 log_history(cur, table_id, txn, diff, before, fragment, job_id, now_ms())
-                _write_bookkeeping(cur, table_id, books)
+                _write_bookkeeping(cur, table_id, books, number)
                 cur.execute("COMMIT")
             else:
                 def write() -> None:
                     diff.write(cur, table_id)
                     log_change(cur, table_id, diff)
                     log_history(cur, table_id, txn, diff, before, fragment, job_id, now_ms())
-                    _write_bookkeeping(cur, table_id, books)
+                    _write_bookkeeping(cur, table_id, books, number)
                     cur.execute("COMMIT")
                 _pipelined(conn, write)
         return None

@@ -217,8 +217,11 @@ class PostgresConnection:
                 on_retry()
 
     def _run(self, what: str, fn: Callable[[psycopg.Cursor[Any]], T], *,
-             isolation: IsolationLevel = IsolationLevel.SERIALIZABLE, read_only: bool = False) -> T:
-        """Run ``fn`` in one database transaction, retrying serialization failures."""
+             isolation: IsolationLevel = IsolationLevel.SERIALIZABLE, read_only: bool = False,
+             idempotent: Optional[bool] = None) -> T:
+        """Run ``fn`` in one database transaction, retrying serialization failures; and
+        on a fresh connection after a lost one when ``idempotent`` (default: a read; a
+        keyed write finds its own first try)."""
 
         def attempt(conn: psycopg.Connection[Any]) -> T:
             if conn.isolation_level != isolation:
@@ -228,7 +231,7 @@ class PostgresConnection:
             with conn.transaction(), conn.cursor() as cur:
                 return fn(cur)
 
-        return self._retrying(what, attempt, idempotent=read_only)
+        return self._retrying(what, attempt, idempotent=read_only if idempotent is None else idempotent)
 
     def _read_one(self, what: str, fn: Callable[[psycopg.Cursor[Any]], T]) -> T:
         """Run ``fn``, which sends ONE read statement, on a connection in autocommit mode:

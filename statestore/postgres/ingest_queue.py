@@ -50,7 +50,7 @@ class IngestQueueMixin(PostgresConnection):
             return None
 
         return self._run(f"queue {len(new)} ingest requests for table {table_id}", fn,
-                         isolation=IsolationLevel.READ_COMMITTED)
+                         isolation=IsolationLevel.READ_COMMITTED, idempotent=client_write is not None)
 
     def pending_ingest_requests(self, table_id: str, limit: Optional[int] = None) -> list[IngestRequest]:
         return self.list_ingest_requests(table_id, status="pending", limit=limit)

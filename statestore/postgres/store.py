@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence, Union
 import psycopg
 from psycopg import IsolationLevel
 
+from statestore.client_writes import ClientWrite, IdempotencyKeyReusedError
 from statestore.deletes import TOMBSTONE_GOES, KeyRecord, Tombstone
 from statestore.errors import (
     CommitOutcomeUnknownError,
@@ -71,14 +72,15 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, HistoryMixin, JobsMixin, Le
     # ----- table state ----------------------------------------------------------------
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
                job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,
-               buffer_seqs: Sequence[int] = ()) -> bool:
+               buffer_seqs: Sequence[int] = (), client_write: Optional[ClientWrite] = None) -> bool:
         """See :meth:`StateStore.commit`. When the connection breaks during an attempt
         (the server may or may not have committed), the commit is tried again with the
         same id, pausing between tries, until the server answers or
         :attr:`outcome_timeout_seconds` pass (then CommitOutcomeUnknownError): the
         recorded id makes the retry a no-op if the lost attempt applied."""
         touches = transaction.touches()
-        books = Bookkeeping(commit_id or uuid.uuid4().hex, job, ingest_job_id, buffer_seqs=tuple(buffer_seqs))
+        books = Bookkeeping(commit_id or uuid.uuid4().hex, job, ingest_job_id, buffer_seqs=tuple(buffer_seqs),
+                            client_write=client_write)
         what = f"commit {transaction.TYPE} to table {table_id}"
         deadline: Optional[float] = None
         tries = 0
@@ -89,7 +91,7 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, HistoryMixin, JobsMixin, Le
                 outcome = self._retrying(what, lambda conn, books=this_try: _commit_attempt(  # type: ignore[misc]
                     conn, table_id, transaction, touches, books), on_retry=lambda: COMMIT_RETRIES.add(table_id))
                 break
-            except (TransactionError, CommitOutcomeUnknownError):
+            except (TransactionError, CommitOutcomeUnknownError, IdempotencyKeyReusedError):
                 raise
             except SleeperError as e:
                 if not isinstance(e, StateStoreUnavailableError):

@@ -50,6 +50,12 @@ class Transaction:
     def to_dict(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def number_in(self, state: TableState) -> int:
+        """The number this transaction gives what it creates when applied to ``state``
+        (a delete: its tombstone's), else 0: kept with an idempotency key as the first
+        answer (:mod:`statestore.client_writes`)."""
+        return 0
+
 
 def _require_partition(state: TableState, pid: str) -> Partition:
     p = state.partitions.get(pid)

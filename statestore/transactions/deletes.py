@@ -37,6 +37,9 @@ class DeleteRecords(Transaction):
                 if r.max is not None and not r.min < r.max:
                     raise TransactionError(f"delete records: the range [{r.min!r}, {r.max!r}) of {r.field} is empty")
 
+    def number_in(self, state: TableState) -> int:
+        return state.delete_count + 1
+
     def apply(self, state: TableState) -> None:
         state.delete_count += 1
         n = state.delete_count

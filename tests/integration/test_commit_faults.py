@@ -123,3 +123,62 @@ def test_a_split_through_a_dropped_commit_applies_exactly_once(proxied, after: b
     state = t.state()
     assert len(state.partitions) == 3 and sum(p.is_leaf for p in state.partitions.values()) == 2
     assert _read_all(sleeper) == 5000
+
+
+@pytest.mark.parametrize("command", ["write", "ingest-request"])
+def test_a_cli_write_without_a_request_id_through_a_lost_reply_finds_its_own_first_try(
+        proxied, tmp_path, monkeypatch, capsys, command: str) -> None:
+    """Issue 33 finding 8: the command takes a request id of its own, so the state
+    store's retry after the lost reply finds the write applied and answers success."""
+    from tests.unit.sleeper_ops.cli_runner import run_cli
+
+    sleeper, proxy = proxied
+    t = sleeper.create_table("t", SCHEMA)
+    path = tmp_path / "in.parquet"
+    import pyarrow.parquet as pq
+    pq.write_table(_rows(2500), path)
+    marker = b"INSERT INTO write_buffer" if command == "write" else b"INSERT INTO ingest_requests"
+    # the buffer's INSERT runs alone on an autocommit connection: it commits itself
+    proxy.arm(after=True, marker=marker, commit=marker if command == "write" else b"COMMIT")
+    code, out, err = run_cli(sleeper, monkeypatch, capsys, command, "t", str(path))
+    assert proxy.drops == 1, "the fault was injected"
+    assert code == 0, err
+    if command == "write":
+        assert "wrote 2,500 records" in out
+        assert t.buffer_stats().rows == 2500 and t.buffer_stats().entries == 1  # applied once
+        t.flush()
+        assert _read_all(sleeper) == 2500
+    else:
+        assert "queued 1 ingest requests" in out
+        assert len(sleeper.state_store.list_ingest_requests(t.info.table_id)) == 1
+
+
+@pytest.mark.parametrize("after", [True, False], ids=["lost-after-commit", "cut-before-commit"])
+def test_an_ingest_whose_outcome_stayed_unknown_retried_with_its_request_id_adds_every_record_once(
+        pg_dsn, tmp_path, after: bool) -> None:
+    """Issue 33 finding 7 on PostgreSQL: the store stays out of reach past the commit
+    (CommitOutcomeUnknownError); the task's retry, in a new process with the same
+    request id, adds nothing if the commit applied and everything if it did not."""
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "in.parquet"
+    pq.write_table(_rows(1000), path)
+    proxy, dsn = CommitDroppingProxy.for_dsn(pg_dsn)
+    store = PostgresStateStore(dsn, connect_timeout=1.0)
+    store.outcome_timeout_seconds = 1.0
+    objects = ObjectStore(str(tmp_path / "data"))
+    sleeper = Sleeper(state_store=store, objects=objects)
+    try:
+        t = sleeper.create_table("t", SCHEMA, split_points=[500])
+        proxy.arm(after=after, dark=True)
+        with pytest.raises(CommitOutcomeUnknownError):
+            t.ingest([str(path)], request_id="airflow:load/ingest/run-1")
+        assert proxy.drops == 1
+    finally:
+        sleeper.close()
+        proxy.close()
+    with Sleeper(state_store=PostgresStateStore(pg_dsn), objects=objects) as again:
+        retried = again.table("t").ingest([str(path)], request_id="airflow:load/ingest/run-1")
+        assert retried.repeat is after
+        assert _read_all(again) == 1000 and _count(again) == 1000  # every record exactly once
+        assert [j.status for j in again.table("t").jobs("ingest")].count("committed") == 1

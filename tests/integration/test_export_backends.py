@@ -18,7 +18,7 @@ from sleeper_ops import Sleeper
 from sleeper_ops.io.export_manifest import read_manifest
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query import export as export_module
-from sleeper_ops.query.export import rows_of
+from sleeper_ops.query.export import ExportError, rows_of
 from tests.integration.statestore.conftest import serial_moto_server
 
 pytestmark = pytest.mark.integration
@@ -134,3 +134,18 @@ def test_gc_drops_wholly_expired_files_in_one_commit_on_each_backend(backend) ->
     assert commits == ["DropFileReferences"]  # one commit drops both, nothing rewritten
     assert sorted(r.record_count for r in t.state().references.values()) == [10]
     assert t.query(ranges=[(0, None)]).num_rows == 10
+
+
+def test_an_export_key_names_one_destination_on_each_backend(backend) -> None:  # type: ignore[no-untyped-def]
+    """Issue 33 finding 5: a second destination under one export key is refused; the
+    final files carry no attempt id."""
+    s, dest = backend
+    t = s.create_table("t", SCHEMA, split_points=[100])
+    t.ingest(_rows(0, 200, NOW, "a"))
+    m = t.export(dest, export_key="daily").manifest
+    assert all(".attempt-" not in f.key for f in m.files)
+    with pytest.raises(ExportError, match="export key 'daily' of table t was used for another export"):
+        t.export(dest + "-2", export_key="daily")
+    assert list(ObjectStore(dest + "-2", s.s3).list("")) == []  # no copy nobody sees
+    assert not t.export(dest, export_key="daily").written
+    assert [(j.status, len(j.outputs)) for j in t.jobs("export")] == [("committed", 1)]

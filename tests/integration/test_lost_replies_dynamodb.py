@@ -205,3 +205,27 @@ def test_a_rename_and_a_delete_whose_replies_were_lost_succeed(proxy, options):
     assert faulty.delete_table("after").table_id == tid
     assert rule.fired == 1
     assert open_dynamodb(**options).list_tables() == []
+
+
+def test_a_keyed_delete_and_ingest_whose_replies_were_lost_find_their_own_first_try(proxy, options, tmp_path):
+    """Issue 33 (Deliver 5): a CLI write takes a request id per invocation; botocore's
+    retry of its commit, whose first try applied, finds that try: one tombstone, every
+    ingested record once, and each answered as applied by this call."""
+    from sleeper_ops.api import Sleeper
+    from sleeper_ops.io.storage import ObjectStore
+
+    faulty = open_dynamodb(**{**options, "endpoint_url": proxy.url})
+    with Sleeper(state_store=faulty, objects=ObjectStore(str(tmp_path / "data"))) as sleeper:
+        table = sleeper.create_table("keyed", SCHEMA, ["m"])
+        path = tmp_path / "in.parquet"
+        import pyarrow.parquet as pq
+        pq.write_table(pa.table({"key": ["a", "b", "x"], "value": ["1", "2", "3"]}), path)
+        rule = proxy.inject("lost", operation="TransactWriteItems", body=b'"w#cli-ingest-1"')
+        ingested = table.ingest([str(path)], request_id="cli-ingest-1")
+        assert rule.fired == 1 and not ingested.repeat and ingested.records == 3
+        rule = proxy.inject("lost", operation="TransactWriteItems", body=b'"w#cli-delete-1"')
+        deleted = table.delete(keys=["b"], request_id="cli-delete-1")
+        assert rule.fired == 1
+        assert deleted.applied and deleted.tombstone == 1 and table.state().delete_count == 1
+        assert sorted(table.query(ranges=[("", None)]).column("key").to_pylist()) == ["a", "x"]
+        assert len(table.state().files) == 2

@@ -78,3 +78,27 @@ def test_a_read_503_has_no_outcome(client: TestClient, sleeper: Sleeper, monkeyp
     monkeypatch.setattr(sleeper.state_store, "list_jobs", down)
     r = client.get("/tables/events/jobs")
     assert r.status_code == 503 and "outcome" not in r.json()
+
+
+def test_a_delete_whose_store_was_lost_is_503_with_outcome_and_its_retry_answers_the_first_tombstone(
+        client: TestClient, sleeper: Sleeper, monkeypatch: pytest.MonkeyPatch) -> None:
+    client.post("/tables/events/records", json={"records": [rec("a"), rec("b")]})
+    store = sleeper.state_store
+    real = store.commit
+
+    def lost_reply(*args, **kwargs):  # type: ignore[no-untyped-def]
+        real(*args, **kwargs)  # committed, but the reply never came
+        raise StateStoreUnavailableError("commit: server closed the connection unexpectedly")
+
+    monkeypatch.setattr(store, "commit", lost_reply)
+    r = client.delete("/tables/events/records", params={"key": '"a"'}, headers={"Idempotency-Key": "d-1"})
+    assert r.status_code == 503
+    assert r.json()["outcome"] == "unknown" and "same Idempotency-Key" in r.json()["retry"]
+    monkeypatch.setattr(store, "commit", real)
+    again = client.delete("/tables/events/records", params={"key": '"a"'}, headers={"Idempotency-Key": "d-1"})
+    assert again.status_code == 200 and again.json()["tombstone"] == 1 and again.json()["applied"] is False
+    other = client.delete("/tables/events/records", params={"key": '"b"'}, headers={"Idempotency-Key": "d-1"})
+    assert other.status_code == 422 and "idempotency key 'd-1' was already used" in other.json()["detail"]
+    assert sleeper.table("events").state().delete_count == 1
+    got = client.get("/tables/events/records", params={"min": '""'}).json()["records"]
+    assert [x["key"] for x in got] == ["b"]

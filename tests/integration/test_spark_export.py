@@ -25,7 +25,10 @@ def test_the_spark_runner_writes_one_file_a_leaf_holding_exactly_the_query_answe
         result = t.export(str(tmp_path / "out"), runner="spark", export_key="spark-1")
         m = result.manifest
         assert result.written and len(m.files) == 3
-        assert all(f.key.count(".attempt-") == 2 for f in m.files)  # the export's tag, then the task attempt's
+        # the final files carry no attempt id: each winner was moved to its leaf's name, no loser left
+        assert all(".attempt-" not in f.key for f in m.files), [f.key for f in m.files]
+        assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(["_manifest.json",
+                                                                               *(f.key for f in m.files)])
         expected = t.query(ranges=[(0, None)])
         got = rows_of(ObjectStore(str(tmp_path / "out")), m)
         assert got.num_rows == expected.num_rows == m.rows

@@ -7,7 +7,7 @@ import logging
 from typing import Any, Optional, Sequence
 
 from sleeper_ops.airflow import tasks
-from sleeper_ops.airflow.operator_base import SleeperOperator
+from sleeper_ops.airflow.operator_base import SleeperOperator, task_request_id
 
 log = logging.getLogger(__name__)
 
@@ -17,11 +17,14 @@ class SleeperExportOperator(SleeperOperator):
     sorted Parquet file per leaf partition, iterators applied, deletes hidden, and a
     ``_manifest.json``. Exports of the same ``export_key`` write once: a retried task or
     a reprocessed date answers "already exported" and succeeds with nothing written; a
-    destination holding the export of another key fails the task.
+    destination holding the export of another key, or a key used for another export
+    (another destination or ``where``), fails the task in one line.
 
     Args:
         destination: a directory or ``s3://`` prefix (templated).
-        export_key: the export's key (templated); default a fresh one per run of the task.
+        export_key: the export's key (templated); default the task instance's
+            (:func:`~sleeper_ops.airflow.operator_base.task_request_id`: DAG id, task id,
+            run id), the same for every try, so a retry after a crash finds its own export.
         where: only records this SQL predicate is true for (templated).
         runner: ``local`` (in the worker) or ``spark`` (one Spark task a leaf).
     """
@@ -37,7 +40,8 @@ class SleeperExportOperator(SleeperOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         with self.hook.get_conn() as sleeper:
             result = sleeper.table(self.table).export(self.destination, where=self.where or None,
-                                                      export_key=self.export_key or None, runner=self.runner,
+                                                      export_key=self.export_key or task_request_id(context),
+                                                      runner=self.runner,
                                                       run_id=tasks.run_label(context))
         log.info("%s", result.summary())
         return {"written": result.written, "destination": result.destination,

@@ -69,3 +69,19 @@ class SleeperOperator(_SleeperMixin, BaseOperator):
         stats = getattr(self, "_task_stats", None)
         if stats is not None:
             stats.emit(self, self.table)
+
+
+def task_request_id(context: Any) -> str:
+    """The idempotency key of a task's write: its DAG id, task id, run id (and map index
+    when mapped), the same for every try of the task instance; hashed when longer than
+    a key may be (:data:`~statestore.client_writes.MAX_KEY_LENGTH`)."""
+    import hashlib
+
+    from statestore.client_writes import MAX_KEY_LENGTH
+
+    ti = context["ti"]
+    mapped = getattr(ti, "map_index", -1)
+    key = f"airflow:{ti.dag_id}/{ti.task_id}/{context['run_id']}" + (f"/{mapped}" if mapped not in (None, -1) else "")
+    if len(key) > MAX_KEY_LENGTH or not key.isascii() or not key.isprintable():
+        key = "airflow:" + hashlib.sha256(key.encode()).hexdigest()
+    return key

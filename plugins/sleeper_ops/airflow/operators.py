@@ -34,7 +34,7 @@ from sleeper_ops.airflow.assets import (  # noqa: F401 - table_asset and commits
 )
 from sleeper_ops.airflow.hook import SleeperHook
 from sleeper_ops.airflow.lineage import compaction_lineage, jobs_lineage, note
-from sleeper_ops.airflow.operator_base import SleeperOperator, _SleeperMixin
+from sleeper_ops.airflow.operator_base import SleeperOperator, _SleeperMixin, task_request_id
 from sleeper_ops.airflow.spark_operators import (  # noqa: F401 - the Spark operators are public here too
     JOBS_FROM_CREATE_JOBS,
     SleeperBulkImportOperator,
@@ -55,22 +55,35 @@ class SleeperIngestOperator(SleeperOperator):
     """Ingest ``files`` (Parquet, CSV, JSON Lines; local paths or ``s3://`` URIs) into the
     table in one commit: all of them or none. Returns the records and files written.
 
+    Every try of a task instance ingests under one idempotency key (``request_id``,
+    default :func:`task_request_id`: DAG id, task id, run id), kept with the files'
+    names and sizes: a retry after ``CommitOutcomeUnknownError`` or a worker killed
+    after the commit adds nothing and answers the first ingest; the same key with other
+    files (the DAG changed them between tries) fails the task in one line.
+
     Args:
         files: the files (templated: a list of templates, or one template rendering a path).
+        request_id: the idempotency key (templated); default: the task instance's.
     """
 
-    template_fields: Sequence[str] = ("table", "files")
+    template_fields: Sequence[str] = ("table", "files", "request_id")
 
-    def __init__(self, *, files: Union[str, Sequence[str]], **kwargs: Any) -> None:
+    def __init__(self, *, files: Union[str, Sequence[str]], request_id: Optional[str] = None, **kwargs: Any) -> None:
         super().__init__(**with_commit_outlets(kwargs))
         self.files = files
+        self.request_id = request_id
 
     def execute(self, context: Any) -> dict[str, Any]:
         files = [self.files] if isinstance(self.files, str) else list(self.files)
         if not files:
             raise ConfigError(f"nothing to ingest into {self.table}: no files given")
+        key = self.request_id or task_request_id(context)
         with self.hook.get_conn() as sleeper:
-            result = sleeper.table(self.table).ingest(files)
+            result = sleeper.table(self.table).ingest(files, request_id=key)
+            if result.repeat:
+                log.info("%s: a repeat of request id %s: job %s ingested these files already (%d records); "
+                         "nothing more stored", self.table, key, result.job_id, result.records)
+                return {"records": result.records, "files": [], "seconds": 0.0, "repeat": True, "job_id": result.job_id}
             extra = commit_extra(sleeper, self.table, files=len(result.files), rows=result.records,
                                  key_range=key_range_of(sleeper, self.table, result.files))
             self.lineage = note(sleeper, self.table, inputs=files, rows=result.records, files=len(result.files))

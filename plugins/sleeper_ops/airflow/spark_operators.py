@@ -99,7 +99,7 @@ class SleeperBulkImportOperator(SleeperOperator):
 
         key = self.import_key or task_import_key(context)
         table = sleeper.table(self.table)
-        done = table.already_imported(key)
+        done = table.already_imported(key, sources)
         if done is not None:
             return done
         expand_sources(sources, sleeper.s3)  # a bad source fails here, before the job is sent

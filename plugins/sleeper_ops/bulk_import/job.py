@@ -4,11 +4,16 @@
 commit, with the no-loss rules of DESIGN.md section 10:
 
 * **Idempotent by import key.** The job's id is derived from the table and the import
-  key (default: a fresh one). A key whose job is already committed imports nothing
-  (status ``already imported``), before any Spark work; an attempt racing it is
-  refused by the state store at its commit (the job's record is committed, or names
-  another attempt's outputs) and its files are deleted. So a retried or repeated
-  import of the same key adds every record exactly once.
+  key (default: a fresh one), and the commit keeps the key with a digest of the
+  request's sources (as given: local paths made absolute, ``s3://`` URIs as they are;
+  :mod:`statestore.client_writes`) in its own atomic step. A key whose job is already
+  committed imports nothing (status ``already imported``), before any Spark work; the
+  key with other sources is refused in one line naming the key
+  (:class:`~statestore.client_writes.IdempotencyKeyReusedError`), before Spark if the
+  first has committed, else at the commit (its files are then deleted). An attempt
+  racing its own key is refused by the state store at its commit (the job's record is
+  committed, or names another attempt's outputs) and its files are deleted. So a
+  retried or repeated import of the same key adds every record exactly once.
 * **Outputs named first.** Every attempt names its outputs -- one key per leaf
   partition, ``bulk-<job>-a<attempt>-<nonce>``, so no two attempts share a key, even
   two racing with the same attempt number -- in the job's record before the Spark job
@@ -34,6 +39,7 @@ one file per leaf -- is the ``run`` callable's (:mod:`sleeper_ops.spark.bulk_dri
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -48,6 +54,7 @@ from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.io.storage import ObjectStore, S3Options
 from sleeper_ops.maintenance.gc import scratch_root
 from statestore.catalog import TableInfo
+from statestore.client_writes import ClientWrite, IdempotencyKeyReusedError, digest_of
 from statestore.errors import BookkeepingError, CommitConflictError, TransactionError
 from statestore.files import FileReference
 from statestore.jobs import JobRecord
@@ -115,13 +122,24 @@ class BulkImportResult:
                 f"({self.rows_per_second:,.0f} rows/s){f'; {self.presplits} pre-splits' if self.presplits else ''}")
 
 
-def already_imported(state_store: StateStore, table: TableInfo, import_key: Optional[str]) -> \
-        Optional[BulkImportResult]:
+def import_digest(sources: Sequence[str]) -> str:
+    """The digest of a bulk import's request, kept with its import key: its sources as
+    given (local paths made absolute)."""
+    return digest_of("bulk-import", *((s if "://" in s else os.path.abspath(s)).encode() for s in sources))
+
+
+def already_imported(state_store: StateStore, table: TableInfo, import_key: Optional[str],
+                     sources: Optional[Sequence[str]] = None) -> Optional[BulkImportResult]:
     """The ``already imported`` result when the job of ``import_key`` on ``table`` is
     committed, else None: checked before Spark starts, so a repeated import answers at
-    once (the job checks again, since an attempt may commit meanwhile)."""
+    once (the job checks again, since an attempt may commit meanwhile). With
+    ``sources``, a key kept for other sources raises IdempotencyKeyReusedError."""
     if import_key is None:
         return None
+    if sources is not None:
+        earlier = state_store.client_write(table.table_id, import_key)
+        if earlier is not None:
+            earlier.answer_for(table.name, ClientWrite(import_key, import_digest(sources)))
     job_id = import_job_id(table, import_key)
     stored = state_store.get_job(table.table_id, job_id)
     if stored is None or stored.status != "committed":
@@ -187,6 +205,9 @@ def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo,
     key = import_key or uuid.uuid4().hex
     job_id = import_job_id(table, key)
     result = BulkImportResult(table.name, key, job_id, "failed")
+    if already_imported(state_store, table, key, sources) is not None:
+        result.status = "already imported"
+        return result
     stored = state_store.get_job(table.table_id, job_id)
     if stored is not None and stored.status == "committed":
         result.status = "already imported"
@@ -213,12 +234,12 @@ def bulk_import(state_store: StateStore, objects: ObjectStore, table: TableInfo,
     plan = ImportPlan(table, job_id, attempt, tuple(files), partitions, keys, tuple(size for _, size in expanded))
     with Heartbeat(state_store, table, [job_id]):
         return _run_and_commit(state_store, objects, plan, rec, run, result, key=key, ingest_job_id=ingest_job_id,
-                               started=started)
+                               started=started, write=ClientWrite(key, import_digest(sources), answer=job_id))
 
 
 def _run_and_commit(state_store: StateStore, objects: ObjectStore, plan: ImportPlan, rec: JobRecord, run: Runner,
                     result: BulkImportResult, *, key: str, ingest_job_id: Optional[str],
-                    started: float) -> BulkImportResult:
+                    started: float, write: ClientWrite) -> BulkImportResult:
     """Run the import's Spark job and commit its outputs (see :func:`bulk_import`)."""
     table, job_id, keys = plan.table, plan.job_id, plan.output_keys
     # the delete count before Spark reads the sources: a delete committed while the import
@@ -237,7 +258,12 @@ def _run_and_commit(state_store: StateStore, objects: ObjectStore, plan: ImportP
     refs = tuple(FileReference(o.key, o.leaf_id, o.records, delete_horizon=horizon) for o in outputs if o.records)
     done = rec.finished(records, records).committed()
     try:
-        state_store.commit(table.table_id, AddFiles(refs), job=done, ingest_job_id=ingest_job_id)
+        applied = state_store.commit(table.table_id, AddFiles(refs), job=done, ingest_job_id=ingest_job_id,
+                                     client_write=write)
+    except IdempotencyKeyReusedError as e:  # the key is another import's: nothing names these outputs
+        _delete_outputs(objects, list(keys.values()))
+        _fail(state_store, rec, f"commit refused: {e}")
+        raise
     except BookkeepingError as e:
         _delete_outputs(objects, list(keys.values()))
         after = state_store.get_job(table.table_id, job_id)
@@ -253,6 +279,12 @@ def _run_and_commit(state_store: StateStore, objects: ObjectStore, plan: ImportP
     except BaseException as e:  # unknown outcome: keep the files for the orphan sweep
         _fail(state_store, rec, f"commit failed: {type(e).__name__}: {e}")
         raise
+    if not applied:  # this attempt's own commit (a reply lost), or another attempt's of this key and sources
+        after = state_store.get_job(table.table_id, job_id)
+        if after is None or after.outputs != done.outputs:
+            _delete_outputs(objects, list(keys.values()))  # another attempt committed: nothing names these
+            result.status = "already imported"
+            return result
     result.status, result.records = "committed", records
     result.files_written = [r.filename for r in refs]
     result.partitions = [r.partition_id for r in refs]

@@ -16,8 +16,9 @@ import click
 
 from sleeper_ops.cli.lazy import LazyGroup
 from sleeper_ops.cli.run_ids import process_gone, run_id_of
+from sleeper_ops.cli.support import REQUEST_ID, unknown_outcome_hint
 from sleeper_ops.cli.support import open_sleeper as _sleeper
-from statestore.errors import BufferFullError, SleeperError
+from statestore.errors import BufferFullError, SleeperError, StateStoreUnavailableError
 
 #: the exit code of a write refused because the buffer is full (EX_TEMPFAIL: try again later)
 EXIT_BUFFER_FULL = 75
@@ -78,33 +79,36 @@ def cli(ctx: click.Context, home: str) -> None:
 @cli.command()
 @click.argument("table_name", metavar="TABLE")
 @click.argument("files", nargs=-1, required=True)
+@REQUEST_ID
 @click.pass_context
-def ingest(ctx: click.Context, table_name: str, files: tuple[str, ...]) -> None:
-    """Ingest Parquet, CSV or JSON Lines FILES (local paths or s3:// URIs)."""
-    from sleeper_ops.cli.support import record_progress
+def ingest(ctx: click.Context, table_name: str, files: tuple[str, ...], request_id: Optional[str]) -> None:
+    """Ingest Parquet, CSV or JSON Lines FILES (local paths or s3:// URIs) in one commit.
+    With --request-id the ID is kept with the files' names and sizes."""
+    from sleeper_ops.cli.support import record_progress, request_id_of
 
     t = _sleeper(ctx).table(table_name)
+    key = request_id_of(request_id, "ingest")
     with record_progress(f"ingest {table_name}") as progress:
-        r = t.ingest(list(files), progress=progress)
+        r = t.ingest(list(files), progress=progress, request_id=key)
+    if r.repeat:
+        click.echo(f"already ingested (a repeat of request id {key}): {r.records:,} records by job {r.job_id}; "
+                   "nothing more stored")
+        return
     click.echo(f"ingested {r.records:,} records into {len(r.files)} files in {r.seconds:.2f}s "
                f"({r.rows_per_second:,.0f} records/s)")
-
-
-_REQUEST_ID = click.option(
-    "--request-id", default=None, metavar="ID",
-    help="An idempotency key: run again with the same ID and input (e.g. after a timeout), nothing more is stored "
-         "and the first answer is printed (within sleeper.table.write.idempotency.hours).")
 
 
 @cli.command()
 @click.argument("table_name", metavar="TABLE")
 @click.argument("files", nargs=-1, required=True)
-@_REQUEST_ID
+@REQUEST_ID
 @click.pass_context
 def write(ctx: click.Context, table_name: str, files: tuple[str, ...], request_id: Optional[str]) -> None:
     """Write the records of Parquet, CSV or JSON Lines FILES into TABLE's write buffer,
     as one write: durable when this returns, all or nothing. A full buffer exits 75."""
-    r = _sleeper(ctx).table(table_name).write_files(list(files), request_id=request_id)
+    from sleeper_ops.cli.support import request_id_of
+
+    r = _sleeper(ctx).table(table_name).write_files(list(files), request_id=request_id_of(request_id, "write"))
     click.echo(f"wrote {r.records:,} records to the buffer of {table_name} (sequence number {r.seq}) "
                f"in {r.seconds * 1000:.1f} ms")
 
@@ -124,7 +128,8 @@ def flush(ctx: click.Context, table_name: str) -> None:
 @click.argument("table_name", metavar="TABLE", required=False)
 @click.argument("sources", nargs=-1)
 @click.option("--import-key", default=None,
-              help="Imports of the same key add their records once (default: a fresh key).")
+              help="Imports of the same key and sources add their records once; the key with other sources "
+                   "is refused (default: a key of this invocation).")
 @click.option("--package", "package", metavar="DEST", default=None,
               help="Instead of importing: put the EMR Serverless job's entry point, library (sleeper.zip) and "
                    "secret-free configuration under DEST (s3://bucket/prefix or a directory).")
@@ -150,8 +155,11 @@ def bulk_import(ctx: click.Context, table_name: Optional[str], sources: tuple[st
         return
     if table_name is None or not sources:
         raise click.UsageError("give TABLE and SOURCES (or --package DEST)")
+    from sleeper_ops.cli.support import request_id_of
+
+    import_key = request_id_of(import_key, "bulk-import")  # one per invocation: a resubmission imports once
     t = _sleeper(ctx).table(table_name)
-    done = t.already_imported(import_key)
+    done = t.already_imported(import_key, list(sources))
     if done is not None:  # said before Spark starts
         click.echo(done.summary())
         return
@@ -317,7 +325,7 @@ def demo(ctx: click.Context, rows: int, batches: int, table_name: str) -> None:
 @click.argument("table_name", metavar="TABLE")
 @click.argument("files", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the queued requests as JSON.")
-@_REQUEST_ID
+@REQUEST_ID
 @click.pass_context
 def ingest_request(ctx: click.Context, table_name: str, files: tuple[str, ...], as_json: bool,
                    request_id: Optional[str]) -> None:
@@ -325,9 +333,11 @@ def ingest_request(ctx: click.Context, table_name: str, files: tuple[str, ...], 
 
     Every file must exist and be Parquet, CSV or JSON Lines, or nothing is queued.
     """
+    from sleeper_ops.cli.support import request_id_of
     from sleeper_ops.ingest.batcher import submit_ingest_requests
 
-    requests = submit_ingest_requests(_sleeper(ctx), table_name, list(files), request_id=request_id)
+    requests = submit_ingest_requests(_sleeper(ctx), table_name, list(files),
+                                      request_id=request_id_of(request_id, "ingest-request"))
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in requests]))
         return
@@ -377,6 +387,7 @@ def main(argv: Optional[list[str]] = None) -> Any:
 
 
 def _main(argv: Optional[list[str]]) -> Any:
+    unknown_outcome_hint(start=True)
     try:
         return cli.main(args=argv, prog_name="sleeper", standalone_mode=False)
     except click.exceptions.Abort:
@@ -388,6 +399,8 @@ def _main(argv: Optional[list[str]]) -> Any:
         _fail(e.format_message() + hint, e.exit_code)
     except BufferFullError as e:
         _fail(str(e), EXIT_BUFFER_FULL)
+    except StateStoreUnavailableError as e:  # a write's outcome may be unknown
+        _fail(str(e) + unknown_outcome_hint())
     except SleeperError as e:
         _fail(str(e))
     except (OSError, ValueError) as e:

@@ -22,13 +22,16 @@ WHERE = click.option("--where", default=None, metavar="PREDICATE",
 @RANGE
 @WHERE
 @click.option("--request-id", default=None, metavar="ID",
-              help="An idempotency key: the same ID again adds no second delete.")
+              help="An idempotency key, kept with what the delete matches: the same delete again adds "
+                   "no second tombstone; the ID with another delete is refused.")
 @click.pass_context
 def delete(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tuple[tuple[str, str], ...],
            where: Optional[str], request_id: Optional[str]) -> None:
     """Delete the records with a --key or in a --range (and matching --where) written
     before this command: one commit, hidden from every read at once, purged from files
     by compaction within sleeper.table.delete.purge.hours."""
+    from sleeper_ops.cli.support import request_id_of
+
     t = _sleeper(ctx).table(table_name)
     ks, rs = parse_selection(t, keys, ranges)
-    click.echo(t.delete(keys=ks, ranges=rs, where=where, request_id=request_id).summary())
+    click.echo(t.delete(keys=ks, ranges=rs, where=where, request_id=request_id_of(request_id, "delete")).summary())

@@ -17,7 +17,8 @@ from sleeper_ops.cli.commands import _sleeper, parse_selection
               help="Only [MIN, MAX) on the first row key field, as JSON; MAX null is unbounded.")
 @click.option("--where", default=None, metavar="PREDICATE", help="Only records this SQL predicate is true for.")
 @click.option("--export-key", default=None, metavar="KEY",
-              help="An idempotency key: the same KEY again answers 'already exported' and writes nothing.")
+              help="An idempotency key naming one export: the same KEY and export again answers 'already "
+                   "exported' and writes nothing; the KEY with another destination, range or where is refused.")
 @click.option("--runner", type=click.Choice(["local", "spark"]), default="local", show_default=True,
               help="Write the leaves in this process, or one Spark task a leaf.")
 @click.option("--no-buffer", is_flag=True, help="Leave out records still in the write buffer.")

@@ -7,13 +7,52 @@ import binascii
 import contextlib
 import os
 import sys
+import uuid
 from typing import Any, Callable, Iterator, Optional
+
+import click
 
 from statestore.errors import SchemaError
 from statestore.schema import Schema, key_from_json
 
 #: OpenBLAS's environment variable for the size of its thread pool
 BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+
+
+#: the ``--request-id`` option of every write command
+REQUEST_ID = click.option(
+    "--request-id", default=None, metavar="ID",
+    help="An idempotency key: run again with the same ID and input (e.g. after a timeout), nothing more is stored "
+         "and the first answer is printed (within sleeper.table.write.idempotency.hours); the ID with other input "
+         "is refused. Without it the command takes one of its own, so its own retries never write twice.")
+
+
+#: the request id this invocation took for itself, if any (see :func:`request_id_of`)
+_own_ids: list[str] = []
+
+
+def request_id_of(given: Optional[str], command: str) -> str:
+    """The idempotency key of a write command: ``--request-id``, or one of this
+    invocation (DESIGN.md section 12), so a retry inside the command (botocore's, a
+    PostgreSQL commit whose reply was lost) finds its own first try and answers success
+    instead of raising or writing twice. It is kept like a given key
+    (``sleeper.table.write.idempotency.hours``); :func:`unknown_outcome_hint` names it."""
+    if given is not None:
+        return given
+    _own_ids[:] = [f"cli-{command}-{uuid.uuid4().hex}"]
+    return _own_ids[0]
+
+
+def unknown_outcome_hint(start: bool = False) -> str:
+    """For the error line of a write whose state store was lost: the request id to run
+    it again with, so it finishes without writing twice ("" when the command took none).
+    ``start``: forget the last invocation's."""
+    if start:
+        _own_ids.clear()
+        return ""
+    if not _own_ids:
+        return ""
+    return f" (run the command again with --request-id {_own_ids[0]} to finish it without writing twice)"
 
 
 def import_arrow() -> None:

@@ -17,6 +17,20 @@ No record is lost or duplicated at the seams (DESIGN.md section 10):
   job's record as committed in the same transaction (with ``ingest_job_id``, it also
   marks that job's ingest requests ingested), and a reply lost mid-commit is retried
   by the state store under the commit's id, so it applies once.
+* The job's record is saved (started, naming no outputs yet) before the first input is
+  read, so every unfinished job that may commit records is on record from its start
+  (a tombstone stays while any job older than it is unfinished: :mod:`statestore.deletes`).
+* With ``request_id`` (an idempotency key, :mod:`statestore.client_writes`) the commit
+  keeps the key with a digest of the input in its own atomic step. The digest of files
+  is their names (absolute paths or ``s3://`` URIs) and sizes, read by the HEAD every
+  ingest makes before reading: a retry answers before any input is read (a content
+  digest would read every input once more before the retry could answer), and a name
+  reused for content of another size is another request. An Arrow table's digest is
+  its content. The same key and input answers the first ingest (``repeat``: no new
+  files, no records added); the same key with other input is refused with
+  :class:`~statestore.client_writes.IdempotencyKeyReusedError`. A repeat that started
+  before the first committed writes its own outputs, finds the key held at its commit
+  and deletes them (the store's answer is definite: nothing names them).
 * Outputs are deleted only when nothing can have committed them: a failure before the
   commit, a definite refusal (:class:`~statestore.errors.TransactionError`), or a
   commit that gave up on conflicts (:class:`~statestore.errors.CommitConflictError`:
@@ -34,7 +48,7 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
 import pyarrow as pa
@@ -44,10 +58,12 @@ from sleeper_ops.engine.leaves import leaf_indices_sliced, sorted_rows
 from sleeper_ops.engine.merge import merge_sorted
 from sleeper_ops.errors import IngestError
 from sleeper_ops.heartbeat import Heartbeat
+from sleeper_ops.ingest.digests import arrow_digest, files_digest
 from sleeper_ops.io.datafile import ParquetSettings, WrittenFile, new_data_key, sketch_key, write_data_file
 from sleeper_ops.io.inputs import check_readable, read_batches
 from sleeper_ops.io.storage import ObjectStore, S3Options
 from statestore.catalog import TableInfo
+from statestore.client_writes import ClientWrite, check_key
 from statestore.errors import CommitConflictError, TransactionError
 from statestore.files import FileReference
 from statestore.jobs import JobRecord
@@ -67,6 +83,8 @@ class IngestResult:
     seconds: float = 0.0
     spilled_chunks: int = 0
     job_id: Optional[str] = None
+    #: a repeat of an idempotency key: the first ingest's job and records; nothing was added
+    repeat: bool = False
 
     @property
     def rows_per_second(self) -> float:
@@ -88,9 +106,11 @@ class _Attempt:
         self.state_store, self.table = state_store, table
         self.given = job is not None
         self.record = job if job is not None else JobRecord.created(table.table_id, uuid.uuid4().hex, "ingest")
-        if self.record.status != "started":
-            self.record = self.record.started(run_id)
         self.saved = False
+        if self.record.status != "started":  # saved before any input is read (the batcher saved its own)
+            self.record = self.record.started(run_id)
+            self.state_store.put_job(self.record)
+            self.saved = True
 
     def new_keys(self, leaf_ids: Sequence[str]) -> list[str]:
         """Fresh keys for ``leaf_ids``' files, named in the job's record (saved) before
@@ -130,10 +150,12 @@ class IngestRunner:
                  spill_dir: Optional[str] = None, s3: Optional[S3Options] = None, threads: int = 2,
                  job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,
                  run_id: Optional[str] = None, buffer_seqs: Sequence[int] = (),
-                 delete_horizon: Optional[int] = None):
+                 delete_horizon: Optional[int] = None, request_id: Optional[str] = None):
         """``delete_horizon``: the table's delete count the input was read at, stamped on
         every file written (:mod:`statestore.deletes`); None: read when the ingest starts,
-        before its input, so a delete committed while it runs covers its records."""
+        before its input, so a delete committed while it runs covers its records.
+        ``request_id``: the ingest's idempotency key (see the module docstring)."""
+        self.request_id = None if request_id is None else check_key(request_id)
         self.state_store, self.objects, self.table = state_store, objects, table
         self.delete_horizon = delete_horizon
         self.schema = table.schema
@@ -148,23 +170,48 @@ class IngestRunner:
         """Ingest every file in ``paths``; all are checked readable before any is read."""
         if not paths:
             raise IngestError("no input files given")
-        for p in paths:
-            check_readable(p, self.s3)
+        located = [(p if p.startswith("s3://") else os.path.abspath(p), check_readable(p, self.s3)) for p in paths]
 
         def batches() -> Iterable[pa.RecordBatch]:
             for p in paths:
                 yield from read_batches(p, self.schema, self.s3)
-        return self.ingest_batches(batches(), progress)
+        return self.ingest_batches(batches(), progress, digest=files_digest(located))
 
-    def ingest_batches(self, batches: Iterable[pa.RecordBatch], progress: Optional[Progress] = None) -> IngestResult:
+    def ingest_table(self, table: pa.Table, progress: Optional[Progress] = None) -> IngestResult:
+        """Ingest an Arrow table (conformed to the table's schema batch by batch); its
+        digest is its content."""
+        from sleeper_ops.io.inputs import conform
+
+        digest = arrow_digest(table) if self.request_id is not None else None
+        return self.ingest_batches((conform(b, self.schema, "table") for b in table.to_batches()), progress,
+                                   digest=digest)
+
+    def ingest_batches(self, batches: Iterable[pa.RecordBatch], progress: Optional[Progress] = None, *,
+                       digest: Optional[str] = None) -> IngestResult:
         """Ingest batches already conformed to the table's Arrow schema (see the module
-        docstring for what is kept and what is deleted on failure)."""
+        docstring for what is kept and what is deleted on failure). ``digest``: of the
+        request, kept with ``request_id`` (a stream of batches has none: refused)."""
         start = time.perf_counter()
+        write = None
+        if self.request_id is not None:
+            if digest is None:
+                raise IngestError(f"table {self.table.name}: an ingest's request_id needs files or an Arrow table "
+                                  "(a stream of batches has no digest before it is read)")
+            write = ClientWrite(self.request_id, digest)
+            earlier = self._earlier(write)
+            if earlier is not None:
+                return earlier
         result = IngestResult()
-        horizon = (self.delete_horizon if self.delete_horizon is not None
-                   else self.state_store.tombstones(self.table.table_id)[0])
+        # on record before the delete count is read: a delete committed after the read covers
+        # the files; one committed before it is held while this job is unfinished
         attempt = _Attempt(self.state_store, self.table, self.job, self.run_id)
-        tree = PartitionTree(self.state_store.partitions(self.table.table_id))
+        try:
+            horizon = (self.delete_horizon if self.delete_horizon is not None
+                       else self.state_store.tombstones(self.table.table_id)[0])
+            tree = PartitionTree(self.state_store.partitions(self.table.table_id))
+        except BaseException as e:
+            attempt.fail(f"{type(e).__name__}: {e}")
+            raise
         written: list[tuple[str, WrittenFile]] = []
         spill_root = tempfile.mkdtemp(prefix="sleeper-ingest-", dir=self.spill_dir)
         beating = Heartbeat(self.state_store, self.table, [attempt.record.job_id]).start()
@@ -181,7 +228,12 @@ class IngestRunner:
                 attempt.fail(f"{type(e).__name__}: {e}")
                 raise
             if refs or attempt.given or self.ingest_job_id is not None:
-                self._commit(refs, attempt, result.records, written)
+                first = self._commit(refs, attempt, result.records, written, write)
+                if first is not None:
+                    return first
+            else:  # no records: nothing to commit; the record saved before reading ends final
+                done = attempt.record.finished(result.records, 0).committed()
+                self.state_store.put_job(replace(done, reason="no records: nothing committed"))
             result.files = refs
             result.job_id = attempt.record.job_id if attempt.saved or attempt.given else None
         finally:
@@ -219,13 +271,28 @@ class IngestRunner:
         result.spilled_chunks = chunks_seen
         return self._merge_runs(runs, attempt)
 
+    def _earlier(self, write: ClientWrite) -> Optional[IngestResult]:
+        """The first ingest of ``write``'s key as a repeat's answer (None: the key is not
+        held); IdempotencyKeyReusedError for other input."""
+        record = self.state_store.client_write(self.table.table_id, write.request_id)
+        if record is None:
+            return None
+        record.answer_for(self.table.table_id, write)
+        job = self.state_store.get_job(self.table.table_id, record.answer) if record.answer else None
+        return IngestResult(records=job.rows_written if job is not None else 0, job_id=record.answer or None,
+                            repeat=True)
+
     def _commit(self, refs: list[FileReference], attempt: _Attempt, records: int,
-                written: list[tuple[str, WrittenFile]]) -> None:
-        """One add-files commit with the job's bookkeeping; outputs deleted only on a refusal."""
+                written: list[tuple[str, WrittenFile]], write: Optional[ClientWrite]) -> Optional[IngestResult]:
+        """One add-files commit with the job's bookkeeping; outputs deleted only on a
+        refusal, or when the key was found held by another ingest (then returns that
+        first ingest's answer)."""
         done = attempt.record.finished(records, records, refs[0].filename if len(refs) == 1 else None).committed()
+        keyed = None if write is None else replace(write, answer=done.job_id)
         try:
-            self.state_store.commit(self.table.table_id, AddFiles(tuple(refs)), job=done,
-                                    ingest_job_id=self.ingest_job_id, buffer_seqs=self.buffer_seqs)
+            applied = self.state_store.commit(self.table.table_id, AddFiles(tuple(refs)), job=done,
+                                              ingest_job_id=self.ingest_job_id, buffer_seqs=self.buffer_seqs,
+                                              client_write=keyed)
         except (TransactionError, CommitConflictError) as e:
             self._cleanup(written)
             attempt.fail(f"commit refused: {e}")
@@ -234,6 +301,14 @@ class IngestRunner:
             # the outcome may be unknown: keep the outputs (the sweep removes them if it did not apply)
             attempt.fail(f"commit failed: {type(e).__name__}: {e}")
             raise
+        if applied or write is None:
+            return None
+        first = self._earlier(write)
+        if first is None or first.job_id == done.job_id:
+            return None  # this ingest's own commit, applied by a try whose reply was lost
+        self._cleanup(written)  # the key is another ingest's: nothing names these outputs
+        attempt.fail(f"a repeat of idempotency key {write.request_id!r}: job {first.job_id} ingested this input")
+        return first
 
     # ----- steps ------------------------------------------------------------------------
     def _by_leaf(self, chunk: list[pa.RecordBatch],

@@ -139,6 +139,15 @@ class ObjectStore:
                 yield ObjectInfo(info.path[n:], info.size or 0,
                                  int(info.mtime.timestamp() * 1000) if info.mtime else 0)
 
+    def move(self, src: str, dst: str) -> None:
+        """Rename ``src`` to ``dst``, replacing ``dst``: a rename on local disk; on S3 a
+        copy (CopyObject: an object up to 5 GB) then a delete of ``src``."""
+        self._parent(dst)
+        try:
+            self.fs.move(self.path(src), self.path(dst))
+        except OSError as e:
+            raise StorageError(f"cannot move {self.uri_of(src)} to {self.uri_of(dst)}: {e}") from e
+
     def delete(self, key: str) -> None:
         """Delete ``key``; deleting a missing object is not an error."""
         if not self.is_local:

@@ -9,14 +9,19 @@ records of a write, ingest job or bulk import that starts after it stay. Readers
 the records at once; compaction removes them from the files
 (``sleeper.table.delete.purge.hours`` bounds how long that may take).
 
-A delete may carry an idempotency key (REST ``Idempotency-Key``, ``--request-id``):
-it is the delete's commit id, so a repeat within
-:data:`~statestore.store.COMMIT_ID_RETENTION_MS` adds no second tombstone.
+A delete may carry an idempotency key (REST ``Idempotency-Key``, ``--request-id``),
+kept with a digest of what it deletes (its regions and ``where``) in the delete's own
+commit (:mod:`statestore.client_writes`): within ``sleeper.table.write.idempotency.hours``
+the same key and request adds no second tombstone and answers the first one's number;
+the same key with other keys, ranges or predicate is refused with
+:class:`~statestore.client_writes.IdempotencyKeyReusedError`, naming the key.
 """
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -24,7 +29,7 @@ from sleeper_ops.engine.deletes import DeleteInputError, check_where
 from sleeper_ops.engine.key_regions import exact_key_region, range_region
 from sleeper_ops.errors import QueryError
 from statestore.catalog import TableInfo
-from statestore.client_writes import check_key
+from statestore.client_writes import ClientWrite, check_key, digest_of
 from statestore.errors import NotSupportedError
 from statestore.properties import ABANDON
 from statestore.region import Region
@@ -36,28 +41,31 @@ from statestore.transactions import DeleteRecords, DropTombstones
 
 @dataclass(frozen=True)
 class DeleteResult:
-    """One delete: its tombstone's number (None when a repeat of an idempotency key
-    found it applied already), the buffer sequence number it covers up to, and what
-    it matches."""
+    """One delete: its tombstone's number (a repeat of an idempotency key: the first
+    delete's, ``repeat`` True), the buffer sequence number it covers up to, and what it
+    matches."""
 
     tombstone: Optional[int]
     buffer_seq: int
     regions: tuple[Region, ...]
     where: Optional[str]
+    repeat: bool = False
 
     @property
     def applied(self) -> bool:
-        return self.tombstone is not None
+        """Whether this call committed the delete (False for a repeat of its key)."""
+        return self.tombstone is not None and not self.repeat
 
     def summary(self) -> str:
-        if not self.applied:
-            return "already deleted (a repeat of this idempotency key): nothing more to do"
+        if self.repeat:
+            return (f"delete {self.tombstone} was committed before (a repeat of this idempotency key): "
+                    "nothing more to do")
         return (f"delete {self.tombstone} committed: matching records are hidden from every read now and "
                 "purged from files by compaction")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tombstone": self.tombstone, "applied": self.applied, "buffer_seq": self.buffer_seq,
-                "regions": [r.to_dict() for r in self.regions], "where": self.where}
+        return {"tombstone": self.tombstone, "applied": self.applied, "repeat": self.repeat,
+                "buffer_seq": self.buffer_seq, "regions": [r.to_dict() for r in self.regions], "where": self.where}
 
 
 def delete_regions(schema: Schema, keys: Sequence[Any] = (),
@@ -88,15 +96,26 @@ def delete_records(state_store: StateStore, table: TableInfo, *, keys: Sequence[
     SQL predicate on any fields) committed before this call, in one commit."""
     regions = delete_regions(table.schema, keys, ranges)
     where = check_where(table.schema, where)
-    commit_id = None if request_id is None else "delete:" + check_key(request_id)
+    # the answer names this call, so a retry of its own commit (a lost reply) is told from a repeat
+    write = None if request_id is None else ClientWrite(check_key(request_id), delete_digest(regions, where),
+                                                         answer=uuid.uuid4().hex)
     seq = state_store.buffer_high_water(table.table_id)
-    applied = state_store.commit(table.table_id, DeleteRecords(regions, where, seq), commit_id=commit_id)
-    number = None
-    if applied:  # the newest tombstone of this content is ours (another delete may have followed)
-        count, live = state_store.tombstones(table.table_id)
-        mine = [t.number for t in live if t.regions == regions and t.where == where and t.buffer_seq == seq]
-        number = max(mine) if mine else count
-    return DeleteResult(number, seq, regions, where)
+    state_store.commit(table.table_id, DeleteRecords(regions, where, seq), client_write=write)
+    if write is not None:  # the key's record holds the tombstone number of its first delete
+        record = state_store.client_write(table.table_id, write.request_id)
+        if record is not None:
+            return DeleteResult(record.seq, seq, regions, where, repeat=record.answer != write.answer)
+    # the newest tombstone of this content is ours (another delete may have followed)
+    count, live = state_store.tombstones(table.table_id)
+    mine = [t.number for t in live if t.regions == regions and t.where == where and t.buffer_seq == seq]
+    return DeleteResult(max(mine) if mine else count, seq, regions, where)
+
+
+def delete_digest(regions: Sequence[Region], where: Optional[str]) -> str:
+    """The digest of a delete's request, kept with its idempotency key: its regions
+    (in order) and predicate."""
+    return digest_of("delete", json.dumps([r.to_dict() for r in regions], sort_keys=True, default=repr).encode(),
+                     (where or "").encode(), b"1" if where is not None else b"0")
 
 
 def spent_tombstones(state: TableState, buffer_seqs: Sequence[int], *, running_since_ms: Optional[int] = None,

@@ -15,15 +15,24 @@ Guarantees:
 * **Exactly the rows of one state.** The union of the files is the answer a query of
   the region would have given when the plan was made, each record in exactly one file;
   the manifest records the transaction number of that state.
-* **Idempotent per export key** (:mod:`sleeper_ops.io.export_manifest`): files go to
-  attempt-unique names and the manifest is written last, as the commit point. A repeat
-  of a committed key answers "already exported" with its manifest and writes nothing;
-  a rerun after a crash writes the whole export afresh under names of its own, commits
-  its manifest, then deletes the files the crashed attempts left in the destination, so
-  the destination ends with exactly the rows, none twice. A destination holding the
-  export of another key is refused in one line.
-* **One export per destination at a time**: a lease on (table, destination) refuses a
-  concurrent one (:class:`~statestore.errors.LeaseHeldError`).
+* **Idempotent per export key** (:mod:`sleeper_ops.io.export_manifest`): the key is
+  kept in the state store with a digest of its request -- destination, region, ``where``
+  and whether the buffer is read (:mod:`statestore.client_writes`, recorded before
+  anything is written) -- so a key names one export: the same key with another
+  destination or selection is refused in one line naming the key, even after its job
+  record is gone from the window of keys (then the job record, which names the
+  destination's manifest, refuses it). Files are written under their final names
+  (``part-00000-<leaf>.parquet``: no attempt id) and the manifest is written last, as
+  the commit point. A repeat of a committed key answers "already exported" with its
+  manifest and writes nothing; a rerun after a crash writes the whole export afresh,
+  commits its manifest, then deletes the part files it does not name, so the
+  destination ends with exactly the rows, none twice. A destination holding the export
+  of another key is refused in one line.
+* **One export per destination at a time**, whatever the table: a lease named by the
+  destination alone refuses a concurrent one (:class:`~statestore.errors.LeaseHeldError`),
+  so two exports never write, or delete, each other's parts.
+* A runner that writes attempt-unique keys (Spark) waits for every attempt to end and
+  its winners are moved to the final names before the manifest is written.
 * Every export is recorded as a job (kind ``export``) whose ``output`` is its manifest,
   so ``sleeper report erasure`` can find the exports that may hold deleted records.
 * Files named by a plan stay readable for the table's GC delay after they lose their
@@ -35,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import json
 import re
 import time
 import uuid
@@ -48,10 +58,9 @@ from sleeper_ops.engine.deletes import check_where, matches
 from sleeper_ops.engine.key_regions import range_region
 from sleeper_ops.errors import ConfigError, QueryError
 from sleeper_ops.io.arrow_schema import arrow_schema
-from sleeper_ops.io.attempts import MARK, attempt_key
-from sleeper_ops.io.export_manifest import ExportedFile, ExportManifest, read_manifest, write_manifest
+from sleeper_ops.io.export_manifest import MANIFEST, ExportedFile, ExportManifest, read_manifest, write_manifest
 from sleeper_ops.io.storage import ObjectStore
-from statestore.client_writes import check_key
+from statestore.client_writes import ClientWrite, IdempotencyKeyReusedError, check_key, digest_of
 from statestore.deletes import Tombstone
 from statestore.jobs import JobRecord
 from statestore.region import Range, Region
@@ -67,7 +76,8 @@ RUNNERS = ("local", "spark")
 LEAF_WRITERS: dict[str, str] = {"spark": "sleeper_ops.spark.export:write_leaves"}
 #: How many times the plan is taken again when a commit lands while it is being taken.
 PLAN_ATTEMPTS = 5
-_PART = re.compile(r"^part-\d{5}-.+\.parquet$")
+#: a part file an export writes: ``part-<index>-<leaf id>.parquet``, or a task attempt's
+_PART = re.compile(r"^part-\d{5}-(?P<leaf>.+?)(?:\.attempt-[0-9A-Za-z]+)?\.parquet$")
 
 
 class ExportError(QueryError):
@@ -144,6 +154,36 @@ def export_job_id(export_key: str) -> str:
     return "export-" + hashlib.sha256(export_key.encode()).hexdigest()[:24]
 
 
+def export_digest(dest_uri: str, region: Region, where: Optional[str], buffer: bool) -> str:
+    """The digest of an export's request, kept with its key: destination, region,
+    predicate and whether the write buffer is read."""
+    return digest_of("export", dest_uri.encode(), json.dumps(region.to_dict(), sort_keys=True, default=repr).encode(),
+                     (where or "").encode(), b"1" if where is not None else b"0", b"1" if buffer else b"0")
+
+
+def destination_lease(dest: ObjectStore) -> str:
+    """The name of the lease one export to ``dest`` holds, whatever its table."""
+    return "export-destination/" + hashlib.sha256(dest.uri.encode()).hexdigest()[:32]
+
+
+def _claim(state_store: StateStore, table: TableInfo, dest: ObjectStore, key: str, digest: str) -> None:
+    """Keep ``key`` with ``digest`` (or find it kept with it); refuse in one line a key
+    kept for another export, by its record or by its job record's destination."""
+    manifest_uri = dest.uri_of(MANIFEST)
+    rec = state_store.get_job(table.table_id, export_job_id(key))
+    other = (rec.outputs[0].removesuffix("/" + MANIFEST)
+             if rec is not None and rec.outputs and rec.outputs[0] != manifest_uri else None)
+    if other is None:
+        try:
+            state_store.claim_client_write(table.table_id, ClientWrite(key, digest, answer=dest.uri))
+            return
+        except IdempotencyKeyReusedError:
+            earlier = state_store.client_write(table.table_id, key)
+            other = earlier.answer if earlier is not None else "?"
+    raise ExportError(f"export key {key!r} of table {table.name} was used for another export (to {other}, or with "
+                      "another range or where): a key names one export; choose another --export-key")
+
+
 def export_table(state_store: StateStore, runner: QueryRunner, table: TableInfo, dest: ObjectStore, *,
                  lo: Optional[Any] = None, hi: Optional[Any] = None, where: Optional[str] = None,
                  export_key: Optional[str] = None, buffer: bool = True, run_id: Optional[str] = None,
@@ -152,17 +192,17 @@ def export_table(state_store: StateStore, runner: QueryRunner, table: TableInfo,
     """Export ``table``'s records in ``[lo, hi)`` (default all) matching ``where`` to
     ``dest`` (see the module docstring). ``export_key`` defaults to a fresh one.
     ``write_leaves`` writes the leaves (default: in this process, one after another).
-    ``lease(operation)`` gives the table's exclusive lease for ``operation`` (the
-    facade passes :meth:`sleeper_ops.table.Table.exclusive`); held while exporting."""
+    ``lease(name)`` gives the exclusive lease ``name`` (:func:`destination_lease`:
+    the destination's, whatever the table), held while exporting."""
     region, where, key = check_export(table.schema, lo, hi, where, export_key)
-    dest_id = hashlib.sha256(dest.uri.encode()).hexdigest()[:16]
-    with (lease or _no_lease)(f"export-{dest_id}"):
+    with (lease or _no_lease)(destination_lease(dest)):
         held = read_manifest(dest)
-        if held is not None:
-            if held.export_key == key and held.table_id == table.table_id:
-                return ExportResult(dest.uri, held, False)
+        if held is not None and not (held.export_key == key and held.table_id == table.table_id):
             raise ExportError(f"{dest.uri} already holds export {held.export_key!r} of table {held.table}: "
                               "choose another destination (or the same --export-key to confirm it)")
+        _claim(state_store, table, dest, key, export_digest(dest.uri, region, where, buffer))
+        if held is not None:
+            return ExportResult(dest.uri, held, False)
         job_id = export_job_id(key)
         rec = state_store.get_job(table.table_id, job_id) or JobRecord.created(table.table_id, job_id, "export")
         rec = rec.started(run_id, outputs=[dest.uri_of("_manifest.json")])
@@ -174,7 +214,7 @@ def export_table(state_store: StateStore, runner: QueryRunner, table: TableInfo,
             state_store.put_job(rec.failed(f"{type(e).__name__}: {e}"))
             raise
         state_store.put_job(rec.finished(manifest.rows, manifest.rows, dest.uri_of("_manifest.json")).committed())
-        _delete_leftovers(dest, manifest)
+        _delete_leftovers(dest, manifest, {p.id for p in state_store.partitions(table.table_id)})
         return ExportResult(dest.uri, manifest, True)
 
 
@@ -192,10 +232,12 @@ def _export(state_store: StateStore, runner: QueryRunner, table: TableInfo, dest
         at = state_store.transaction_number(table.table_id)
         if at == before:
             break
-    tag = uuid.uuid4().hex[:16]
-    jobs = [LeafJob(i, leaf, attempt_key(f"part-{i:05d}-{leaf.leaf_id}.parquet", tag), where)
-            for i, leaf in enumerate(plan.leaves)]
-    files = write_leaves(runner, dest, jobs)
+    jobs = [LeafJob(i, leaf, f"part-{i:05d}-{leaf.leaf_id}.parquet", where) for i, leaf in enumerate(plan.leaves)]
+    files = []
+    for job, f in zip(jobs, write_leaves(runner, dest, jobs)):
+        if f.key != job.key:  # an attempt's own key (Spark): every attempt has ended; the winner takes the name
+            dest.move(f.key, job.key)
+        files.append(ExportedFile(f.leaf, job.key, f.rows))
     manifest = ExportManifest(table.name, table.table_id, key, at,
                               int(time.time() * 1000) if now_ms is None else now_ms, region.to_dict(), where,
                               buffer, runner.iterators.describe(), tuple(files))
@@ -258,12 +300,16 @@ def load_leaves_writer(runner: str, **options: Any) -> Optional[LeavesWriter]:
     return made
 
 
-def _delete_leftovers(dest: ObjectStore, manifest: ExportManifest) -> None:
-    """Delete the part files earlier attempts left in ``dest`` (named like ours, with
-    an attempt tag, and not in the committed manifest)."""
+def _delete_leftovers(dest: ObjectStore, manifest: ExportManifest, partition_ids: set[str]) -> None:
+    """Delete the part files earlier or losing attempts left in ``dest``: named as an
+    export of this table names them (``part-<index>-<partition id>``, with or without an
+    attempt tag) and not in the committed manifest. The destination holds this export
+    only, under its lease; files of any other name (another tool's ``part-...`` files)
+    are left alone."""
     kept = {f.key for f in manifest.files}
     for o in list(dest.list("")):
-        if o.key not in kept and MARK in o.key and "/" not in o.key and _PART.match(o.key):
+        m = _PART.match(o.key) if "/" not in o.key else None
+        if o.key not in kept and m is not None and m["leaf"] in partition_ids:
             dest.delete(o.key)
 
 

@@ -10,8 +10,11 @@ Guarantees: executors never touch the state store (the plan travels with the tas
 the runner they build holds an empty in-memory store it never reads); each Spark task
 attempt writes its own key (:func:`~sleeper_ops.spark.attempts.own_key`: the leaf's key
 tagged with the attempt's id), so a speculative or retried attempt never overwrites
-another's file; the file named in the manifest is the one of the attempt whose result
-reached the driver, and the export deletes the others once its manifest is committed.
+another's file; the driver waits until every attempt of its job has ended
+(:func:`~sleeper_ops.spark.attempts.wait_for_attempts`: a speculative loser killed by
+Spark may still be writing) before it answers, then the export moves each winner's file
+(the attempt whose result reached the driver) to the leaf's final name, commits its
+manifest and deletes the losers' files, which no attempt writes any more.
 
 The session is ``SparkSession.builder.getOrCreate()`` on the configuration's
 ``[spark] master`` (an active session, e.g. a test's, is reused).
@@ -19,12 +22,13 @@ The session is ``SparkSession.builder.getOrCreate()`` on the configuration's
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from sleeper_ops.io.export_manifest import ExportedFile
 from sleeper_ops.io.storage import ObjectStore, S3Options
-from sleeper_ops.spark.attempts import own_key
+from sleeper_ops.spark.attempts import own_key, wait_for_attempts
 from sleeper_ops.spark.executor import table_from_dict, table_to_dict
 
 if TYPE_CHECKING:
@@ -48,8 +52,16 @@ def write_leaves(*, config: SleeperConfig | None, table: str) -> LeavesWriter:
                    "data_uri": runner.objects.uri,
                    "data_s3": asdict(runner.objects.s3) if runner.objects.s3 is not None else None,
                    "table": table_to_dict(runner.table)}
-        results = (spark.sparkContext.parallelize(list(jobs), len(jobs))
-                   .mapPartitions(lambda items: write_tasks(context, items)).collect())
+        sc = spark.sparkContext
+        group = f"sleeper-export-{uuid.uuid4().hex}"
+        sc.setJobGroup(group, f"sleeper export of {table} to {dest.uri}")
+        try:
+            results = (sc.parallelize(list(jobs), len(jobs))
+                       .mapPartitions(lambda items: write_tasks(context, items)).collect())
+        except BaseException:
+            wait_for_attempts(sc, group)  # the job may not have started: do not wait for it to
+            raise
+        wait_for_attempts(sc, group, jobs=1)  # no loser writes once the leftovers are deleted
         by_index = {r["index"]: ExportedFile(r["leaf"], r["key"], r["rows"]) for r in results}
         return [by_index[j.index] for j in jobs]
 

@@ -43,17 +43,18 @@ Files to ingest (``POST /tables/{t}/ingest-requests``) must lie under the allowe
 ingest prefixes (:mod:`sleeper_ops.web.rest_paths`): by default the object store's
 ``ingest`` folder and ``SLEEPER_HOME/ingest``; never a table's own data files.
 
-``POST`` routes take an ``Idempotency-Key`` header (:mod:`statestore.client_writes`):
-a request sent again with the same key and body (after a timeout, or a 503 whose
-``outcome`` is ``unknown``) stores nothing and gets the first answer (the same
-``seq``, the same request ids); the key with another body is refused (422).
+``POST`` routes and ``DELETE /tables/{t}/records`` take an ``Idempotency-Key`` header
+(:mod:`statestore.client_writes`): a request sent again with the same key and body
+(after a timeout, or a 503 whose ``outcome`` is ``unknown``) stores nothing and gets the
+first answer (the same ``seq``, the same request ids, the same tombstone); the key with
+another body is refused (422).
 
 Errors are ``{"detail": message}``, the message a string: 404 for an unknown table;
 422 for a request that is not of the documented shape (the message names each
 parameter or body field at fault), or records or files that do not fit the table or
 lie outside the allowed ingest prefixes (nothing is queued or written); 400 for
 other bad input (a key that is not JSON); 409 for a commit that kept conflicting
-(retry); 503 when the state or object store cannot be reached (a ``POST``'s 503 body
+(retry); 503 when the state or object store cannot be reached (a write's 503 body
 adds ``outcome``: ``unknown`` or ``not_stored``, see :func:`~sleeper_ops.web.rest_errors.error_body`). A 500 is a bug.
 """
 

@@ -11,13 +11,15 @@ from pydantic import BaseModel
 
 from sleeper_ops.errors import QueryError
 
-_DELETE_KEY_HELP = ("an idempotency key (1-255 printable ASCII characters): the same key again within a day adds no "
-                    "second delete (answers applied=false)")
+_DELETE_KEY_HELP = ("an idempotency key (1-255 printable ASCII characters), kept with the delete's keys, range and "
+                    "where: the same request again adds no second delete (answers the first tombstone, "
+                    "applied=false); another request with the key is 422")
 
 
 class DeleteOut(BaseModel):
-    """A delete's answer: its tombstone's number (null for a repeat of an idempotency
-    key), whether this request applied it, and the buffer sequence number it covers."""
+    """A delete's answer: its tombstone's number (for a repeat of an idempotency key,
+    the first delete's), whether this request applied it, and the buffer sequence
+    number it covers."""
 
     tombstone: Optional[int]
     applied: bool
@@ -39,7 +41,8 @@ def add_delete_routes(app: FastAPI, table: Callable[[str], Any],
         """Delete the records with any of the keys or in the range (and matching
         ``where``) written before this request, in one commit: hidden from every read
         once this answers, purged from files by compaction. 400 for an empty or inverted
-        range or an unknown field in ``where`` (nothing deleted)."""
+        range or an unknown field in ``where`` (nothing deleted); 422 for an
+        ``Idempotency-Key`` used for another request; a 503 says ``outcome``."""
         from sleeper_ops.io.codec import parse_key
 
         tb = table(t)

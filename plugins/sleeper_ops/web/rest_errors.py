@@ -48,14 +48,18 @@ def status_of(error: SleeperError) -> int:
     return status.HTTP_400_BAD_REQUEST
 
 
+#: the methods that write: their 503 says ``outcome``
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
 def error_body(error: SleeperError, method: str) -> dict[str, str]:
-    """The JSON body of an error answer. A write (``POST``) that fails with 503 also
+    """The JSON body of an error answer. A write (``POST``, ``PUT``, ``PATCH``, ``DELETE``) that fails with 503 also
     says its ``outcome``: ``unknown`` when the state store was lost while the write may
     have been stored (send it again with the same ``Idempotency-Key``: a repeat is
     stored once), ``not_stored`` when it failed before anything was stored (the object
     store could not be read)."""
     body = {"detail": str(error)}
-    if method == "POST" and status_of(error) == status.HTTP_503_SERVICE_UNAVAILABLE:
+    if method in WRITES and status_of(error) == status.HTTP_503_SERVICE_UNAVAILABLE:
         if isinstance(error, StateStoreUnavailableError):
             body.update(outcome="unknown", retry="send the same request again with the same Idempotency-Key")
         else:

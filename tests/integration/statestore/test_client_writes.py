@@ -129,3 +129,74 @@ def test_dynamodb_keyed_ingest_request_whose_reply_was_lost_queues_once(store: S
     assert retried.lost == 1
     assert earlier is not None and earlier.answer == write.answer  # its own first attempt, found
     assert sorted(r.request_id for r in store.list_ingest_requests(tid)) == ["r-0", "r-1", "r-2"]
+
+
+# ----- a key kept with a commit (deletes, ingests, exports, bulk imports: DESIGN.md section 12) -----
+def _delete(lo: int) -> Any:
+    from statestore import DeleteRecords, Range, Region
+    return DeleteRecords((Region((Range("key", lo, lo + 10),)),))
+
+
+def test_a_keyed_commit_applies_once_and_a_repeat_answers_its_first_number(store: StateStore) -> None:
+    tid = new_table(store)
+    store.commit(tid, _delete(0))  # tombstone 1, unkeyed
+    write = ClientWrite("erase-7", digest_of("delete", b"10..20"))
+    assert store.commit(tid, _delete(10), client_write=write) is True
+    assert store.commit(tid, _delete(10), client_write=write) is False  # the same request again
+    state = store.load_state(tid)
+    assert state.delete_count == 2 and sorted(state.tombstones) == [1, 2]
+    record = store.client_write(tid, "erase-7")
+    assert record is not None and record.seq == 2 and record.digest == write.digest
+
+
+def test_a_commit_key_reused_for_another_request_is_refused_and_applies_nothing(store: StateStore) -> None:
+    tid = new_table(store)
+    store.commit(tid, _delete(10), client_write=ClientWrite("erase-7", digest_of("delete", b"10..20")))
+    with pytest.raises(IdempotencyKeyReusedError, match="'erase-7' was already used for a different request"):
+        store.commit(tid, _delete(50), client_write=ClientWrite("erase-7", digest_of("delete", b"50..60")))
+    assert store.load_state(tid).delete_count == 1
+    # a buffered write with a key a commit holds is refused too: one key names one request
+    with pytest.raises(IdempotencyKeyReusedError):
+        store.append_buffer(tid, b"abc", 3, client_write=_write("erase-7", b"abc"))
+    assert store.buffer_stats(tid).entries == 0
+
+
+def test_a_claimed_key_is_kept_alone_and_answers_its_first_claim(store: StateStore) -> None:
+    """A write whose commit point is not in the state store (an export) keeps its key alone."""
+    tid = new_table(store)
+    first = ClientWrite("daily", digest_of("export", b"s3://a"), answer="s3://a")
+    assert store.claim_client_write(tid, first) is None
+    again = store.claim_client_write(tid, first)
+    assert again is not None and again.answer == "s3://a"
+    with pytest.raises(IdempotencyKeyReusedError, match="'daily'"):
+        store.claim_client_write(tid, ClientWrite("daily", digest_of("export", b"s3://b"), answer="s3://b"))
+    assert store.list_ingest_requests(tid) == []
+
+
+def test_keyed_commits_racing_with_one_key_apply_once(store: StateStore) -> None:
+    """Four committers send one key at once, two requests: one applies; the others of its
+    request answer False, those of the other request are refused (PostgreSQL: the key's
+    read and insert in one serializable commit; DynamoDB: the key item's condition)."""
+    import threading
+
+    tid = new_table(store)
+    writes = [ClientWrite("race", digest_of("delete", b"a")), ClientWrite("race", digest_of("delete", b"b"))]
+    outcomes: list[object] = []
+    barrier = threading.Barrier(4)
+
+    def go(i: int) -> None:
+        barrier.wait(10)
+        try:
+            outcomes.append((i % 2, store.commit(tid, _delete(10 * (i % 2)), client_write=writes[i % 2])))
+        except IdempotencyKeyReusedError:
+            outcomes.append((i % 2, "refused"))
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert store.load_state(tid).delete_count == 1
+    winner = next(w for w, o in outcomes if o is True)
+    assert sorted(o for w, o in outcomes if w == winner) == [False, True]  # type: ignore[type-var]
+    assert [o for w, o in outcomes if w != winner] == ["refused", "refused"]

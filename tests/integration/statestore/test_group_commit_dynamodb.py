@@ -251,3 +251,52 @@ def test_a_leader_whose_copy_is_behind_the_log_decides_on_the_log_not_its_copy(o
     assert sum(r.record_count for r in state.references.values()) == (60 if accepted else 4 * 10 + 20 + 5)
     assert open_dynamodb(**options).transaction_number(tid) == 3 + (3 if accepted else 4)
     assert _leftovers(setup, tid) == []
+
+
+def test_keyed_commits_through_group_commit_apply_once_per_key_and_refuse_another_request(options, monkeypatch):
+    """Issue 33: a commit carrying a client's idempotency key goes through the request
+    protocol too: the leader checks the key item and writes it with the batch. Per key,
+    the first request applies once; its repeats answer False; another request under the
+    key is refused with IdempotencyKeyReusedError, whichever committer sends it."""
+    from statestore import DeleteRecords, Range, Region
+    from statestore.client_writes import ClientWrite, IdempotencyKeyReusedError, digest_of
+    from statestore.dynamodb.store import DynamoDBStateStore
+
+    setup = open_dynamodb(**options)
+    tid = setup.create_table(f"t{uuid.uuid4().hex[:6]}", SCHEMA, partitions_from_split_points(SCHEMA, [])).table_id
+    stores = [open_dynamodb(**options) for _ in range(COMMITTERS)]
+    keys = [f"erase-{k}" for k in range(6)]
+    grouped: list[bool] = []
+    real = DynamoDBStateStore._group_commit
+
+    def counted(self, table_id, transaction, books, *args, **kwargs):  # type: ignore[no-untyped-def]
+        grouped.append(books.client_write is not None)
+        return real(self, table_id, transaction, books, *args, **kwargs)
+
+    monkeypatch.setattr(DynamoDBStateStore, "_group_commit", counted)
+
+    def delete(lo: str) -> DeleteRecords:
+        return DeleteRecords((Region((Range("key", lo, lo + "~"),)),))
+
+    def send(i: int) -> list[tuple[str, int, Any]]:
+        out: list[tuple[str, int, Any]] = []
+        for key in keys:  # committers 0 and 2 send request "a", 1 and 3 request "b", of every key at once
+            req = "ab"[i % 2]
+            try:
+                out.append((key, i % 2, stores[i].commit(tid, delete(req), client_write=ClientWrite(
+                    key, digest_of("delete", req.encode())))))
+            except IdempotencyKeyReusedError:
+                out.append((key, i % 2, "refused"))
+        return out
+
+    outcomes = [o for per in _run(COMMITTERS, send) for o in per]
+    for key in keys:
+        mine = [(req, o) for k, req, o in outcomes if k == key]
+        (winner,) = {req for req, o in mine if o is True}
+        assert sorted(str(o) for req, o in mine if req == winner) == ["False", "True"], (key, mine)
+        assert [o for req, o in mine if req != winner] == ["refused", "refused"], (key, mine)
+    state = open_dynamodb(**options).load_state(tid)
+    assert state.delete_count == len(keys)  # one tombstone a key
+    assert sorted(setup.client_write(tid, k).seq for k in keys) == list(range(1, len(keys) + 1))
+    assert _leftovers(setup, tid) == []
+    assert len(grouped) == COMMITTERS * len(keys) and all(grouped)  # every keyed commit was a request

@@ -139,3 +139,70 @@ def test_two_runs_of_one_key_racing_add_every_record_once_and_lose_none(sleeper,
     state = t.state()
     assert all(sleeper.objects.head(f) is not None for f in state.files), "a committed file was deleted"
     assert _keys(t) == list(range(3000))  # 3,000 records, each once
+
+
+def test_an_import_key_reused_for_other_sources_is_refused_in_one_line_naming_the_key(
+        sleeper, inputs, tmp_path, monkeypatch, capsys):
+    """Issue 33 (Deliver 5): the import key is kept with a digest of its sources."""
+    from statestore.client_writes import IdempotencyKeyReusedError
+    from tests.unit.sleeper_ops.cli_runner import run_cli
+
+    t = sleeper.create_table("t", SCHEMA)
+    r = bulk_import(sleeper.state_store, sleeper.objects, t.info, [str(inputs)], run=local_runner(sleeper),
+                    import_key="day-1")
+    assert r.status == "committed"
+    other = tmp_path / "other"
+    other.mkdir()
+    pq.write_table(pa.table({"key": pa.array([5000], pa.int64()), "v": ["x"]}), other / "q.parquet")
+    with pytest.raises(IdempotencyKeyReusedError, match="idempotency key 'day-1' was already used"):
+        bulk_import(sleeper.state_store, sleeper.objects, t.info, [str(other)], run=local_runner(sleeper),
+                    import_key="day-1")
+    code, out, err = run_cli(sleeper, monkeypatch, capsys, "bulk-import", "t", str(other), "--import-key", "day-1")
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "'day-1'" in err
+    assert len(_keys(t)) == 3000  # nothing of the other sources
+
+
+def test_an_import_racing_another_of_its_key_with_other_sources_is_refused_at_its_commit(sleeper, inputs, tmp_path):
+    """The second passed the check before the first committed: its commit refuses it
+    (the key and digest are kept in the first one's commit) and its files go."""
+    from statestore.client_writes import IdempotencyKeyReusedError
+
+    t = sleeper.create_table("t", SCHEMA)
+    other = tmp_path / "other"
+    other.mkdir()
+    pq.write_table(pa.table({"key": pa.array([5000], pa.int64()), "v": ["x"]}), other / "q.parquet")
+    runner = local_runner(sleeper)
+
+    def first_commits_meanwhile(plan: ImportPlan) -> list[LeafOutput]:
+        out = runner(plan)
+        bulk_import(sleeper.state_store, sleeper.objects, t.info, [str(inputs)], run=runner, import_key="k")
+        return out
+
+    with pytest.raises(IdempotencyKeyReusedError):
+        bulk_import(sleeper.state_store, sleeper.objects, t.info, [str(other)], run=first_commits_meanwhile,
+                    import_key="k")
+    assert _keys(t) == list(range(3000))
+    assert {o.key for o in sleeper.objects.list(t.info.table_id) if o.key.endswith(".parquet")} == set(t.state().files)
+
+
+def test_a_cli_bulk_import_without_a_key_imports_under_a_key_of_its_invocation(sleeper, inputs, monkeypatch, capsys):
+    """The key reaches the job (and every resubmission of it: a Spark service or EMR
+    retry imports once), and an invocation's key is its own."""
+    import types
+
+    from sleeper_ops.table import Table
+    from tests.unit.sleeper_ops.cli_runner import run_cli
+
+    sleeper.create_table("t", SCHEMA)
+    keys: list[object] = []
+
+    def fake_import(self, sources, *, import_key=None, **kw):  # type: ignore[no-untyped-def]
+        keys.append(import_key)
+        return types.SimpleNamespace(summary=lambda: "imported")
+
+    monkeypatch.setattr(Table, "bulk_import", fake_import)
+    for _ in range(2):
+        code, out, err = run_cli(sleeper, monkeypatch, capsys, "bulk-import", "t", str(inputs))
+        assert code == 0, err
+    assert all(isinstance(k, str) and k.startswith("cli-bulk-import-") for k in keys), keys
+    assert len(set(keys)) == 2

@@ -121,9 +121,24 @@ def test_a_file_a_delete_covers_whole_is_dropped_by_reference_without_being_read
 
 
 def test_a_repeated_idempotency_key_adds_no_second_tombstone(t) -> None:  # type: ignore[no-untyped-def]
+    t.delete(keys=[1])
     first = t.delete(keys=[3], request_id="erase-3")
     again = t.delete(keys=[3], request_id="erase-3")
-    assert first.applied and not again.applied and t.state().delete_count == 1
+    assert first.applied and not again.applied and t.state().delete_count == 2
+    assert again.tombstone == first.tombstone == 2  # the repeat answers the first result
+    assert "delete 2 was committed before" in again.summary()
+
+
+def test_a_delete_key_reused_for_another_delete_is_refused_naming_the_key(t) -> None:  # type: ignore[no-untyped-def]
+    from statestore.client_writes import IdempotencyKeyReusedError
+
+    t.ingest(_rows(0, 10))
+    t.delete(keys=[3], request_id="erase-7")
+    for other in ({"keys": [4]}, {"ranges": [(3, 5)]}, {"keys": [3], "where": "v = 'a0'"}):
+        with pytest.raises(IdempotencyKeyReusedError, match="idempotency key 'erase-7' was already used"):
+            t.delete(request_id="erase-7", **other)
+    assert t.state().delete_count == 1
+    assert keys(t) == [0, 1, 2, 4, 5, 6, 7, 8, 9]  # key 4 was not silently "already deleted": it is still there
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [

@@ -6,6 +6,7 @@ a crash mid-way rerun to exactly the right rows, and one-line refusals."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pyarrow as pa
@@ -129,7 +130,6 @@ def test_an_export_that_crashed_midway_reruns_to_exactly_the_right_rows(t, tmp_p
     assert got.num_rows == expected.num_rows == 438
     assert _records(got) == _records(expected)
     assert sorted(p.name for p in dest.iterdir()) == sorted([MANIFEST, *(f.key for f in m.files)])
-    assert not set(written) & {f.key for f in m.files}
     assert [j.status for j in t.jobs("export")] == ["committed"]
 
 
@@ -172,3 +172,61 @@ def test_an_export_killed_without_a_record_of_its_end_does_not_keep_spent_tombst
     sleeper.set_properties("k", {"sleeper.table.delete.purge.hours": "0"})
     t.compact()
     assert t.gc(now_ms=4_000_000_000_000).tombstones_dropped == [1]
+
+
+# ----- export keys name one destination (issue 33 finding 5; Deliver item 6) -----------------
+def test_an_export_key_reused_for_another_destination_or_request_is_refused_in_one_line(t, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t.export(str(tmp_path / "exp1"), export_key="daily")
+    for dest, kwargs in ((tmp_path / "exp2", {}), (tmp_path / "exp1", {"where": "n = 1"}),
+                         (tmp_path / "exp1", {"range": (0, 100)})):
+        with pytest.raises(ExportError, match="export key 'daily' of table t was used for another export") as e:
+            t.export(str(dest), export_key="daily", **kwargs)
+        assert "\n" not in str(e.value)
+    assert not (tmp_path / "exp2").exists() or not list((tmp_path / "exp2").iterdir())  # no copy nobody sees
+    assert [(j.status, j.outputs) for j in t.jobs("export")] == [("committed", (str(tmp_path / "exp1" / MANIFEST),))]
+    again = t.export(str(tmp_path / "exp1"), export_key="daily")  # the same request answers the first
+    assert not again.written
+
+
+def test_final_export_files_carry_no_attempt_id(t, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    m = t.export(str(tmp_path / "out")).manifest
+    assert m.files and all(re.fullmatch(r"part-\d{5}-[0-9a-z-]+\.parquet", f.key) for f in m.files), \
+        [f.key for f in m.files]
+
+
+def test_concurrent_exports_of_two_tables_to_one_destination_are_refused(t, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from statestore.errors import LeaseHeldError
+
+    u = t.sleeper.create_table("u", SCHEMA)
+    u.ingest(_rows(0, 10))
+    dest = tmp_path / "shared"
+    real = export_module.write_leaf
+    tried: list[bool] = []
+    refused: list[str] = []
+
+    def meanwhile(runner, store, job):  # type: ignore[no-untyped-def]
+        if not tried:  # table u exports to the same destination while t's export writes
+            tried.append(True)
+            try:
+                u.export(str(dest))
+            except LeaseHeldError as e:
+                refused.append(str(e))
+        return real(runner, store, job)
+
+    monkeypatch.setattr(export_module, "write_leaf", meanwhile)
+    m = t.export(str(dest)).manifest
+    assert refused and "\n" not in refused[0]
+    assert sorted(p.name for p in dest.iterdir()) == sorted([MANIFEST, *(f.key for f in m.files)])
+    assert rows_of(ObjectStore(str(dest)), m).num_rows == t.query(ranges=[(0, None)]).num_rows == 438
+
+
+def test_leftovers_deleted_are_only_part_files_an_export_of_the_table_names(t, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "part-00000-0f1e-c000.snappy.parquet").write_bytes(b"another tool's file")
+    leaf = sorted(p.id for p in t.state().partitions.values() if p.is_leaf)[0]
+    (dest / f"part-00009-{leaf}.attempt-77.parquet").write_bytes(b"a killed attempt's")
+    (dest / f"part-00009-{leaf}.parquet").write_bytes(b"a killed run's")
+    m = t.export(str(dest)).manifest
+    assert sorted(p.name for p in dest.iterdir()) == sorted(
+        [MANIFEST, "part-00000-0f1e-c000.snappy.parquet", *(f.key for f in m.files)])

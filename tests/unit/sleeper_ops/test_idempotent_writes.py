@@ -100,3 +100,43 @@ def test_cli_write_and_ingest_request_repeated_with_a_request_id(home, run, tmp_
     shared = sleeper_ops.api.Sleeper(home)
     with shared as s:
         assert len(s.state_store.list_ingest_requests(s.table("w").info.table_id)) == 1
+
+
+def test_sleeper_ingest_with_a_request_id_stores_once_and_refuses_other_files(home, run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
+    ok(run("table", "create", "t", "--schema", str(tmp_path / "schema.json")))
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(pa.table({"key": pa.array([1, 2, 3], pa.int64()), "v": ["x", "y", "z"]}), a)
+    pq.write_table(pa.table({"key": pa.array([4], pa.int64()), "v": ["w"]}), b)
+    assert "ingested 3 records" in ok(run("ingest", "t", str(a), "--request-id", "load-1")).out
+    again = ok(run("ingest", "t", str(a), "--request-id", "load-1")).out
+    assert "already ingested (a repeat of request id load-1): 3 records" in again
+    assert_one_line_error(run("ingest", "t", str(b), "--request-id", "load-1"), "idempotency key 'load-1'")
+    got = [json.loads(x)["key"] for x in ok(run("query", "t", "--range", "0", "null")).out.splitlines()]
+    assert got == [1, 2, 3]  # every record once
+
+
+def test_a_cli_ingest_whose_outcome_is_unknown_names_the_request_id_that_finishes_it(
+        home, run, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from statestore.errors import CommitOutcomeUnknownError
+
+    (tmp_path / "schema.json").write_text(json.dumps(SCHEMA))
+    ok(run("table", "create", "t", "--schema", str(tmp_path / "schema.json")))
+    a = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"key": pa.array([1, 2, 3], pa.int64()), "v": ["x", "y", "z"]}), a)
+    with sleeper_ops.api.Sleeper(home) as shared:
+        store = shared.state_store
+    real = store.commit
+
+    def lost(*args, **kwargs):  # type: ignore[no-untyped-def]
+        real(*args, **kwargs)
+        raise CommitOutcomeUnknownError("commit add_files to table t: the state store was lost (injected)")
+
+    monkeypatch.setattr(store, "commit", lost)
+    failed = run("ingest", "t", str(a))
+    assert_one_line_error(failed, "run the command again with --request-id cli-ingest-")
+    key = failed.err.split("--request-id ")[1].split()[0]
+    monkeypatch.setattr(store, "commit", real)
+    assert "already ingested" in ok(run("ingest", "t", str(a), "--request-id", key)).out
+    got = [json.loads(x)["key"] for x in ok(run("query", "t", "--range", "0", "null")).out.splitlines()]
+    assert got == [1, 2, 3]  # every record once
