@@ -2,7 +2,7 @@
 killed mid-run, then run again as a user or Airflow's retry would, on PostgreSQL and on
 DynamoDB + S3.
 
-Writers: ``write`` and ``delete`` (run again with the same ``--request-id``), ``flush``,
+Writers: ``write``, ``ingest`` and ``delete`` (run again with the same ``--request-id``), ``flush``,
 ``compact`` and ``split`` (run again as they are). Each cell first times the command on
 a twin table (its baseline), then, for each seed, sets the table up afresh, starts the command and kills it with
 SIGKILL at a seeded fraction (30-95 %) of the baseline; a run the kill missed (it had
@@ -44,7 +44,7 @@ SEEDS = [int(x) for x in os.environ.get(
 SCHEMA = '{"rowKeyFields": [{"name": "key", "type": "StringType"}], "valueFields": [{"name": "v", "type": "LongType"}]}'
 BUCKET = "sleeper-kill-matrix"
 ROWS = 150_000
-WRITERS = ["write", "delete", "flush", "compact", "split"]
+WRITERS = ["write", "ingest", "delete", "flush", "compact", "split"]
 #: the properties of every table: compaction merges any two files; split at a low threshold
 PROPERTIES = ["sleeper.table.compaction.strategy=basic", "sleeper.table.compaction.files.batch.size=2",
               "sleeper.table.partition.splitting.threshold=1000"]

@@ -27,8 +27,8 @@ path x backend x fault -> runs, lost, doubled, wedged, orphans is printed at the
 the module (and written to ``fault_matrix.txt`` in pytest's base temp directory). Each
 cell asserts each armed rule's own count: the state store's fault fired (and, on
 PostgreSQL, the server had committed before its reply was dropped), and the object
-store's fault fired on every path that writes objects. A buffered write that fails is
-sent again with its request id and must then be acknowledged, its records once.
+store's fault fired on every path that writes objects. A buffered write or an ingest that
+fails is sent again with its request id and must then be acknowledged, its records once.
 
 The random ("mixed") rows, seeded and replayable, are in ``test_fault_matrix_mixed.py``.
 """
@@ -328,7 +328,8 @@ def run_path(path: str, fault: str, stack: Stack, tmp_path: Path) -> tuple[Run, 
         stack.arm(path, fault)
         now = int(time.time() * 1000)
         steps: dict[str, Callable[[], Any]] = {
-            "ingest": lambda: _attempt(run, _keys("i", 50), lambda: table.ingest(_records(_keys("i", 50)))),
+            "ingest": lambda: _attempt_with_retry(run, _keys("i", 50), lambda rid: table.ingest(
+                _records(_keys("i", 50)), request_id=rid)),
             "write": lambda: _attempt_with_retry(run, _keys("w", BIG_WRITE), lambda rid: table.write(
                 _records(_keys("w", BIG_WRITE), PAYLOAD), request_id=rid)),
             "flush": table.flush,

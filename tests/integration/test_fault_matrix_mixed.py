@@ -33,7 +33,6 @@ from tests.integration.test_fault_matrix import (
     Cell,
     Run,
     Stack,
-    _attempt,
     _keys,
     _records,
     _s3,
@@ -112,7 +111,7 @@ def test_random_faults_on_every_dynamodb_write_lose_and_double_nothing(fault, se
                     keys = _keys(f"w{round_no}{i}", 40)
                     _send_until_acknowledged(run, keys, lambda rid, k=keys: table.write(_records(k), request_id=rid))
                 keys = _keys(f"i{round_no}", 60)
-                _attempt(run, keys, lambda k=keys: table.ingest(_records(k)))
+                _send_until_acknowledged(run, keys, lambda rid, k=keys: table.ingest(_records(k), request_id=rid))
                 for step in (table.flush, lambda: table.compact("local"), table.split,
                              lambda: table.gc(now_ms=now + DAYS_AHEAD_MS)):
                     try:
