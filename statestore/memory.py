@@ -18,6 +18,7 @@ from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, I
 from statestore.jobs import JobRecord, check_job_bookkeeping, now_ms, saves_over
 from statestore.leases import Lease
 from statestore.memory_history import MemoryHistoryMixin
+from statestore.memory_leases import MemoryLeasesMixin
 from statestore.partitions import Partition
 from statestore.properties import apply_update, check_combination, validate_properties, validate_values
 from statestore.schema import Schema
@@ -29,7 +30,7 @@ from statestore.transactions import InitialisePartitions, Touches, Transaction
 CHANGE_HISTORY = 10_000
 
 
-class InMemoryStateStore(MemoryHistoryMixin, StateStore):
+class InMemoryStateStore(MemoryHistoryMixin, MemoryLeasesMixin, StateStore):
     """All tables in process memory, one lock for all commits."""
 
     def __init__(self) -> None:
@@ -265,29 +266,6 @@ class InMemoryStateStore(MemoryHistoryMixin, StateStore):
         with self._lock:
             self._state(table_id)
             return [j for (t, _), j in self._jobs.items() if t == table_id and not j.final]
-
-    def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> Optional[Lease]:
-        now = int(time.time() * 1000)
-        with self._lock:
-            cur = self._leases.get(name)
-            if cur is not None and cur.holder != holder and cur.expires_ms > now:
-                return None
-            lease = Lease(name, holder, now + int(ttl_seconds * 1000))
-            self._leases[name] = lease
-            return lease
-
-    def release_lease(self, name: str, holder: str) -> bool:
-        with self._lock:
-            cur = self._leases.get(name)
-            if cur is None or cur.holder != holder:
-                return False
-            del self._leases[name]
-            return True
-
-    def get_lease(self, name: str) -> Optional[Lease]:
-        with self._lock:
-            cur = self._leases.get(name)
-            return cur if cur is not None and cur.expires_ms > int(time.time() * 1000) else None
 
     # ----- ingest requests --------------------------------------------------------------
     def _requests(self, table_id: str) -> dict[str, IngestRequest]:

@@ -16,6 +16,7 @@ import click
 
 from sleeper_ops.cli.lazy import LazyGroup
 from sleeper_ops.cli.run_ids import process_gone, run_id_of
+from sleeper_ops.cli.selection import AS_OF, as_of_value, parse_selection, say_as_of
 from sleeper_ops.cli.support import REQUEST_ID, unknown_outcome_hint
 from sleeper_ops.cli.support import open_sleeper as _sleeper
 from statestore.errors import BufferFullError, SleeperError, StateStoreUnavailableError
@@ -24,38 +25,6 @@ from statestore.errors import BufferFullError, SleeperError, StateStoreUnavailab
 EXIT_BUFFER_FULL = 75
 #: the exit code of ``report erasure`` while some object still holds matching records
 EXIT_NOT_ERASED = 3
-
-
-def parse_selection(t: Any, keys: tuple[str, ...], ranges: tuple[tuple[str, str], ...]) -> tuple[list[Any], list[Any]]:
-    """The keys and ranges given as JSON (``--key``, ``--range``), in the table's types."""
-    from sleeper_ops.io.codec import parse_key, parse_range
-
-    return [parse_key(t.schema, k) for k in keys], [parse_range(t.schema, lo, hi) for lo, hi in ranges]
-
-
-
-
-_AS_OF = click.option("--as-of", "as_of", default=None, metavar="TXN|TIME",
-                      help="Read as of transaction TXN (see 'sleeper history') or an ISO 8601 TIME "
-                           "(e.g. 2026-11-24T09:30:00Z), within the table's history retention; the write buffer "
-                           "is excluded.")
-
-
-def _as_of(text: Optional[str]) -> Any:
-    """``--as-of`` parsed (None when not given); a bad value fails in one line."""
-    from statestore.history import parse_as_of
-
-    return None if text is None else parse_as_of(text)
-
-
-def _say_as_of(result: Any) -> None:
-    """On stderr: which transaction an as-of result read, and that the buffer was excluded."""
-    from sleeper_ops.query.as_of import AS_OF_KEY, AS_OF_TIME_KEY, BUFFER_NOTE
-
-    meta = result.schema.metadata or {}
-    if AS_OF_KEY in meta:
-        click.echo(f"note: as of transaction {meta[AS_OF_KEY].decode()} ({meta[AS_OF_TIME_KEY].decode()}); "
-                   f"{BUFFER_NOTE}", err=True)
 
 
 #: commands in modules of their own, imported only when run (or listed by --help)
@@ -177,7 +146,7 @@ def bulk_import(ctx: click.Context, table_name: Optional[str], sources: tuple[st
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "parquet"]), default="jsonl", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
 @click.option("--no-buffer", is_flag=True, help="Skip records still in the write buffer (read files only).")
-@_AS_OF
+@AS_OF
 @click.pass_context
 def query(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tuple[tuple[str, str], ...],
           fmt: str, output: Optional[str], no_buffer: bool, as_of: Optional[str]) -> None:
@@ -192,8 +161,8 @@ def query(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tu
     rs = [parse_range(t.schema, lo, hi) for lo, hi in ranges]
     if fmt == "parquet" and not output:
         raise click.UsageError("--format parquet needs --output FILE")
-    result = t.query(keys=ks, ranges=rs, buffer=not no_buffer, as_of=_as_of(as_of))
-    _say_as_of(result)
+    result = t.query(keys=ks, ranges=rs, buffer=not no_buffer, as_of=as_of_value(as_of))
+    say_as_of(result)
     write_results(result, fmt, output)
     if output:
         click.echo(f"wrote {result.num_rows:,} records to {output}", err=True)
@@ -204,7 +173,7 @@ def query(ctx: click.Context, table_name: str, keys: tuple[str, ...], ranges: tu
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "parquet"]), default=None,
               help="Output format [default: jsonl; EXPLAIN prints its plans as text].")
 @click.option("--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
-@_AS_OF
+@AS_OF
 @click.pass_context
 def sql(ctx: click.Context, statement: str, fmt: Optional[str], output: Optional[str], as_of: Optional[str]) -> None:
     """Run a read-only SQL STATEMENT over the tables (DataFusion); EXPLAIN shows what each table's scan reads."""
@@ -213,7 +182,7 @@ def sql(ctx: click.Context, statement: str, fmt: Optional[str], output: Optional
 
     if fmt == "parquet" and not output:
         raise click.UsageError("--format parquet needs --output FILE")
-    when = _as_of(as_of)
+    when = as_of_value(as_of)
     result = _sleeper(ctx).sql(statement, as_of=when)
     if when is not None:
         from sleeper_ops.query.as_of import BUFFER_NOTE

@@ -7,7 +7,8 @@ from typing import Optional
 
 import click
 
-from sleeper_ops.cli.commands import _sleeper, parse_selection
+from sleeper_ops.cli.selection import parse_selection
+from sleeper_ops.cli.support import open_sleeper as _sleeper
 
 KEY = click.option("--key", "keys", multiple=True, help="A key as JSON; several row key fields as a JSON array.")
 RANGE = click.option("--range", "ranges", multiple=True, nargs=2, metavar="MIN MAX",

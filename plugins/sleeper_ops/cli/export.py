@@ -7,7 +7,8 @@ from typing import Optional
 
 import click
 
-from sleeper_ops.cli.commands import _sleeper, parse_selection
+from sleeper_ops.cli.selection import parse_selection
+from sleeper_ops.cli.support import open_sleeper as _sleeper
 
 
 @click.command("export")

@@ -33,10 +33,10 @@ class Clock:
 
 @pytest.fixture
 def clock(monkeypatch):
-    import statestore.memory
+    import statestore.memory_leases
 
     c = Clock()
-    monkeypatch.setattr(statestore.memory, "time", c)
+    monkeypatch.setattr(statestore.memory_leases, "time", c)
     return c
 
 

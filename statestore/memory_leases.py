@@ -1,0 +1,41 @@
+"""The in-memory store's leases (:mod:`statestore.leases`): one dict under the store's lock;
+a lease held past its expiry counts as free."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Optional
+
+from statestore.leases import Lease
+from statestore.store import StateStore
+
+
+class MemoryLeasesMixin(StateStore):
+    """The leases part of :class:`~statestore.memory.InMemoryStateStore`."""
+
+    _lock: threading.RLock
+    _leases: dict[str, Lease]
+
+    def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> Optional[Lease]:
+        now = int(time.time() * 1000)
+        with self._lock:
+            cur = self._leases.get(name)
+            if cur is not None and cur.holder != holder and cur.expires_ms > now:
+                return None
+            lease = Lease(name, holder, now + int(ttl_seconds * 1000))
+            self._leases[name] = lease
+            return lease
+
+    def release_lease(self, name: str, holder: str) -> bool:
+        with self._lock:
+            cur = self._leases.get(name)
+            if cur is None or cur.holder != holder:
+                return False
+            del self._leases[name]
+            return True
+
+    def get_lease(self, name: str) -> Optional[Lease]:
+        with self._lock:
+            cur = self._leases.get(name)
+            return cur if cur is not None and cur.expires_ms > int(time.time() * 1000) else None
