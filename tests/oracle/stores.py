@@ -1,7 +1,8 @@
 """The homes the erasure oracle drives (tests/integration/test_erasure_oracle.py), as a
 JSON-able spec, so a writer process killed with SIGKILL opens the same one:
 
-* ``{"backend": "postgres", "dsn": ..., "data": <local directory>}``;
+* ``{"backend": "postgres", "dsn": ..., "data": <local directory>}`` (and ``connect_timeout``);
+  either may set ``outcome_timeout``: how long a store tries to learn a commit's outcome;
 * ``{"backend": "dynamodb", "endpoint": ..., "table_prefix": ..., "bucket": ..., "prefix": ...}``:
   the state in DynamoDB, the data under ``s3://bucket/prefix/data`` and the state store's
   blobs (snapshots, large bodies, big buffer entries) under ``s3://bucket/prefix/_statestore``,
@@ -30,7 +31,10 @@ def open_sleeper(spec: dict[str, Any], endpoint: str | None = None) -> Any:
     if spec["backend"] == "postgres":
         from statestore.postgres import PostgresStateStore
 
-        return Sleeper(state_store=PostgresStateStore(spec["dsn"]), objects=ObjectStore(spec["data"]))
+        store = PostgresStateStore(spec["dsn"], connect_timeout=float(spec.get("connect_timeout", 30)))
+        if "outcome_timeout" in spec:
+            store.outcome_timeout_seconds = float(spec["outcome_timeout"])
+        return Sleeper(state_store=store, objects=ObjectStore(spec["data"]))
     from statestore.dynamodb import open_dynamodb
 
     url = endpoint or spec["endpoint"]
@@ -38,6 +42,8 @@ def open_sleeper(spec: dict[str, Any], endpoint: str | None = None) -> Any:
     store = open_dynamodb(endpoint_url=url, table_prefix=spec["table_prefix"], object_store=f"{root}/_statestore",
                           object_store_options={"endpoint_url": url, **CREDENTIALS}, retention_margin=0,
                           retention_seconds=0, **CREDENTIALS)
+    if "outcome_timeout" in spec:
+        store.outcome_timeout_seconds = float(spec["outcome_timeout"])
     s3 = S3Options(endpoint_override=url[len("http://"):], scheme="http", region="us-east-1", access_key="test",
                    secret_key="test")
     return Sleeper(state_store=store, objects=ObjectStore(f"{root}/data", s3))
