@@ -1,5 +1,6 @@
 """The independent oracle of issue 33 (Deliver 7): Hypothesis runs random sequences of a
-table's operations -- buffered write, ingest, delete (keys, a range, a range with
+table's operations -- buffered write, ingest, bulk import (on Spark, PostgreSQL only: one a
+run, or one a sequence with ``SLEEPER_ORACLE_SPARK=1``), delete (keys, a range, a range with
 ``where``), export, flush, compaction, split, GC, and a writer process killed with
 SIGKILL (a buffered write, a standard ingest) -- with faults injected (DynamoDB: lost
 replies, 500s, throttling and an outage of every transaction until the client gives up,
@@ -27,7 +28,7 @@ At the end of each sequence, read through a fresh store without faults:
   :func:`tests.oracle.raw_scan.raw_scan` -- every byte the home stores, decoded, written
   without the product's code -- finds none of the erased keys anywhere.
 
-Size: ``SLEEPER_ORACLE_EXAMPLES`` random sequences (default 8 on PostgreSQL, 4 on DynamoDB),
+Size: ``SLEEPER_ORACLE_EXAMPLES`` random sequences (default 6 on PostgreSQL, 4 on DynamoDB),
 after the known ones (:data:`KNOWN`), of up to
 ``SLEEPER_ORACLE_STEPS`` steps (default 12); the seed is printed and
 ``SLEEPER_ORACLE_SEED`` replays it (a failure also prints ``@reproduce_failure``, and its
@@ -52,6 +53,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, note, seed, settings
 from hypothesis import strategies as st
@@ -64,7 +66,7 @@ from tests.oracle.stores import CREDENTIALS, ingest_options, open_sleeper
 pytestmark = pytest.mark.integration
 
 #: random sequences a backend (besides the known ones): PostgreSQL's steps take a fraction of DynamoDB's (moto)
-EXAMPLES = {b: int(os.environ.get("SLEEPER_ORACLE_EXAMPLES", n)) for b, n in (("postgres", "8"), ("dynamodb", "4"))}
+EXAMPLES = {b: int(os.environ.get("SLEEPER_ORACLE_EXAMPLES", n)) for b, n in (("postgres", "6"), ("dynamodb", "4"))}
 STEPS = int(os.environ.get("SLEEPER_ORACLE_STEPS", "12"))
 SEED = int(os.environ.get("SLEEPER_ORACLE_SEED") or random.randrange(1 << 32))
 #: "0": report the first failing sequence as found, without shrinking it (minutes of runs)
@@ -118,6 +120,9 @@ KNOWN: dict[str, list[Step]] = {
     # 2: a delete of ~4,400 keys: its log summary is over DynamoDB's item size
     "large delete": [Step("ingest", 5), Step("delete_many", 0, 5), Step("write", 3)],
 }
+#: one bulk import on Spark (slow: one a run, unless SLEEPER_ORACLE_SPARK=1 lets random sequences have one too)
+BULK_IMPORT = [Step("bulk_import", 20), Step("ingest", 3), Step("delete_range", 5, 10), Step("compact")]
+SPARK = os.environ.get("SLEEPER_ORACLE_SPARK", "0") == "1"
 #: not named by issue 33: a split point is a record's key, kept in the partition tree after the record is erased
 SPLIT_POINT = [Step("ingest", 60), Step("split"), Step("delete_range", 0, 1000)]
 PG_KNOWN = {"ingest retried": [Step("ingest", 5, fault="dark")],
@@ -144,6 +149,10 @@ def steps(backend: str) -> st.SearchStrategy[list[Step]]:
         st.builds(Step, st.sampled_from(["kill_write", "kill_ingest"]), st.integers(1, 20), st.integers(300, 4000),
                   vs),
     )
+    if SPARK and backend == "postgres":
+        bulk = st.builds(Step, st.just("bulk_import"), st.integers(1, 20), fault=fault)
+        return st.tuples(st.lists(one, min_size=1, max_size=STEPS - 1), bulk, st.integers(0, STEPS)).map(
+            lambda t: [*t[0][:t[2]], t[1], *t[0][t[2]:]])
     return st.lists(one, min_size=2, max_size=STEPS)
 
 
@@ -328,7 +337,7 @@ def run_sequence(home: Home, plan: list[Step], tally: Tally) -> None:
 def _run_step(session: Session, step: Step, rid: str, model: Model, counter: Iterator[int],
               exports: list[Path]) -> None:
     home, tally, retrying = session.home, session.tally, session.retrying
-    if step.op in ("write", "ingest", "kill_write", "kill_ingest"):
+    if step.op in ("write", "ingest", "kill_write", "kill_ingest", "bulk_import"):
         rows = BIG_ROWS if step.big else step.n
         keys = [f"u{next(counter):06d}@erase.example" for _ in range(rows)]
         model.values.update((k, step.value) for k in keys)
@@ -340,6 +349,11 @@ def _run_step(session: Session, step: Step, rid: str, model: Model, counter: Ite
             outcome = APPLIED
         elif step.op.endswith("write"):  # after a kill: the user sends it again
             outcome = retrying(str(step), lambda t: t.write(records, request_id=rid))
+        elif step.op == "bulk_import":  # its source: one Parquet file of the user's, outside the home
+            source = home.root.parent / f"{home.root.name}-sources" / rid
+            source.mkdir(parents=True)
+            pq.write_table(pa.Table.from_pylist(records), source / "part-0.parquet")
+            outcome = retrying(str(step), lambda t: t.bulk_import([str(source)], import_key=rid))
         else:
             data = pa.Table.from_pylist(records)
             outcome = retrying(str(step), lambda t: t.ingest(data, **ingest_options(rid)))
@@ -473,6 +487,7 @@ def test_the_oracle_on_postgresql(pg_pool: Any, pg_admin_dsn: str, tmp_path: Pat
     @seed(SEED)
     @_settings(EXAMPLES["postgres"])
     @given(plan=steps("postgres"))
+    @example(plan=BULK_IMPORT)
     @example(plan=SPLIT_POINT)
     @example(plan=PG_KNOWN["ingest retried"])
     @example(plan=PG_KNOWN["export key reused"])
@@ -504,7 +519,7 @@ def test_the_oracle_on_postgresql(pg_pool: Any, pg_admin_dsn: str, tmp_path: Pat
                 drops[0], home.reopen = 0, True
             return {f"pg-{drops[1]}": fired} if fired else {}
 
-        home = Home("postgres", {"backend": "postgres", "dsn": dsn, "data": str(root / "data")},
+        home = Home("postgres", {"backend": "postgres", "dsn": dsn, "data": str(root / "data"), "spark": "local[2]"},
                     Places(directories=[root], postgres_dsn=dsn), root, arm, disarm, faulty_dsn=faulty)
         try:
             run_sequence(home, plan, tally)

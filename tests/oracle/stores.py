@@ -1,7 +1,8 @@
 """The homes the erasure oracle drives (tests/integration/test_erasure_oracle.py), as a
 JSON-able spec, so a writer process killed with SIGKILL opens the same one:
 
-* ``{"backend": "postgres", "dsn": ..., "data": <local directory>}`` (and ``connect_timeout``);
+* ``{"backend": "postgres", "dsn": ..., "data": <local directory>}`` (and ``connect_timeout``;
+  ``spark``: a Spark master, for bulk import: the Sleeper is opened from a configuration);
   either may set ``outcome_timeout``: how long a store tries to learn a commit's outcome;
 * ``{"backend": "dynamodb", "endpoint": ..., "table_prefix": ..., "bucket": ..., "prefix": ...}``:
   the state in DynamoDB, the data under ``s3://bucket/prefix/data`` and the state store's
@@ -31,10 +32,22 @@ def open_sleeper(spec: dict[str, Any], endpoint: str | None = None) -> Any:
     if spec["backend"] == "postgres":
         from statestore.postgres import PostgresStateStore
 
-        store = PostgresStateStore(spec["dsn"], connect_timeout=float(spec.get("connect_timeout", 30)))
+        if spec.get("spark"):  # from a configuration, as bulk import needs
+            from pathlib import Path
+
+            from sleeper_ops.config import SleeperConfig
+
+            raw = {"object_store": {"uri": spec["data"]}, "state_store": {"backend": "postgres", "dsn": spec["dsn"]},
+                   "spark": {"master": spec["spark"]}}
+            sleeper = Sleeper(config=SleeperConfig.from_dict(Path(spec["data"]).parent, raw))
+            store = sleeper.state_store
+        else:
+            store = PostgresStateStore(spec["dsn"])
+            sleeper = Sleeper(state_store=store, objects=ObjectStore(spec["data"]))
+        store.connect_timeout = float(spec.get("connect_timeout", store.connect_timeout))
         if "outcome_timeout" in spec:
             store.outcome_timeout_seconds = float(spec["outcome_timeout"])
-        return Sleeper(state_store=store, objects=ObjectStore(spec["data"]))
+        return sleeper
     from statestore.dynamodb import open_dynamodb
 
     url = endpoint or spec["endpoint"]
