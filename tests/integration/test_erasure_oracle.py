@@ -501,7 +501,8 @@ def test_the_oracle_on_postgresql(pg_pool: Any, pg_admin_dsn: str, tmp_path: Pat
         drops = [0, ""]
 
         def arm(step: Step) -> None:
-            marker = PG_MARKER.get(step.op, b"INSERT INTO file")
+            marker = PG_MARKER.get(step.op.split("_")[0] if step.op.startswith("delete") else step.op,
+                                   b"INSERT INTO file")
             drops[:] = [proxies[-1].drops, step.fault or ""]
             autocommit = step.op in ("write", "kill_write")  # a buffered write is one INSERT that commits itself
             proxies[-1].arm(after=step.fault in ("lost", "dark"), dark=step.fault == "dark", marker=marker,
