@@ -130,3 +130,18 @@ def test_finds_nothing_where_there_is_nothing(tmp_path: Path) -> None:
 
     assert result.hits == []
     assert result.objects == 2
+
+
+def test_the_raw_scan_imports_none_of_the_products_code() -> None:
+    import ast
+
+    import tests.oracle.raw_scan as module
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    ours = sorted(m for m in imported if m.split(".")[0] in ("sleeper_ops", "statestore", "tests", "plugins"))
+    assert ours == [], f"the oracle must not use the product's code: {ours}"
+    assert {m.split(".")[0] for m in imported} <= {
+        "__future__", "base64", "binascii", "gzip", "io", "json", "os", "re", "zlib", "dataclasses", "pathlib",
+        "typing", "pyarrow", "zstandard", "boto3", "psycopg"}
