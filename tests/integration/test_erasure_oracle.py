@@ -23,7 +23,8 @@ At the end of each sequence, read through a fresh store without faults:
   was wedged;
 * then the erasure report (``sleeper report erasure``) for the erased keys, asked at
   once and again after each piece of maintenance -- flush, compaction, GC (delays at
-  their floors, judged days ahead), a DynamoDB snapshot, the owner removing each export
+  their floors; judged 10 minutes ahead, inside the orphan grace, then days ahead), a
+  DynamoDB snapshot, the owner removing each export
   file the report names -- until it says clean; and the first time it does,
   :func:`tests.oracle.raw_scan.raw_scan` -- every byte the home stores, decoded, written
   without the product's code -- finds none of the erased keys anywhere.
@@ -76,10 +77,13 @@ EXPLICIT = os.environ.get("SLEEPER_ORACLE_EXPLICIT", "1") != "0"
 BUCKET = "sleeper-erasure-oracle"
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
           "valueFields": [{"name": "v", "type": "StringType"}, {"name": "payload", "type": "StringType"}]}
-#: floors, so that compaction purges every delete at once and GC judged days ahead removes all it may
+#: compaction purges every delete at once; GC judged :data:`SOON` ahead deletes replaced files (GC delay and
+#: history retention passed) but no orphan (its grace not passed: the window where the report must list them);
+#: judged days ahead, it removes all it may
 PROPERTIES = {"sleeper.table.delete.purge.hours": "0", "sleeper.table.gc.delay.minutes": "1",
-              "sleeper.table.gc.orphan.grace.minutes": "10", "sleeper.table.compaction.job.retry.minutes": "1",
-              "sleeper.table.gc.job.abandon.minutes": "10", "sleeper.table.partition.splitting.threshold": "40"}
+              "sleeper.table.history.retention.minutes": "5", "sleeper.table.gc.orphan.grace.minutes": "60",
+              "sleeper.table.compaction.job.retry.minutes": "1", "sleeper.table.partition.splitting.threshold": "40"}
+SOON = 10 * 60 * 1000
 DAY_MS = 24 * 3600 * 1000
 #: a buffered write this big keeps its bytes in the blob store on DynamoDB (over 350 KB)
 BIG_ROWS, BIG_PAYLOAD = 2000, 200
@@ -425,9 +429,10 @@ def _check_model(table: Any, model: Model) -> None:
 
 
 def _check_erasure(home: Home, s: Any, table: Any, erased: list[str], tally: Tally) -> None:
-    """The report, at once and after each piece of maintenance (days ahead), until it is
-    clean; the first time it is, the raw scan must find none of the erased keys."""
-    now = int(time.time() * 1000)
+    """The report, at once and after each piece of maintenance (now, 10 minutes ahead,
+    then days ahead), until it is clean; the first time it is, the raw scan must find
+    none of the erased keys."""
+    start = now = int(time.time() * 1000)
     tid = table.info.table_id
     maintenance: list[tuple[str, Callable[[int], Any]]] = [
         ("nothing", lambda _: None), ("flush", lambda _: table.flush()),
@@ -435,11 +440,11 @@ def _check_erasure(home: Home, s: Any, table: Any, erased: list[str], tally: Tal
     if home.backend == "dynamodb":  # what the snapshot DAG does; GC then expires the log before it
         maintenance += [("snapshot", lambda _: s.state_store.snapshot(tid)), ("gc", lambda at: table.gc(now_ms=at))]
     report, done = None, []
-    for round_ in range(4):
-        now += 3 * DAY_MS
+    for round_, ahead in enumerate([0, SOON, 3 * DAY_MS, 3 * DAY_MS, 3 * DAY_MS]):
+        now += ahead
         for what, run in maintenance[(1 if round_ else 0):]:
             run(now)
-            done.append(what)
+            done.append(f"{what} at +{(now - start) // 60_000} min" if what == "gc" else what)
             report = table.erasure_report(keys=erased)
             if report.clean:
                 result = raw_scan(home.places, erased)
