@@ -30,7 +30,8 @@ At the end of each sequence, read through a fresh store without faults:
   :func:`tests.oracle.raw_scan.raw_scan` -- every byte the home stores, decoded, written
   without the product's code -- finds none of the erased keys anywhere.
 
-Size: ``SLEEPER_ORACLE_EXAMPLES`` random sequences (default 6 on PostgreSQL, 4 on DynamoDB),
+Size: ``SLEEPER_ORACLE_EXAMPLES`` random sequences (default 5 on PostgreSQL, 3 on DynamoDB:
+with the known ones, about 60-90 s a backend on 2 cores),
 after the known ones (:data:`KNOWN`), of up to
 ``SLEEPER_ORACLE_STEPS`` steps (default 12); the seed is printed and
 ``SLEEPER_ORACLE_SEED`` replays it (a failure also prints ``@reproduce_failure``, and its
@@ -68,7 +69,7 @@ from tests.oracle.stores import CREDENTIALS, ingest_options, open_sleeper
 pytestmark = pytest.mark.integration
 
 #: random sequences a backend (besides the known ones): PostgreSQL's steps take a fraction of DynamoDB's (moto)
-EXAMPLES = {b: int(os.environ.get("SLEEPER_ORACLE_EXAMPLES", n)) for b, n in (("postgres", "6"), ("dynamodb", "4"))}
+EXAMPLES = {b: int(os.environ.get("SLEEPER_ORACLE_EXAMPLES", n)) for b, n in (("postgres", "5"), ("dynamodb", "3"))}
 STEPS = int(os.environ.get("SLEEPER_ORACLE_STEPS", "12"))
 SEED = int(os.environ.get("SLEEPER_ORACLE_SEED") or random.randrange(1 << 32))
 #: "0": report the first failing sequence as found, without shrinking it (minutes of runs)
