@@ -14,7 +14,8 @@ import pytest
 
 from tests.integration.statestore.conftest import MOTO_CREDENTIALS
 from tests.integration.statestore.conftest import moto_endpoint_url as moto_endpoint_url
-from tests.oracle.raw_scan import DynamoPlace, Needles, Places, S3Place, raw_scan
+from tests.oracle.formats import Needles
+from tests.oracle.raw_scan import DynamoPlace, Places, S3Place, raw_scan
 
 pytestmark = pytest.mark.integration
 

@@ -16,32 +16,26 @@ Every byte string is searched raw first -- so nothing is "clean" by being undeco
 and then decoded where it is a known format, the decoded form searched (and decoded
 again, a few levels deep): Parquet (every column of every row group, each value), Arrow
 IPC streams and files, zlib, gzip and zstd frames, JSON (every string in it, and strings
-that are base64 of bytes). Datasketches sidecars and anything else unknown are searched
-raw only. A needle is searched in its UTF-8 bytes, its JSON-escaped form, its lower-case
-hex (``bytea`` as text) and its base64 forms at each alignment (bytes keys in JSON).
+that are base64 of bytes, such as the sketch sidecars' serialised sketches, which are
+then searched raw). Anything else is searched raw only. A needle is searched in its UTF-8
+bytes, its JSON-escaped form, its lower-case hex (``bytea`` as text) and its base64 forms
+at each alignment (bytes keys in JSON): :mod:`tests.oracle.formats`.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import gzip
-import io
 import json
 import os
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-try:
-    import zstandard
-except ImportError:  # pragma: no cover - installed with the project's constraints
-    zstandard = None
+from tests.oracle.formats import Needles, arrow_tables, as_json, decompress, flatten
 
 #: how many decodings deep a payload is followed (zlib inside JSON inside zstd ...)
 MAX_DEPTH = 8
@@ -135,104 +129,6 @@ class ScanResult:
         return "\n".join(lines)
 
 
-# ----- needles ---------------------------------------------------------------------------
-def _base64_forms(data: bytes) -> set[bytes]:
-    """The parts of ``data``'s base64 that are the same wherever it sits in a longer
-    string (one per alignment), standard and URL-safe alphabets."""
-    forms: set[bytes] = set()
-    for pad in range(3):
-        enc = base64.b64encode(b"\x00" * pad + data)
-        start = (pad * 4 + 2) // 3  # characters touched by the padding bytes
-        end = len(enc) - (4 if (pad + len(data)) % 3 else 0)
-        core = enc[start:end].rstrip(b"=")
-        if len(core) >= 8:
-            forms.add(core)
-            forms.add(core.replace(b"+", b"-").replace(b"/", b"_"))
-    return forms
-
-
-class Needles:
-    """The byte forms of each needle; ``search(data)`` names the needles ``data`` holds."""
-
-    def __init__(self, needles: Iterable[str | bytes]) -> None:
-        self.forms: dict[bytes, str] = {}
-        for n in needles:
-            raw = n.encode() if isinstance(n, str) else bytes(n)
-            label = n if isinstance(n, str) else "b64:" + base64.b64encode(n).decode()
-            variants = {raw, raw.hex().encode(), *_base64_forms(raw)}
-            if isinstance(n, str):
-                variants.add(json.dumps(n)[1:-1].encode())
-                variants.add(n.encode("utf-16-le"))
-            for v in variants:
-                if v:
-                    self.forms[v] = label
-        self._first = re.compile(b"|".join(re.escape(f) for f in sorted(self.forms, key=len, reverse=True)))
-
-    def search(self, data: bytes | bytearray | memoryview) -> set[str]:
-        if not self.forms:
-            return set()
-        return {self.forms[m.group(0)] for m in self._first.finditer(bytes(data))}
-
-    def search_text(self, text: str) -> set[str]:
-        return self.search(text.encode("utf-8", "surrogatepass"))
-
-
-# ----- decoding -------------------------------------------------------------------------
-def _decompress(data: bytes) -> Optional[tuple[str, bytes]]:
-    if data[:4] == b"\x28\xb5\x2f\xfd" and zstandard is not None:
-        try:
-            return "zstd", zstandard.ZstdDecompressor().decompressobj().decompress(data)
-        except zstandard.ZstdError:
-            return None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            return "gzip", gzip.decompress(data)
-        except (OSError, EOFError):
-            return None
-    if len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0:
-        try:
-            return "zlib", zlib.decompressobj().decompress(data)
-        except zlib.error:
-            return None
-    return None
-
-
-def _arrow_tables(data: bytes) -> Optional[tuple[str, list[tuple[str, pa.Table]]]]:
-    """``data`` read as Parquet (one table per row group) or Arrow IPC (file or stream)."""
-    if data[:4] == b"PAR1" and data[-4:] == b"PAR1":
-        try:
-            f = pq.ParquetFile(io.BytesIO(data))
-            return "parquet", [(f"rg {i}", f.read_row_group(i)) for i in range(f.num_row_groups)]
-        except (pa.ArrowException, OSError):
-            return None
-    if data[:6] == b"ARROW1":
-        try:
-            r = pa.ipc.open_file(pa.py_buffer(data))
-            return "arrow-file", [(f"batch {i}", pa.Table.from_batches([r.get_batch(i)]))
-                                  for i in range(r.num_record_batches)]
-        except (pa.ArrowException, OSError):
-            return None
-    if data[:4] == b"\xff\xff\xff\xff":
-        try:
-            return "arrow-stream", [("", pa.ipc.open_stream(pa.py_buffer(data)).read_all())]
-        except (pa.ArrowException, OSError):
-            return None
-    return None
-
-
-def _flatten(value: Any) -> Iterator[Any]:
-    """Every leaf of a Python value (dicts: keys and values; lists; tuples)."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield k
-            yield from _flatten(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _flatten(v)
-    else:
-        yield value
-
-
 class Scanner:
     """Searches byte strings, decoded as deep as :data:`MAX_DEPTH`, for the needles."""
 
@@ -255,17 +151,17 @@ class Scanner:
         def then(kind: str) -> str:
             return f"{how}>{kind}" if how else kind
 
-        inner = _decompress(data)
+        inner = decompress(data)
         if inner is not None:
             self.scan_bytes(inner[1], where, then(inner[0]), depth + 1)
             return True
-        tables = _arrow_tables(data)
+        tables = arrow_tables(data)
         if tables is not None:
             kind, parts = tables
             for label, table in parts:
                 self._scan_table(table, where, then(kind), label, depth)
             return True
-        text = _as_json_text(data)
+        text = as_json(data)
         if text is not None:
             self._scan_json(text, where, then("json"), depth)
             return True
@@ -275,11 +171,11 @@ class Scanner:
         for name in table.column_names:
             col = table.column(name)
             at = f"{how}[{label}].{name}" if label else f"{how}.{name}"
-            for value in _flatten(col.to_pylist()):
+            for value in flatten(col.to_pylist()):
                 self.scan_value(value, where, at, depth + 1)
 
     def _scan_json(self, doc: Any, where: str, how: str, depth: int) -> None:
-        for leaf in _flatten(doc):
+        for leaf in flatten(doc):
             self.scan_value(leaf, where, how, depth + 1)
 
     def scan_value(self, value: Any, where: str, how: str, depth: int = 0) -> None:
@@ -415,27 +311,6 @@ def _plain(value: Optional[dict[str, Any]]) -> str:
         return "?"
     (kind, v), = value.items()
     return v.hex()[:16] if kind == "B" else str(v)
-
-
-def _as_json_text(data: bytes) -> Optional[Any]:
-    """``data`` as one JSON document or JSON Lines, else None."""
-    if data.lstrip()[:1] not in (b"{", b"["):
-        return None
-    try:
-        return json.loads(data)
-    except ValueError:
-        return _json_lines(data)
-
-
-def _json_lines(data: bytes) -> Optional[list[Any]]:
-    """JSON Lines (every non-empty line a JSON document), else None."""
-    lines = [line for line in data.splitlines() if line.strip()]
-    if not lines or not lines[0].lstrip().startswith((b"{", b"[")):
-        return None
-    try:
-        return [json.loads(line) for line in lines]
-    except ValueError:
-        return None
 
 
 def raw_scan(places: Places, needles: Iterable[str | bytes]) -> ScanResult:
