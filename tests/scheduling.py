@@ -45,6 +45,7 @@ SECONDS: dict[str, float] = {
     "tests/integration/test_bulk_import.py": 180,
     "dag-server": 210,
     "tests/integration/test_fault_matrix.py": 150,
+    "tests/integration/test_erasure_oracle.py": 150,
     "tests/integration/test_spark_compaction.py": 130,
     "spark-session": 170,
     "tests/integration/test_cluster_shape.py": 120,
