@@ -30,9 +30,8 @@ At the end of each sequence, read through a fresh store without faults:
   :func:`tests.oracle.raw_scan.raw_scan` -- every byte the home stores, decoded, written
   without the product's code -- finds none of the erased keys anywhere.
 
-Size: ``SLEEPER_ORACLE_EXAMPLES`` random sequences (default 5 on PostgreSQL, 3 on DynamoDB:
-with the known ones, about 60-90 s a backend on 2 cores),
-after the known ones (:data:`KNOWN`), of up to
+Size: ``SLEEPER_ORACLE_EXAMPLES`` random sequences (default 2 on PostgreSQL, 1 on DynamoDB,
+to keep the suite's time; a session's measurement runs more, e.g. 25), after the known ones (:data:`KNOWN`), of up to
 ``SLEEPER_ORACLE_STEPS`` steps (default 12); the seed is printed and
 ``SLEEPER_ORACLE_SEED`` replays it (a failure also prints ``@reproduce_failure``, and its
 plan); ``SLEEPER_ORACLE_SHRINK=0`` reports a failure unshrunk, ``SLEEPER_ORACLE_EXPLICIT=0``

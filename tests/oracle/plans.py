@@ -15,7 +15,7 @@ from typing import Optional
 from hypothesis import strategies as st
 
 #: random sequences a backend (besides the known ones): PostgreSQL's steps take a fraction of DynamoDB's (moto)
-EXAMPLES = {b: int(os.environ.get("SLEEPER_ORACLE_EXAMPLES", n)) for b, n in (("postgres", "5"), ("dynamodb", "3"))}
+EXAMPLES = {b: int(os.environ.get("SLEEPER_ORACLE_EXAMPLES", n)) for b, n in (("postgres", "2"), ("dynamodb", "1"))}
 STEPS = int(os.environ.get("SLEEPER_ORACLE_STEPS", "12"))
 SEED = int(os.environ.get("SLEEPER_ORACLE_SEED") or random.randrange(1 << 32))
 #: "0": report the first failing sequence as found, without shrinking it (minutes of runs)

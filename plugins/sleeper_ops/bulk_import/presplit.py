@@ -24,6 +24,7 @@ from typing import Any, Optional, Sequence
 
 import pyarrow.parquet as pq
 
+from sleeper_ops.engine.separators import separator
 from sleeper_ops.io.datafile import read_sketches
 from sleeper_ops.io.inputs import detect_format, read_batches, resolve
 from sleeper_ops.io.sketches import merged_field_sketch
@@ -97,7 +98,10 @@ def plan_split_points(leaves: Sequence[Bound], weighted: Sequence[tuple[Any, flo
     """Split values, in order, that bring ``leaves`` up to ``want`` leaves: each splits
     the then fullest leaf (by the weights of ``weighted``, sorted (value, weight) pairs
     standing for the records) at its weighted median. Stops early when no leaf holding
-    weight can be split (its values are all equal, or at its minimum)."""
+    weight can be split (its values are all equal, or at its minimum). A split value is
+    the shortest between the sampled value below the median and the median
+    (:func:`~sleeper_ops.engine.separators.separator`), so a string key stays in the
+    partition tree only as a prefix where a prefix separates."""
     values = [v for v, _ in weighted]
     cumulative = [0.0]
     for _, w in weighted:
@@ -120,7 +124,10 @@ def plan_split_points(leaves: Sequence[Bound], weighted: Sequence[tuple[Any, flo
         k = min(bisect.bisect_left(cumulative, half, i + 1, j), j - 1)  # values[i:k] weigh about half
         while k < j and values[k] == values[i]:  # keys below the split value: the left half is not empty
             k += 1
-        return values[k] if k < j else None
+        if k >= j:
+            return None
+        below = values[bisect.bisect_left(values, values[k]) - 1]  # the greatest value below it (values[i] at least)
+        return separator(below, values[k])  # not a record's key where a shorter value lies between (engine.separators)
 
     bounds = list(leaves)
     stuck: set[Bound] = set()

@@ -260,6 +260,8 @@ class RangeQuantiles:
             (exact when the sketch is not in estimation mode; otherwise ``min`` may be
             above and ``max`` below the true ones, never outside the range).
         median: the value at the middle rank of the range's values.
+        below_median: the greatest value the sketch retains inside the range below
+            ``median`` (None when there is none).
         fraction: the approximate share of the sketch's values inside the range.
     """
 
@@ -267,6 +269,7 @@ class RangeQuantiles:
     median: Any
     max: Any
     fraction: float
+    below_median: Any = None
 
 
 def range_quantiles(sketch: FieldSketch, lo: Any, hi: Optional[Any]) -> Optional[RangeQuantiles]:
@@ -292,4 +295,6 @@ def range_quantiles(sketch: FieldSketch, lo: Any, hi: Optional[Any]) -> Optional
     if not (lo_s <= median and (hi_s is None or median < hi_s)):  # float rounding at the edges
         return None
     dec = sketch._decode
-    return RangeQuantiles(dec(min(inside)), dec(median), dec(max(inside)), b - a)
+    below = max((v for v in inside if v < median), default=None)
+    return RangeQuantiles(dec(min(inside)), dec(median), dec(max(inside)), b - a,
+                          None if below is None else dec(below))

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from sleeper_ops.engine.separators import separator
 from sleeper_ops.errors import StorageError
 from sleeper_ops.heartbeat import Heartbeat
 from sleeper_ops.io.datafile import read_sketches
@@ -129,7 +130,10 @@ def choose_split_point(partition: Partition, sketches: Sequence[RowKeySketches])
     """The split point of ``partition`` from its files' sketches, or why there is none.
 
     Tries the row key fields in order and takes the first where the median of the data
-    inside the partition lies strictly between its min and max.
+    inside the partition lies strictly between its min and max; splits there, or, for
+    string and bytes keys, at the shortest prefix of the median above the value just
+    below it (the same records each side, and no whole key kept in the partition tree
+    where a prefix separates).
     """
     reasons = []
     for d, rng in enumerate(partition.region.ranges):
@@ -141,8 +145,8 @@ def choose_split_point(partition: Partition, sketches: Sequence[RowKeySketches])
         if q is None:
             reasons.append(f"{rng.field}: no values inside the partition")
             continue
-        if q.min < q.median < q.max:
-            return SplitPoint(d, rng.field, q.median)
+        if q.min < q.median < q.max:  # not a record's key where a shorter value separates (engine.separators)
+            return SplitPoint(d, rng.field, separator(q.below_median, q.median))
         reasons.append(f"{rng.field}: min {q.min!r}, median {q.median!r}, max {q.max!r}")
     if not reasons:
         return "no file sketches"
