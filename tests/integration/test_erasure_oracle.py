@@ -37,26 +37,24 @@ to keep the suite's time; a session's measurement runs more, e.g. 25), after the
 plan); ``SLEEPER_ORACLE_SHRINK=0`` reports a failure unshrunk, ``SLEEPER_ORACLE_EXPLICIT=0``
 leaves out the known sequences that run first (each reaching a finding of issue 33). The
 size, the faults fired per kind and the raw scan's result are printed at the end.
+
+This module runs the oracle on PostgreSQL; ``test_erasure_oracle_dynamodb.py`` on DynamoDB
+(two modules, so a parallel run spreads them).
 """
 
 from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, note, seed, settings
 
-from tests.faults.aws_proxy import FaultProxy
-from tests.integration.statestore.conftest import MOTO_CREDENTIALS, serial_moto_server
 from tests.oracle.plans import (
-    BUCKET,
     BULK_IMPORT,
-    DYNAMO_COMMIT,
     EXAMPLES,
     EXPLICIT,
-    KNOWN,
     PG_KNOWN,
     PG_MARKER,
     SEED,
@@ -65,9 +63,8 @@ from tests.oracle.plans import (
     Step,
     steps,
 )
-from tests.oracle.raw_scan import DynamoPlace, Places, S3Place
+from tests.oracle.raw_scan import Places
 from tests.oracle.sequences import Home, Tally, run_sequence
-from tests.oracle.stores import CREDENTIALS
 
 pytestmark = pytest.mark.integration
 
@@ -139,73 +136,3 @@ def test_the_oracle_on_postgresql(pg_pool: Any, pg_admin_dsn: str, tmp_path: Pat
     finally:
         with capsys.disabled():
             print("\n" + tally.render("postgres"))
-
-
-@pytest.fixture(scope="module")
-def moto() -> Iterator[str]:
-    boto3 = pytest.importorskip("boto3")
-    with serial_moto_server() as url:
-        boto3.client("s3", endpoint_url=url, aws_access_key_id="test", aws_secret_access_key="test",
-                     region_name="us-east-1").create_bucket(Bucket=BUCKET)
-        yield url
-
-
-def test_the_oracle_on_dynamodb(moto: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    tally = Tally()
-
-    @seed(SEED)
-    @_settings(EXAMPLES["dynamodb"])
-    @given(plan=steps("dynamodb"))
-    @example(plan=SPLIT_POINT)
-    @example(plan=KNOWN["export key reused"])
-    @example(plan=KNOWN["ingest retried"])
-    @example(plan=KNOWN["flush reply lost"])
-    @example(plan=KNOWN["large delete"])
-    @example(plan=KNOWN["orphan kept"])
-    def oracle(plan: list[Step]) -> None:
-        note(f"plan: {plan}")
-        prefix = f"o{uuid.uuid4().hex[:10]}"
-        root = tmp_path / prefix
-        root.mkdir()
-        spec = {"backend": "dynamodb", "endpoint": moto, "table_prefix": f"{prefix}-", "bucket": BUCKET,
-                "prefix": prefix}
-        creds = {"region": CREDENTIALS["region"], "access_key": MOTO_CREDENTIALS["access_key"],
-                 "secret_key": MOTO_CREDENTIALS["secret_key"]}
-        with FaultProxy(moto, seed=SEED) as proxy:
-            rules: list[tuple[str, Any]] = []
-
-            def arm(step: Step) -> None:
-                if step.fault == "s3-lost":
-                    rule = proxy.inject("lost", method="PUT", path="*", times=1)
-                elif step.fault == "throttle":
-                    rule = proxy.inject("throttle", operation="*", times=2)
-                elif step.fault in ("outage", "outage-commit"):  # each applies, none answers, until it passes
-                    rule = proxy.inject("error", operation="TransactWriteItems", times=None,
-                                        body=DYNAMO_COMMIT if step.fault == "outage-commit" else None)
-                elif step.fault == "throttle-commit":  # refused, none applied, until it passes
-                    rule = proxy.inject("throttle", operation="TransactWriteItems", times=None, body=DYNAMO_COMMIT)
-                elif step.fault == "lost-commit":
-                    rule = proxy.inject("lost", operation="TransactWriteItems", body=DYNAMO_COMMIT)
-                else:
-                    rule = proxy.inject(step.fault or "lost", operation="TransactWriteItems",
-                                        times=1 if step.fault == "lost" else 2)
-                rules.append((f"ddb-{step.fault}", rule))
-
-            def disarm() -> dict[str, int]:
-                proxy.clear()
-                fired = {label: r.fired for label, r in rules if r.fired}
-                rules.clear()
-                return fired
-
-            home = Home("dynamodb", spec, Places(directories=[root], s3=[S3Place(BUCKET, f"{prefix}/", moto, **creds)],
-                                                 dynamodb=[DynamoPlace(f"{prefix}-", moto, **creds)]),
-                        root, arm, disarm, faulty_endpoint=proxy.url)
-            run_sequence(home, plan, tally)
-
-    try:
-        oracle()
-    finally:
-        with capsys.disabled():
-            print("\n" + tally.render("dynamodb"))
