@@ -222,16 +222,20 @@ class Chaos:
             return
         if self.spark_done:
             return
-        service_log = next(p for p in self.cluster.spark.pieces if p.name == "spark service").log
-        text = service_log.read_text(errors="replace")
-        if not self.worker_lost_seen and ("Lost executor" in text or "Executor lost" in text or "remove executor"
-                                          in text.lower()):
+        if not self.worker_lost_seen and self.executor_lost():
             self.worker_lost_seen = True
             self.log("the Spark driver (service) saw the executor lost and resubmits its tasks to the other one")
         jobs = httpx.get(f"{service}/health", timeout=5).json().get("jobs", {})
         if not jobs.get("running"):
             self.log(f"the Spark service's job(s) ended: {jobs} (its jobs so far by state)")
             self.spark_done = True
+
+    def executor_lost(self) -> bool:
+        """Whether the Spark service's driver lost an executor (the killed worker's), as its
+        log says: the kill hit the import's executor, not an idle worker."""
+        service_log = next(p for p in self.cluster.spark.pieces if p.name == "spark service").log
+        text = service_log.read_text(errors="replace")
+        return "Lost executor" in text or "Executor lost" in text or "remove executor" in text.lower()
 
     # the scheduler, once the first date is imported
     def _scheduler(self, imported: int) -> None:

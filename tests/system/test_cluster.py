@@ -245,6 +245,8 @@ def _scenario(cluster: Any, log: Timeline) -> None:
     assert objects == referenced, (sorted(objects - referenced), sorted(referenced - objects))
     assert list(sleeper.objects.list(scratch_root(table.info.table_id))) == []
     assert chaos.celery_killed and chaos.spark_killed_at and chaos.scheduler_restarted_at
+    assert chaos.executor_lost(), "the Spark worker was killed but the service's driver lost no executor: " \
+                                  "the kill hit no running import"
     log(f"checked: {len(acked)} acknowledged + {len(DATES) * ROWS_PER_DATE} imported records, each once; "
         f"{len(DATES)} dates, one committed import each; bucket = the {len(referenced)} referenced files")
     sleeper.close()
