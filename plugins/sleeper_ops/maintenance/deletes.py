@@ -20,7 +20,6 @@ the same key with other keys, ranges or predicate is refused with
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -31,6 +30,7 @@ from sleeper_ops.errors import QueryError
 from statestore.catalog import TableInfo
 from statestore.client_writes import ClientWrite, check_key, digest_of
 from statestore.errors import NotSupportedError
+from statestore.jobs import now_ms as clock_ms
 from statestore.properties import ABANDON
 from statestore.region import Region
 from statestore.schema import Schema
@@ -155,7 +155,7 @@ def drop_spent_tombstones(state_store: StateStore, table: TableInfo, now_ms: Opt
     (still open or buffered, or in a file the state names)."""
     if not state_store.tombstones(table.table_id)[1]:
         return []
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock_ms() if now_ms is None else now_ms
     abandon_minutes = table.get_int(ABANDON)
     running = []
     # an export writes outside the table, never files a tombstone could cover: it holds nothing up

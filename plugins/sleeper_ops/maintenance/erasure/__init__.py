@@ -29,7 +29,6 @@ files outside the table that users own, and backups.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Optional, Sequence
 
 import pyarrow as pa
@@ -45,6 +44,7 @@ from sleeper_ops.maintenance.erasure.untracked import check_untracked
 from statestore.catalog import TableInfo
 from statestore.deletes import Tombstone
 from statestore.errors import NotSupportedError
+from statestore.jobs import now_ms as clock_ms
 from statestore.store import StateStore
 
 __all__ = ["FINE_PRINT", "ErasureReport", "HeldObject", "erasure_report"]
@@ -56,7 +56,7 @@ def erasure_report(state_store: StateStore, objects: ObjectStore, table: TableIn
     """Find every place holding a record (or key) matching the keys or ranges and
     ``where`` (see the module docstring). ``now_ms``: the time the report judges when
     things go at (tests); default now."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock_ms() if now_ms is None else now_ms
     regions = delete_regions(table.schema, keys, ranges)
     where = check_where(table.schema, where)
     probe = Tombstone(0, regions, where)
