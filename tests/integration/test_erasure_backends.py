@@ -126,3 +126,32 @@ def test_a_pending_group_commit_request_of_a_delete_is_listed_until_decided_or_p
         assert report.held[0].goes_ms == t_ms + COMMIT_ID_RETENTION_MS
         t.gc(now_ms=t_ms + COMMIT_ID_RETENTION_MS + HOUR)  # GC prunes abandoned requests
         assert t.erasure_report(keys=["alice@x.org"]).clean
+
+
+def test_a_stray_delete_body_is_listed_and_one_a_pending_request_names_is_not(moto, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import zlib
+
+    from statestore import DeleteRecords, Range, Region
+    from statestore.bookkeeping import Bookkeeping
+    from statestore.dynamodb import open_dynamodb
+    from statestore.dynamodb.group_batch import REQUESTS, pending_item
+    from statestore.dynamodb.log import EncodedTransaction
+
+    store = open_dynamodb(**dynamodb_options(moto, tmp_path / "blobs"))
+    with Sleeper(state_store=store, objects=ObjectStore(str(tmp_path / "data"))) as s:
+        t = s.create_table("t", SCHEMA)
+        tid = t.info.table_id
+        txn = DeleteRecords((Region((Range("key", "alice@x.org", "alice@x.org\x00"),)),))
+        body = zlib.compress(json.dumps(txn.to_dict()).encode())
+        stray, named = f"transactions/{tid}/stray.json.z", f"transactions/{tid}/named.json.z"
+        store._blobs.put(stray, body)  # a failed commit's spilled body
+        store._blobs.put(named, body)  # the spilled body of a request still pending
+        item = pending_item(tid, EncodedTransaction(txn.TYPE, None, named), Bookkeeping("c-2"), None, "nonce",
+                            int(time.time() * 1000))
+        store._dynamo.client.put_item(TableName=store._dynamo.table(REQUESTS), Item=item)
+        held = [h.name for h in t.erasure_report(keys=["alice@x.org"]).held]
+        assert held == ["pending commit request p#c-2 (a delete's body)", f"stray blob {stray}"], held
+        store._blobs.delete([stray])
+        held = [h.name for h in t.erasure_report(keys=["alice@x.org"]).held]
+        assert held == ["pending commit request p#c-2 (a delete's body)"], held
