@@ -34,9 +34,9 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
-from tests.integration.statestore.conftest import serial_moto_server
+from tests.integration.statestore.conftest import moto_with_bucket as _moto_with_bucket
+from tests.integration.test_dynamodb_cli import sleeper_toml
 
 SLEEPER = str(Path(sys.executable).with_name("sleeper"))
 SEEDS = [int(x) for x in os.environ.get(
@@ -50,12 +50,9 @@ PROPERTIES = ["sleeper.table.compaction.strategy=basic", "sleeper.table.compacti
               "sleeper.table.partition.splitting.threshold=1000"]
 
 
-def moto_with_bucket() -> Iterator[str]:
+def moto_address() -> Iterator[str]:
     """A moto server with the data bucket; yields host:port."""
-    boto3 = pytest.importorskip("boto3")
-    with serial_moto_server() as url:
-        boto3.client("s3", endpoint_url=url, aws_access_key_id="test", aws_secret_access_key="test",
-                     region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    with _moto_with_bucket(BUCKET) as url:
         yield url[len("http://"):]
 
 
@@ -72,23 +69,7 @@ def dynamodb_home(tmp_path: Path, moto: str) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     prefix = f"k{uuid.uuid4().hex[:8]}"
-    (home / "sleeper.toml").write_text(f"""
-[object_store]
-uri = "s3://{BUCKET}/{prefix}"
-endpoint_override = "{moto}"
-scheme = "http"
-region = "us-east-1"
-access_key = "test"
-secret_key = "test"
-
-[state_store]
-backend = "dynamodb"
-endpoint_url = "http://{moto}"
-region = "us-east-1"
-table_prefix = "{prefix}-"
-access_key = "test"
-secret_key = "test"
-""")
+    (home / "sleeper.toml").write_text(sleeper_toml(moto, prefix, f"{prefix}-", BUCKET))
     return home
 
 

@@ -36,12 +36,12 @@ def moto() -> Iterator[str]:
         yield url[len("http://"):]
 
 
-def sleeper_toml(moto: str, data_prefix: str, table_prefix: str) -> str:
-    """A ``sleeper.toml`` keeping data under ``s3://BUCKET/<data_prefix>`` and the state in
+def sleeper_toml(moto: str, data_prefix: str, table_prefix: str, bucket: str = BUCKET) -> str:
+    """A ``sleeper.toml`` keeping data under ``s3://<bucket>/<data_prefix>`` and the state in
     DynamoDB tables named ``<table_prefix>...``, both on the moto server at ``moto``."""
     return f"""
 [object_store]
-uri = "s3://{BUCKET}/{data_prefix}"
+uri = "s3://{bucket}/{data_prefix}"
 endpoint_override = "{moto}"
 scheme = "http"
 region = "us-east-1"

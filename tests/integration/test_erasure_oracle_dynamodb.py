@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given, note, seed
 
 from tests.faults.aws_proxy import FaultProxy
-from tests.integration.statestore.conftest import MOTO_CREDENTIALS, serial_moto_server
+from tests.integration.statestore.conftest import MOTO_CREDENTIALS, moto_with_bucket
 from tests.integration.test_erasure_oracle import _settings
 from tests.oracle.plans import BUCKET, DYNAMO_COMMIT, EXAMPLES, KNOWN, SEED, SPLIT_POINT, Step, steps
 from tests.oracle.raw_scan import DynamoPlace, Places, S3Place
@@ -23,10 +23,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def moto() -> Iterator[str]:
-    boto3 = pytest.importorskip("boto3")
-    with serial_moto_server() as url:
-        boto3.client("s3", endpoint_url=url, aws_access_key_id="test", aws_secret_access_key="test",
-                     region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    with moto_with_bucket(BUCKET) as url:
         yield url
 
 

@@ -19,7 +19,7 @@ from sleeper_ops.io.export_manifest import read_manifest
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query import export as export_module
 from sleeper_ops.query.export import ExportError, rows_of
-from tests.integration.statestore.conftest import serial_moto_server
+from tests.integration.statestore.conftest import moto_with_bucket
 
 pytestmark = pytest.mark.integration
 
@@ -41,10 +41,7 @@ def _records(t: pa.Table) -> Counter:
 
 @pytest.fixture(scope="module")
 def moto() -> Iterator[str]:
-    boto3 = pytest.importorskip("boto3")
-    with serial_moto_server() as url:
-        boto3.client("s3", endpoint_url=url, aws_access_key_id="test", aws_secret_access_key="test",
-                     region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    with moto_with_bucket(BUCKET) as url:
         yield url[len("http://"):]
 
 

@@ -8,14 +8,14 @@ from typing import Iterator
 
 import pytest
 
-from tests.integration.kill_matrix import WRITERS, dynamodb_home, kill_and_run_again, moto_with_bucket
+from tests.integration.kill_matrix import WRITERS, dynamodb_home, kill_and_run_again, moto_address
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def moto() -> Iterator[str]:
-    yield from moto_with_bucket()
+    yield from moto_address()
 
 
 @pytest.mark.parametrize("writer", WRITERS)

@@ -63,6 +63,17 @@ def serial_moto_server() -> Iterator[str]:
         server.stop()
 
 
+@contextlib.contextmanager
+def moto_with_bucket(bucket: str) -> Iterator[str]:
+    """:func:`serial_moto_server` with the S3 bucket ``bucket`` made; yields
+    ``http://127.0.0.1:PORT``."""
+    boto3 = pytest.importorskip("boto3")
+    with serial_moto_server() as url:
+        boto3.client("s3", endpoint_url=url, aws_access_key_id="test", aws_secret_access_key="test",
+                     region_name="us-east-1").create_bucket(Bucket=bucket)
+        yield url
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint_url() -> Iterator[str]:
     """``http://127.0.0.1:PORT`` of a moto server (DynamoDB and S3) for the session."""
