@@ -199,11 +199,12 @@ class CommitDroppingProxy:
                 got += data
                 if not got.endswith(_IDLE):
                     continue
-                if _COMMITTED.search(got) and b"E" not in _message_types(got):
+                failed = b"E" in _message_types(got)
+                if _COMMITTED.search(got) and not failed:
                     with self._lock:
                         self.applied += 1
                     break
-                if b"E" in _message_types(got):
+                if failed:
                     break  # the statement failed: nothing committed
                 client.sendall(got)  # the answer to a step before the commit (psycopg's prepare): pass it on
                 got = b""
