@@ -17,11 +17,14 @@ Spark may still be writing) before it answers, then the export moves each winner
 manifest and deletes the losers' files, which no attempt writes any more.
 
 The session is ``SparkSession.builder.getOrCreate()`` on the configuration's
-``[spark] master`` (an active session, e.g. a test's, is reused).
+``[spark] master`` (an active session, e.g. a test's, is reused); its executors run this
+process's Python (``PYSPARK_PYTHON`` unless set), as spark-submit's jobs do.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
@@ -46,6 +49,9 @@ def write_leaves(*, config: SleeperConfig | None, table: str) -> LeavesWriter:
 
         if not jobs:
             return []
+        # the executors run this Python, as spark-submit's jobs do (spark_environment), unless
+        # PYSPARK_PYTHON says otherwise: PySpark's default ("python3") has no sleeper_ops
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         spark = (SparkSession.builder.master(master).appName(f"sleeper-export-{table}")
                  .config("spark.ui.enabled", "false").getOrCreate())
         context = {"uri": dest.uri, "s3": asdict(dest.s3) if dest.s3 is not None else None,
