@@ -23,7 +23,7 @@ import logging
 import shlex
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
-from statestore.catalog import table_name_problem
+from statestore.catalog import TABLE_NAME_RULE, table_name_problem
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -38,17 +38,19 @@ STAND_IN_PREFIX = "sleeper-unbuildable-"
 
 def build_problem(table: TableInfo, operation: str, build: Callable[[TableInfo, str], Any]) -> Optional[str]:
     """Why ``build(table, operation)`` cannot give the table's DAG, naming the table
-    (its name outside the rule, or what the build raised), or None when it can."""
+    (its name outside the rule, or what the build or the DAG's ``validate()`` raised),
+    or None when it can."""
     return _build(table, operation, build)[1]
 
 
 def _build(table: TableInfo, operation: str, build: Callable[[TableInfo, str], Any]) -> tuple[Any, Optional[str]]:
-    problem = table_name_problem(table.name)
-    if problem is not None:
-        return None, (f"table {table.name!r}: {problem}; rename it: sleeper table rename {shlex.quote(table.name)} "
-                      "NEW_NAME")
+    if table_name_problem(table.name) is not None:
+        return None, (f"table {table.name!r} has a name outside the rule ({TABLE_NAME_RULE}); rename it: "
+                      f"sleeper table rename {shlex.quote(table.name)} NEW_NAME")
     try:
-        return build(table, operation), None
+        dag = build(table, operation)
+        dag.validate()  # what Airflow checks before bagging it (a schedule's cron, ...), here where the table is known
+        return dag, None
     except Exception as e:  # whatever one table's build raises must not stop the others
         return None, (f"table {table.name!r}: its {operation} DAG cannot be built: {type(e).__name__}: {e} "
                       f"(see its properties: sleeper table describe {shlex.quote(table.name)})")
