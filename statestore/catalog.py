@@ -16,7 +16,7 @@ from statestore.schema import Schema
 MAX_TABLE_NAME = 94
 #: A table's name is part of its DAG ids (``sleeper_<name>_compaction``), its DAG tag
 #: (``table:<name>``), asset URIs (``sleeper://<name>``), REST paths and SQL (quoted when
-#: it holds ``-`` or ``.``, or upper case): Airflow's own key rule
+#: it holds ``-`` or ``.``): Airflow's own key rule
 #: (``airflow.utils.helpers.KEY_REGEX``, ``[\w.-]+`` without ``..``), narrowed to ASCII,
 #: which asset URIs need, and to the tag's length. Object keys use the table id, not the name.
 TABLE_NAME_RULE = (f"a table name is 1 to {MAX_TABLE_NAME} ASCII letters, digits, '_', '-' and '.' (no '..'), "
