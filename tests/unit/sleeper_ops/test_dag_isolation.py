@@ -97,7 +97,7 @@ def test_a_file_with_every_table_buildable_has_no_import_error(catalog) -> None:
     assert len(bag.dags) == 2 * len(OPERATIONS) + 1
 
 
-def test_the_status_page_learns_a_tables_dag_problem_from_the_same_build(catalog) -> None:
+def test_the_status_page_learns_a_tables_dag_problem_from_the_same_build() -> None:
     assert dag_factory.table_dags_problem(_table("events")) is None
     problem = dag_factory.table_dags_problem(_table(LONG))
     assert problem is not None and f"table {LONG!r} has a name outside the rule (a table name is 1 to 94 " in problem
