@@ -10,14 +10,17 @@ from statestore.errors import TableNameError
 from statestore.properties import PROPERTY_DEFS, effective_properties, parse_size
 from statestore.schema import Schema
 
-#: Most characters in a table name: Airflow's DAG ids have at most 250, and the longest
-#: of a table's DAG ids adds ``sleeper_`` and ``_ingest_batcher`` to its name.
-MAX_TABLE_NAME = 200
-#: A table's name is part of its DAG ids (``sleeper_<name>_compaction``) and asset URIs
-#: (``sleeper://<name>``): Airflow's own key rule (``airflow.utils.helpers.KEY_REGEX``,
-#: ``[\w.-]+`` without ``..``), narrowed to ASCII, which asset URIs need.
+#: Most characters in a table name: its DAGs carry the tag ``table:<name>``, and Airflow
+#: takes tags of at most 100 characters (``airflow.sdk.definitions.dag.TAG_MAX_LEN``); its
+#: longest DAG id, ``sleeper_<name>_ingest_batcher``, is then 117 of Airflow's 250.
+MAX_TABLE_NAME = 94
+#: A table's name is part of its DAG ids (``sleeper_<name>_compaction``), its DAG tag
+#: (``table:<name>``), asset URIs (``sleeper://<name>``), REST paths and SQL (quoted when
+#: it holds ``-`` or ``.``): Airflow's own key rule
+#: (``airflow.utils.helpers.KEY_REGEX``, ``[\w.-]+`` without ``..``), narrowed to ASCII,
+#: which asset URIs need, and to the tag's length. Object keys use the table id, not the name.
 TABLE_NAME_RULE = (f"a table name is 1 to {MAX_TABLE_NAME} ASCII letters, digits, '_', '-' and '.' (no '..'), "
-                   "so it can be part of Airflow DAG ids and asset URIs")
+                   "so it can be part of Airflow DAG ids, DAG tags and asset URIs")
 _TABLE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 
 

@@ -88,7 +88,7 @@ class Sleeper:
     def create_table(self, name: str, schema: Schema | Mapping[str, Any] | str, split_points: Sequence[Any] = (),
                      properties: Optional[Mapping[str, str]] = None) -> Table:
         """Create a table whose leaf partitions divide the first row key at ``split_points``.
-        A name that cannot become Airflow DAG ids raises
+        A name that cannot become Airflow DAG ids and tags raises
         :class:`~statestore.errors.TableNameError` (see :data:`statestore.catalog.TABLE_NAME_RULE`)."""
         check_table_name(name)
         if isinstance(schema, str):

@@ -243,6 +243,35 @@ def test_an_unreachable_catalog_breaks_only_the_sleeper_dag_files(sleeper_home: 
     assert all("state store" in e for e in result["import_errors"].values())
 
 
+@pytest.mark.parametrize("breakage", ["a name from before the rule", "a property Airflow refuses"])
+def test_walk_finding_1_a_table_whose_dags_cannot_be_built_breaks_no_other_table(
+        sleeper: Sleeper, sleeper_home: Path, airflow_home: Path, pg_dsn: str, breakage: str) -> None:
+    """Issue 34 finding 1: a 150-character name (legal then) made every DAG file fail to
+    import. Written straight to the state store, as an older release could leave them."""
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    from statestore.partitions import partitions_from_split_points
+    from statestore.schema import Schema
+
+    sleeper.create_table("events", SCHEMA)
+    if breakage == "a name from before the rule":
+        broken, files = "t" * 150, OPERATIONS
+        schema = Schema.from_dict(SCHEMA)
+        sleeper.state_store.create_table(broken, schema, partitions_from_split_points(schema, ()), {})
+    else:
+        broken, files = "weekly", ("gc",)
+        sleeper.create_table(broken, SCHEMA)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # past the property check
+            conn.execute("UPDATE tables SET properties = properties || %s WHERE name = %s",
+                         (Jsonb({"sleeper.table.schedule.gc": "every tuesday"}), broken))
+    result = parse_dags(airflow_home, sleeper_home)
+    assert sorted(d for d in result["dags"] if "_events_" in d) == sorted(f"sleeper_events_{op}" for op in OPERATIONS)
+    assert sorted(Path(f).name for f in result["import_errors"]) == sorted(f"sleeper_{op}.py" for op in files)
+    for error in result["import_errors"].values():
+        assert f"table {broken!r}" in error, error
+
+
 # ----- running each DAG ----------------------------------------------------------------------------
 def test_compaction_dag_leaves_one_file_per_leaf(sleeper: Sleeper, sleeper_home: Path, airflow_home: Path,
                                                  tmp_path: Path) -> None:

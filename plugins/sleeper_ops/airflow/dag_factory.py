@@ -48,6 +48,11 @@ same a user puts in a DAG of their own. What each task does, exclusivity (one ru
 table per operation, through a lease in the state store) and skipping are described in
 :mod:`sleeper_ops.airflow.tasks`.
 
+One table never breaks another: each table's DAG is built on its own, and a table whose
+DAG cannot be built (a name outside the table name rule, a property the build raises on)
+is logged and named in the file's import error while every other table's DAGs load
+(:mod:`sleeper_ops.airflow.dag_problems`); :func:`table_dags_problem` tells the status page.
+
 Parsing costs one catalog query (``list_tables``), shared by the DAG files parsed in
 one process within :data:`CATALOG_MAX_AGE_SECONDS`, and no other I/O. When a task runs,
 Airflow's parsing context names its DAG, and only that DAG is built.
@@ -69,9 +74,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from sleeper_ops.airflow import tasks
+from sleeper_ops.airflow.dag_problems import build_each, build_problem
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
-from statestore.catalog import table_name_problem
 from statestore.properties import BULK_IMPORT_PLATFORM
 
 if TYPE_CHECKING:
@@ -174,16 +179,29 @@ def build_dags(operation: str, *, home: Optional[Path] = None) -> dict[str, DAG]
     source: Optional[Path | SleeperConfig] = home if home is not None else catalog_source(operation)
     if source is None:
         return {}
-    dags = {}
-    for table in read_catalog(source):
-        if (only_table is not None and table.name != only_table) or not has_dag(table, operation):
-            continue
-        problem = table_name_problem(table.name)
-        if problem is not None:
-            log.warning("table %r has no %s DAG: %s", table.name, operation, problem)
-            continue
-        dags[dag_id_for(table.name, operation)] = build_dag(table, operation)
-    return dags
+    tables = [t for t in read_catalog(source)
+              if (only_table is None or t.name == only_table) and has_dag(t, operation)]
+    return build_each(tables, operation, build_dag, dag_id_for)
+
+
+def table_dags_problem(table: TableInfo) -> Optional[str]:
+    """Why some DAG of ``table`` cannot be built (what the DAG files report as their
+    import error), or None: the same build, memoised on the table's name and properties.
+    The status page marks the table with it."""
+    key = (table.table_id, table.name, tuple(sorted(table.properties.items())))
+    with _cache_lock:
+        if key in _problems:
+            return _problems[key]
+    problem = next((p for op in OPERATIONS + OPTIONAL_OPERATIONS if has_dag(table, op)
+                    for p in [build_problem(table, op, build_dag)] if p is not None), None)
+    with _cache_lock:
+        if len(_problems) >= 10_000:
+            _problems.clear()
+        _problems[key] = problem
+    return problem
+
+
+_problems: dict[tuple[Any, ...], Optional[str]] = {}
 
 
 def catalog_source(operation: str) -> Optional[Path | SleeperConfig]:

@@ -31,7 +31,8 @@ Viewer may read every table and write none; a User (or Op, Admin) may do both.
 It also mounts the table status page (:mod:`sleeper_ops.web.status_page`) at ``/sleeper/ui``
 behind the same authentication (the UI's cookie) and the same read rules (the index
 needs general DAG read access, a table's page read access to that table's DAGs),
-linked from the UI's navigation as an external view.
+linked from the UI's navigation as an external view. The page marks a table whose DAGs
+cannot be built with the DAG factory's own check (:func:`~sleeper_ops.airflow.dag_factory.table_dags_problem`).
 
 The Sleeper served is opened lazily, once per API server process, from
 ``SLEEPER_HOME`` (default ``.sleeper``), and closed when the server shuts down.
@@ -45,7 +46,7 @@ from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from sleeper_ops.airflow.dag_factory import OPERATIONS, dag_id_for
+from sleeper_ops.airflow.dag_factory import OPERATIONS, dag_id_for, table_dags_problem
 from sleeper_ops.web.rest import LazySleeper, create_app
 from sleeper_ops.web.rest_auth import Access, access_of
 from sleeper_ops.web.status_page import EXTERNAL_VIEW as STATUS_EXTERNAL_VIEW
@@ -140,7 +141,8 @@ def readable_tables(request: Request, names: Sequence[str]) -> Collection[str]:
 sleeper = LazySleeper()
 rest_app = create_app(sleeper, auth_dependency=rest_auth, table_filter=readable_tables)
 # The table status page (sleeper_ops.web.status_page), linked from the UI's navigation.
-status_app = create_status_app(sleeper, auth_dependency=status_auth, table_filter=readable_tables)
+status_app = create_status_app(sleeper, auth_dependency=status_auth, table_filter=readable_tables,
+                               dag_problem=table_dags_problem)
 
 
 class SleeperPlugin(AirflowPlugin):

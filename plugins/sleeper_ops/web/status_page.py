@@ -7,7 +7,8 @@ fetched from elsewhere (charts are inline SVG, so it works with no internet):
 
 * ``/`` - every table the requester may read (as ``table_filter`` decides, the same
   filter as REST ``GET /tables``): online or not, leaf partitions, files, records, jobs
-  by status;
+  by status, and a red mark with the reason on a table whose DAGs cannot be built (a
+  long name is cut with an ellipsis, whole in its title, so the columns stay on screen);
 * ``/tables/{name}`` - one table: records per leaf partition across the key space
   (against the split threshold), the partition tree with files and records per
   partition, the backlog figures over time (buffered records and their age, pending
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from sleeper_ops.api import Sleeper
+    from statestore.catalog import TableInfo
 
 URL_PREFIX = "/sleeper/ui"
 #: The Airflow plugin's ``external_views`` entry for the page (href relative to the UI's base).
@@ -53,10 +55,14 @@ DEFAULT_JOB_LIMIT = 1000
 def create_status_app(sleeper_provider: Callable[[], Sleeper], *,
                       auth_dependency: Optional[Callable[..., Any]] = None,
                       table_filter: Optional[TableFilter] = None,
-                      job_limit: int = DEFAULT_JOB_LIMIT) -> FastAPI:
+                      job_limit: int = DEFAULT_JOB_LIMIT,
+                      dag_problem: Optional[Callable[[TableInfo], Optional[str]]] = None) -> FastAPI:
     """The status page app over the Sleeper ``sleeper_provider()`` returns (per request);
     ``auth_dependency`` guards every page; ``table_filter`` decides which tables the
-    index lists to a requester (default: all)."""
+    index lists to a requester (default: all); ``dag_problem`` tells why a table's DAGs
+    cannot be built (the plugin passes the DAG factory's own check), and the pages mark
+    such a table red with the reason."""
+    problem_of = dag_problem or (lambda info: None)
     from fastapi import Depends, FastAPI, HTTPException, Query
     from fastapi.responses import HTMLResponse
 
@@ -79,7 +85,7 @@ def create_status_app(sleeper_provider: Callable[[], Sleeper], *,
         for info in infos:
             overview = sleeper.state_store.overview(info.table_id, file_limit=0)
             jobs = sleeper.state_store.list_jobs(info.table_id, limit=job_limit)
-            out.append(TableSummary.of(info, overview, jobs))
+            out.append(TableSummary.of(info, overview, jobs, problem_of(info)))
         return HTMLResponse(render_index(out))
 
     @app.get("/tables/{name}", response_class=HTMLResponse)
@@ -92,6 +98,7 @@ def create_status_app(sleeper_provider: Callable[[], Sleeper], *,
         overview = sleeper.state_store.overview(info.table_id, file_limit=MAX_FILE_ROWS)
         records = sleeper.state_store.list_jobs(info.table_id, limit=jobs)
         sample_metrics(sleeper.state_store, info)  # this read is a sample of the backlog too
-        return HTMLResponse(render_table(info, overview, records, backlog=BACKLOG.samples(info.table_id)))
+        return HTMLResponse(render_table(info, overview, records, backlog=BACKLOG.samples(info.table_id),
+                                         dag_problem=problem_of(info)))
 
     return app

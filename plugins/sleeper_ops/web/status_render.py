@@ -51,6 +51,10 @@ table { border-collapse: collapse; width: 100%; } th, td { text-align: left; pad
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 .badge { display: inline-block; padding: 0 8px; border-radius: 10px; font-size: 12px; color: #fff; }
 .online { background: #2f9e44; } .offline { background: #868e96; } .failed { background: #e15759; }
+.problem { color: #e15759; overflow-wrap: anywhere; }
+a.name { display: inline-block; max-width: 36ch; overflow: hidden; text-overflow: ellipsis; white-space: nowrap;
+         vertical-align: bottom; }
+h1 { overflow-wrap: anywhere; }
 .tree { list-style: none; padding-left: 18px; margin: 0; } .tree > li { margin: 2px 0; }
 .bar { display: inline-block; height: 8px; background: var(--accent); border-radius: 2px; vertical-align: middle; }
 svg text { fill: var(--fg); font: 11px system-ui, sans-serif; } svg .axis { stroke: var(--line); }
@@ -80,29 +84,42 @@ class TableSummary:
     records: int
     jobs_by_status: dict[str, int]
     last_job_ms: Optional[int]
+    #: Why the table's DAGs cannot be built (what the DAG files report), or None.
+    dag_problem: Optional[str] = None
 
     @classmethod
-    def of(cls, info: TableInfo, overview: TableOverview, jobs: Sequence[JobRecord]) -> TableSummary:
+    def of(cls, info: TableInfo, overview: TableOverview, jobs: Sequence[JobRecord],
+           dag_problem: Optional[str] = None) -> TableSummary:
         by_status: dict[str, int] = {}
         for j in jobs:
             by_status[j.status] = by_status.get(j.status, 0) + 1
         return cls(info.name, info.table_id, info.online, len(overview.partitions), overview.leaves, overview.files,
                    overview.references, overview.records, by_status,
-                   max((j.last_update_ms for j in jobs), default=None))
+                   max((j.last_update_ms for j in jobs), default=None), dag_problem)
 
 
 def _table_href(name: str) -> str:
     return f"tables/{quote(name, safe='')}"
 
 
+def _dag_problem_html(problem: Optional[str]) -> str:
+    """The red mark of a table whose DAGs cannot be built, with the reason."""
+    if problem is None:
+        return ""
+    return f"<span class='badge failed'>DAGs cannot be built</span><div class='problem'>{_e(problem)}</div>"
+
+
 def render_index(tables: Sequence[TableSummary]) -> str:
-    """The list of tables."""
+    """The list of tables. A long name is cut with an ellipsis (the whole name in its
+    title), so the columns stay on screen; a table whose DAGs cannot be built is marked red,
+    with the reason."""
     rows = []
     for t in tables:
         jobs = ", ".join(f"{n} {s}" for s, n in sorted(t.jobs_by_status.items())) or "none"
         badge = "<span class='badge online'>online</span>" if t.online else "<span class='badge offline'>offline</span>"
-        rows.append(f"<tr><td><a href='{_table_href(t.name)}'>{_e(t.name)}</a><div class='muted mono'>"
-                    f"{_e(t.table_id)}</div></td><td>{badge}</td><td class='num'>{t.leaves}/{t.partitions}</td>"
+        rows.append(f"<tr><td><a class='name' title='{_e(t.name)}' href='{_table_href(t.name)}'>{_e(t.name)}</a>"
+                    f"<div class='muted mono'>{_e(t.table_id)}</div>{_dag_problem_html(t.dag_problem)}</td>"
+                    f"<td>{badge}</td><td class='num'>{t.leaves}/{t.partitions}</td>"
                     f"<td class='num'>{t.files:,}</td><td class='num'>{t.records:,}</td><td>{_e(jobs)}</td>"
                     f"<td>{_time(t.last_job_ms)}</td></tr>")
     table = ("<table><tr><th>table</th><th>state</th><th class='num'>leaves/partitions</th><th class='num'>files</th>"
@@ -182,17 +199,19 @@ def _dag_operations(info: TableInfo) -> list[str]:
 
 
 def render_table(info: TableInfo, overview: TableOverview, jobs: Sequence[JobRecord], *,
-                 now: Optional[int] = None, backlog: Sequence[Any] = ()) -> str:
+                 now: Optional[int] = None, backlog: Sequence[Any] = (), dag_problem: Optional[str] = None) -> str:
     """The page of one table (see the module docstring), from its overview (at most
     :data:`MAX_FILE_ROWS` files listed) and its backlog samples
-    (:class:`sleeper_ops.metrics.BacklogSample`, oldest first)."""
+    (:class:`sleeper_ops.metrics.BacklogSample`, oldest first). With ``dag_problem`` (why
+    its DAGs cannot be built) the table is marked red with the reason, and no DAG is linked."""
     rows = partitions_report(overview)
-    summary = TableSummary.of(info, overview, jobs)
+    summary = TableSummary.of(info, overview, jobs, dag_problem)
     badge = "<span class='badge online'>online</span>" if info.online else "<span class='badge offline'>offline</span>"
     failed = summary.jobs_by_status.get("failed", 0)
     props = ", ".join(f"{_e(k)}={_e(v)}" for k, v in sorted(info.properties.items())) or "defaults only"
-    dag_links = " · ".join(f"<a target='_top' href='../../../dags/sleeper_{quote(info.name, safe='')}_{op}'>{op}</a>"
-                           for op in _dag_operations(info))
+    dag_links = (" · ".join(f"<a target='_top' href='../../../dags/sleeper_{quote(info.name, safe='')}_{op}'>{op}</a>"
+                            for op in _dag_operations(info)) if dag_problem is None
+                 else _dag_problem_html(dag_problem))
     body = [
         "<nav><a href='../'>← all tables</a></nav>",
         f"<h1>{_e(info.name)} {badge}</h1><div class='muted mono'>{_e(info.table_id)}</div>",

@@ -137,3 +137,41 @@ def test_the_index_lists_only_the_tables_the_requester_may_read(sleeper, table) 
     viewer = client.get("/", headers={"x-user": "viewer"})
     assert viewer.status_code == 200 and "href='tables/events'" in viewer.text and "secret" not in viewer.text
     assert "href='tables/secret'" in client.get("/", headers={"x-user": "admin"}).text
+
+
+def _client(sleeper, **kwargs):  # type: ignore[no-untyped-def]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+        from fastapi.testclient import TestClient
+    return TestClient(create_status_app(lambda: sleeper, **kwargs))
+
+
+def test_walk_finding_1_a_table_whose_dags_cannot_be_built_is_marked_red_with_the_reason(sleeper) -> None:
+    """Issue 34 finding 1: the page showed nothing wrong and linked to DAGs that did not
+    exist. It asks the DAG factory's own check, as the Airflow plugin wires it."""
+    from sleeper_ops.airflow.dag_factory import table_dags_problem
+
+    sleeper.create_table("events", SCHEMA)
+    old = "t" * 150  # a name from before the rule (the state store takes any name)
+    schema = Schema.from_dict(SCHEMA)
+    sleeper.state_store.create_table(old, schema, partitions_from_split_points(schema, []))
+    client = _client(sleeper, dag_problem=table_dags_problem)
+    index = client.get("/").text
+    assert index.count("<span class='badge failed'>DAGs cannot be built</span>") == 1
+    assert f"table &#x27;{old}&#x27; has a name outside the rule" in index
+    assert index.index("DAGs cannot be built") > index.index(f"href='tables/{old}'")  # on the old table's row
+    page = client.get(f"/tables/{old}").text
+    assert "DAGs cannot be built" in page and f"sleeper table rename {old} NEW_NAME" in page
+    assert f"/dags/sleeper_{old}_" not in page  # no link to DAGs that do not exist
+    fine = client.get("/tables/events").text
+    assert "DAGs cannot be built" not in fine and "/dags/sleeper_events_gc'" in fine
+
+
+def test_walk_finding_8_a_long_table_name_is_cut_with_the_whole_name_in_its_title(sleeper) -> None:
+    """Issue 34 finding 8: a long name pushed the index's columns off screen (the browser
+    test measures it: tests/integration/test_airflow_live.py)."""
+    name = "W" * 94
+    t = sleeper.create_table(name, SCHEMA)
+    index = render_index([TableSummary.of(t.info, overview_of(t.state()), [])])
+    assert f"<a class='name' title='{name}' href='tables/{name}'>{name}</a>" in index
+    assert re.search(r"a\.name \{[^}]*max-width: 36ch;[^}]*text-overflow: ellipsis;", index)
