@@ -90,7 +90,7 @@ def flush(ctx: click.Context, table_name: str) -> None:
     t, run_id = _sleeper(ctx).table(table_name), run_id_of("flush")
     with t.exclusive("flush", run_id, holder_gone=process_gone):
         r = t.flush(run_id=run_id)
-    click.echo(f"flushed {r.records:,} records ({r.entries} writes) into {r.files} files in {r.seconds:.2f}s")
+    click.echo(r.summary())
 
 
 @cli.command("bulk-import")

@@ -1,0 +1,80 @@
+"""Issue 34, findings 7 and 8 (the no-ops and the small things), walked as a user meets
+them: each case is one finding, run through the ``sleeper`` command in process (as in
+tests/unit/sleeper_ops/test_cli.py: ``SLEEPER_HOME`` names the in-memory state store
+and every command of a case shares one Sleeper), or through the Airflow operator a DAG
+runs, with the output or log line the user reads checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+import sleeper_ops.api
+from tests.unit.sleeper_ops.cli_runner import run_cli
+
+SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
+          "valueFields": [{"name": "count", "type": "LongType"}]}
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The one Sleeper every command of a case uses: a home naming the in-memory state
+    store, holding an empty table ``t`` (one leaf)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "sleeper.toml").write_text('[state_store]\nbackend = "memory"\n')
+    monkeypatch.setenv("SLEEPER_HOME", str(home))
+    s = sleeper_ops.api.Sleeper(home)
+    from statestore.schema import Schema
+
+    s.create_table("t", Schema.from_dict(SCHEMA))
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def run(shared: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Run:
+    def invoke(*args: str) -> tuple[int, str, str]:
+        return run_cli(shared, monkeypatch, capsys, *args)
+    return invoke
+
+
+def one_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line, got {text!r}"
+    return lines[0]
+
+
+# ----- finding 7: nothing to do, no reason ---------------------------------------------------------
+def test_finding_7_compact_on_an_empty_table_says_what_it_looked_at_and_why_nothing(run: Run) -> None:
+    code, out, _ = run("compact", "t")
+    assert code == 0
+    line = one_line(out)
+    assert "nothing to compact" in line and "0 files in 1 leaf" in line, line
+    assert "strategy sizeratio" in line and "2 files" in line, line
+
+
+def test_finding_7_gc_on_an_empty_table_says_why_nothing(run: Run) -> None:
+    code, out, _ = run("gc", "t")
+    assert code == 0
+    line = one_line(out)
+    assert "nothing to delete: the table has 0 files and nothing untracked" in line, line
+    assert "sleeper.table.gc.delay.minutes" in line and "sleeper.table.gc.orphan.grace.minutes" in line, line
+
+
+def test_finding_7_split_on_an_empty_table_says_why_nothing(run: Run) -> None:
+    code, out, _ = run("split", "t")
+    assert code == 0
+    line = one_line(out)
+    assert "nothing to split" in line and "1 leaf" in line, line
+    assert "sleeper.table.partition.splitting.threshold" in line and "1,000,000,000" in line, line
+
+
+def test_finding_7_flush_of_an_empty_buffer_says_why_nothing(run: Run) -> None:
+    code, out, _ = run("flush", "t")
+    assert code == 0
+    assert one_line(out) == "t: nothing to flush: the write buffer is empty"
