@@ -6,7 +6,11 @@ runs, with the output or log line the user reads checked."""
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -78,3 +82,61 @@ def test_finding_7_flush_of_an_empty_buffer_says_why_nothing(run: Run) -> None:
     code, out, _ = run("flush", "t")
     assert code == 0
     assert one_line(out) == "t: nothing to flush: the write buffer is empty"
+
+
+def _execute(operator: Any, shared: Any) -> Any:
+    """Run an operator's ``execute`` as its DAG's task would, on ``shared``."""
+    operator.__dict__["hook"] = SimpleNamespace(get_conn=lambda: contextlib.nullcontext(shared))
+    ti = SimpleNamespace(dag_id=f"sleeper_t_{operator.task_id}", run_id="manual__walk", try_number=1,
+                         task_id=operator.task_id, map_index=-1)
+    events: Any = collections.defaultdict(lambda: SimpleNamespace(add=lambda *a, **k: None))
+    return operator.execute({"ti": ti, "run_id": "manual__walk", "outlet_events": events})
+
+
+@contextlib.contextmanager
+def task_log() -> Iterator[list[str]]:
+    """The lines the task logger (``sleeper_ops.airflow.tasks``) writes at INFO and above,
+    caught by a handler of its own (Airflow's logging set-up, run when it is first
+    imported, replaces the root logger's handlers, pytest's among them)."""
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("sleeper_ops.airflow.tasks")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def test_finding_7_the_gc_dags_log_says_why_it_waited_as_the_cli_does(shared: Any, run: Run) -> None:
+    from sleeper_ops.airflow.operators import SleeperGcOperator
+
+    t = shared.table("t")
+    for key in ("a", "b", "c"):
+        t.write([{"key": key, "count": 1}])
+        t.flush()
+    t.compact()  # three files replaced: they wait out the GC delay
+    _, cli_out, _ = run("gc", "t")
+    assert "wait out" in cli_out, cli_out
+    with task_log() as logged:
+        summary = _execute(SleeperGcOperator(task_id="gc", table="t"), shared)
+    assert "3 unreferenced files wait out the 15-minute GC delay" in summary, summary
+    assert summary in logged
+
+
+def test_finding_7_the_flush_dag_skips_an_offline_table_saying_so(shared: Any, run: Run) -> None:
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from sleeper_ops.airflow.operators import SleeperFlushOperator
+
+    t = shared.table("t")
+    t.write([{"key": "a", "count": 1}])
+    assert run("table", "offline", "t")[0] == 0
+    with task_log() as logged, pytest.raises(AirflowSkipException, match="table t is offline"):
+        _execute(SleeperFlushOperator(task_id="flush", table="t"), shared)
+    assert "table t is offline; skipping" in logged
+    assert t.buffer_stats().rows == 1, "nothing flushed"

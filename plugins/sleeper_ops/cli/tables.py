@@ -100,7 +100,7 @@ def table_online(ctx: click.Context, name: str) -> None:
 @click.argument("name")
 @click.pass_context
 def table_offline(ctx: click.Context, name: str) -> None:
-    """Take a table offline (maintenance skips it; ingest and queries still work)."""
+    """Take a table offline (the split, compaction, GC and flush DAGs skip it; ingest and queries still work)."""
     _sleeper(ctx).set_properties(name, {"sleeper.table.online": "false"})
     click.echo(f"table {name} is offline")
 
