@@ -24,6 +24,19 @@ SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
 Run = Callable[..., tuple[int, str, str]]
 
 
+@pytest.fixture(autouse=True)
+def no_logging_setup() -> Iterator[None]:
+    """Each case runs as a user's process without a logging set-up: the root logger has no
+    stream handler of its own (Airflow adds one when first imported, writing to the
+    stream of the case that imported it); pytest's capture handlers stay."""
+    root = logging.getLogger()
+    saved, level = root.handlers[:], root.level
+    root.handlers[:] = [h for h in saved if type(h) is not logging.StreamHandler]
+    yield
+    root.handlers[:] = saved
+    root.setLevel(level)
+
+
 @pytest.fixture
 def shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """The one Sleeper every command of a case uses: a home naming the in-memory state
@@ -93,23 +106,35 @@ def _execute(operator: Any, shared: Any) -> Any:
     return operator.execute({"ti": ti, "run_id": "manual__walk", "outlet_events": events})
 
 
+class ListHandler(logging.Handler):
+    """Keeps the records it is given."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 @contextlib.contextmanager
-def task_log() -> Iterator[list[str]]:
-    """The lines the task logger (``sleeper_ops.airflow.tasks``) writes at INFO and above,
-    caught by a handler of its own (Airflow's logging set-up, run when it is first
-    imported, replaces the root logger's handlers, pytest's among them)."""
-    lines: list[str] = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("sleeper_ops.airflow.tasks")
-    level = logger.level
+def logged_at(name: str, level: int) -> Iterator[list[logging.LogRecord]]:
+    """The records logger ``name`` passes on at ``level`` and above, caught by a handler
+    of its own (Airflow's logging set-up, run when it is first imported, replaces the
+    root logger's handlers, pytest's among them)."""
+    handler, logger = ListHandler(level), logging.getLogger(name)
+    before = logger.level
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(min(level, logger.getEffectiveLevel()))
     try:
-        yield lines
+        yield handler.records
     finally:
         logger.removeHandler(handler)
-        logger.setLevel(level)
+        logger.setLevel(before)
+
+
+def messages(records: list[logging.LogRecord]) -> list[str]:
+    return [r.getMessage() for r in records]
 
 
 def test_finding_7_the_gc_dags_log_says_why_it_waited_as_the_cli_does(shared: Any, run: Run) -> None:
@@ -122,10 +147,10 @@ def test_finding_7_the_gc_dags_log_says_why_it_waited_as_the_cli_does(shared: An
     t.compact()  # three files replaced: they wait out the GC delay
     _, cli_out, _ = run("gc", "t")
     assert "wait out" in cli_out, cli_out
-    with task_log() as logged:
+    with logged_at("sleeper_ops.airflow.tasks", logging.INFO) as logged:
         summary = _execute(SleeperGcOperator(task_id="gc", table="t"), shared)
     assert "3 unreferenced files wait out the 15-minute GC delay" in summary, summary
-    assert summary in logged
+    assert summary in messages(logged)
 
 
 def test_finding_7_the_flush_dag_skips_an_offline_table_saying_so(shared: Any, run: Run) -> None:
@@ -136,7 +161,27 @@ def test_finding_7_the_flush_dag_skips_an_offline_table_saying_so(shared: Any, r
     t = shared.table("t")
     t.write([{"key": "a", "count": 1}])
     assert run("table", "offline", "t")[0] == 0
-    with task_log() as logged, pytest.raises(AirflowSkipException, match="table t is offline"):
+    with logged_at("sleeper_ops.airflow.tasks", logging.INFO) as logged, \
+            pytest.raises(AirflowSkipException, match="table t is offline"):
         _execute(SleeperFlushOperator(task_id="flush", table="t"), shared)
-    assert "table t is offline; skipping" in logged
+    assert "table t is offline; skipping" in messages(logged)
     assert t.buffer_stats().rows == 1, "nothing flushed"
+
+
+# ----- finding 8: the small things ------------------------------------------------------------------
+def test_finding_8_compact_with_the_state_store_killed_prints_one_line_not_the_lease_releases_traceback(
+        shared: Any, run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sleeper_ops.compaction.runners
+    from statestore.errors import StateStoreUnavailableError
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise StateStoreUnavailableError("the state store is unreachable: server closed the connection unexpectedly")
+
+    monkeypatch.setattr(sleeper_ops.compaction.runners, "compact_table", killed)
+    monkeypatch.setattr(shared.state_store, "release_lease", killed)
+    # what a user's stderr shows of a library's log without a logging set-up: WARNING and above
+    with logged_at("sleeper_ops.maintenance.leases", logging.WARNING) as shown:
+        code, out, err = run("compact", "t")
+    assert code == 1
+    assert one_line(err).startswith("error: the state store is unreachable"), err
+    assert messages(shown) == [], "the lease's release failure is not shown over the error"
