@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import io
 import logging
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator
@@ -22,6 +24,12 @@ SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
           "valueFields": [{"name": "count", "type": "LongType"}]}
 
 Run = Callable[..., tuple[int, str, str]]
+
+
+def schema() -> Any:
+    from statestore.schema import Schema
+
+    return Schema.from_dict(SCHEMA)
 
 
 @pytest.fixture(autouse=True)
@@ -46,9 +54,7 @@ def shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     (home / "sleeper.toml").write_text('[state_store]\nbackend = "memory"\n')
     monkeypatch.setenv("SLEEPER_HOME", str(home))
     s = sleeper_ops.api.Sleeper(home)
-    from statestore.schema import Schema
-
-    s.create_table("t", Schema.from_dict(SCHEMA))
+    s.create_table("t", schema())
     yield s
     s.close()
 
@@ -185,3 +191,30 @@ def test_finding_8_compact_with_the_state_store_killed_prints_one_line_not_the_l
     assert code == 1
     assert one_line(err).startswith("error: the state store is unreachable"), err
     assert messages(shown) == [], "the lease's release failure is not shown over the error"
+
+
+class Terminal(io.StringIO):
+    """A terminal on stdin, with what the user types."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_finding_8_table_delete_asks_on_a_terminal_and_refuses_without_one_unless_yes(
+        shared: Any, run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, _, err = run("table", "delete", "t")  # no terminal (stdin is not one in a test)
+    assert code != 0
+    line = one_line(err)
+    assert line.startswith("error: ") and "table t" in line and "--yes" in line and "terminal" in line, line
+    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
+    code, out, _ = run("table", "delete", "t")
+    assert code != 0 and "[y/N]" in out
+    assert [t.name for t in shared.tables()] == ["t"], "kept: not confirmed"
+    monkeypatch.setattr(sys, "stdin", Terminal("y\n"))
+    code, out, _ = run("table", "delete", "t")
+    assert code == 0 and "deleted table t" in out
+    shared.create_table("u", schema())
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    code, out, _ = run("table", "delete", "u", "-y")
+    assert code == 0 and out.strip() == "deleted table u"
+    assert shared.tables() == []

@@ -146,8 +146,21 @@ def table_rename(ctx: click.Context, old: str, new: str) -> None:
 
 @table.command("delete")
 @click.argument("name")
+@click.option("--yes", "-y", is_flag=True, help="Delete without asking (needed when stdin is not a terminal).")
 @click.pass_context
-def table_delete(ctx: click.Context, name: str) -> None:
-    """Delete a table, its metadata and its files."""
-    _sleeper(ctx).delete_table(name)
+def table_delete(ctx: click.Context, name: str, yes: bool) -> None:
+    """Delete a table, its metadata and its files, for good. Asks first (y/N) on a
+    terminal; without one, refuses unless --yes."""
+    import sys
+
+    sleeper = _sleeper(ctx)
+    sleeper.table(name)  # an unknown table is said before anything is asked
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError(f"table {name} is not deleted: deleting asks for confirmation and stdin is not "
+                                   "a terminal; pass --yes to delete it")
+        if not click.confirm(f"Delete table {name}, its metadata and all its files? This cannot be undone",
+                             default=False):
+            raise click.ClickException(f"table {name} is not deleted (not confirmed)")
+    sleeper.delete_table(name)
     click.echo(f"deleted table {name}")
