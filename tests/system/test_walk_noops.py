@@ -218,3 +218,18 @@ def test_finding_8_table_delete_asks_on_a_terminal_and_refuses_without_one_unles
     code, out, _ = run("table", "delete", "u", "-y")
     assert code == 0 and out.strip() == "deleted table u"
     assert shared.tables() == []
+
+
+@pytest.mark.parametrize("command", [("report",), ("table",)], ids=" ".join)
+def test_finding_8_a_command_given_nothing_prints_its_help_not_a_garbled_line(run: Run,
+                                                                           command: tuple[str, ...]) -> None:
+    code, out, err = run(*command)
+    assert code == 2
+    help_text = out + err
+    assert "error:" not in help_text and ";" not in help_text.splitlines()[0], help_text
+    assert help_text.startswith(f"Usage: sleeper {command[0]} "), help_text
+    if command == ("report",):
+        for kind, what in [("partitions", "partition tree"), ("files", "file"), ("jobs", "jobs"),
+                           ("erasure", "still holding")]:
+            line = next((x for x in help_text.splitlines() if x.strip().startswith(kind)), "")
+            assert what in line, f"{kind!r} is listed with what it reports: {help_text}"
