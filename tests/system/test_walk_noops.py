@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import json
 import logging
 import sys
 from pathlib import Path
@@ -233,3 +234,18 @@ def test_finding_8_a_command_given_nothing_prints_its_help_not_a_garbled_line(ru
                            ("erasure", "still holding")]:
             line = next((x for x in help_text.splitlines() if x.strip().startswith(kind)), "")
             assert what in line, f"{kind!r} is listed with what it reports: {help_text}"
+
+
+def test_finding_8_table_describe_shows_each_propertys_value_and_default_as_the_readme_says(shared: Any,
+                                                                                           run: Run) -> None:
+    from statestore.properties import PROPERTY_DEFS
+
+    assert run("table", "set", "t", "sleeper.table.gc.delay.minutes=7")[0] == 0
+    code, out, _ = run("table", "describe", "t")
+    assert code == 0
+    assert "* sleeper.table.gc.delay.minutes = 7 (default 15)" in out.splitlines()
+    assert "  sleeper.table.compaction.strategy = sizeratio" in out.splitlines()
+    assert any("* " in line and "set on this table" in line and "default" in line for line in out.splitlines()), out
+    described = json.loads(run("table", "describe", "t", "--json")[1])
+    assert described["defaults"] == {k: d.default for k, d in PROPERTY_DEFS.items()}
+    assert described["properties"]["sleeper.table.gc.delay.minutes"] == "7"

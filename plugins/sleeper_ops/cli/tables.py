@@ -74,17 +74,27 @@ def table_list(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def table_describe(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Show a table's schema and every property (set ones marked *)."""
+    """Show a table's schema and every property: its value, which is its default unless
+    set on the table (marked *, its default shown after it). --json: the same as
+    ``properties`` (values), ``set`` (names set) and ``defaults``."""
+    from statestore.properties import PROPERTY_DEFS
+
     info = _sleeper(ctx).table(name).info
     props = info.all_properties()
+    defaults = {k: d.default for k, d in PROPERTY_DEFS.items()}
     if as_json:
         click.echo(json.dumps({"name": info.name, "id": info.table_id, "schema": info.schema.to_dict(),
-                               "properties": props, "set": sorted(info.properties)}))
+                               "properties": props, "set": sorted(info.properties), "defaults": defaults}))
         return
     click.echo(f"table {info.name} ({info.table_id}), {'online' if info.online else 'offline'}")
     click.echo(f"schema: {info.schema.to_json()}")
+    click.echo("properties (* set on this table, its default after it; the others are at their default):")
     for k, v in props.items():
-        click.echo(f"{'*' if k in info.properties else ' '} {k} = {'' if v is None else v}")
+        if k in info.properties:
+            default = defaults.get(k)
+            click.echo(f"* {k} = {'' if v is None else v} (default {'none' if default is None else default})")
+        else:
+            click.echo(f"  {k} = {'' if v is None else v}")
 
 
 @table.command("online")
