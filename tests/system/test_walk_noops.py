@@ -249,3 +249,16 @@ def test_finding_8_table_describe_shows_each_propertys_value_and_default_as_the_
     described = json.loads(run("table", "describe", "t", "--json")[1])
     assert described["defaults"] == {k: d.default for k, d in PROPERTY_DEFS.items()}
     assert described["properties"]["sleeper.table.gc.delay.minutes"] == "7"
+
+
+def test_finding_8_the_docs_rest_example_uses_a_table_the_docs_create() -> None:
+    import re
+
+    repo = Path(__file__).resolve().parents[2]
+    created = set(re.findall(r"^sleeper table create (\S+)", (repo / "README.md").read_text(), re.M))
+    page = (repo / "docs" / "usage" / "airflow-and-rest.md").read_text()
+    examples = [b for b in re.findall(r"```[a-z]*\n(.*?)```", page, re.S) if "curl" in b]
+    assert examples, "the page lost its REST example"
+    named = {m for b in examples for m in re.findall(r"/tables/([^/?\s\"']+)|dags/sleeper_([^/]+?)_[a-z_]+/", b)
+             for m in m if m}
+    assert named and named <= created, f"the REST example names {sorted(named)}; the README tour creates {created}"
