@@ -111,7 +111,7 @@ class JobCreation:
     #: what the run looked at: the leaf partitions, the file references in them
     leaves: int = 0
     files: int = 0
-    #: the table's strategy, as :func:`~sleeper_ops.compaction.strategy.no_job_at_all` names it
+    #: the table's strategy (:func:`~sleeper_ops.compaction.strategy.strategy_name`)
     strategy: str = ""
 
     @property
