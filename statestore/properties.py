@@ -176,7 +176,7 @@ class PropertyDef:
 
 
 _DEFS = [
-    PropertyDef("sleeper.table.online", "true", "Splitting, compaction and GC run only on online tables.", _bool),
+    PropertyDef("sleeper.table.online", "true", "Only online tables are split, compacted, GC'd, DAG-flushed.", _bool),
     PropertyDef("sleeper.table.partition.splitting.threshold", "1000000000",
                 "Split a leaf partition once it holds more records than this.", _positive_int),
     PropertyDef("sleeper.table.compaction.strategy", "sizeratio", "Compaction strategy: sizeratio or basic.",

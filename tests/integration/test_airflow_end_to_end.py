@@ -246,7 +246,7 @@ def test_the_airflow_command_with_only_airflow_home_reaches_the_running_airflow(
     assert backfill.returncode == 0, out[-3000:]
     assert "2026-01-02" in backfill.stdout, out[-3000:]
     assert not list(airflow_home.glob("*.db")), "no stray SQLite database"
-    _sleeper(airflow["home"], "table", "delete", "dated")
+    _sleeper(airflow["home"], "table", "delete", "dated", "--yes")
 
 
 # ----- bulk import: backfilled by date through Airflow's own backfill -------------------------------

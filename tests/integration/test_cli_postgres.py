@@ -187,7 +187,7 @@ def test_full_cli_flow_over_the_embedded_postgres(sleeper, running_postgres, inp
     assert_one_line_error(sleeper("query", "events", "--key", '"pear"'), "'events'")
 
     assert (home / "data" / table_id).is_dir()
-    ok(sleeper("table", "delete", "renamed"))
+    ok(sleeper("table", "delete", "renamed", "--yes"))
     assert "renamed" not in [t["name"] for t in json.loads(ok(sleeper("table", "list", "--json")).out)]
     assert [p for p in (home / "data" / table_id).rglob("*") if p.is_file()] == []
 
@@ -250,4 +250,4 @@ def test_a_table_holding_a_broken_iterator_fails_its_queries_in_one_line_and_can
     assert_one_line_error(sleeper("query", "broken", "--key", '"kiwi"'), "cannot import module 'nosuchmod'", fix)
     ok(sleeper("table", "unset", "broken", prop))
     assert jsonl(sleeper("sql", "SELECT count(*) AS n FROM broken")) == [{"n": len(JSONL_ROWS)}]
-    ok(sleeper("table", "delete", "broken"))
+    ok(sleeper("table", "delete", "broken", "--yes"))

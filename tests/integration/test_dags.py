@@ -311,6 +311,7 @@ def test_compaction_dag_with_nothing_to_do_releases_its_lease(sleeper: Sleeper, 
     assert runs.results[0]["state"] == "success"
     assert runs.results[0]["tasks"]["create_jobs"] == "success"
     assert runs.results[0]["tasks"]["run_local"] == "skipped"
+    assert "events: 0 new compaction jobs: nothing to compact: 2 files in 2 leaves" in runs.logs[0], "says why"
     assert sleeper.state_store.get_lease(lease_name(table.info.table_id, "compaction")) is None
 
 
@@ -408,13 +409,16 @@ def test_offline_tables_are_skipped_by_maintenance(sleeper: Sleeper, sleeper_hom
                                                    airflow_home: Path) -> None:
     table = _filled_table(sleeper, "events", **{"sleeper.table.online": "false",
                                                  "sleeper.table.partition.splitting.threshold": "10"})
+    table.write(_rows(10, 7))
     before = table.state().canonical()
     runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_split"},
-                    {"dag_id": "sleeper_events_compaction"})
+                    {"dag_id": "sleeper_events_compaction"}, {"dag_id": "sleeper_events_flush"})
     assert runs.results[0] == {"dag_id": "sleeper_events_split", "state": "success", "tasks": {"split": "skipped"}}
     assert runs.results[1]["tasks"]["create_jobs"] == "skipped"
-    assert "table events is offline" in runs.logs[0]
+    assert runs.results[2] == {"dag_id": "sleeper_events_flush", "state": "success", "tasks": {"flush": "skipped"}}
+    assert "table events is offline" in runs.logs[0] and "table events is offline" in runs.logs[2]
     assert table.state().canonical() == before
+    assert table.buffer_stats().rows == 10, "the offline table's buffer is not flushed"
 
 
 # ----- one run per table per operation --------------------------------------------------------------

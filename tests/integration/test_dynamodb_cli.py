@@ -128,7 +128,7 @@ def test_the_cli_runs_on_s3_and_dynamodb_without_postgres(sleeper, moto):
     assert len(logged) >= 6
     assert not (home / "pg").exists()
 
-    sleeper("table", "delete", "events")
+    sleeper("table", "delete", "events", "--yes")
     assert json.loads(sleeper("table", "list", "--json")) == []
 
 

@@ -10,7 +10,7 @@ Every operator opens Sleeper through :class:`~sleeper_ops.airflow.hook.SleeperHo
 does not exist) and calls :mod:`sleeper_ops.airflow.tasks`, which holds the behaviour:
 maintenance takes the table's lease for its operation (one run per table and
 operation at a time, across DAGs, backfills and the CLI; a task finding it held is
-skipped and names the holder), offline tables are skipped by split, compaction and GC,
+skipped and names the holder), offline tables are skipped by split, compaction, GC and flush,
 and a run with failed jobs fails its task. ``table`` is templated everywhere.
 """
 
@@ -104,7 +104,8 @@ class SleeperSplitOperator(SleeperOperator):
 
 
 class SleeperGcOperator(SleeperOperator):
-    """Garbage-collect the table.
+    """Garbage-collect the table; logs what it deleted and, as ``sleeper gc`` prints, what
+    waits and when the first is due (or why there was nothing to delete).
 
     Args:
         dry_run: only list what would be deleted (templated; ``"true"``/``"false"`` accepted).
@@ -120,7 +121,7 @@ class SleeperGcOperator(SleeperOperator):
     def execute(self, context: Any) -> str:
         dry_run = _as_bool(self.gc_dry_run)
         return tasks.run_exclusive("gc", self.table, context,
-                                   self.traced(lambda t, run: t.gc(dry_run=dry_run),
+                                   self.traced(lambda t, run: t.gc(dry_run=dry_run, explain=True),
                                                lambda t, report: note(t.sleeper, t.name, reads_table=True)),
                                    opener=self.hook.get_conn)
 
@@ -161,7 +162,7 @@ class SleeperIngestBatcherOperator(SleeperOperator):
 class SleeperFlushOperator(SleeperOperator):
     """Flush the table's write buffer into sorted files, exactly once
     (:mod:`sleeper_ops.ingest.flush`), under the table's flush lease; announces the
-    files it committed on the table's asset."""
+    files it committed on the table's asset. Skipped (saying so) while the table is offline."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**with_commit_outlets(kwargs))

@@ -6,7 +6,7 @@ here with a way to open Sleeper (the hook's ``get_conn``). Each task:
 1. opens Sleeper: from the operator's Airflow connection, or from ``SLEEPER_HOME`` as
    the worker sees it (:func:`configured_home`) when there is no such connection;
 2. finds its table by name; a table deleted or renamed since the DAG was parsed is skipped;
-3. splitting, compaction and GC skip offline tables (ingest batching still runs);
+3. splitting, compaction, GC and flush skip offline tables (ingest batching still runs);
 4. takes the exclusive lease ``"<table_id>/<operation>"`` (:mod:`sleeper_ops.maintenance.leases`),
    so only one run per table per operation works at a time, whether it was scheduled,
    triggered by hand or is part of a backfill;
@@ -51,8 +51,8 @@ Opener = Callable[[], "Sleeper"]
 
 log = logging.getLogger(__name__)
 
-#: Operations that offline tables skip.
-SKIPPED_WHEN_OFFLINE = ("split", "compaction", "gc")
+#: Operations that offline tables skip (``sleeper.table.online=false``; by hand, ``sleeper flush`` still flushes).
+SKIPPED_WHEN_OFFLINE = ("split", "compaction", "gc", "flush")
 #: How long a one-task operation's lease outlives its last renewal (renewed every third of it).
 LEASE_TTL_SECONDS = 120.0
 #: How long the compaction run's lease waits between its tasks for the next one to take it over.

@@ -90,7 +90,7 @@ def flush(ctx: click.Context, table_name: str) -> None:
     t, run_id = _sleeper(ctx).table(table_name), run_id_of("flush")
     with t.exclusive("flush", run_id, holder_gone=process_gone):
         r = t.flush(run_id=run_id)
-    click.echo(f"flushed {r.records:,} records ({r.entries} writes) into {r.files} files in {r.seconds:.2f}s")
+    click.echo(r.summary())
 
 
 @cli.command("bulk-import")
@@ -196,8 +196,8 @@ def sql(ctx: click.Context, statement: str, fmt: Optional[str], output: Optional
         click.echo(f"wrote {result.num_rows:,} rows to {output}", err=True)
 
 
-@cli.command()
-@click.argument("kind", type=click.Choice(["partitions", "files", "jobs", "erasure"]))
+@cli.command(no_args_is_help=True)
+@click.argument("kind", type=click.Choice(["partitions", "files", "jobs", "erasure"]), metavar="KIND")
 @click.argument("table_name", metavar="TABLE")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--limit", default=100, show_default=True, help="Most jobs to list (jobs report).")
@@ -208,10 +208,18 @@ def sql(ctx: click.Context, statement: str, fmt: Optional[str], output: Optional
 @click.pass_context
 def report(ctx: click.Context, kind: str, table_name: str, as_json: bool, limit: int, keys: tuple[str, ...],
            ranges: tuple[tuple[str, str], ...], where: Optional[str]) -> None:
-    """Report a table's partitions (tree), files or jobs (newest first); or (erasure)
-    every place still holding records or keys of a --key or --range (and --where): data
-    files, untracked objects, buffer entries and blobs, exports, the state store's own
-    records, each with when it goes; exits 3 until none does (docs/usage/deletes.md)."""
+    """Report on TABLE; KIND is one of:
+
+    \b
+      partitions  the partition tree: each partition's range, files and records
+      files       every file: its references (partition, records, job), or none
+      jobs        the table's jobs, newest first (--limit of them)
+      erasure     every place still holding records or keys of a --key or --range
+                  (and --where): data files, untracked objects, buffer entries and
+                  blobs, exports, the state store's own records, each with when it
+                  goes; exits 3 until none does (docs/usage/deletes.md)
+
+    --json prints the report as JSON."""
     from sleeper_ops import reports as rep
 
     t = _sleeper(ctx).table(table_name)
@@ -361,6 +369,9 @@ def _main(argv: Optional[list[str]]) -> Any:
         return cli.main(args=argv, prog_name="sleeper", standalone_mode=False)
     except click.exceptions.Abort:
         _fail("aborted")
+    except click.exceptions.NoArgsIsHelpError as e:  # a command given nothing: its help, as written
+        click.echo(e.ctx.get_help() if e.ctx is not None else e.format_message(), err=True)
+        sys.exit(e.exit_code)
     except click.ClickException as e:
         hint = ""
         if isinstance(e, click.UsageError) and e.ctx is not None:

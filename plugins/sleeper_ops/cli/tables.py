@@ -74,17 +74,27 @@ def table_list(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def table_describe(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Show a table's schema and every property (set ones marked *)."""
+    """Show a table's schema and every property: its value, which is its default unless
+    set on the table (marked *, its default shown after it). --json: the same as
+    ``properties`` (values), ``set`` (names set) and ``defaults``."""
+    from statestore.properties import PROPERTY_DEFS
+
     info = _sleeper(ctx).table(name).info
     props = info.all_properties()
+    defaults = {k: d.default for k, d in PROPERTY_DEFS.items()}
     if as_json:
         click.echo(json.dumps({"name": info.name, "id": info.table_id, "schema": info.schema.to_dict(),
-                               "properties": props, "set": sorted(info.properties)}))
+                               "properties": props, "set": sorted(info.properties), "defaults": defaults}))
         return
     click.echo(f"table {info.name} ({info.table_id}), {'online' if info.online else 'offline'}")
     click.echo(f"schema: {info.schema.to_json()}")
+    click.echo("properties (* set on this table, its default after it; the others are at their default):")
     for k, v in props.items():
-        click.echo(f"{'*' if k in info.properties else ' '} {k} = {'' if v is None else v}")
+        if k in info.properties:
+            default = defaults.get(k)
+            click.echo(f"* {k} = {'' if v is None else v} (default {'none' if default is None else default})")
+        else:
+            click.echo(f"  {k} = {'' if v is None else v}")
 
 
 @table.command("online")
@@ -100,7 +110,7 @@ def table_online(ctx: click.Context, name: str) -> None:
 @click.argument("name")
 @click.pass_context
 def table_offline(ctx: click.Context, name: str) -> None:
-    """Take a table offline (maintenance skips it; ingest and queries still work)."""
+    """Take a table offline (the split, compaction, GC and flush DAGs skip it; ingest and queries still work)."""
     _sleeper(ctx).set_properties(name, {"sleeper.table.online": "false"})
     click.echo(f"table {name} is offline")
 
@@ -146,8 +156,21 @@ def table_rename(ctx: click.Context, old: str, new: str) -> None:
 
 @table.command("delete")
 @click.argument("name")
+@click.option("--yes", "-y", is_flag=True, help="Delete without asking (needed when stdin is not a terminal).")
 @click.pass_context
-def table_delete(ctx: click.Context, name: str) -> None:
-    """Delete a table, its metadata and its files."""
-    _sleeper(ctx).delete_table(name)
+def table_delete(ctx: click.Context, name: str, yes: bool) -> None:
+    """Delete a table, its metadata and its files, for good. Asks first (y/N) on a
+    terminal; without one, refuses unless --yes."""
+    import sys
+
+    sleeper = _sleeper(ctx)
+    sleeper.table(name)  # an unknown table is said before anything is asked
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError(f"table {name} is not deleted: deleting asks for confirmation and stdin is not "
+                                   "a terminal; pass --yes to delete it")
+        if not click.confirm(f"Delete table {name}, its metadata and all its files? This cannot be undone",
+                             default=False):
+            raise click.ClickException(f"table {name} is not deleted (not confirmed)")
+    sleeper.delete_table(name)
     click.echo(f"deleted table {name}")

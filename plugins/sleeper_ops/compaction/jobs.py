@@ -24,7 +24,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from sleeper_ops.compaction.strategy import plan_groups, why_no_job
+from sleeper_ops.compaction.strategy import plan_groups, strategy_name, why_no_job
 from sleeper_ops.engine.ageoff_expiry import REWRITE_FRACTION, cutoff_ms, expired_fraction_over, table_ageoff
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
@@ -108,10 +108,30 @@ class JobCreation:
     skipped_reason: Optional[str] = None
     #: leaf partition id -> why it got no new job (leaves holding no file are left out)
     waiting: dict[str, str] = field(default_factory=dict)
+    #: what the run looked at: the leaf partitions, the file references in them
+    leaves: int = 0
+    files: int = 0
+    #: the table's strategy (:func:`~sleeper_ops.compaction.strategy.strategy_name`)
+    strategy: str = ""
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """True when the run made, retried and pushed down nothing (and was not skipped)."""
+        return not (self.skipped_reason or self.jobs or self.pushed_down)
+
+    def nothing_reason(self) -> str:
+        """``nothing to compact: 0 files in 1 leaf (...)``: what the run looked at and why
+        it made no job, one line (the leaves' own reasons are :meth:`waiting_lines`)."""
+        looked = f"{_count(self.files, 'file')} in {_count(self.leaves, 'leaf', 'leaves')}"
+        why = (f"a job needs 2 files or more in one leaf, strategy {self.strategy}" if not self.waiting
+               else "each leaf holding files says why below")
+        return f"nothing to compact: {looked} ({why})"
 
     def summary(self) -> str:
         if self.skipped_reason:
             return f"{self.table}: skipped ({self.skipped_reason})"
+        if self.nothing_to_do:
+            return "\n".join([f"{self.table}: 0 new compaction jobs: {self.nothing_reason()}", *self.waiting_lines()])
         return "\n".join([f"{self.table}: {self.new} new compaction jobs, {self.retried} retried, "
                           f"{self.pushed_down} references pushed down", *self.waiting_lines()])
 
@@ -122,6 +142,10 @@ class JobCreation:
         if len(waiting) > most:
             lines.append(f"  ... and {len(waiting) - most} more leaves with files but no job")
         return lines
+
+
+def _count(n: int, noun: str, plural: str = "") -> str:
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def push_down(state_store: StateStore, table: TableInfo, state: TableState) -> int:
@@ -177,6 +201,9 @@ def create_compaction_jobs(state_store: StateStore, table: TableInfo, *, run_id:
             state = state_store.load_state(table.table_id)
         retried = stale_jobs(state_store, table, state, now=now, retry_after_ms=int(retry_after_minutes * 60_000))
         planned, result.waiting = _plan(table, state, now, aged_files(objects, table, state, now))
+        result.leaves = sum(1 for p in state.partitions.values() if p.is_leaf)
+        result.files = sum(1 for r in state.references.values() if state.partitions[r.partition_id].is_leaf)
+        result.strategy = strategy_name(table)
         records = [JobRecord.created(table.table_id, j.job_id, "compaction", partition_id=j.partition_id,
                                      input_files=len(j.inputs), run_id=run_id) for j in planned]
         for rec in records:

@@ -91,6 +91,9 @@ class CompactionReport:
     def summary(self) -> str:
         if self.skipped_reason:
             return f"{self.table}: compaction skipped ({self.skipped_reason})"
+        if self.creation.nothing_to_do:
+            return "\n".join([f"{self.table}: 0 compaction jobs: {self.creation.nothing_reason()}",
+                              *self.creation.waiting_lines()])
         rate = self.rows_read / self.seconds if self.seconds > 0 else 0.0
         text = (f"{self.table}: {len(self.results)} compaction jobs ({self.creation.new} new, "
                 f"{self.creation.retried} retried) on runner {self.runner}: {self.count('committed')} committed, "

@@ -61,7 +61,7 @@ STRATEGIES: dict[str, Strategy] = {"basic": basic, "sizeratio": size_ratio}
 
 def plan_groups(table: TableInfo, refs: Sequence[FileReference]) -> list[list[FileReference]]:
     """The groups the table's strategy makes of one leaf partition's unassigned references."""
-    strategy = STRATEGIES[_strategy_name(table)]
+    strategy = STRATEGIES[strategy_name(table)]
     return strategy(refs, table.get_int("sleeper.table.compaction.files.batch.size"),
                     table.get_int("sleeper.table.compaction.strategy.sizeratio.ratio"))
 
@@ -77,7 +77,7 @@ def why_no_job(table: TableInfo, unassigned: Sequence[FileReference], assigned: 
         return f"every file ({assigned}) is in a running job"
     if n == 1:
         return f"1 file, nothing to merge it with{busy}"
-    name = _strategy_name(table)
+    name = strategy_name(table)
     if name != "sizeratio":  # basic makes a job of any two files
         return f"{n} files, no job planned by {name}{busy}"
     counts = sorted(r.record_count for r in unassigned)
@@ -89,5 +89,6 @@ def why_no_job(table: TableInfo, unassigned: Sequence[FileReference], assigned: 
             f"larger){busy}")
 
 
-def _strategy_name(table: TableInfo) -> str:
+def strategy_name(table: TableInfo) -> str:
+    """The table's ``sleeper.table.compaction.strategy`` (default ``sizeratio``)."""
     return table.get("sleeper.table.compaction.strategy") or "sizeratio"

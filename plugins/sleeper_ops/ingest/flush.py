@@ -67,13 +67,18 @@ class FlushResult:
     job_ids: list[str] = field(default_factory=list)
     #: the partitions the files were written into (each once)
     partitions: list[str] = field(default_factory=list)
+    #: the table's name, for :meth:`summary`
+    table: str = ""
 
     @property
     def records_per_second(self) -> float:
         return self.records / self.seconds if self.seconds else 0.0
 
     def summary(self) -> str:
-        return (f"flushed {self.records:,} records ({self.entries} writes) into {self.files} files in "
+        """One line, for the CLI and the DAG's log; a flush that found nothing says so."""
+        if not self.entries and not self.lost_rounds:
+            return f"{self.table}: nothing to flush: the write buffer is empty"
+        return (f"{self.table}: flushed {self.records:,} records ({self.entries} writes) into {self.files} files in "
                 f"{self.rounds} rounds, {self.seconds:.2f}s"
                 + (f"; {self.lost_rounds} rounds lost to a concurrent flush" if self.lost_rounds else ""))
 
@@ -106,7 +111,7 @@ def flush_buffer(state_store: StateStore, objects: ObjectStore, table: TableInfo
     (at most :data:`MAX_LOST_ROUNDS` times in a row).
     """
     start = time.perf_counter()
-    result = FlushResult()
+    result = FlushResult(table=table.name)
     _, per_round, _ = buffer_limits(table)
     per_round = max_rows_per_round or per_round
     target = state_store.buffer_stats(table.table_id).rows

@@ -128,6 +128,9 @@ class GCReport:
             out += (f", {'would drop' if self.dry_run else 'dropped'} {_files(len(self.aged_off), 'file')} "
                     f"whose {self.aged_off_records} records had all aged off")
         if self.waiting is not None:
+            if not (self.deleted or self.orphans_deleted or self.blobs_deleted or self.refused
+                    or self.tombstones_dropped or self.aged_off) and self.waiting.idle:
+                return f"{self.table}: nothing to delete: {self.waiting.nothing_reason()}"
             out += self.waiting.describe()
         return out
 
@@ -146,6 +149,23 @@ class Waiting:
     orphans: int = 0
     orphans_due_ms: Optional[int] = None
     retention_minutes: int = 0
+    #: the files the state store tracks (referenced ones included)
+    tracked: int = 0
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waits: no unreferenced file and no untracked object is too young."""
+        return not (self.files or self.orphans)
+
+    def nothing_reason(self) -> str:
+        """Why a run that deleted nothing had nothing to delete, when :attr:`idle`: what it
+        looked at, and when it would delete (naming the two properties)."""
+        held = f"{_files(self.tracked, 'file')}{', all referenced,' if self.tracked else ''}"
+        kept = (f"sleeper.table.gc.delay.minutes {self.delay_minutes} + sleeper.table.history.retention.minutes "
+                f"{self.retention_minutes}" if self.retention_minutes else "sleeper.table.gc.delay.minutes")
+        return (f"the table has {held} and nothing untracked (a file goes {self.delay_minutes + self.retention_minutes}"
+                f" min after losing its last reference, {kept}; an untracked object after {self.grace_minutes} min, "
+                f"sleeper.table.gc.orphan.grace.minutes)")
 
     def _retention(self) -> str:
         return f" and {self.retention_minutes}-minute history retention" if self.retention_minutes else ""
@@ -189,8 +209,8 @@ def keep_unreferenced_ms(table: TableInfo) -> int:
 
 def waiting(state_store: StateStore, objects: ObjectStore, table: TableInfo, now_ms: int) -> Waiting:
     """What GC of ``table`` at ``now_ms`` keeps only because it is too young (see
-    :class:`Waiting`). Reads the table's whole state and lists its data prefix, so it is
-    for a person asking (the CLI), not for every scheduled run."""
+    :class:`Waiting`). Reads the table's whole state and lists its data prefix once more:
+    the CLI and the GC DAG ask for it (``explain``), so both say why they waited."""
     grace = table.get_int(GRACE_PROPERTY)
     state = state_store.load_state(table.table_id)
     referenced = {r.filename for r in state.references.values()}
@@ -204,7 +224,7 @@ def waiting(state_store: StateStore, objects: ObjectStore, table: TableInfo, now
                  and _data_key_of(o.key) not in in_flight]
     return Waiting(now_ms, table.get_int(DELAY_PROPERTY), grace, len(young), min(young) + keep if young else None,
                    len(untracked), min(untracked) + grace * 60_000 if untracked else None,
-                   retention_ms(table) // 60_000)
+                   retention_ms(table) // 60_000, len(state.files))
 
 
 def _now_ms() -> int:

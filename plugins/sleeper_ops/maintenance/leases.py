@@ -21,6 +21,11 @@ Guarantees:
   keeps it and a crashed one (no more renewals) loses it ``ttl_seconds`` after its last
   renewal at the latest.
 * Leaving stops the renewals and releases the lease, whether the body succeeded or raised.
+  A release that fails (the state store unreachable) never raises over the body's own
+  error, nor prints a traceback: the lease then lapses by itself ``ttl_seconds`` after its
+  last renewal (and a holder known to be gone is taken over at once, see ``holder_gone``).
+  After a body that raised, the failed release is logged at DEBUG only (the body's error
+  is what the user reads); after one that succeeded, in one WARNING line.
   With ``release=False`` a body that succeeded leaves the lease held for a full TTL, for a
   later step of the same holder to take over (an Airflow DAG whose tasks share one lease:
   the next task enters with the same holder, the last one releases); it lapses after
@@ -124,15 +129,19 @@ class OperationLease:
                 if self.renew():
                     log.info("keeping lease %s for the next step of %s (ttl %.0fs)",
                              self.name, self.holder, self.ttl_seconds)
-            except Exception:
-                log.warning("could not renew lease %s at hand-over; it lapses in at most %.0fs",
-                            self.name, self.ttl_seconds, exc_info=True)
+            except Exception as e:
+                _one_line_warning(f"could not renew lease {self.name} at hand-over ({_reason(e)}); it lapses in "
+                                  f"at most {self.ttl_seconds:.0f}s")
             return
         try:
             released = self.store.release_lease(self.name, self.holder)
-        except Exception:  # the lease lapses by itself; do not hide the body's own error
-            log.warning("could not release lease %s held by %s; it lapses in %.0fs",
-                        self.name, self.holder, self.ttl_seconds, exc_info=True)
+        except Exception as e:  # the lease lapses by itself; do not hide the body's own error
+            said = (f"could not release lease {self.name} held by {self.holder} ({_reason(e)}); it lapses "
+                    f"within {self.ttl_seconds:.0f}s")
+            if exc_type is None:
+                _one_line_warning(said)
+            else:  # the body's error is what the caller reports
+                log.debug("%s", said, exc_info=True)
             return
         if released:
             log.info("released lease %s", self.name)
@@ -161,8 +170,19 @@ class OperationLease:
             try:
                 if not self.renew():
                     return
-            except Exception:  # a transient state store failure: keep trying until the TTL says otherwise
-                log.warning("could not renew lease %s; retrying", self.name, exc_info=True)
+            except Exception as e:  # a transient state store failure: keep trying until the TTL says otherwise
+                _one_line_warning(f"could not renew lease {self.name} ({_reason(e)}); retrying")
 
     def __repr__(self) -> str:
         return f"OperationLease({self.name!r}, holder={self.holder!r}, lost={self.lost})"
+
+
+def _reason(e: BaseException) -> str:
+    """An exception as one line: its message's first line, else its type's name."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _one_line_warning(message: str) -> None:
+    """``message`` at WARNING on one line; its traceback (the exception being handled) at DEBUG."""
+    log.warning("%s", message)
+    log.debug("%s", message, exc_info=True)

@@ -69,6 +69,8 @@ class SplitReport:
             could not be split (no row key field with ``min < median < max``, or
             unreadable sketches).
         skipped_reason: why the whole table was skipped (offline), else None.
+        leaves, largest, threshold: the leaf partitions looked at, the records the
+            largest of them holds, and the table's splitting threshold.
     """
 
     table: str
@@ -76,11 +78,20 @@ class SplitReport:
     refused: list[tuple[str, str]] = field(default_factory=list)
     unsplittable: list[tuple[str, str]] = field(default_factory=list)
     skipped_reason: Optional[str] = None
+    #: what the run looked at: the leaf partitions, the records of the largest, the threshold
+    leaves: int = 0
+    largest: int = 0
+    threshold: int = 0
 
     def summary(self) -> str:
-        """One line for the CLI."""
+        """One line, for the CLI and the DAG's log; a run with no partition over the
+        threshold says what it looked at and the threshold."""
         if self.skipped_reason:
             return f"{self.table}: skipped ({self.skipped_reason})"
+        if not (self.splits or self.refused or self.unsplittable):
+            return (f"{self.table}: nothing to split: {self.leaves:,} lea{'f' if self.leaves == 1 else 'ves'}, "
+                    f"the largest holding {self.largest:,} records; a leaf splits once it holds more than "
+                    f"{self.threshold:,} ({THRESHOLD_PROPERTY})")
         n = len(self.splits)
         parts = [f"{self.table}: split {n} partition{'' if n == 1 else 's'}"]
         if self.refused:
@@ -197,7 +208,13 @@ def split_partitions(state_store: StateStore, objects: ObjectStore, table: Table
         report.skipped_reason = f"table {table.name} is offline"
         return report
     state = state_store.load_state(table.table_id)
-    candidates = find_candidates(state, table.get_int(THRESHOLD_PROPERTY))
+    report.threshold = table.get_int(THRESHOLD_PROPERTY)
+    candidates = find_candidates(state, report.threshold)
+    leaf_records: dict[str, int] = {p.id: 0 for p in state.partitions.values() if p.is_leaf}
+    for r in state.references.values():
+        if r.partition_id in leaf_records:
+            leaf_records[r.partition_id] += r.record_count
+    report.leaves, report.largest = len(leaf_records), max(leaf_records.values(), default=0)
     sketch_cache: dict[str, RowKeySketches] = {}
 
     def note(pid: str, outcome: str) -> None:

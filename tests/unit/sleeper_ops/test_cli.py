@@ -190,7 +190,7 @@ def test_table_rename_keeps_the_data_under_the_new_name(table, run):
 def test_table_delete_removes_the_table_and_its_files(table, run, home):
     data_dir = home / "data"
     assert any(p.is_file() for p in data_dir.rglob("*"))
-    ok(run("table", "delete", table))
+    ok(run("table", "delete", table, "--yes"))
     assert ok(run("table", "list", "--json")).json() == []
     assert [p for p in data_dir.rglob("*") if p.is_file()] == []
     assert_one_line_error(run("table", "describe", table), "does not exist")

@@ -213,3 +213,36 @@ def test_a_lease_of_a_killed_cli_process_of_this_host_is_taken_over_and_no_other
                 lease.__enter__()
             assert store.get_lease("t/flush").holder == holder
             store.release_lease("t/flush", holder)
+
+
+def test_a_release_that_fails_never_hides_the_bodys_error_and_the_lease_lapses_by_itself(store, clock, caplog):
+    import logging
+
+    from statestore.errors import StateStoreUnavailableError
+
+    def unreachable(*args):
+        raise StateStoreUnavailableError("server closed the connection unexpectedly")
+
+    real_release = store.release_lease
+    store.release_lease = unreachable
+    with caplog.at_level(logging.DEBUG, logger="sleeper_ops.maintenance.leases"):
+        with pytest.raises(RuntimeError, match="the body's own error"):
+            with OperationLease(store, "t/gc", "run-a", ttl_seconds=30):
+                raise RuntimeError("the body's own error")
+        assert [r for r in caplog.records if r.levelno >= logging.WARNING] == [], "the body's error is the one said"
+        assert any("could not release lease t/gc" in r.getMessage() and r.exc_info for r in caplog.records
+                   if r.levelno == logging.DEBUG)
+        caplog.clear()
+        with OperationLease(store, "t/split", "run-a", ttl_seconds=30):
+            pass
+        (warning,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert warning.getMessage() == ("could not release lease t/split held by run-a (server closed the "
+                                        "connection unexpectedly); it lapses within 30s")
+        assert warning.exc_info is None, "one line, no traceback"
+    store.release_lease = real_release
+    with pytest.raises(LeaseHeldError):
+        with OperationLease(store, "t/gc", "run-b"):
+            pass
+    clock.advance(31)
+    with OperationLease(store, "t/gc", "run-b"):  # lapsed: taken
+        assert store.get_lease("t/gc").holder == "run-b"

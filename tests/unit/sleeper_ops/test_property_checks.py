@@ -102,7 +102,7 @@ def test_a_table_holding_a_broken_iterator_still_answers_describe_unset_and_dele
     code, out, _ = cli("query", "events", "--key", '"a"')
     assert code == 0 and json.loads(out) == {"key": "a", "count": 1, "note": "x"}
     events.state_store.update_properties("events", {AGG: "sum(nothing)"})
-    assert cli("table", "delete", "events")[0] == 0
+    assert cli("table", "delete", "events", "--yes")[0] == 0
     assert events.tables() == []
 
 

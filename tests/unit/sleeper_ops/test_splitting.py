@@ -105,7 +105,8 @@ def test_no_split_at_or_under_the_threshold(sleeper):
     assert report.splits == [] and report.unsplittable == [] and report.refused == []
     assert len(t.state().partitions) == 1
     assert sleeper.state_store.list_jobs(t.info.table_id, kind="split") == []
-    assert report.summary() == "t: split 0 partitions"
+    assert report.summary() == ("t: nothing to split: 1 leaf, the largest holding 1,000 records; a leaf splits once "
+                                "it holds more than 1,000 (sleeper.table.partition.splitting.threshold)")
 
 
 def test_partition_of_one_key_is_not_split_and_the_report_says_why(sleeper):
