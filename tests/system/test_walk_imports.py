@@ -1,0 +1,85 @@
+"""Issue 34's walk, the bulk import part: each finding a user met, as the user meets it,
+in process on the in-memory state store (a local stand-in runs the import where Spark
+would), so each case takes well under a second.
+
+* finding 2: a tiny bulk import into a new table splits it only as far as its rows justify;
+* finding 3: after pre-splits, the counts a report, the metrics and the status page show
+  are the counts a query finds, or say they are approximate;
+* finding 8 (bulk import): on a standing Spark service, ``sleeper bulk-import t
+  bulk.parquet`` (a relative path) imports the file, and says where it runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sleeper_ops import Sleeper
+from sleeper_ops.bulk_import.job import bulk_import
+from sleeper_ops.config import SleeperConfig
+from sleeper_ops.io.storage import ObjectStore
+from statestore.memory import InMemoryStateStore
+from tests.unit.sleeper_ops.cli_runner import run_cli
+from tests.unit.sleeper_ops.test_bulk_import_job import SCHEMA, local_runner
+
+SERVICE = "http://127.0.0.1:8998"
+
+
+@pytest.fixture
+def on_cluster(tmp_path: Path) -> Iterator[Sleeper]:
+    """A Sleeper configured as ``sleeper cluster`` leaves it: bulk imports go to the
+    Spark service (``[spark] service``)."""
+    config = dataclasses.replace(SleeperConfig.load(tmp_path / "home"), spark_service=SERVICE)
+    s = Sleeper(config=config, state_store=InMemoryStateStore(), objects=ObjectStore(config.object_store_uri))
+    yield s
+    s.close()
+
+
+def _service_elsewhere(sleeper: Sleeper, cwd: Path, seen: list[dict[str, Any]]) -> Any:
+    """A stand-in for the Spark service: it runs the request's import in a working
+    directory of its own (``cwd``), as the service process does, and answers as it does."""
+    def run_on_service(service: str, request: dict[str, Any], *, timeout: Any = None) -> dict[str, Any]:
+        seen.append(request)
+        here = os.getcwd()
+        os.chdir(cwd)
+        try:
+            info = sleeper.state_store.get_table(request["table"])
+            r = bulk_import(sleeper.state_store, sleeper.objects, info, request["sources"],
+                            run=local_runner(sleeper), import_key=request["import_key"])
+            return {"state": "succeeded", "outcome": {"result": dataclasses.asdict(r)}}
+        except Exception as e:  # the service reports a failed job with its reason
+            return {"state": "failed", "error": f"{type(e).__name__}: {e}"}
+        finally:
+            os.chdir(here)
+    return run_on_service
+
+
+def test_finding_8_a_relative_bulk_import_path_on_the_spark_service(on_cluster: Sleeper, tmp_path: Path,
+                                                                   monkeypatch: Any, capsys: Any) -> None:
+    """Before: ``sleeper bulk-import t bulk.parquet`` on ``sleeper cluster`` failed with
+    "bulk.parquet: no input files ... found" (the service looked in its own directory),
+    after printing "starting spark-submit". Now the path is resolved where the command
+    runs, and the command says the job goes to the Spark service."""
+    import sleeper_ops.spark.service_client as client
+
+    on_cluster.create_table("t", SCHEMA)
+    work, service_dir = tmp_path / "work", tmp_path / "service"
+    work.mkdir()
+    service_dir.mkdir()
+    pq.write_table(pa.table({"key": pa.array(range(10), pa.int64()), "v": ["x"] * 10}), work / "bulk.parquet")
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(client, "run_on_service", _service_elsewhere(on_cluster, service_dir, seen))
+    monkeypatch.chdir(work)
+
+    code, out, err = run_cli(on_cluster, monkeypatch, capsys, "bulk-import", "t", "bulk.parquet")
+
+    assert code == 0, err
+    assert "committed 10 records" in out
+    assert seen[0]["sources"] == [str(work / "bulk.parquet")], "the caller's path, made absolute"
+    assert f"on the Spark service at {SERVICE}" in err and "spark-submit" not in err, err
