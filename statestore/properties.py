@@ -233,8 +233,11 @@ _DEFS = [
                 _positive_hours),
     PropertyDef("sleeper.table.bulk.import.min.leaf.partitions", "64",
                 "A bulk import into an empty table with fewer leaf partitions splits it first (into a table "
-                "with data: in proportion to the import's share), at medians of the table and the input.",
-                _positive_int),
+                "with data: in proportion to the import's share), at medians of the table and the input, "
+                "as far as sleeper.table.bulk.import.min.rows.per.leaf allows.", _positive_int),
+    PropertyDef("sleeper.table.bulk.import.min.rows.per.leaf", "1000000",
+                "A bulk import's pre-split leaves the table no more leaves than its records after the import "
+                "divided by this (at least one): no leaf made for fewer rows.", _positive_int),
     PropertyDef("sleeper.table.bulk.import.platform", "spark",
                 "Where the dated bulk import DAG runs Spark: spark (the configuration's Spark master or "
                 "service) or emr_serverless (an EMR Serverless job; needs the three emr.serverless properties).",

@@ -297,7 +297,8 @@ def test_bulk_import_dates_backfilled_through_the_airflow_api_come_back_exactly_
             for op in ("split", "compaction", "gc", "ingest_batcher", "flush")]
     _sleeper(home, "table", "create", "daily", "--schema", str(home / "daily.json"),
              "--property", f"sleeper.table.bulk.import.source={raw}/{{{{ data_interval_start | ds }}}}/",
-             "--property", "sleeper.table.bulk.import.min.leaf.partitions=2", *none)
+             "--property", "sleeper.table.bulk.import.min.leaf.partitions=2",
+             "--property", "sleeper.table.bulk.import.min.rows.per.leaf=1", *none)
     dag_id = "sleeper_daily_bulk_import"
     with _client(airflow) as c:
         _wait(c, f"/api/v2/dags/{dag_id}", lambda d: d.get("dag_id") == dag_id, what="the DAG to be parsed")

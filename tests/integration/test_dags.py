@@ -497,7 +497,7 @@ def test_bulk_import_dag_imports_the_runs_date_once_however_often_it_runs(sleepe
     table = sleeper.create_table("events", SCHEMA, properties={
         "sleeper.table.bulk.import.source": f"{raw}/{{{{ data_interval_start | ds }}}}/",
         "sleeper.table.bulk.import.start": "2026-01-01",  # manual runs of earlier dates run no task
-        "sleeper.table.bulk.import.min.leaf.partitions": "2"})
+        "sleeper.table.bulk.import.min.leaf.partitions": "2", "sleeper.table.bulk.import.min.rows.per.leaf": "1"})
     sleeper.create_table("plain", SCHEMA)
     parsed = parse_dags(airflow_home, sleeper_home)
     assert "sleeper_events_bulk_import" in parsed["dags"] and "sleeper_plain_bulk_import" not in parsed["dags"]
@@ -562,7 +562,7 @@ def test_airflow_dags_test_of_a_bulk_import_date_with_only_the_two_homes_set(sle
     table = sleeper.create_table("events", SCHEMA, properties={
         "sleeper.table.bulk.import.source": f"{tmp_path / 'raw'}/{{{{ data_interval_start | ds }}}}/",
         "sleeper.table.bulk.import.start": "2026-01-01",  # a manual run of a date before the start runs no task
-        "sleeper.table.bulk.import.min.leaf.partitions": "2"})
+        "sleeper.table.bulk.import.min.leaf.partitions": "2", "sleeper.table.bulk.import.min.rows.per.leaf": "1"})
     airflow_home = tmp_path / "airflow-plain"
     shutil.copytree(DAGS, airflow_home / "dags")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "_AIRFLOW", "SLEEPER_"))}

@@ -32,6 +32,38 @@ SERVICE = "http://127.0.0.1:8998"
 
 
 @pytest.fixture
+def sleeper(tmp_path: Path) -> Iterator[Sleeper]:
+    """The in-memory state store over a local object store."""
+    s = Sleeper(state_store=InMemoryStateStore(), objects=ObjectStore(str(tmp_path / "data")))
+    yield s
+    s.close()
+
+
+def _rows_file(path: Path, keys: range) -> str:
+    pq.write_table(pa.table({"key": pa.array(keys, pa.int64()), "v": [f"v{k}" for k in keys]}), path)
+    return str(path)
+
+
+def _leaves(sleeper: Sleeper, table: str) -> int:
+    return sum(1 for p in sleeper.table(table).state().partitions.values() if p.is_leaf)
+
+
+@pytest.mark.parametrize("rows", [100, 3])
+def test_finding_2_a_tiny_bulk_import_into_a_new_table_splits_nothing(sleeper: Sleeper, tmp_path: Path,
+                                                                      rows: int) -> None:
+    """Before: 100 rows into a new table: "committed 100 records ... into 64 files; 63
+    pre-splits" (3 rows: 3 leaves). Now no leaf is made for fewer than
+    sleeper.table.bulk.import.min.rows.per.leaf (1,000,000) rows: one file, one leaf."""
+    t = sleeper.create_table("t", SCHEMA)
+    r = bulk_import(sleeper.state_store, sleeper.objects, t.info, [_rows_file(tmp_path / "in.parquet", range(rows))],
+                    run=local_runner(sleeper), import_key="day-1")
+    assert r.summary().startswith(f"t: bulk import 'day-1' committed {rows} records from 1 files into 1 files"), \
+        r.summary()
+    assert r.presplits == 0 and _leaves(sleeper, "t") == 1
+    assert t.query(ranges=[(-(2**63), None)]).num_rows == rows
+
+
+@pytest.fixture
 def on_cluster(tmp_path: Path) -> Iterator[Sleeper]:
     """A Sleeper configured as ``sleeper cluster`` leaves it: bulk imports go to the
     Spark service (``[spark] service``)."""
