@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,6 +25,9 @@ from sleeper_ops import Sleeper
 from sleeper_ops.bulk_import.job import bulk_import
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.io.storage import ObjectStore
+from sleeper_ops.metrics import table_metrics
+from sleeper_ops.web.metrics import render as render_metrics
+from sleeper_ops.web.status_render import TableSummary, render_index, render_table
 from statestore.memory import InMemoryStateStore
 from tests.unit.sleeper_ops.cli_runner import run_cli
 from tests.unit.sleeper_ops.test_bulk_import_job import SCHEMA, local_runner
@@ -71,6 +75,49 @@ def on_cluster(tmp_path: Path) -> Iterator[Sleeper]:
     s = Sleeper(config=config, state_store=InMemoryStateStore(), objects=ObjectStore(config.object_store_uri))
     yield s
     s.close()
+
+
+def _total(text: str, before: str = "", after: str = " ?records") -> tuple[int, bool]:
+    """The first ``N`` or ``N~`` between ``before`` and ``after`` in ``text``: (N, marked approximate)."""
+    m = re.search(f"{before}(?:<span[^>]*>)?([0-9,]+)(~?)(?:</span>)?{after}", text)  # the page's tooltip
+    assert m, text[:2000]
+    return int(m.group(1).replace(",", "")), m.group(2) == "~"
+
+
+def test_finding_3_counts_after_pre_splits_are_exact_or_say_they_are_not(sleeper: Sleeper, tmp_path: Path,
+                                                                        monkeypatch: Any, capsys: Any) -> None:
+    """Before: after pre-split imports and compactions, `sleeper report partitions`, the
+    metric and the status page said 7 records where a query found 8, a leaf showed
+    `records=0~`, and no total said it was approximate. Files referenced from a split
+    partition are pushed down with estimated counts (half each side); compaction makes
+    a leaf's count exact, but a leaf holding one such file is never compacted. Now every
+    total equals the records a query finds or is marked approximate (`~`, and the
+    metric sleeper_records_approximate is 1)."""
+    t = sleeper.create_table("t", SCHEMA, properties={"sleeper.table.bulk.import.min.rows.per.leaf": "1",
+                                                      "sleeper.table.compaction.strategy": "basic",
+                                                      "sleeper.table.compaction.files.batch.size": "2"})
+    for day, keys in (("d1", range(1, 5)), ("d2", range(5, 9))):  # two daily imports of 4 rows
+        bulk_import(sleeper.state_store, sleeper.objects, t.info, [_rows_file(tmp_path / f"{day}.parquet", keys)],
+                    run=local_runner(sleeper), import_key=day)
+    for _ in range(4):
+        t.compact()
+    queried = t.query(ranges=[(-(2**63), None)]).num_rows
+    assert queried == 8
+
+    code, out, err = run_cli(sleeper, monkeypatch, capsys, "report", "partitions", "t")
+    assert code == 0, err
+    reported = {"report": _total(out.splitlines()[0])}
+    m = table_metrics(sleeper.state_store, t.info)
+    metrics = render_metrics({"t": m}).decode()
+    reported["metric"] = (_total(metrics, 'sleeper_records{table="t"} ', r"\.0")[0],
+                          'sleeper_records_approximate{table="t"} 1.0' in metrics)
+    overview = sleeper.state_store.overview(t.info.table_id)
+    summary = TableSummary.of(t.info, overview, [])
+    reported["status page"] = _total(render_table(t.info, overview, []), "<b>", "</b>records")
+    reported["status index"] = _total(render_index([summary]), "<td class='num'>", "</td><td>none")
+    for where, (count, approximate) in reported.items():
+        assert count == queried or approximate, f"{where}: {count} records, not marked approximate; a query finds " \
+                                                f"{queried}"
 
 
 def _service_elsewhere(sleeper: Sleeper, cwd: Path, seen: list[dict[str, Any]]) -> Any:
