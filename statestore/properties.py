@@ -224,9 +224,9 @@ _DEFS = [
                 "data interval, e.g. s3://exports/events/{{ data_interval_start | ds }}/ (one export a date).",
                 _non_empty),
     PropertyDef("sleeper.table.bulk.import.start", None,
-                "The dated bulk import DAG's first run is for the first interval starting at or after this UTC "
-                "date or time (ISO 8601, e.g. 2026-03-01); set to the time of setting the source when not given. "
-                "Backfills may still run earlier dates.", _iso_time),
+                "The dated bulk import DAG's scheduled runs start with the first interval starting at or after "
+                "this UTC date or time (ISO 8601, e.g. 2026-03-01) and run every interval after it; set to the "
+                "time of setting the source when not given. Manual runs and backfills may run any date.", _iso_time),
     PropertyDef("sleeper.table.bulk.import.wait.hours", "6",
                 "A dated bulk import run whose source has no input files yet waits for them this many hours "
                 "(in Airflow's triggerer, holding no worker slot), then fails saying what it found missing.",

@@ -5,6 +5,8 @@ would), so each case takes well under a second.
 * finding 2: a tiny bulk import into a new table splits it only as far as its rows justify;
 * finding 3: after pre-splits, the counts a report, the metrics and the status page show
   are the counts a query finds, or say they are approximate;
+* finding 4: a dated import's first scheduled run is the first interval at or after its
+  start, and a manual run (or backfill) of a date before the start imports that date;
 * finding 8 (bulk import): on a standing Spark service, ``sleeper bulk-import t
   bulk.parquet`` (a relative path) imports the file, and says where it runs.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -28,7 +31,9 @@ from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.metrics import table_metrics
 from sleeper_ops.web.metrics import render as render_metrics
 from sleeper_ops.web.status_render import TableSummary, render_index, render_table
+from statestore.catalog import TableInfo
 from statestore.memory import InMemoryStateStore
+from statestore.schema import Schema
 from tests.unit.sleeper_ops.cli_runner import run_cli
 from tests.unit.sleeper_ops.test_bulk_import_job import SCHEMA, local_runner
 
@@ -162,3 +167,33 @@ def test_finding_8_a_relative_bulk_import_path_on_the_spark_service(on_cluster: 
     assert "committed 10 records" in out
     assert seen[0]["sources"] == [str(work / "bulk.parquet")], "the caller's path, made absolute"
     assert f"on the Spark service at {SERVICE}" in err and "spark-submit" not in err, err
+
+
+def test_finding_4_a_dated_import_runs_from_its_start_and_a_manual_run_before_it_imports_its_date() -> None:
+    """Before: with sleeper.table.bulk.import.start in the past the first scheduled run was
+    yesterday's interval (catchup=False skipped every date since the start), and `airflow
+    dags test sleeper_t_bulk_import <a date before the start>` ended success with no task
+    (Airflow makes no task instance before a task's start date). Now the DAG, as the
+    scheduler holds it (serialized), runs the first interval at or after the start and
+    every one after it, and a manual run or a backfill of an earlier date has its tasks."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from sleeper_ops.airflow.dag_factory import build_dag
+
+    schema = Schema.from_dict({"rowKeyFields": [{"name": "k", "type": "StringType"}]})
+    table = TableInfo("tid", "t", schema, {"sleeper.table.bulk.import.source": "/raw/{{ ds }}/",
+                                           "sleeper.table.bulk.import.start": "2026-01-01"})
+    dag = DagSerialization.from_dict(DagSerialization.to_dict(build_dag(table, "bulk_import")))
+
+    first = dag.next_dagrun_info(last_automated_run_info=None)
+    assert first is not None and first.data_interval.start.date() == date(2026, 1, 1), \
+        f"the first scheduled interval starts {first and first.data_interval.start}, not at the start"
+    second = dag.next_dagrun_info(last_automated_run_info=first)
+    assert second is not None and second.data_interval.start.date() == date(2026, 1, 2), "no interval skipped"
+
+    before_start = datetime(2025, 12, 15, tzinfo=UTC)  # the logical date of a manual run before the start
+    created = [task.task_id for task in dag.tasks if task.start_date is None or task.start_date <= before_start]
+    assert created == ["wait_for_input", "bulk_import"], "Airflow creates no task instance before a task's start"
+    backfill = dag.iter_dagrun_infos_between(datetime(2025, 12, 30, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC))
+    assert [i.data_interval.start.date().isoformat() for i in backfill] == ["2025-12-30", "2025-12-31",
+                                                                             "2026-01-01"]

@@ -33,6 +33,10 @@ behind the same authentication (the UI's cookie) and the same read rules (the in
 needs general DAG read access, a table's page read access to that table's DAGs),
 linked from the UI's navigation as an external view.
 
+It registers the dated bulk import DAG's timetable
+(:class:`~sleeper_ops.airflow.dated_timetable.DatedImportTimetable`), which Airflow
+serializes only when a plugin names it.
+
 The Sleeper served is opened lazily, once per API server process, from
 ``SLEEPER_HOME`` (default ``.sleeper``), and closed when the server shuts down.
 """
@@ -46,6 +50,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from sleeper_ops.airflow.dag_factory import OPERATIONS, dag_id_for
+from sleeper_ops.airflow.dated_timetable import DatedImportTimetable
 from sleeper_ops.web.rest import LazySleeper, create_app
 from sleeper_ops.web.rest_auth import Access, access_of
 from sleeper_ops.web.status_page import EXTERNAL_VIEW as STATUS_EXTERNAL_VIEW
@@ -152,3 +157,5 @@ class SleeperPlugin(AirflowPlugin):
         {"app": status_app, "url_prefix": STATUS_URL_PREFIX, "name": "Sleeper table status"},
     ]
     external_views: list[dict[str, Any]] = [dict(STATUS_EXTERNAL_VIEW)]
+    #: the dated bulk import DAG's timetable: Airflow serializes only timetables a plugin names
+    timetables = [DatedImportTimetable]
