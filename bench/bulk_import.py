@@ -54,7 +54,7 @@ from _common import bench_sleeper, parse_args
 
 from sleeper_ops.demo import SYSTEM_TEST_SCHEMA, generate_rows, split_points
 
-PROPS = {"sleeper.table.bulk.import.min.leaf.partitions": "8"}
+PROPS = {"sleeper.table.bulk.import.min.leaf.partitions": "8", "sleeper.table.bulk.import.min.rows.per.leaf": "1"}
 
 
 COLUMNS = ["key", "timestamp", "value1", "value2"]

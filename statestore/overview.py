@@ -45,6 +45,12 @@ class TableOverview:
         return sum(c.records for c in self.counts.values())
 
     @property
+    def records_approximate(self) -> bool:
+        """Whether :attr:`records` includes estimated counts (references of a file split
+        between partitions count half each side until compaction rewrites them)."""
+        return any(c.approximate for c in self.counts.values())
+
+    @property
     def leaves(self) -> int:
         return sum(1 for p in self.partitions if p.is_leaf)
 

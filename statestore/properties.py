@@ -224,17 +224,20 @@ _DEFS = [
                 "data interval, e.g. s3://exports/events/{{ data_interval_start | ds }}/ (one export a date).",
                 _non_empty),
     PropertyDef("sleeper.table.bulk.import.start", None,
-                "The dated bulk import DAG's first run is for the first interval starting at or after this UTC "
-                "date or time (ISO 8601, e.g. 2026-03-01); set to the time of setting the source when not given. "
-                "Backfills may still run earlier dates.", _iso_time),
+                "The dated bulk import DAG's scheduled runs start with the first interval starting at or after "
+                "this UTC date or time (ISO 8601, e.g. 2026-03-01) and run every interval after it; set to the "
+                "time of setting the source when not given. Manual runs and backfills may run any date.", _iso_time),
     PropertyDef("sleeper.table.bulk.import.wait.hours", "6",
                 "A dated bulk import run whose source has no input files yet waits for them this many hours "
                 "(in Airflow's triggerer, holding no worker slot), then fails saying what it found missing.",
                 _positive_hours),
     PropertyDef("sleeper.table.bulk.import.min.leaf.partitions", "64",
                 "A bulk import into an empty table with fewer leaf partitions splits it first (into a table "
-                "with data: in proportion to the import's share), at medians of the table and the input.",
-                _positive_int),
+                "with data: in proportion to the import's share), at medians of the table and the input, "
+                "as far as sleeper.table.bulk.import.min.rows.per.leaf allows.", _positive_int),
+    PropertyDef("sleeper.table.bulk.import.min.rows.per.leaf", "1000000",
+                "A bulk import's pre-split leaves the table no more leaves than its records after the import "
+                "divided by this (at least one): no leaf made for fewer rows.", _positive_int),
     PropertyDef("sleeper.table.bulk.import.platform", "spark",
                 "Where the dated bulk import DAG runs Spark: spark (the configuration's Spark master or "
                 "service) or emr_serverless (an EMR Serverless job; needs the three emr.serverless properties).",

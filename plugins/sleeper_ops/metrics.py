@@ -35,6 +35,9 @@ class TableMetrics:
     """One table's figures (see the module docstring)."""
 
     records: int
+    #: 1 when ``records`` includes estimated counts (a file referenced from a partition
+    #: that split, until compaction rewrites it), else 0: ``records`` is then exact
+    records_approximate: int
     files: int
     leaf_partitions: int
     leaf_files_max: int
@@ -63,7 +66,8 @@ def table_metrics(store: StateStore, info: TableInfo, now_ms: Optional[int] = No
         buffer_rows, buffer_age = 0, 0.0
     jobs = store.list_jobs(tid, limit=LIST_LIMIT)
     return TableMetrics(
-        records=view.records, files=view.files, leaf_partitions=len(leaves),
+        records=view.records, records_approximate=int(view.records_approximate), files=view.files,
+        leaf_partitions=len(leaves),
         leaf_files_max=max((view.count(p.id).files for p in leaves), default=0),
         buffer_records=buffer_rows, buffer_oldest_seconds=buffer_age,
         ingest_requests_pending=len(store.pending_ingest_requests(tid, limit=LIST_LIMIT)),

@@ -1,4 +1,10 @@
-"""Reports on a table: the partition tree, its files and its jobs, as data or text."""
+"""Reports on a table: the partition tree, its files and its jobs, as data or text.
+
+A record count is exact unless marked ``~``: a file referenced from a partition that
+split has its count estimated on each side until compaction rewrites it,
+and any total that includes such an estimate is marked ``~`` too, with a note saying so
+(:data:`APPROXIMATE_NOTE`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,15 @@ from statestore.jobs import JobRecord
 from statestore.overview import TableOverview, overview_of
 from statestore.region import Region, encode_value
 from statestore.state import TableState
+
+#: what a ``~`` after a record count means, said once under a report that shows one
+APPROXIMATE_NOTE = ("~: estimated: a file referenced from a partition that split has its records estimated on "
+                    "each side until compaction rewrites it")
+
+
+def approximately(records: int, approximate: bool) -> str:
+    """``records`` as a report shows it: ``1,234``, or ``1,234~`` when it includes estimates."""
+    return f"{records:,}{'~' if approximate else ''}"
 
 
 def _fmt(v: Any) -> str:
@@ -58,14 +73,17 @@ def file_entries(statuses: Sequence[FileStatus]) -> list[dict[str, Any]]:
 def render_partitions(state: TableState) -> str:
     rows = partitions_report(state)
     leaves = [r for r in rows if r["leaf"]]
+    approximate = any(r["records_approximate"] for r in rows)
     lines = [f"{len(rows)} partitions ({len(leaves)} leaves), {sum(r['files'] for r in rows)} file references, "
-             f"{sum(r['records'] for r in rows):,} records"]
+             f"{approximately(sum(r['records'] for r in rows), approximate)} records"]
     by_id = {p.id: p for p in state.partitions.values()}
     for r in rows:
         indent = "  " * r["depth"]
         kind = "leaf" if r["leaf"] else f"split on dim {r['split_dimension']}"
         lines.append(f"{indent}{r['id']}  [{kind}]  {region_text(by_id[r['id']].region)}  "
-                     f"files={r['files']} records={r['records']:,}{'~' if r['records_approximate'] else ''}")
+                     f"files={r['files']} records={approximately(r['records'], r['records_approximate'])}")
+    if approximate:
+        lines.append(APPROXIMATE_NOTE)
     return "\n".join(lines)
 
 

@@ -95,13 +95,16 @@ class Table:
         add their records once. Returns a
         :class:`~sleeper_ops.bulk_import.job.BulkImportResult`; see
         :mod:`sleeper_ops.bulk_import.job` for the guarantees. Needs a Sleeper opened
-        from a configuration (its ``[spark] master``)."""
+        from a configuration (its ``[spark] master`` or ``service``). Local paths are made
+        absolute here, against this process's working directory, before the runner (which
+        may run elsewhere: the Spark service) sees them."""
         from sleeper_ops.bulk_import.runners import load_bulk_import_runner
-        from sleeper_ops.bulk_import.sources import expand_sources
+        from sleeper_ops.bulk_import.sources import absolute_sources, expand_sources
         from sleeper_ops.errors import ConfigError
 
         if self.sleeper.config is None:
             raise ConfigError("bulk import needs a Sleeper opened from a configuration (home or config)")
+        sources = absolute_sources(sources)
         done = self.already_imported(import_key, sources)
         if done is not None:  # answered before Spark starts
             return done

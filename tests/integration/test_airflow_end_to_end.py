@@ -297,7 +297,8 @@ def test_bulk_import_dates_backfilled_through_the_airflow_api_come_back_exactly_
             for op in ("split", "compaction", "gc", "ingest_batcher", "flush")]
     _sleeper(home, "table", "create", "daily", "--schema", str(home / "daily.json"),
              "--property", f"sleeper.table.bulk.import.source={raw}/{{{{ data_interval_start | ds }}}}/",
-             "--property", "sleeper.table.bulk.import.min.leaf.partitions=2", *none)
+             "--property", "sleeper.table.bulk.import.min.leaf.partitions=2",
+             "--property", "sleeper.table.bulk.import.min.rows.per.leaf=1", *none)
     dag_id = "sleeper_daily_bulk_import"
     with _client(airflow) as c:
         _wait(c, f"/api/v2/dags/{dag_id}", lambda d: d.get("dag_id") == dag_id, what="the DAG to be parsed")
@@ -384,7 +385,8 @@ def test_a_deferred_bulk_import_frees_the_spark_slot_for_another_task_before_its
                 for op in ("split", "compaction", "gc", "ingest_batcher", "flush")]
         _sleeper(home, "table", "create", name, "--schema", str(home / "daily.json"),
                  "--property", f"sleeper.table.bulk.import.source={raw}/{{{{ data_interval_start | ds }}}}/",
-                 "--property", f"sleeper.table.bulk.import.start={days[-1]}",  # runs from the oldest day on
+                 # one scheduled run: yesterday's interval (a start further back runs each day since)
+                 "--property", f"sleeper.table.bulk.import.start={days[1]}",
                  "--property", "sleeper.table.bulk.import.min.leaf.partitions=1", *props, *none)
         return f"sleeper_{name}_bulk_import"
 

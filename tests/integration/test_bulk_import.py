@@ -31,7 +31,8 @@ def _inputs(d, n_files: int = 3, n: int = 4000) -> pa.Table:
 def test_bulk_import_commits_once_sorted_per_leaf_and_a_repeat_of_the_key_adds_nothing(tmp_path, pg_dsn):
     data = _inputs(tmp_path / "raw" / "2026-01-02")
     with open_sleeper(tmp_path / "home", pg_dsn) as s:
-        t = s.create_table("events", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "4"})
+        t = s.create_table("events", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "4",
+                                                         "sleeper.table.bulk.import.min.rows.per.leaf": "1"})
         result = t.bulk_import([str(tmp_path / "raw" / "2026-01-02")], import_key="day-2026-01-02", run_id="r1")
         assert result.status == "committed", result
         assert result.records == 12_000 and result.files_read == 3 and result.presplits == 3
@@ -82,7 +83,8 @@ def test_a_bulk_import_killed_mid_write_imports_once_on_retry_and_leaves_no_part
     src = tmp_path / "raw"
     data = _inputs(src, n_files=8, n=75_000)
     with open_sleeper(tmp_path / "home", pg_dsn) as s:
-        t = s.create_table("events", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "4"})
+        t = s.create_table("events", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "4",
+                                                         "sleeper.table.bulk.import.min.rows.per.leaf": "1"})
         errors: list[BaseException] = []
 
         def doomed() -> None:
@@ -140,7 +142,8 @@ def test_bulk_import_from_s3_parquet_into_a_table_on_s3(tmp_path, pg_dsn, moto_e
     store = {"uri": f"s3://{BUCKET}/tables", "endpoint_override": endpoint, "scheme": "http",
              "region": "us-east-1", "access_key": "test", "secret_key": "test"}
     with open_sleeper(tmp_path / "home", pg_dsn, store, toml=False) as s:
-        t = s.create_table("events", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "2"})
+        t = s.create_table("events", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "2",
+                                                         "sleeper.table.bulk.import.min.rows.per.leaf": "1"})
         r = t.bulk_import([f"s3://{BUCKET}/raw/2026-01-01/", f"s3://{BUCKET}/raw/2026-01-02/*.parquet"],
                           import_key="two-days")
         assert r.status == "committed" and r.files_read == 4 and r.records == 12_000, r
@@ -170,7 +173,8 @@ def test_bulk_import_on_a_spark_standalone_cluster(tmp_path, pg_dsn, spark_clust
         "spark": {"master": spark_cluster}}))
     with Sleeper(home=home) as s:
         assert s.config is not None and s.config.spark_master == spark_cluster
-        t = s.create_table("events", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "4"})
+        t = s.create_table("events", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "4",
+                                                         "sleeper.table.bulk.import.min.rows.per.leaf": "1"})
         r = t.bulk_import([str(tmp_path / "raw")], import_key="cluster")
         assert r.status == "committed" and r.records == 20_000, r
         assert ids(t) == Counter(data.column("id").to_pylist())
@@ -182,7 +186,7 @@ def test_the_ingest_batcher_sends_big_jobs_to_bulk_import_and_marks_their_reques
     data = _inputs(tmp_path / "raw", n_files=3, n=2000)
     with open_sleeper(tmp_path / "home", pg_dsn) as s:
         t = s.create_table("events", SCHEMA, properties={
-            "sleeper.table.bulk.import.min.leaf.partitions": "2",
+            "sleeper.table.bulk.import.min.leaf.partitions": "2", "sleeper.table.bulk.import.min.rows.per.leaf": "1",
             "sleeper.table.ingest.batcher.job.min.size": "1",
             "sleeper.table.ingest.batcher.bulk.import.min.size": "1"})  # every job is "big"
         submit_ingest_requests(s, "events", [str(p) for p in sorted((tmp_path / "raw").iterdir())])

@@ -105,6 +105,7 @@ def _emr_table(sleeper: Sleeper, name: str, app: str, min_leaves: int = 2) -> An
     return sleeper.create_table(name, SCHEMA, properties={
         "sleeper.table.bulk.import.source": f"s3://{BUCKET}/raw/{name}/{{{{ data_interval_start | ds }}}}/",
         "sleeper.table.bulk.import.min.leaf.partitions": str(min_leaves),
+        "sleeper.table.bulk.import.min.rows.per.leaf": "1",
         "sleeper.table.bulk.import.platform": "emr_serverless",
         "sleeper.table.bulk.import.emr.serverless.application.id": app,
         "sleeper.table.bulk.import.emr.serverless.execution.role.arn": ROLE,

@@ -529,13 +529,13 @@ def test_bulk_import_dag_imports_the_runs_date_once_however_often_it_runs(sleepe
         pq.write_table(days[day], raw / day / "events.parquet")
     table = sleeper.create_table("events", SCHEMA, properties={
         "sleeper.table.bulk.import.source": f"{raw}/{{{{ data_interval_start | ds }}}}/",
-        "sleeper.table.bulk.import.start": "2026-01-01",  # manual runs of earlier dates run no task
-        "sleeper.table.bulk.import.min.leaf.partitions": "2"})
+        "sleeper.table.bulk.import.start": "2026-01-01",  # manual runs of earlier dates import them too
+        "sleeper.table.bulk.import.min.leaf.partitions": "2", "sleeper.table.bulk.import.min.rows.per.leaf": "1"})
     sleeper.create_table("plain", SCHEMA)
     parsed = parse_dags(airflow_home, sleeper_home)
     assert "sleeper_events_bulk_import" in parsed["dags"] and "sleeper_plain_bulk_import" not in parsed["dags"]
     assert parsed["dags"]["sleeper_events_bulk_import"]["schedule"] == "0 0 * * *"  # @daily
-    assert parsed["dags"]["sleeper_events_bulk_import"]["timetable"] == "CronDataIntervalTimetable"
+    assert parsed["dags"]["sleeper_events_bulk_import"]["timetable"] == "DatedImportTimetable"  # data intervals
     assert parsed["dags"]["sleeper_events_bulk_import"]["max_active_runs"] == 1
     assert parsed["dags"]["sleeper_events_bulk_import"]["allowed_run_types"] is None  # backfills welcome
     for op in ("split", "compaction", "gc", "ingest_batcher", "flush"):
@@ -588,14 +588,16 @@ def test_airflow_dags_test_of_a_bulk_import_date_with_only_the_two_homes_set(sle
     """Issue 10 item 5: ``airflow db migrate`` then ``airflow dags test
     sleeper_<t>_bulk_import 2026-01-02`` with nothing but SLEEPER_HOME and AIRFLOW_HOME
     set (the DAG files in AIRFLOW_HOME/dags, Airflow's default folder); no Airflow
-    connection: Spark runs on the configuration's [spark] master."""
+    connection: Spark runs on the configuration's [spark] master. The date is before the
+    table's sleeper.table.bulk.import.start: a manual run imports its date all the same
+    (issue 34: it ended success with no task)."""
     for i, day in enumerate(("2026-01-01", "2026-01-02")):  # whichever interval Airflow gives the date
         (tmp_path / "raw" / day).mkdir(parents=True)
         pq.write_table(_rows(2500, seed=9 + i), tmp_path / "raw" / day / "events.parquet")
     table = sleeper.create_table("events", SCHEMA, properties={
         "sleeper.table.bulk.import.source": f"{tmp_path / 'raw'}/{{{{ data_interval_start | ds }}}}/",
-        "sleeper.table.bulk.import.start": "2026-01-01",  # a manual run of a date before the start runs no task
-        "sleeper.table.bulk.import.min.leaf.partitions": "2"})
+        "sleeper.table.bulk.import.start": "2026-02-01",  # after the date run below
+        "sleeper.table.bulk.import.min.leaf.partitions": "2", "sleeper.table.bulk.import.min.rows.per.leaf": "1"})
     airflow_home = tmp_path / "airflow-plain"
     shutil.copytree(DAGS, airflow_home / "dags")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "_AIRFLOW", "SLEEPER_"))}

@@ -54,6 +54,7 @@ def expected(sleeper: Sleeper, name: str) -> dict[str, float]:
     for ref in state.references.values():
         per_leaf[ref.partition_id] = per_leaf.get(ref.partition_id, 0) + 1
     return {"sleeper_records": sum(r.record_count for r in state.references.values()),
+            "sleeper_records_approximate": int(any(r.count_approximate for r in state.references.values())),
             "sleeper_files": len(state.files), "sleeper_leaf_partitions": len(per_leaf),
             "sleeper_leaf_files_max": max(per_leaf.values()),
             "sleeper_gc_files_pending": sum(1 for f in state.files if not state.refs_by_file.get(f)),

@@ -50,7 +50,8 @@ def test_a_bulk_import_and_a_compaction_run_on_the_standing_service_once_each(tm
     before = _health(service.service)
     with _open(tmp_path / "home", pg_dsn, service) as s:
         t = s.create_table("events", SCHEMA, split_points=[2500, 5000, 7500],
-                           properties={**BASIC, "sleeper.table.bulk.import.min.leaf.partitions": "4"})
+                           properties={**BASIC, "sleeper.table.bulk.import.min.leaf.partitions": "4",
+                                       "sleeper.table.bulk.import.min.rows.per.leaf": "1"})
         result = t.bulk_import([str(src)], import_key="day-1", run_id="r1")
         assert result.status == "committed" and result.records == 12_000, result
         assert ids(t) == Counter(pa.concat_tables(parts).column("id").to_pylist())

@@ -67,6 +67,7 @@ DAG_OPS = ("bulk_import", "flush", "compaction", "split", "gc")
 PROPERTIES = {
     "sleeper.table.bulk.import.source": "s3://sleeper-data/raw/{{ data_interval_start | ds }}/",
     "sleeper.table.bulk.import.min.leaf.partitions": "2",
+    "sleeper.table.bulk.import.min.rows.per.leaf": "1",
     "sleeper.table.schedule.flush": "none",  # on the buffer asset alone
     "sleeper.table.write.buffer.flush.records": "100",
     "sleeper.table.write.buffer.flush.age.seconds": "5",

@@ -24,7 +24,9 @@ The ``bulk_import`` DAG is dated: its timetable is a data-interval cron
 ``@daily``), its source is the property rendered on the run's data interval (e.g.
 ``s3://raw/events/{{ data_interval_start | ds }}/``) and its import key is the table id
 plus the interval's start, so a retried, repeated or reprocessed date imports once.
-Runs queue behind each other (one active run and task instance at a time) and never
+Its scheduled runs start with the first interval at or after ``sleeper.table.bulk.import.start``
+(:mod:`sleeper_ops.airflow.dated_timetable`, with catchup); a manual run of any date
+imports that date. Runs queue behind each other (one active run and task instance at a time) and never
 skip; Airflow's own backfill (``airflow backfill create``, ``POST /api/v2/backfills``)
 fills past dates. The ``export`` DAG is dated the same way (``sleeper.table.schedule.export``,
 default ``@daily``): its destination is ``sleeper.table.export.destination`` rendered on
@@ -102,6 +104,10 @@ SPARK_CONN_ID = "sleeper_spark"
 #: How long one process reuses a catalog read (DAG files parsed together share it).
 CATALOG_MAX_AGE_SECONDS = 10.0
 START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
+#: The start date of a dated bulk import DAG with a start: its tasks exist for a manual run
+#: or backfill of any date; its timetable (:mod:`sleeper_ops.airflow.dated_timetable`)
+#: starts the scheduled runs at ``sleeper.table.bulk.import.start``
+DATED_START_DATE = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def dag_id_for(table_name: str, operation: str) -> str:
@@ -306,8 +312,9 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
     if operation == "bulk_import":
         what = (f"**bulk import** of table `{table.name}` (id `{table.table_id}`), from "
                 f"`{table.get(BULK_IMPORT_SOURCE)}` (property `{BULK_IMPORT_SOURCE}`)")
-        once = (f"The first run is for the first interval starting at or after {start or START_DATE} (property "
-                f"`{BULK_IMPORT_START}`). A run waits up to {wait_hours(table.properties):g} h for its input "
+        once = (f"The first scheduled run is for the first interval starting at or after {start or START_DATE} "
+                f"(property `{BULK_IMPORT_START}`), and every later interval runs in turn; a manual run or a backfill "
+                "of any date imports that date. A run waits up to {wait_hours(table.properties):g} h for its input "
                 f"(property `{BULK_IMPORT_WAIT_HOURS}`), then fails naming what is missing. The import key is the "
                 "table id and the interval's start: a date imports once however often it runs.")
     else:
@@ -315,13 +322,17 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
                 f"`{table.get(EXPORT_DESTINATION)}` (property `{EXPORT_DESTINATION}`)")
         once = ("The export key is the table id and the interval's start: a date exports once however often it "
                 "runs (a repeat answers 'already exported').")
+    timetable: Any = CronDataIntervalTimetable(cron, timezone="UTC")
+    if start is not None:  # scheduled from the first interval at or after the start, none skipped
+        from sleeper_ops.airflow.dated_timetable import DatedImportTimetable
+
+        timetable = DatedImportTimetable(cron, "UTC", start)
     dag = DAG(
         dag_id_for(table.name, operation),
-        schedule=CronDataIntervalTimetable(cron, timezone="UTC"),
-        # the first interval at or after the start (set when the source was): none already past;
-        # backfills still run earlier dates
-        start_date=start or START_DATE,
-        catchup=False,
+        schedule=timetable,
+        # with a start, tasks from the earliest date, so a manual run of a date before it imports that date
+        start_date=START_DATE if start is None else DATED_START_DATE,
+        catchup=start is not None,
         max_active_runs=1,
         is_paused_upon_creation=False,
         tags=[TAG, operation, f"table:{table.name}"],

@@ -34,6 +34,10 @@ needs general DAG read access, a table's page read access to that table's DAGs),
 linked from the UI's navigation as an external view. The page marks a table whose DAGs
 cannot be built with the DAG factory's own check (:func:`~sleeper_ops.airflow.dag_factory.table_dags_problem`).
 
+It registers the dated bulk import DAG's timetable
+(:class:`~sleeper_ops.airflow.dated_timetable.DatedImportTimetable`), which Airflow
+serializes only when a plugin names it.
+
 The Sleeper served is opened lazily, once per API server process, from
 ``SLEEPER_HOME`` (default ``.sleeper``), and closed when the server shuts down.
 """
@@ -47,6 +51,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from sleeper_ops.airflow.dag_factory import OPERATIONS, dag_id_for, table_dags_problem
+from sleeper_ops.airflow.dated_timetable import DatedImportTimetable
 from sleeper_ops.web.rest import LazySleeper, create_app
 from sleeper_ops.web.rest_auth import Access, access_of
 from sleeper_ops.web.status_page import EXTERNAL_VIEW as STATUS_EXTERNAL_VIEW
@@ -154,3 +159,5 @@ class SleeperPlugin(AirflowPlugin):
         {"app": status_app, "url_prefix": STATUS_URL_PREFIX, "name": "Sleeper table status"},
     ]
     external_views: list[dict[str, Any]] = [dict(STATUS_EXTERNAL_VIEW)]
+    #: the dated bulk import DAG's timetable: Airflow serializes only timetables a plugin names
+    timetables = [DatedImportTimetable]

@@ -4,10 +4,14 @@ import needs is split first, so the import's files land spread over enough leave
 :class:`~statestore.transactions.SplitPartition` (recorded as a ``split`` job); no data
 is rewritten.
 
-How many leaves an import needs: ``sleeper.table.bulk.import.min.leaf.partitions``
-(``want``) for an empty table, and in general ``want`` times the import's share of the
-records the table will hold (rounded): a 5,000-row import into a 100,000-row table
-needs ``round(64 * 5/105) = 3`` leaves, so a table that already has 3 gets none.
+How many leaves an import needs (:func:`planned_leaves`): ``want`` =
+``sleeper.table.bulk.import.min.leaf.partitions`` for an empty table, and in general
+``want`` times the import's share of the records the table will hold (rounded): a
+5,000-row import into a 100,000-row table needs ``round(64 * 5/105) = 3`` leaves, so a
+table that already has 3 gets none. Never more leaves than the table's records after
+the import divided by ``sleeper.table.bulk.import.min.rows.per.leaf`` (at least one):
+with the default 1,000,000, an import of 100, 10,000 or 1 M rows into a new table
+splits nothing, 10 M rows make 10 leaves and 100 M rows 64.
 
 Where to split: at weighted medians of the whole table after the import, that is the
 table's own key distribution (the merged sketches of its files, each file weighted by
@@ -36,6 +40,7 @@ from statestore.partitions import PartitionTree
 from statestore.store import StateStore
 
 MIN_LEAVES_PROPERTY = "sleeper.table.bulk.import.min.leaf.partitions"
+MIN_ROWS_PROPERTY = "sleeper.table.bulk.import.min.rows.per.leaf"
 SAMPLE_ROWS = 200_000
 #: Points taken from the table's merged sketch to stand for its existing records.
 TABLE_POINTS = 2_000
@@ -89,6 +94,13 @@ def leaves_needed(want: int, existing: int, new: int) -> int:
     if new <= 0:
         return 1
     return max(1, round(want * new / (existing + new)))
+
+
+def planned_leaves(want: int, min_rows: int, existing: int, new: int) -> int:
+    """The leaves a table of ``existing`` records should have after importing ``new``:
+    :func:`leaves_needed`, but no more than ``(existing + new) // min_rows`` (at least
+    1), so no leaf is made for fewer than ``min_rows`` records."""
+    return max(1, min(leaves_needed(want, existing, new), (existing + new) // max(1, min_rows)))
 
 
 Bound = tuple[Any, Optional[Any]]  # [min, max) of the first row key field; max None: unbounded
@@ -178,13 +190,14 @@ def presplit(state_store: StateStore, objects: ObjectStore, table: TableInfo, fi
     the table's property; returns how many splits were committed. A split refused
     because the table changed concurrently is skipped."""
     want = table.get_int(MIN_LEAVES_PROPERTY) if min_leaves is None else min_leaves
+    min_rows = table.get_int(MIN_ROWS_PROPERTY)
     tree = PartitionTree(state_store.partitions(table.table_id))
     leaves = [p for p in tree.by_id.values() if p.is_leaf]
     if len(leaves) >= want:
         return 0
     sample = sample_keys(files, table, s3)
     existing, records = table_distribution(state_store, objects, table)
-    need = leaves_needed(want, records, sample.records)
+    need = planned_leaves(want, min_rows, records, sample.records)
     if len(leaves) >= need or not sample.values:
         return 0
     each = sample.records / len(sample.values)

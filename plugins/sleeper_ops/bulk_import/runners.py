@@ -4,9 +4,12 @@ runners): the core never imports its Spark adapter."""
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sleeper_ops.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sleeper_ops.config import SleeperConfig
 
 #: runner name -> ``module:function`` taking (config, table, sources, *, import_key, run_id)
 BULK_IMPORT_RUNNERS = {"spark": "sleeper_ops.spark.bulk_submit:submit_bulk_import"}
@@ -25,3 +28,12 @@ def load_bulk_import_runner(name: str = "spark") -> Any:
     except ImportError as e:
         raise ConfigError(f"the {name} bulk import runner cannot be loaded: {e}") from e
     return getattr(module, function)
+
+
+def where_it_runs(config: SleeperConfig) -> str:
+    """Where the ``spark`` runner sends a bulk import under ``config``, as a user reads
+    it: the standing Spark service when the configuration names one (``[spark]
+    service``: no spark-submit), else a spark-submit on ``[spark] master``."""
+    if config.spark_service:
+        return f"on the Spark service at {config.spark_service}"
+    return f"with spark-submit on {config.spark_master}"

@@ -64,6 +64,14 @@ def _expand_s3(source: str, s3: Optional[S3Options]) -> list[tuple[str, int]]:
     return sorted(out)
 
 
+def absolute_sources(sources: Sequence[str]) -> list[str]:
+    """``sources`` with every local path (anything but a ``scheme://`` URI) made absolute
+    against this process's working directory, so a runner in another process or on
+    another machine (the Spark service) reads the files the caller named. The import
+    key's digest (:func:`~sleeper_ops.bulk_import.job.import_digest`) reads them alike."""
+    return [s if "://" in s else os.path.abspath(s) for s in sources]
+
+
 def expand_sources(sources: Sequence[str], s3: Optional[S3Options] = None) -> list[tuple[str, int]]:
     """Every input file the ``sources`` name, once each, sorted, with its size in bytes.
 

@@ -132,8 +132,10 @@ def bulk_import(ctx: click.Context, table_name: Optional[str], sources: tuple[st
     if done is not None:  # said before Spark starts
         click.echo(done.summary())
         return
-    click.echo(f"bulk import into {table_name} on Spark ({t.sleeper.config.spark_master if t.sleeper.config else '?'}):"
-               " starting spark-submit", err=True)
+    if t.sleeper.config is not None:
+        from sleeper_ops.bulk_import.runners import where_it_runs
+
+        click.echo(f"bulk import into {table_name}: starting {where_it_runs(t.sleeper.config)}", err=True)
     r = t.bulk_import(list(sources), import_key=import_key)
     click.echo(r.summary())
 

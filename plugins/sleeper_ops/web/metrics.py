@@ -3,6 +3,7 @@ Prometheus text format, one sample per table labelled ``table``.
 
 =================================  =====================================================
 sleeper_records                    records in the table's files (not the buffer)
+sleeper_records_approximate        1 when sleeper_records includes estimated counts, else 0 (exact)
 sleeper_files                      tracked files (referenced or awaiting GC)
 sleeper_leaf_partitions            leaf partitions
 sleeper_leaf_files_max             the most file references on one leaf partition
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
 #: field of TableMetrics -> (metric name, help, is a counter)
 METRICS: dict[str, tuple[str, str, bool]] = {
     "records": ("sleeper_records", "Records in the table's files", False),
+    "records_approximate": ("sleeper_records_approximate",
+                            "1 when sleeper_records includes estimated counts (files of split partitions not yet "
+                            "compacted), else 0", False),
     "files": ("sleeper_files", "Tracked files, referenced or awaiting garbage collection", False),
     "leaf_partitions": ("sleeper_leaf_partitions", "Leaf partitions", False),
     "leaf_files_max": ("sleeper_leaf_files_max", "The most file references on one leaf partition", False),

@@ -177,7 +177,8 @@ def leaf_records_svg(partitions: Sequence[dict[str, Any]], threshold: int, *, wi
         hi = "∞" if not p["region"] or p["region"][0]["max"] is None else json.dumps(p["region"][0]["max"])
         parts.append(f"<rect x='{x + 1:.1f}' y='{pad_top + ph - h:.1f}' width='{max(bw - 2, 1):.1f}' "
                      f"height='{h:.1f}' fill='{KIND_COLOURS['compaction']}'><title>{_e(p['id'])}: "
-                     f"[{_e(lo)}, {_e(hi)}) {p['records']:,} records in {p['files']} files</title></rect>")
+                     f"[{_e(lo)}, {_e(hi)}) {p['records']:,}{'~' if p.get('records_approximate') else ''} records in "
+                     f"{p['files']} files</title></rect>")
     if show_threshold:
         y = pad_top + ph - threshold / top * ph
         parts.append(f"<line x1='{left}' x2='{width - right}' y1='{y:.1f}' y2='{y:.1f}' stroke='{FAILED_COLOUR}' "

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 from urllib.parse import quote
 
-from sleeper_ops.reports import partitions_report, region_text
+from sleeper_ops.reports import APPROXIMATE_NOTE, approximately, partitions_report, region_text
 from sleeper_ops.web.status_charts import (
     _e,
     _time,
@@ -86,6 +86,8 @@ class TableSummary:
     last_job_ms: Optional[int]
     #: Why the table's DAGs cannot be built (what the DAG files report), or None.
     dag_problem: Optional[str] = None
+    #: ``records`` includes estimated counts (shown ``~``, see :data:`sleeper_ops.reports.APPROXIMATE_NOTE`)
+    records_approximate: bool = False
 
     @classmethod
     def of(cls, info: TableInfo, overview: TableOverview, jobs: Sequence[JobRecord],
@@ -95,7 +97,13 @@ class TableSummary:
             by_status[j.status] = by_status.get(j.status, 0) + 1
         return cls(info.name, info.table_id, info.online, len(overview.partitions), overview.leaves, overview.files,
                    overview.references, overview.records, by_status,
-                   max((j.last_update_ms for j in jobs), default=None), dag_problem)
+                   max((j.last_update_ms for j in jobs), default=None), dag_problem, overview.records_approximate)
+
+    def records_text(self) -> str:
+        """The records figure as shown: ``1,234``, or ``1,234~`` with a tooltip when estimated."""
+        if not self.records_approximate:
+            return f"{self.records:,}"
+        return f"<span title='{_e(APPROXIMATE_NOTE)}'>{approximately(self.records, True)}</span>"
 
 
 def _table_href(name: str) -> str:
@@ -120,7 +128,7 @@ def render_index(tables: Sequence[TableSummary]) -> str:
         rows.append(f"<tr><td><a class='name' title='{_e(t.name)}' href='{_table_href(t.name)}'>{_e(t.name)}</a>"
                     f"<div class='muted mono'>{_e(t.table_id)}</div>{_dag_problem_html(t.dag_problem)}</td>"
                     f"<td>{badge}</td><td class='num'>{t.leaves}/{t.partitions}</td>"
-                    f"<td class='num'>{t.files:,}</td><td class='num'>{t.records:,}</td><td>{_e(jobs)}</td>"
+                    f"<td class='num'>{t.files:,}</td><td class='num'>{t.records_text()}</td><td>{_e(jobs)}</td>"
                     f"<td>{_time(t.last_job_ms)}</td></tr>")
     table = ("<table><tr><th>table</th><th>state</th><th class='num'>leaves/partitions</th><th class='num'>files</th>"
              "<th class='num'>records</th><th>recent jobs</th><th>last job (UTC)</th></tr>"
@@ -217,7 +225,7 @@ def render_table(info: TableInfo, overview: TableOverview, jobs: Sequence[JobRec
         f"<h1>{_e(info.name)} {badge}</h1><div class='muted mono'>{_e(info.table_id)}</div>",
         f"<p class='muted'>DAGs: {dag_links}<br>properties set: <span class='mono'>{props}</span></p>",
         "<div class='cards'>"
-        f"<div class='card'><b>{summary.records:,}</b>records</div>"
+        f"<div class='card'><b>{summary.records_text()}</b>records</div>"
         f"<div class='card'><b>{summary.leaves}</b>leaf partitions of {summary.partitions}</div>"
         f"<div class='card'><b>{summary.files:,}</b>files ({summary.references:,} references)</div>"
         f"<div class='card'><b>{len(jobs):,}</b>jobs{f' ({failed} failed)' if failed else ''}</div></div>",

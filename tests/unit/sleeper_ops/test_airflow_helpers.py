@@ -147,7 +147,7 @@ def test_the_dated_dag_starts_at_the_tables_import_start_so_no_past_interval_run
     table = TableInfo("tid", "events", schema, {"sleeper.table.bulk.import.source": "/raw/{{ ds }}/",
                                                 "sleeper.table.bulk.import.start": start.isoformat()})
     dag = build_dag(table, "bulk_import")
-    assert dag.start_date == start
+    assert dag.timetable.start == start and dag.catchup, "scheduled from the start, no interval skipped"
     first = dag.timetable.next_dagrun_info(last_automated_data_interval=None, restriction=_restriction(dag))
     midnight = start.replace(hour=0, minute=0)
     expected = midnight if midnight == start else midnight + timedelta(days=1)
@@ -156,9 +156,11 @@ def test_the_dated_dag_starts_at_the_tables_import_start_so_no_past_interval_run
 
 
 def _restriction(dag):  # type: ignore[no-untyped-def]
+    """The scheduler's restriction of ``dag`` (as Airflow's ``SerializedDAG._time_restriction``)."""
     from airflow.timetables.base import TimeRestriction
 
-    return TimeRestriction(earliest=dag.start_date, latest=None, catchup=False)
+    earliest = min([dag.start_date, *(t.start_date for t in dag.tasks if t.start_date)])
+    return TimeRestriction(earliest=earliest, latest=None, catchup=dag.catchup)
 
 def test_the_hook_reads_aws_settings_through_the_amazon_providers_aws_base_hook(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -56,7 +56,8 @@ def _keys(t) -> list[int]:
 
 
 def test_a_key_imports_once_and_its_outputs_were_named_before_they_were_written(sleeper, inputs):
-    t = sleeper.create_table("t", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "4"})
+    t = sleeper.create_table("t", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "4",
+                                                      "sleeper.table.bulk.import.min.rows.per.leaf": "1"})
     named: list[tuple[str, ...]] = []
     runner = local_runner(sleeper)
 
@@ -93,7 +94,8 @@ def test_a_repeated_import_key_is_answered_before_spark_starts(sleeper, inputs, 
 
 
 def test_a_failed_run_deletes_what_it_wrote_and_commits_nothing(sleeper, inputs):
-    t = sleeper.create_table("t", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "2"})
+    t = sleeper.create_table("t", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "2",
+                                                      "sleeper.table.bulk.import.min.rows.per.leaf": "1"})
     runner = local_runner(sleeper)
 
     def run_then_fail(plan: ImportPlan) -> list[LeafOutput]:
@@ -114,7 +116,8 @@ def test_two_runs_of_one_key_racing_add_every_record_once_and_lose_none(sleeper,
     """Both read the job's record before either saves its attempt: they get the same
     attempt number, but their output keys differ, so the loser's clean-up cannot delete
     the winner's files."""
-    t = sleeper.create_table("t", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "2"})
+    t = sleeper.create_table("t", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "2",
+                                                      "sleeper.table.bulk.import.min.rows.per.leaf": "1"})
     barrier = threading.Barrier(2)
     results, errors = [], []
 

@@ -10,7 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from sleeper_ops.bulk_import.job import bulk_import
-from sleeper_ops.bulk_import.presplit import leaves_needed, plan_split_points
+from sleeper_ops.bulk_import.presplit import (
+    MIN_LEAVES_PROPERTY,
+    MIN_ROWS_PROPERTY,
+    leaves_needed,
+    plan_split_points,
+    planned_leaves,
+)
+from statestore.properties import PROPERTY_DEFS
 from tests.unit.sleeper_ops.test_bulk_import_job import SCHEMA, local_runner
 
 LOW = -(2**63)
@@ -33,6 +40,29 @@ def test_leaves_needed_follow_the_imports_share_of_the_table():
     assert leaves_needed(64, 100_000, 5_000) == 3
     assert leaves_needed(64, 100_000, 100_000) == 32
     assert leaves_needed(64, 10, 0) == 1
+
+
+@pytest.mark.parametrize("rows, leaves", [(100, 1), (10_000, 1), (1_000_000, 1), (10_000_000, 10),
+                                          (100_000_000, 64)])
+def test_a_new_table_gets_the_leaves_its_import_rows_justify_with_the_default_properties(rows, leaves):
+    """Issue 34 item 2, the table in docs/usage/bulk-import.md: rows -> leaves on a new
+    table, planned (the split points over a sample standing for ``rows`` records) with
+    the default sleeper.table.bulk.import.min.leaf.partitions (64) and
+    sleeper.table.bulk.import.min.rows.per.leaf (1,000,000)."""
+    want = int(PROPERTY_DEFS[MIN_LEAVES_PROPERTY].default or 0)
+    min_rows = int(PROPERTY_DEFS[MIN_ROWS_PROPERTY].default or 0)
+    planned = planned_leaves(want, min_rows, 0, rows)
+    sample = [(float(v), rows / 10_000) for v in range(10_000)]  # 10,000 sampled keys standing for the rows
+    points = plan_split_points([(LOW, None)], sample, planned)
+    assert (planned, len(points) + 1) == (leaves, leaves)
+    assert rows // (len(points) + 1) >= min(rows, min_rows), "no leaf made for fewer rows than the minimum"
+
+
+def test_the_minimum_rows_per_leaf_caps_the_leaves_of_a_table_with_data_too():
+    assert planned_leaves(64, 1_000, 0, 3) == 1
+    assert planned_leaves(64, 1, 0, 3) == 3, "a minimum of 1 row: as many leaves as rows, up to want"
+    assert planned_leaves(64, 1_000, 9_000, 9_000) == 18, "18,000 records after the import: 18 leaves at most"
+    assert planned_leaves(64, 1_000, 100_000, 5_000) == 3, "the import's share decides when it is lower"
 
 
 def test_the_plan_splits_the_fullest_leaf_at_the_weighted_median_of_old_and_new_data():
@@ -64,7 +94,8 @@ def test_a_small_import_into_a_table_with_leaves_adds_none_and_spreads_over_them
 
 def test_a_large_import_splits_at_medians_of_the_whole_table(sleeper, tmp_path):
     rng = np.random.default_rng(8)
-    t = sleeper.create_table("t", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "8"})
+    t = sleeper.create_table("t", SCHEMA, properties={"sleeper.table.bulk.import.min.leaf.partitions": "8",
+                                                      "sleeper.table.bulk.import.min.rows.per.leaf": "1000"})
     old, new = rng.integers(0, 1_000_000, 50_000), rng.integers(1_000_000, 2_000_000, 50_000)
     t.ingest(_rows(old, "old"))  # the table: keys below 1M; the import: above
     pq.write_table(_rows(new, "new"), tmp_path / "new.parquet")

@@ -35,6 +35,8 @@ def test_every_property_of_the_design_is_defined_with_its_default():
         "sleeper.table.ingest.batcher.job.max.size": "5G",
         "sleeper.table.ingest.batcher.job.max.files": "100",
         "sleeper.table.ingest.batcher.job.max.age.seconds": "300",
+        "sleeper.table.bulk.import.min.leaf.partitions": "64",
+        "sleeper.table.bulk.import.min.rows.per.leaf": "1000000",
     }
     for name, default in expected.items():
         assert PROPERTY_DEFS[name].default == default, name
@@ -86,6 +88,8 @@ def test_valid_values_are_accepted_as_given(name, value):
     ("sleeper.table.iterator.python", "my_pkg.iterators", "module.path:function"),
     ("sleeper.table.iterator.python", "os; rm -rf:x", "module.path:function"),
     ("sleeper.table.gc.batch.size", "0", "positive integer"),
+    ("sleeper.table.bulk.import.min.rows.per.leaf", "0", "positive integer"),
+    ("sleeper.table.bulk.import.min.rows.per.leaf", "1M", "positive integer"),
     ("sleeper.table.iterator.ageoff", "ts", "FIELD:MAX_AGE_MS"),
     ("sleeper.table.iterator.ageoff", ":100", "FIELD:MAX_AGE_MS"),
     ("sleeper.table.iterator.ageoff", "ts:1h", "FIELD:MAX_AGE_MS"),
