@@ -67,3 +67,13 @@ def test_finding_6_sql_reads_the_table_named_as_written(run: Run, tmp_path: Path
     assert (code, [json.loads(r) for r in out.splitlines()]) == (0, [{"n": 1}])
     code, _, err = run("sql", "SELECT * FROM T")
     assert code != 0 and "no table named 'T'" in one_line(err)
+
+
+def test_finding_6_range_null_is_unbounded_at_either_end(run: Run, tmp_path: Path) -> None:
+    assert run("table", "create", "t", "--schema", schema_file(tmp_path))[0] == 0
+    assert run("ingest", "t", records(tmp_path, {"key": "", "count": 0}, {"key": "b", "count": 2}))[0] == 0
+    code, out, err = run("query", "t", "--range", "null", "null")
+    assert (code, [json.loads(r)["key"] for r in out.splitlines()]) == (0, ["", "b"]), err
+    code, out, err = run("query", "t", "--range", "null", '"b"')
+    assert (code, [json.loads(r)["key"] for r in out.splitlines()]) == (0, [""]), err
+

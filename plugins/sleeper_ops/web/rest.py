@@ -356,11 +356,5 @@ def _parse_range(schema: Schema, lo: Optional[str], hi: Optional[str]) -> tuple[
     """``[lo, hi)`` on the first row key field from JSON values; an absent or null end is
     unbounded."""
     from sleeper_ops.io.codec import parse_range
-    from statestore.schema import min_value
 
-    if lo is not None and lo.strip() != "null":
-        return parse_range(schema, lo, "null" if hi is None else hi)
-    if hi is None or hi.strip() == "null":
-        return min_value(schema.row_key_fields[0].type), None  # type: ignore[arg-type]
-    # parse the end as a range start, to get the same checks and messages
-    return min_value(schema.row_key_fields[0].type), parse_range(schema, hi, "null")[0]  # type: ignore[arg-type]
+    return parse_range(schema, "null" if lo is None else lo, "null" if hi is None else hi)
