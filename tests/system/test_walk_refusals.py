@@ -77,3 +77,14 @@ def test_finding_6_range_null_is_unbounded_at_either_end(run: Run, tmp_path: Pat
     code, out, err = run("query", "t", "--range", "null", '"b"')
     assert (code, [json.loads(r)["key"] for r in out.splitlines()]) == (0, [""]), err
 
+
+def test_finding_6_a_future_as_of_is_refused(run: Run, tmp_path: Path) -> None:
+    assert run("table", "create", "t", "--schema", schema_file(tmp_path))[0] == 0
+    assert run("ingest", "t", records(tmp_path, {"key": "a", "count": 1}))[0] == 0
+    for args in (("query", "t", "--range", "null", "null"), ("sql", "SELECT * FROM t")):
+        code, out, err = run(*args, "--as-of", "2999-01-01T00:00:00Z")
+        line = one_line(err)
+        assert code == 1 and out == "" and "2999-01-01" in line and "future" in line, err
+        code, _, err = run(*args, "--as-of", "999")
+        assert code == 1 and "999" in one_line(err), err
+
