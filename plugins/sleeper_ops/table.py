@@ -324,8 +324,8 @@ class Table:
         or nothing; see :meth:`write`."""
         from sleeper_ops.ingest.buffer import read_files, write_records
 
-        return write_records(self.sleeper.state_store, self._fresh(), read_files(paths, self.schema, self.sleeper.s3),
-                             request_id=request_id)
+        records = read_files(paths, self.schema, self.sleeper.s3, table=self.name)
+        return write_records(self.sleeper.state_store, self._fresh(), records, request_id=request_id)
 
     @_by_name
     def ingest_request(self, files: Sequence[str], *, request_id: Optional[str] = None) -> list[Any]:

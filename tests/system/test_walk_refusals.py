@@ -88,3 +88,12 @@ def test_finding_6_a_future_as_of_is_refused(run: Run, tmp_path: Path) -> None:
         code, _, err = run(*args, "--as-of", "999")
         assert code == 1 and "999" in one_line(err), err
 
+
+def test_finding_6_an_empty_json_lines_file_names_the_file_and_table(run: Run, tmp_path: Path) -> None:
+    assert run("table", "create", "t", "--schema", schema_file(tmp_path))[0] == 0
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for command in ("ingest", "write"):
+        code, out, err = run(command, "t", str(empty))
+        line = one_line(err)
+        assert code == 1 and "empty.jsonl" in line and "'t'" in line and "empty" in line, err
