@@ -97,3 +97,15 @@ def test_finding_6_an_empty_json_lines_file_names_the_file_and_table(run: Run, t
         code, out, err = run(command, "t", str(empty))
         line = one_line(err)
         assert code == 1 and "empty.jsonl" in line and "'t'" in line and "empty" in line, err
+
+
+def test_finding_6_a_missing_value_field_is_null_as_documented(run: Run, tmp_path: Path) -> None:
+    """Value fields are nullable (docs/usage/ingest.md): a JSON record leaving one out stores
+    null; leaving out a key field is refused in one line naming the line and the field."""
+    assert run("table", "create", "t", "--schema", schema_file(tmp_path))[0] == 0
+    assert run("write", "t", records(tmp_path, {"key": "a"}))[0] == 0
+    code, out, _ = run("query", "t", "--key", '"a"')
+    assert (code, [json.loads(r) for r in out.splitlines()]) == (0, [{"key": "a", "count": None}])
+    code, _, err = run("ingest", "t", records(tmp_path, {"count": 1}, name="nokey.jsonl"))
+    line = one_line(err)
+    assert code == 1 and "nokey.jsonl" in line and "'key'" in line, err
