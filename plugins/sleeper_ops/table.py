@@ -175,16 +175,24 @@ class Table:
 
     def query_batches(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
                       regions: Sequence[Region] = (), iterators: Sequence[Any] = (), limit: Optional[int] = None,
-                      batch_rows: int = DEFAULT_BATCH_ROWS,
-                      buffer: bool = True) -> Generator[pa.RecordBatch, None, None]:
+                      batch_rows: int = DEFAULT_BATCH_ROWS, buffer: bool = True,
+                      as_of: Any = None) -> Generator[pa.RecordBatch, None, None]:
         """The records of :meth:`query`, in the same order, streamed as record batches,
         at most ``limit`` of them (None: all); see :meth:`QueryRunner.stream`. Memory holds
         a few batches, not the result; reading stops once ``limit`` records are out.
+        ``as_of`` reads as :meth:`query` does (files only, whatever ``buffer``).
 
-        Bad keys or ranges and state store errors are raised by this call, before any
-        record is read; errors reading files are raised while iterating. Closing the
-        iterator early stops reading."""
+        Bad keys or ranges, an as-of refusal and state store errors are raised by this
+        call, before any record is read; errors reading files are raised while iterating.
+        Closing the iterator early stops reading."""
         rs = self._regions(keys, ranges, regions)
+        if as_of is not None:
+            from sleeper_ops.query.as_of import as_of_stream
+
+            queries = self.sleeper.queries
+            return as_of_stream(self.sleeper.state_store, self.sleeper.objects, self._fresh(), as_of, rs,
+                                limit=limit, batch_rows=batch_rows, iterators=iterators, cache=queries.as_of_states,
+                                pool=queries.runner(self.info)._pool)
         try:
             return self._shared_runner(iterators).stream(rs, limit=limit, batch_rows=batch_rows, buffer=buffer)
         except TableNotFoundError:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -109,3 +109,49 @@ def test_finding_6_a_missing_value_field_is_null_as_documented(run: Run, tmp_pat
     code, _, err = run("ingest", "t", records(tmp_path, {"count": 1}, name="nokey.jsonl"))
     line = one_line(err)
     assert code == 1 and "nokey.jsonl" in line and "'key'" in line, err
+
+
+@pytest.fixture
+def rest(tmp_path: Path) -> Iterator[tuple[Any, Any]]:
+    """A REST client of the app over an in-memory Sleeper, and that Sleeper, holding table
+    ``t`` with records a and b ingested."""
+    import warnings
+
+    from sleeper_ops import Sleeper
+    from sleeper_ops.io.storage import ObjectStore
+    from sleeper_ops.web.rest import create_app
+    from statestore.memory import InMemoryStateStore
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+        from fastapi.testclient import TestClient
+    s = Sleeper(state_store=InMemoryStateStore(), objects=ObjectStore(str(tmp_path / "data")))
+    s.create_table("t", SCHEMA).ingest([records(tmp_path, {"key": "a", "count": 1}, {"key": "b", "count": 2})])
+    with TestClient(create_app(lambda: s)) as client:
+        yield client, s
+    s.close()
+
+
+def test_finding_6_rest_reads_as_of_like_the_cli(rest: tuple[Any, Any], tmp_path: Path) -> None:
+    client, s = rest
+    t = s.table("t")
+    ingested = t.history(limit=1)[0].number
+    t.ingest([records(tmp_path, {"key": "d", "count": 4}, name="later.jsonl")])
+    t.write([{"key": "c", "count": 3}])  # in the write buffer, which as-of reads exclude
+    now = client.get("/tables/t/records", params={"min": "null"})
+    assert [r["key"] for r in now.json()["records"]] == ["a", "b", "c", "d"]
+    then = client.get("/tables/t/records", params={"min": "null", "as_of": str(ingested)})
+    assert then.status_code == 200, then.text
+    assert [r["key"] for r in then.json()["records"]] == ["a", "b"]
+    future = client.get("/tables/t/records", params={"min": "null", "as_of": "2999-01-01T00:00:00Z"})
+    assert future.status_code == 400 and "in the future" in future.json()["detail"], future.text
+
+
+def test_finding_6_rest_refuses_unknown_query_parameters(rest: tuple[Any, Any]) -> None:
+    client, _ = rest
+    got = client.get("/tables/t/records", params={"key": '"a"', "asof": "1", "limt": "5"})
+    assert got.status_code == 422, got.text
+    assert "asof" in got.json()["detail"] and "limt" in got.json()["detail"]
+    got = client.get("/tables/t/jobs", params={"kinds": "compaction"})
+    assert got.status_code == 422 and "kinds" in got.json()["detail"], got.text
+    assert client.get("/tables/t/records", params={"key": '"a"', "limit": "5"}).status_code == 200

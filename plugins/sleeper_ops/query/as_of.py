@@ -29,7 +29,7 @@ import datetime
 import threading
 import time
 from concurrent.futures import Executor
-from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
+from typing import Any, Callable, Generator, Iterator, Optional, Sequence, TypeVar
 
 import pyarrow as pa
 
@@ -144,6 +144,27 @@ def as_of_runner(state_store: StateStore, objects: ObjectStore, info: TableInfo,
         yield runner
     finally:
         runner.close()
+
+
+def as_of_stream(state_store: StateStore, objects: ObjectStore, info: TableInfo, as_of: Any,
+                 regions: Sequence[Any], *, limit: Optional[int], batch_rows: int, iterators: Sequence[Any] = (),
+                 cache: Optional[AsOfCache] = None,
+                 pool: Optional[Executor] = None) -> Generator[pa.RecordBatch, None, None]:
+    """The records of ``regions`` as of ``as_of``, streamed as
+    :meth:`QueryRunner.stream` streams them (no write buffer). ``as_of`` is resolved, or
+    refused, by this call, before any record is read; the runner is closed when the
+    stream ends or is closed."""
+    opened = as_of_runner(state_store, objects, info, as_of, iterators=iterators, cache=cache, pool=pool)
+    runner = opened.__enter__()  # resolved (or refused) now
+
+    def batches() -> Generator[pa.RecordBatch, None, None]:
+        stream = runner.stream(regions, limit=limit, batch_rows=batch_rows, buffer=False)
+        try:
+            yield from stream
+        finally:
+            stream.close()
+            opened.__exit__(None, None, None)
+    return batches()
 
 
 def mark_as_of(table: pa.Table, state: AsOfState) -> pa.Table:
