@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 import pyarrow as pa
 
 from sleeper_ops.bulk_import.dated import BULK_IMPORT_SOURCE, with_import_start
+from sleeper_ops.bulk_import.templates import check_templates
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.engine.iterators import ITERATOR_PROPERTIES, check_iterator_properties
 from sleeper_ops.io.storage import ObjectStore
@@ -97,6 +98,7 @@ class Sleeper:
             schema = Schema.from_dict(schema)
         props = validate_properties(with_import_start({}, properties or {}))
         check_iterator_properties(schema, props)
+        check_templates(name, props)
         partitions = partitions_from_split_points(schema, split_points or ())
         info = self.state_store.create_table(name, schema, partitions, props)
         return Table(self, info)
@@ -110,9 +112,11 @@ class Sleeper:
     def set_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
         """Set properties of table ``name``, keeping the others; an empty value clears a
         property. Every name and value is checked before anything changes, iterators
-        against the table's schema (their user code imported), so a table never holds a
-        property its queries or maintenance would fail on."""
+        against the table's schema (their user code imported), the dated DAGs' templates
+        rendered on a sample interval (:mod:`sleeper_ops.bulk_import.templates`), so a
+        table never holds a property its queries, maintenance or DAG runs would fail on."""
         update = validate_values(properties)
+        check_templates(name, update)
         if any(update.get(k) for k in ITERATOR_PROPERTIES) or update.get(BULK_IMPORT_SOURCE):
             current = self.state_store.get_table(name)
             check_iterator_properties(current.schema, update)

@@ -155,3 +155,31 @@ def test_finding_6_rest_refuses_unknown_query_parameters(rest: tuple[Any, Any]) 
     got = client.get("/tables/t/jobs", params={"kinds": "compaction"})
     assert got.status_code == 422 and "kinds" in got.json()["detail"], got.text
     assert client.get("/tables/t/records", params={"key": '"a"', "limit": "5"}).status_code == 200
+
+
+@pytest.mark.parametrize("prop,value,jinja_says", [
+    ("sleeper.table.bulk.import.source", "s3://raw/{{ data_interval_start | dss }}/", "No filter named 'dss'"),
+    ("sleeper.table.bulk.import.source", "s3://raw/{{ ds /", "unexpected 'end of template'"),
+    ("sleeper.table.export.destination", "s3://out/{{ data_interval_begin | ds }}/",
+     "'data_interval_begin' is undefined"),
+    ("sleeper.table.export.destination", "s3://out/{{ params.day }}/", "has no attribute 'day'"),
+])
+def test_finding_5_a_bad_template_is_refused_when_set(run: Run, tmp_path: Path, prop: str, value: str,
+                                                      jinja_says: str) -> None:
+    assert run("table", "create", "t", "--schema", schema_file(tmp_path))[0] == 0
+    code, _, err = run("table", "set", "t", f"{prop}={value}")
+    line = one_line(err)
+    assert code == 1 and "'t'" in line and prop in line and jinja_says in line, err
+    code, out, _ = run("table", "describe", "t")
+    assert f"{prop} = \n" in out, "nothing was set"
+
+
+def test_finding_5_good_templates_are_accepted_when_set(run: Run, tmp_path: Path) -> None:
+    assert run("table", "create", "t", "--schema", schema_file(tmp_path))[0] == 0
+    for prop, value in (("sleeper.table.bulk.import.source",
+                         "s3://raw/{{ data_interval_start | ds }}/,s3://raw/{{ ds_nodash }}/{{ ts_nodash }}/"),
+                        ("sleeper.table.export.destination",
+                         "s3://out/{{ data_interval_end.strftime('%Y/%m/%d') }}/{{ var.value.bucket }}/"
+                         "{{ data_interval_start.add(days=1) | ds }}")):
+        code, _, err = run("table", "set", "t", f"{prop}={value}")
+        assert code == 0, err
