@@ -124,7 +124,8 @@ class Table:
         with a thread pool of its own (close it) and the table's shared metadata copy."""
         info = self._fresh()
         return QueryRunner(self.sleeper.state_store, self.sleeper.objects, info, threads=threads,
-                           iterators=iterators, metadata=self.sleeper.queries.metadata(info))
+                           iterators=iterators, metadata=self.sleeper.queries.metadata(info),
+                           python_modules=self.sleeper.python_iterator_modules)
 
     def _shared_runner(self, iterators: Sequence[Any]) -> QueryRunner:
         return self.sleeper.queries.runner(self.info, iterators)
@@ -163,8 +164,8 @@ class Table:
 
             queries = self.sleeper.queries
             with as_of_runner(self.sleeper.state_store, self.sleeper.objects, self._fresh(), as_of,
-                              iterators=iterators, cache=queries.as_of_states,
-                              pool=queries.runner(self.info)._pool) as runner:
+                              iterators=iterators, cache=queries.as_of_states, pool=queries.runner(self.info)._pool,
+                              python_modules=self.sleeper.python_iterator_modules) as runner:
                 assert runner.as_of is not None
                 return mark_as_of(runner.query(rs, buffer=False), runner.as_of)
         try:
@@ -192,7 +193,8 @@ class Table:
             queries = self.sleeper.queries
             return as_of_stream(self.sleeper.state_store, self.sleeper.objects, self._fresh(), as_of, rs,
                                 limit=limit, batch_rows=batch_rows, iterators=iterators, cache=queries.as_of_states,
-                                pool=queries.runner(self.info)._pool)
+                                pool=queries.runner(self.info)._pool,
+                                python_modules=self.sleeper.python_iterator_modules)
         try:
             return self._shared_runner(iterators).stream(rs, limit=limit, batch_rows=batch_rows, buffer=buffer)
         except TableNotFoundError:
@@ -282,7 +284,8 @@ class Table:
         return compact_table(self.sleeper.state_store, self.sleeper.objects, self._fresh(), runner=runner,
                              iterators=iterators, run_id=run_id, max_workers=max_workers,
                              retry_after_minutes=retry_after_minutes, progress=progress, on_jobs=on_jobs,
-                             spark=self.sleeper.spark_batch_runner(run_id))
+                             spark=self.sleeper.spark_batch_runner(run_id),
+                             python_modules=self.sleeper.python_iterator_modules)
 
     @_by_name
     def split(self, *, run_id: Optional[str] = None) -> Any:

@@ -183,3 +183,73 @@ def test_finding_5_good_templates_are_accepted_when_set(run: Run, tmp_path: Path
                          "{{ data_interval_start.add(days=1) | ds }}")):
         code, _, err = run("table", "set", "t", f"{prop}={value}")
         assert code == 0, err
+
+
+PYTHON = "sleeper.table.iterator.python"
+SAMPLES = "tests.unit.sleeper_ops.iterator_samples"
+
+
+@pytest.fixture
+def allowing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+             ) -> Iterator[Callable[..., tuple[Run, Any]]]:
+    """``allowing(*modules)``: the ``run`` of a home whose sleeper.toml allows Python
+    iterators from ``modules`` only (none: the setting left out), and its Sleeper."""
+    opened: list[Any] = []
+
+    def make(*modules: str) -> tuple[Run, Any]:
+        h = tmp_path / "home"
+        h.mkdir()
+        allowed = f"[iterators]\npython_modules = {json.dumps(list(modules))}\n" if modules else ""
+        (h / "sleeper.toml").write_text('[state_store]\nbackend = "memory"\n' + allowed)
+        monkeypatch.setenv("SLEEPER_HOME", str(h))
+        shared = sleeper_ops.api.Sleeper(h)
+        opened.append(shared)
+        monkeypatch.setattr(sleeper_ops.api, "Sleeper", lambda given: contextlib.nullcontext(shared))
+        return (lambda *args: invoke_cli(capsys, *args)), shared
+    yield make
+    for s in opened:
+        s.close()
+
+
+def test_finding_5_python_iterators_come_only_from_allowed_modules(allowing: Callable[..., tuple[Run, Any]],
+                                                                   tmp_path: Path) -> None:
+    run, _ = allowing()  # the default: no module allowed
+    assert run("table", "create", "t", "--schema", schema_file(tmp_path))[0] == 0
+    for value in ("builtins:print", "os:system", f"{SAMPLES}:times_ten"):
+        code, _, err = run("table", "set", "t", f"{PYTHON}={value}")
+        line = one_line(err)
+        assert code == 1 and "'t'" in line and PYTHON in line and "iterators.python_modules" in line, err
+
+
+def test_finding_5_an_allowed_module_gives_iterators_and_others_are_refused(
+        allowing: Callable[..., tuple[Run, Any]], tmp_path: Path) -> None:
+    run, _ = allowing(SAMPLES)
+    assert run("table", "create", "t", "--schema", schema_file(tmp_path))[0] == 0
+    assert run("ingest", "t", records(tmp_path, {"key": "a", "count": 1}))[0] == 0
+    code, _, err = run("table", "set", "t", f"{PYTHON}={SAMPLES}:times_ten")
+    assert code == 0, err
+    code, out, _ = run("query", "t", "--key", '"a"')
+    assert (code, json.loads(out)) == (0, {"key": "a", "count": 10})
+    code, _, err = run("table", "set", "t", f"{PYTHON}=builtins:print")
+    assert code == 1 and "iterators.python_modules" in one_line(err), err
+
+
+def test_finding_5_a_stored_iterator_outside_the_list_fails_its_own_table_only_and_is_never_imported(
+        allowing: Callable[..., tuple[Run, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "walk_probe_iterator.py").write_text("raise RuntimeError('imported')\n\ndef fn(b):\n    return b\n")
+    monkeypatch.syspath_prepend(str(probe))
+    run, sleeper = allowing(SAMPLES)
+    for name in ("t", "other"):
+        assert run("table", "create", name, "--schema", schema_file(tmp_path))[0] == 0
+        assert run("ingest", name, records(tmp_path, {"key": "a", "count": 1}))[0] == 0
+    sleeper.state_store.update_properties("t", {PYTHON: "walk_probe_iterator:fn"})  # set before the allow-list
+    for args in (("query", "t", "--key", '"a"'), ("sql", "SELECT * FROM t"), ("compact", "t")):
+        code, _, err = run(*args)
+        line = one_line(err)
+        assert code == 1 and "'t'" in line and "walk_probe_iterator" in line, err
+        assert "iterators.python_modules" in line and "imported" not in line, err
+    code, out, _ = run("query", "other", "--key", '"a"')
+    assert (code, json.loads(out)) == (0, {"key": "a", "count": 1})
+    assert run("compact", "other")[0] == 0
