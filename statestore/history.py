@@ -199,6 +199,8 @@ def parse_as_of(text: str) -> AsOf:
     time (``2026-11-24T09:30:00Z``; no zone: UTC). Raises HistoryError in one line."""
     text = text.strip()
     if text.isascii() and text.isdigit():
+        if int(text) >= 2**63:  # no store numbers a transaction beyond a signed 64-bit integer
+            raise HistoryError(f"--as-of {text!r} is not a transaction number (too large)")
         return int(text)
     try:
         when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))

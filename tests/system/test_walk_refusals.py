@@ -145,6 +145,11 @@ def test_finding_6_rest_reads_as_of_like_the_cli(rest: tuple[Any, Any], tmp_path
     assert [r["key"] for r in then.json()["records"]] == ["a", "b"]
     future = client.get("/tables/t/records", params={"min": "null", "as_of": "2999-01-01T00:00:00Z"})
     assert future.status_code == 400 and "in the future" in future.json()["detail"], future.text
+    for bad in ("yesterday", str(2**64)):
+        got = client.get("/tables/t/records", params={"min": "null", "as_of": bad})
+        assert got.status_code == 400 and bad in got.json()["detail"], got.text
+    got = client.get("/tables/t/records", params={"min": "null", "as_of": str(ingested), "buffer": "true"})
+    assert got.status_code == 400 and "buffer" in got.json()["detail"], got.text
 
 
 def test_finding_6_rest_refuses_unknown_query_parameters(rest: tuple[Any, Any]) -> None:
