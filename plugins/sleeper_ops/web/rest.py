@@ -195,8 +195,9 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
         title="Sleeper REST API",
         version="1",
         description=_DESCRIPTION,
-        dependencies=[Depends(refuse_unknown_query_params)]
-        + ([Depends(auth_dependency)] if auth_dependency is not None else []),
+        # authentication first: a request refused there learns nothing of the parameters
+        dependencies=([Depends(auth_dependency)] if auth_dependency is not None else [])
+        + [Depends(refuse_unknown_query_params)],
         lifespan=lifespan,
         responses={code: {"model": ErrorOut} for code in sorted(error_codes)},
     )
