@@ -154,9 +154,10 @@ def compact_table(state_store: StateStore, objects: ObjectStore, table: TableInf
         raise ConfigError(f"unknown compaction runner {runner!r}: expected one of {', '.join(RUNNERS)}")
     if runner == "spark" and iterators:
         raise ConfigError("the spark runner takes iterators from table properties only, not Python callables")
-    # the table's iterators build here or nowhere: a bad one fails this table's run in one
-    # line, before any job is created or assigned
-    IteratorChain.for_table(table, iterators, python_modules=python_modules)
+    if table.online:  # an offline table is skipped whatever its iterators
+        # the table's iterators build here or nowhere: a bad one fails this table's run in
+        # one line, before any job is created or assigned
+        IteratorChain.for_table(table, iterators, python_modules=python_modules)
     started = time.perf_counter()
     creation = create_compaction_jobs(state_store, table, run_id=run_id, retry_after_minutes=retry_after_minutes,
                                       objects=objects)

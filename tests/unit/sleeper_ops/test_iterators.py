@@ -425,3 +425,19 @@ def test_the_allow_list_is_read_from_the_configuration_checked_and_round_trips(t
     for bad in ("acme", ["os; rm"], [1], ["acme:fn"]):
         with pytest.raises(ConfigError, match="iterators.python_modules"):
             SleeperConfig.from_dict(tmp_path, {"iterators": {"python_modules": bad}})
+
+
+def test_a_compaction_of_a_table_with_an_iterator_outside_the_list_fails_before_any_job_is_created(
+        sleeper, samples):
+    """The whole run fails in one line naming the table (no job assigned, nothing to retry);
+    an offline table is still skipped."""
+    t = sleeper.create_table("t", SCHEMA)
+    for i in range(2):
+        t.ingest(pa.Table.from_pylist([row(f"k{i}")], schema=TARGET))
+    sleeper.state_store.update_properties("t", {PYTHON: "iterator_samples:times_ten"})
+    with pytest.raises(ConfigError, match="table 't'.*iterators.python_modules"):
+        t.compact()
+    assert t.jobs(kind="compaction") == []
+    assert not any(r.job_id for r in t.state().references.values()), "no file assigned to a job"
+    sleeper.state_store.update_properties("t", {"sleeper.table.online": "false"})
+    assert t.compact().skipped_reason == "table is offline"
