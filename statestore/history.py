@@ -199,6 +199,8 @@ def parse_as_of(text: str) -> AsOf:
     time (``2026-11-24T09:30:00Z``; no zone: UTC). Raises HistoryError in one line."""
     text = text.strip()
     if text.isascii() and text.isdigit():
+        if int(text) >= 2**63:  # no store numbers a transaction beyond a signed 64-bit integer
+            raise HistoryError(f"--as-of {text!r} is not a transaction number (too large)")
         return int(text)
     try:
         when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -221,7 +223,8 @@ def resolve_as_of(store: StateStore, table_id: str, table_name: str, as_of: AsOf
                   now_ms: int) -> AsOfState:
     """The table's state as of ``as_of`` (a transaction number, or a time: the state
     after the last transaction committed at or before it), refusing with one line of
-    :class:`HistoryError` a time before the retention (``now_ms - retention``), a
+    :class:`HistoryError` a time after ``now_ms`` (what a table holds then is not known
+    yet: later commits may still come before it), a time before the retention (``now_ms - retention``), a
     number the table never had (or whose history is gone), and a state no longer
     retained (see the module docstring)."""
     number, time_ms = resolve_number(store, table_id, table_name, as_of, retention=retention, now_ms=now_ms)
@@ -235,6 +238,9 @@ def resolve_number(store: StateStore, table_id: str, table_name: str, as_of: AsO
     start = now_ms - retention
     if isinstance(as_of, datetime.datetime):
         when = int(as_of.timestamp() * 1000)
+        if when > now_ms:
+            raise HistoryError(f"table {table_name!r}: --as-of {_iso(when)} is in the future (now {_iso(now_ms)}); "
+                               "its state then is not known yet: leave out --as-of to read the current state")
         if when < start:
             raise HistoryError(f"table {table_name!r} keeps {retention // 60_000} minutes of history: "
                                f"{_iso(when)} is before {_iso(start)}")

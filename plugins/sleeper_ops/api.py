@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 import pyarrow as pa
 
 from sleeper_ops.bulk_import.dated import BULK_IMPORT_SOURCE, with_import_start
+from sleeper_ops.bulk_import.templates import check_templates
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.engine.iterators import ITERATOR_PROPERTIES, check_iterator_properties
 from sleeper_ops.io.storage import ObjectStore
@@ -36,7 +37,9 @@ class Sleeper:
 
     ``config`` replaces ``home/sleeper.toml`` (e.g. a configuration built from an Airflow
     connection); ``state_store`` and ``objects`` may be given directly (tests,
-    embedding). Otherwise both come from the configuration: the state store through
+    embedding), and so may ``python_iterator_modules`` (where tables' Python iterators
+    may come from; by default the configuration's ``iterators.python_modules``, none
+    without a configuration). Otherwise both come from the configuration: the state store through
     the backend registry (:mod:`statestore.backends`), which starts the embedded
     PostgreSQL when no DSN is configured. Use as a context manager, or call :meth:`close`.
 
@@ -46,7 +49,8 @@ class Sleeper:
     """
 
     def __init__(self, home: Optional[os.PathLike[str] | str] = None, *, config: Optional[SleeperConfig] = None,
-                 state_store: Optional[StateStore] = None, objects: Optional[ObjectStore] = None):
+                 state_store: Optional[StateStore] = None, objects: Optional[ObjectStore] = None,
+                 python_iterator_modules: Optional[Sequence[str]] = None):
         if config is None and (state_store is None or objects is None):
             config = SleeperConfig.load(home)
         self.config: Optional[SleeperConfig] = config
@@ -58,7 +62,13 @@ class Sleeper:
             state_store = open_state_store(config.state_store_backend, **config.state_store_options())
         self.state_store = state_store
         self.objects = objects
-        self.queries = SharedRunners(state_store, objects)
+        #: where tables' Python iterators may come from: ``python_iterator_modules`` if
+        #: given, else the configuration's ``iterators.python_modules`` (none without one;
+        #: :mod:`sleeper_ops.engine.user_iterators`)
+        self.python_iterator_modules: tuple[str, ...] = (
+            tuple(python_iterator_modules) if python_iterator_modules is not None
+            else config.python_iterator_modules if config is not None else ())
+        self.queries = SharedRunners(state_store, objects, python_modules=self.python_iterator_modules)
 
     @property
     def s3(self):  # type: ignore[no-untyped-def]
@@ -96,7 +106,8 @@ class Sleeper:
         elif not isinstance(schema, Schema):
             schema = Schema.from_dict(schema)
         props = validate_properties(with_import_start({}, properties or {}))
-        check_iterator_properties(schema, props)
+        check_iterator_properties(schema, props, self.python_iterator_modules, table=name)
+        check_templates(name, props)
         partitions = partitions_from_split_points(schema, split_points or ())
         info = self.state_store.create_table(name, schema, partitions, props)
         return Table(self, info)
@@ -110,12 +121,14 @@ class Sleeper:
     def set_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
         """Set properties of table ``name``, keeping the others; an empty value clears a
         property. Every name and value is checked before anything changes, iterators
-        against the table's schema (their user code imported), so a table never holds a
-        property its queries or maintenance would fail on."""
+        against the table's schema (their user code imported), the dated DAGs' templates
+        rendered on a sample interval (:mod:`sleeper_ops.bulk_import.templates`), so a
+        table never holds a property its queries, maintenance or DAG runs would fail on."""
         update = validate_values(properties)
+        check_templates(name, update)
         if any(update.get(k) for k in ITERATOR_PROPERTIES) or update.get(BULK_IMPORT_SOURCE):
             current = self.state_store.get_table(name)
-            check_iterator_properties(current.schema, update)
+            check_iterator_properties(current.schema, update, self.python_iterator_modules, table=name)
             update = with_import_start(current.properties, update)
         return self.state_store.update_properties(name, update)
 
@@ -153,5 +166,6 @@ class Sleeper:
             from sleeper_ops.query.as_of import as_of_runner
 
             return SqlEngine(self.state_store, lambda info: as_of_runner(
-                self.state_store, self.objects, info, as_of, cache=self.queries.as_of_states)).execute(text)
+                self.state_store, self.objects, info, as_of, cache=self.queries.as_of_states,
+                python_modules=self.python_iterator_modules)).execute(text)
         return SqlEngine(self.state_store, lambda info: contextlib.nullcontext(self.queries.runner(info))).execute(text)

@@ -12,6 +12,12 @@ API may be asked to ingest files from (a list of local directories, absolute or
 relative to ``SLEEPER_HOME``, and ``s3://bucket/prefix`` URIs). Without it they are
 the object store's ``ingest`` folder and ``SLEEPER_HOME/ingest``, never the tables'
 own data; see :mod:`sleeper_ops.web.rest_paths`.
+
+An optional ``[iterators]`` section sets ``python_modules``: the only modules (each
+with its submodules) that a table's ``sleeper.table.iterator.python`` may name. Without
+it none may: any table writer can set a table property, and a Python iterator imports
+its module on every worker that reads or compacts the table. The built-in age-off and
+aggregation iterators need no module. See :mod:`sleeper_ops.engine.user_iterators`.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from sleeper_ops.engine.user_iterators import python_modules_setting
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.io.storage import S3Options
 from statestore.backends import backend_names
@@ -113,6 +120,9 @@ class SleeperConfig:
     #: (:mod:`sleeper_ops.spark.service`, e.g. ``http://127.0.0.1:8998``); when set, bulk
     #: imports and Spark compaction batches run there instead of in a spark-submit each
     spark_service: Optional[str] = None
+    #: ``iterators.python_modules``: the modules (and their submodules) Python iterators
+    #: may come from; empty: none (:mod:`sleeper_ops.engine.user_iterators`)
+    python_iterator_modules: tuple[str, ...] = ()
 
     def ingest_prefixes(self) -> tuple[str, ...]:
         """Where the REST API may be asked to ingest files from: ``ingest.allowed_prefixes``,
@@ -187,6 +197,8 @@ class SleeperConfig:
         if self.ingest_allowed_prefixes is not None:
             out["ingest"] = {"allowed_prefixes": [p if p.startswith("s3://") else under_home(p)
                                                   for p in self.ingest_allowed_prefixes]}
+        if self.python_iterator_modules:
+            out["iterators"] = {"python_modules": list(self.python_iterator_modules)}
         return out
 
     @classmethod
@@ -251,7 +263,8 @@ class SleeperConfig:
         return cls(home, uri, s3, backend, dsn, _under(home, ss.get("embedded_dir", "pg")),
                    str(spark["master"]), _under(home, airflow["home"]),
                    _allowed_prefixes(home, _section(raw, "ingest").get("allowed_prefixes")),
-                   DynamoDBSettings.from_section(home, ss), _idle_minutes(ss), _spark_service(spark))
+                   DynamoDBSettings.from_section(home, ss), _idle_minutes(ss), _spark_service(spark),
+                   python_modules_setting(_section(raw, "iterators").get("python_modules")))
 
 
 def _spark_service(spark: dict[str, Any]) -> Optional[str]:

@@ -127,7 +127,8 @@ class Table:
         with a thread pool of its own (close it) and the table's shared metadata copy."""
         info = self._fresh()
         return QueryRunner(self.sleeper.state_store, self.sleeper.objects, info, threads=threads,
-                           iterators=iterators, metadata=self.sleeper.queries.metadata(info))
+                           iterators=iterators, metadata=self.sleeper.queries.metadata(info),
+                           python_modules=self.sleeper.python_iterator_modules)
 
     def _shared_runner(self, iterators: Sequence[Any]) -> QueryRunner:
         return self.sleeper.queries.runner(self.info, iterators)
@@ -166,8 +167,8 @@ class Table:
 
             queries = self.sleeper.queries
             with as_of_runner(self.sleeper.state_store, self.sleeper.objects, self._fresh(), as_of,
-                              iterators=iterators, cache=queries.as_of_states,
-                              pool=queries.runner(self.info)._pool) as runner:
+                              iterators=iterators, cache=queries.as_of_states, pool=queries.runner(self.info)._pool,
+                              python_modules=self.sleeper.python_iterator_modules) as runner:
                 assert runner.as_of is not None
                 return mark_as_of(runner.query(rs, buffer=False), runner.as_of)
         try:
@@ -178,16 +179,25 @@ class Table:
 
     def query_batches(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
                       regions: Sequence[Region] = (), iterators: Sequence[Any] = (), limit: Optional[int] = None,
-                      batch_rows: int = DEFAULT_BATCH_ROWS,
-                      buffer: bool = True) -> Generator[pa.RecordBatch, None, None]:
+                      batch_rows: int = DEFAULT_BATCH_ROWS, buffer: bool = True,
+                      as_of: Any = None) -> Generator[pa.RecordBatch, None, None]:
         """The records of :meth:`query`, in the same order, streamed as record batches,
         at most ``limit`` of them (None: all); see :meth:`QueryRunner.stream`. Memory holds
         a few batches, not the result; reading stops once ``limit`` records are out.
+        ``as_of`` reads as :meth:`query` does (files only, whatever ``buffer``).
 
-        Bad keys or ranges and state store errors are raised by this call, before any
-        record is read; errors reading files are raised while iterating. Closing the
-        iterator early stops reading."""
+        Bad keys or ranges, an as-of refusal and state store errors are raised by this
+        call, before any record is read; errors reading files are raised while iterating.
+        Closing the iterator early stops reading."""
         rs = self._regions(keys, ranges, regions)
+        if as_of is not None:
+            from sleeper_ops.query.as_of import as_of_stream
+
+            queries = self.sleeper.queries
+            return as_of_stream(self.sleeper.state_store, self.sleeper.objects, self._fresh(), as_of, rs,
+                                limit=limit, batch_rows=batch_rows, iterators=iterators, cache=queries.as_of_states,
+                                pool=queries.runner(self.info)._pool,
+                                python_modules=self.sleeper.python_iterator_modules)
         try:
             return self._shared_runner(iterators).stream(rs, limit=limit, batch_rows=batch_rows, buffer=buffer)
         except TableNotFoundError:
@@ -277,7 +287,8 @@ class Table:
         return compact_table(self.sleeper.state_store, self.sleeper.objects, self._fresh(), runner=runner,
                              iterators=iterators, run_id=run_id, max_workers=max_workers,
                              retry_after_minutes=retry_after_minutes, progress=progress, on_jobs=on_jobs,
-                             spark=self.sleeper.spark_batch_runner(run_id))
+                             spark=self.sleeper.spark_batch_runner(run_id),
+                             python_modules=self.sleeper.python_iterator_modules)
 
     @_by_name
     def split(self, *, run_id: Optional[str] = None) -> Any:
@@ -327,8 +338,8 @@ class Table:
         or nothing; see :meth:`write`."""
         from sleeper_ops.ingest.buffer import read_files, write_records
 
-        return write_records(self.sleeper.state_store, self._fresh(), read_files(paths, self.schema, self.sleeper.s3),
-                             request_id=request_id)
+        records = read_files(paths, self.schema, self.sleeper.s3, table=self.name)
+        return write_records(self.sleeper.state_store, self._fresh(), records, request_id=request_id)
 
     @_by_name
     def ingest_request(self, files: Sequence[str], *, request_id: Optional[str] = None) -> list[Any]:

@@ -46,7 +46,8 @@ def _ids(t) -> Counter:
 
 @pytest.fixture
 def pg_sleeper(pg_dsn, tmp_path):
-    s = Sleeper(state_store=PostgresStateStore(pg_dsn), objects=ObjectStore(str(tmp_path / "data")))
+    s = Sleeper(state_store=PostgresStateStore(pg_dsn), objects=ObjectStore(str(tmp_path / "data")),
+                python_iterator_modules=("pausing_iterator",))
     yield s
     s.close()
 
@@ -57,7 +58,8 @@ sys.path.insert(0, {helpers!r})
 from sleeper_ops import Sleeper
 from sleeper_ops.io.storage import ObjectStore
 from statestore.postgres import PostgresStateStore
-s = Sleeper(state_store=PostgresStateStore({dsn!r}), objects=ObjectStore({root!r}))
+s = Sleeper(state_store=PostgresStateStore({dsn!r}), objects=ObjectStore({root!r}),
+            python_iterator_modules=("pausing_iterator",))
 print(s.table("t").compact(run_id="doomed").summary(), flush=True)
 """
 

@@ -132,6 +132,8 @@ def sleeper_home(tmp_path: Path, pg_dsn: str) -> Path:
         [state_store]
         backend = "postgres"
         dsn = "{pg_dsn}"
+        [iterators]
+        python_modules = ["dag_gated_iterator"]
         """))
     return home
 

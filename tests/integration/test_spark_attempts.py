@@ -107,7 +107,7 @@ def test_a_speculative_copy_and_a_killed_executor_leave_every_record_once_and_no
     home.mkdir()
     (home / "sleeper.toml").write_text(tomli_w.dumps({
         "object_store": {"uri": "data"}, "state_store": {"backend": "postgres", "dsn": pg_dsn},
-        "spark": {"master": cluster}}))
+        "spark": {"master": cluster}, "iterators": {"python_modules": ["attempt_hook"]}}))
     with Sleeper(home=home) as s:
         t = s.create_table("events", SCHEMA, split_points=[3333, 6666],
                            properties={**BASIC, "sleeper.table.iterator.python": "attempt_hook:hook"})

@@ -48,7 +48,7 @@ def open_sleeper(home, pg_dsn: str, object_store: dict | None = None, *, toml: b
     configuration with no file at all, as from an Airflow connection: the Spark driver
     then gets it only from the configuration file the submitter hands it."""
     raw = {"object_store": object_store or {"uri": "data"}, "state_store": {"backend": "postgres", "dsn": pg_dsn},
-           "spark": {"master": "local[2]"}}
+           "spark": {"master": "local[2]"}, "iterators": {"python_modules": ["gated_iterator"]}}
     if not toml:
         return Sleeper(config=SleeperConfig.from_dict(home, raw))
     home.mkdir(parents=True, exist_ok=True)

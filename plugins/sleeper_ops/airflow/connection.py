@@ -23,6 +23,8 @@ Fields of the connection:
   ``spark_master``      e.g. ``spark://host:7077`` (default ``local[*]``)
   ``spark_service``     a standing Spark driver service, e.g. ``http://host:8998``
   ``home``              where relative paths and the embedded server live
+  ``python_iterator_modules``  the modules tables' Python iterators may come from (a
+                        list; ``iterators.python_modules`` of sleeper.toml; default none)
   ====================  ==================================================================
 
 The settings of the AWS connection (``aws``: ``region``, ``endpoint_url``,
@@ -42,7 +44,7 @@ from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
 
 EXTRA_KEYS = ("object_store_uri", "endpoint_url", "region", "access_key", "secret_key", "spark_master", "spark_service",
-              "home", "state_store", "dynamodb_table_prefix", "aws_conn_id")
+              "home", "state_store", "dynamodb_table_prefix", "aws_conn_id", "python_iterator_modules")
 #: the settings an AWS connection gives (see the module docstring)
 AWS_KEYS = ("region", "endpoint_url", "access_key", "secret_key")
 STATE_STORES = ("postgres", "dynamodb")
@@ -111,4 +113,6 @@ def config_from_connection(*, host: Optional[str], port: Optional[int], login: O
     raw = {"object_store": object_store, "state_store": state_store,
            "spark": {"master": str(extra.get("spark_master") or "local[*]"),
                      "service": str(extra.get("spark_service") or "")}}
+    if extra.get("python_iterator_modules") is not None:
+        raw["iterators"] = {"python_modules": extra["python_iterator_modules"]}
     return SleeperConfig.from_dict(home.absolute(), raw)

@@ -69,7 +69,7 @@ def sample_keys(files: Sequence[str], table: TableInfo, s3: Optional[S3Options] 
     records = 0
     for path in files:
         got, ended = 0, True
-        for batch in read_batches(path, table.schema, s3, batch_rows=min(per_file, 65_536)):
+        for batch in read_batches(path, table.schema, s3, batch_rows=min(per_file, 65_536), table=table.name):
             column = batch.column(field).slice(0, per_file - got)
             values.extend(v for v in column.to_pylist() if v is not None)
             got += len(column)

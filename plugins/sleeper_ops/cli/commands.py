@@ -144,7 +144,7 @@ def bulk_import(ctx: click.Context, table_name: Optional[str], sources: tuple[st
 @click.argument("table_name", metavar="TABLE")
 @click.option("--key", "keys", multiple=True, help="A key as JSON; several row key fields as a JSON array.")
 @click.option("--range", "ranges", multiple=True, nargs=2, metavar="MIN MAX",
-              help="[MIN, MAX) on the first row key field, as JSON; MAX null is unbounded.")
+              help="[MIN, MAX) on the first row key field, as JSON; null at either end is unbounded.")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "parquet"]), default="jsonl", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
 @click.option("--no-buffer", is_flag=True, help="Skip records still in the write buffer (read files only).")

@@ -12,7 +12,7 @@ from sleeper_ops.cli.support import open_sleeper as _sleeper
 
 KEY = click.option("--key", "keys", multiple=True, help="A key as JSON; several row key fields as a JSON array.")
 RANGE = click.option("--range", "ranges", multiple=True, nargs=2, metavar="MIN MAX",
-                     help="[MIN, MAX) on the first row key field, as JSON; MAX null is unbounded.")
+                     help="[MIN, MAX) on the first row key field, as JSON; null at either end is unbounded.")
 WHERE = click.option("--where", default=None, metavar="PREDICATE",
                      help="Only records this SQL predicate (on any fields) is true for.")
 

@@ -15,7 +15,7 @@ from sleeper_ops.cli.support import open_sleeper as _sleeper
 @click.argument("table_name", metavar="TABLE")
 @click.argument("destination", metavar="DEST")
 @click.option("--range", "key_range", nargs=2, default=None, metavar="MIN MAX",
-              help="Only [MIN, MAX) on the first row key field, as JSON; MAX null is unbounded.")
+              help="Only [MIN, MAX) on the first row key field, as JSON; null at either end is unbounded.")
 @click.option("--where", default=None, metavar="PREDICATE", help="Only records this SQL predicate is true for.")
 @click.option("--export-key", default=None, metavar="KEY",
               help="An idempotency key naming one export: the same KEY and export again answers 'already "

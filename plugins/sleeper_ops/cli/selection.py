@@ -19,8 +19,8 @@ def parse_selection(t: Any, keys: tuple[str, ...], ranges: tuple[tuple[str, str]
 
 AS_OF = click.option("--as-of", "as_of", default=None, metavar="TXN|TIME",
                       help="Read as of transaction TXN (see 'sleeper history') or an ISO 8601 TIME "
-                           "(e.g. 2026-11-24T09:30:00Z), within the table's history retention; the write buffer "
-                           "is excluded.")
+                           "(e.g. 2026-11-24T09:30:00Z), within the table's history retention and not in the future; "
+                           "the write buffer is excluded.")
 
 
 def as_of_value(text: Optional[str]) -> Any:

@@ -129,7 +129,7 @@ def start_attempt(state_store: StateStore, table: TableInfo, job: CompactionJob,
 def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
                 region: Optional[Region] = None, iterators: Sequence[BatchFn] = (),
                 on_rows: Optional[RowsCallback] = None, batch_size: int = 16384,
-                output_key: Optional[str] = None) -> JobOutput:
+                output_key: Optional[str] = None, python_modules: Sequence[str] = ()) -> JobOutput:
     """Merge the job's inputs into one new file under ``output_key`` (default a fresh
     key; jobs run for real pass the key their record names) (see the module docstring).
 
@@ -140,7 +140,7 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
     """
     started = time.perf_counter()
     schema = table.schema
-    chain = IteratorChain.for_table(table, iterators)
+    chain = IteratorChain.for_table(table, iterators, python_modules=python_modules)
     if not job.whole_files and region is None:
         raise ValueError(f"job {job.job_id}: a region is needed when inputs are not whole files")
     missing = [f for f in job.inputs if objects.head(f) is None]
@@ -258,16 +258,17 @@ def commit_job(state_store: StateStore, objects: ObjectStore, out: JobOutput,
 
 def run_job(state_store: StateStore, objects: ObjectStore, table: TableInfo, job: CompactionJob, *,
             region: Optional[Region] = None, iterators: Sequence[BatchFn] = (), run_id: Optional[str] = None,
-            on_rows: Optional[RowsCallback] = None) -> JobResult:
+            on_rows: Optional[RowsCallback] = None, python_modules: Sequence[str] = ()) -> JobResult:
     """Execute and commit one job, recording started/finished/committed or failed.
-    ``region`` is the job partition's, looked up when not given and needed."""
+    ``region`` is the job partition's, looked up when not given and needed;
+    ``python_modules``: where the table's Python iterator may come from."""
     rec = start_attempt(state_store, table, job, run_id)
     with Heartbeat(state_store, table, [rec.job_id]):
         try:
             if region is None and not job.whole_files:
                 region = _region_of(state_store, table, job.partition_id)
             out = execute_job(job, table, objects, region=region, iterators=iterators, on_rows=on_rows,
-                              output_key=rec.outputs[0])
+                              output_key=rec.outputs[0], python_modules=python_modules)
         except Exception as e:
             reason = f"{type(e).__name__}: {e}"
             state_store.put_job(rec.failed(reason))

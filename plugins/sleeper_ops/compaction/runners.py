@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from sleeper_ops.compaction.execute import JobResult, run_job
 from sleeper_ops.compaction.jobs import CompactionJob, JobCreation, create_compaction_jobs
-from sleeper_ops.engine.iterators import BatchFn
+from sleeper_ops.engine.iterators import BatchFn, IteratorChain
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
@@ -108,8 +108,10 @@ class CompactionReport:
 
 def run_local(state_store: StateStore, objects: ObjectStore, table: TableInfo, jobs: Sequence[CompactionJob], *,
               iterators: Sequence[BatchFn] = (), run_id: Optional[str] = None, max_workers: Optional[int] = None,
-              progress: Optional[Callable[[int], None]] = None) -> list[JobResult]:
-    """Run ``jobs`` in this process, at most ``max_workers`` (default: cores) at once."""
+              progress: Optional[Callable[[int], None]] = None, python_modules: Sequence[str] = ()
+              ) -> list[JobResult]:
+    """Run ``jobs`` in this process, at most ``max_workers`` (default: cores) at once;
+    ``python_modules``: where the table's Python iterator may come from."""
     if not jobs:
         return []
     workers = max(1, min(len(jobs), max_workers or os.cpu_count() or 1))
@@ -125,7 +127,7 @@ def run_local(state_store: StateStore, objects: ObjectStore, table: TableInfo, j
 
     def one(job: CompactionJob) -> JobResult:
         return run_job(state_store, objects, table, job, region=regions.get(job.partition_id), iterators=iterators,
-                       run_id=run_id, on_rows=on_rows)
+                       run_id=run_id, on_rows=on_rows, python_modules=python_modules)
 
     if workers == 1:
         return [one(j) for j in jobs]
@@ -138,20 +140,27 @@ def compact_table(state_store: StateStore, objects: ObjectStore, table: TableInf
                   max_workers: Optional[int] = None, retry_after_minutes: Optional[float] = None,
                   progress: Optional[Callable[[int], None]] = None,
                   on_jobs: Optional[Callable[[JobCreation], None]] = None,
-                  spark: Optional[BatchRunner] = None,
+                  spark: Optional[BatchRunner] = None, python_modules: Sequence[str] = (),
                   ) -> CompactionReport:
     """Create and run the table's compaction jobs (see the module docstring).
 
     ``runner`` defaults to the table's ``sleeper.table.compaction.runner``. ``on_jobs``
     is told what was created before any job runs (e.g. to size a progress bar).
     ``spark`` runs a batch on Spark; required for the spark runner (the API passes
-    one bound to the configuration).
+    one bound to the configuration). ``python_modules``: the deployment's
+    ``iterators.python_modules``; the table's iterators are built first, so one that
+    cannot be (e.g. a Python iterator from a module outside the list, never imported)
+    raises ConfigError naming the table before any job is created.
     """
     runner = runner or table.get("sleeper.table.compaction.runner") or "local"
     if runner not in RUNNERS:
         raise ConfigError(f"unknown compaction runner {runner!r}: expected one of {', '.join(RUNNERS)}")
     if runner == "spark" and iterators:
         raise ConfigError("the spark runner takes iterators from table properties only, not Python callables")
+    if table.online:  # an offline table is skipped whatever its iterators
+        # the table's iterators build here or nowhere: a bad one fails this table's run in
+        # one line, before any job is created or assigned
+        IteratorChain.for_table(table, iterators, python_modules=python_modules)
     started = time.perf_counter()
     creation = create_compaction_jobs(state_store, table, run_id=run_id, retry_after_minutes=retry_after_minutes,
                                       objects=objects)
@@ -161,7 +170,8 @@ def compact_table(state_store: StateStore, objects: ObjectStore, table: TableInf
     if creation.jobs:
         if runner == "local":
             report.results = run_local(state_store, objects, table, creation.jobs, iterators=iterators,
-                                       run_id=run_id, max_workers=max_workers, progress=progress)
+                                       run_id=run_id, max_workers=max_workers, progress=progress,
+                                       python_modules=python_modules)
         else:
             if spark is None:
                 raise ConfigError("the spark runner needs a Spark configuration (use Sleeper.table(...).compact)")

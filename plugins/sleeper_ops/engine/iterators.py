@@ -9,7 +9,8 @@ table properties, and are applied in this order:
    least ``now - MAX_AGE_MS``, and records whose ``FIELD`` is null. ``now`` is fixed
    per :meth:`IteratorChain.apply` call (or given as ``now_ms``).
 2. User iterators: the callable named by ``sleeper.table.iterator.python``
-   (``module.path:function``), then any passed in code. Each takes one
+   (``module.path:function``, from a module the deployment allows:
+   :mod:`sleeper_ops.engine.user_iterators`), then any passed in code. Each takes one
    ``pa.RecordBatch`` with the table's Arrow schema and returns a batch with that
    schema (or ``None`` to drop it). It may filter or change rows but must keep them
    in key order. The callable must be importable wherever the chain runs, including
@@ -30,7 +31,6 @@ and reduces them in Arrow's group-by, never row-by-row Python.
 
 from __future__ import annotations
 
-import importlib
 import re
 import time
 from dataclasses import dataclass
@@ -38,17 +38,16 @@ from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence, Ty
 
 import pyarrow as pa
 
+from sleeper_ops.engine.user_iterators import PYTHON_PROPERTY, BatchFn, UserIterator
 from sleeper_ops.errors import ConfigError, IteratorError
 from sleeper_ops.io.arrow_schema import arrow_schema
 from statestore.catalog import TableInfo
 from statestore.schema import Schema, type_name
 
-BatchFn = Callable[[pa.RecordBatch], Optional[pa.RecordBatch]]
 _T = TypeVar("_T")
 
 AGEOFF_PROPERTY = "sleeper.table.iterator.ageoff"
 AGGREGATION_PROPERTY = "sleeper.table.iterator.aggregation"
-PYTHON_PROPERTY = "sleeper.table.iterator.python"
 
 _NUMERIC = ("IntType", "LongType")
 _ORDERED = ("IntType", "LongType", "StringType", "ByteArrayType")
@@ -92,63 +91,6 @@ class AgeOff:
 
     def describe(self) -> str:
         return f"ageoff({self.field}, {self.max_age_ms})"
-
-
-# ----- user iterators ---------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class UserIterator:
-    """A user callable on record batches, checked to return the table's schema."""
-
-    name: str
-    fn: BatchFn
-
-    @classmethod
-    def load(cls, path: str) -> UserIterator:
-        """Import ``module.path:function``; any failure is a ConfigError naming the property."""
-        module_name, sep, attr = path.partition(":")
-        if not sep or not module_name or not attr:
-            raise ConfigError(f"{PYTHON_PROPERTY}={path!r}: expected module.path:function")
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as e:
-            raise ConfigError(f"{PYTHON_PROPERTY}={path!r}: cannot import module {module_name!r}: {e!r}") from e
-        fn = getattr(module, attr, None)
-        if fn is None:
-            raise ConfigError(f"{PYTHON_PROPERTY}={path!r}: module {module_name!r} has no attribute {attr!r}")
-        if not callable(fn):
-            raise ConfigError(f"{PYTHON_PROPERTY}={path!r}: {attr!r} is not callable")
-        return cls(path, fn)
-
-    @classmethod
-    def wrap(cls, fn: BatchFn) -> UserIterator:
-        module = getattr(fn, "__module__", None) or "?"
-        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-        return cls(f"{module}:{name}", fn)
-
-    def apply(self, batch: pa.RecordBatch, target: pa.Schema, key_names: Sequence[str]) -> Optional[pa.RecordBatch]:
-        try:
-            out = self.fn(batch)
-        except Exception as e:
-            raise IteratorError(f"user iterator {self.name} failed: {e!r}") from e
-        if out is None:
-            return None
-        if isinstance(out, pa.Table):  # tolerated: one batch of the same rows
-            if not out.num_rows:
-                return None
-            out = out.combine_chunks().to_batches()[0]
-        if not isinstance(out, pa.RecordBatch):
-            raise IteratorError(f"user iterator {self.name} returned {type(out).__name__}; "
-                                "expected a pyarrow.RecordBatch or None")
-        if not out.schema.equals(target):
-            if out.schema.names != target.names or out.schema.types != target.types:
-                raise IteratorError(f"user iterator {self.name} returned schema\n{out.schema}\n"
-                                    f"but the table's Arrow schema is\n{target}")
-            out = out.cast(target)  # only nullability or metadata differ
-        for name in key_names:
-            if out.column(name).null_count:
-                raise IteratorError(f"user iterator {self.name} returned nulls in key field {name!r}")
-        return out
 
 
 # ----- aggregation ------------------------------------------------------------------------
@@ -269,9 +211,10 @@ class _PropertyProblem(Exception):
         self.name, self.reason = name, reason
 
 
-def _parse(schema: Schema, props: Mapping[str, str]
+def _parse(schema: Schema, props: Mapping[str, str], python_modules: Sequence[str]
            ) -> tuple[Optional[AgeOff], Optional[UserIterator], Optional[Aggregation]]:
-    """The iterators ``props`` configure for ``schema``; a bad one raises _PropertyProblem."""
+    """The iterators ``props`` configure for ``schema`` (a Python iterator only from
+    ``python_modules``); a bad one raises _PropertyProblem."""
     def parsed(name: str, parse: Callable[[str], _T]) -> Optional[_T]:
         value = props.get(name)
         if not value:
@@ -281,55 +224,62 @@ def _parse(schema: Schema, props: Mapping[str, str]
         except ConfigError as e:
             raise _PropertyProblem(name, str(e)) from e
     return (parsed(AGEOFF_PROPERTY, lambda v: AgeOff.parse(v, schema)),
-            parsed(PYTHON_PROPERTY, UserIterator.load),
+            parsed(PYTHON_PROPERTY, lambda v: UserIterator.load(v, python_modules)),
             parsed(AGGREGATION_PROPERTY, lambda v: Aggregation.parse(v, schema)))
 
 
-def check_iterator_properties(schema: Schema, props: Mapping[str, str]) -> None:
-    """Refuse (:class:`ConfigError`, with the reason) iterator properties in ``props``
-    that do not fit ``schema`` or whose user callable cannot be imported; called when
-    properties are set, so a table never holds a chain its queries cannot build.
+def check_iterator_properties(schema: Schema, props: Mapping[str, str], python_modules: Sequence[str] = (), *,
+                              table: str = "") -> None:
+    """Refuse (:class:`ConfigError`, with the reason, naming ``table``) iterator
+    properties in ``props`` that do not fit ``schema``, or whose user callable is not
+    from ``python_modules`` (checked before importing it) or cannot be imported; called
+    when properties are set, so a table never holds a chain its queries cannot build.
     Properties with empty values (being cleared) and other properties are ignored."""
     try:
-        _parse(schema, {k: v for k, v in props.items() if k in ITERATOR_PROPERTIES and v})
+        _parse(schema, {k: v for k, v in props.items() if k in ITERATOR_PROPERTIES and v}, python_modules)
     except _PropertyProblem as e:
-        raise ConfigError(e.reason) from e
+        raise ConfigError(f"table {table!r}: {e.reason}" if table else e.reason) from e
 
 
 # ----- the chain --------------------------------------------------------------------------
 
-def _rebuild(table: TableInfo, extra: tuple[BatchFn, ...], now_ms: Optional[int]) -> IteratorChain:
-    return IteratorChain.for_table(table, extra, now_ms=now_ms)
+def _rebuild(table: TableInfo, extra: tuple[BatchFn, ...], now_ms: Optional[int],
+             python_modules: tuple[str, ...] = ()) -> IteratorChain:
+    return IteratorChain.for_table(table, extra, now_ms=now_ms, python_modules=python_modules)
 
 
 class IteratorChain:
     """A table's iterators in order: age-off, user iterators, aggregation.
 
     Build it with :meth:`for_table`, which checks the properties against the schema
-    and imports the user callable (raising :class:`ConfigError`). Applying it never
-    changes the input. A chain pickles as ``(table, extra, now_ms)`` and is rebuilt
-    on unpickling, so it can be shipped to Spark executors as long as the user
-    callables are importable there (``extra`` callables are pickled by reference,
-    so they must be module-level functions or other picklable callables).
+    and imports the user callable if its module is allowed (raising
+    :class:`ConfigError`). Applying it never changes the input. A chain pickles as
+    ``(table, extra, now_ms, python_modules)`` and is rebuilt on unpickling, so it
+    can be shipped to Spark executors as long as the user callables are importable
+    there (``extra`` callables are pickled by reference, so they must be module-level
+    functions or other picklable callables).
     """
 
     def __init__(self, table: TableInfo, extra: tuple[BatchFn, ...], now_ms: Optional[int],
-                 ageoff: Optional[AgeOff], users: tuple[UserIterator, ...], aggregation: Optional[Aggregation]):
-        self.table, self.extra, self.now_ms = table, extra, now_ms
+                 ageoff: Optional[AgeOff], users: tuple[UserIterator, ...], aggregation: Optional[Aggregation],
+                 python_modules: tuple[str, ...] = ()):
+        self.table, self.extra, self.now_ms, self.python_modules = table, extra, now_ms, python_modules
         self.ageoff, self.users, self.aggregation = ageoff, users, aggregation
         self.target = arrow_schema(table.schema)
         self._key_names = tuple(table.schema.key_names)
 
     @classmethod
     def for_table(cls, table: TableInfo, extra: Sequence[BatchFn] = (), *,
-                  now_ms: Optional[int] = None) -> IteratorChain:
+                  now_ms: Optional[int] = None, python_modules: Sequence[str] = ()) -> IteratorChain:
         """The chain of ``table``'s iterator properties, with ``extra`` user iterators.
 
         ``now_ms`` fixes age-off's clock; by default each :meth:`apply` call reads
-        the clock once when it starts.
+        the clock once when it starts. ``python_modules``: the deployment's
+        ``iterators.python_modules`` (default none); a Python iterator from another
+        module raises ConfigError naming the table, and is not imported.
         """
         try:
-            ageoff, user, aggregation = _parse(table.schema, table.properties)
+            ageoff, user, aggregation = _parse(table.schema, table.properties, python_modules)
         except _PropertyProblem as e:
             raise ConfigError(f"table {table.name!r}: {e.reason}; fix it with 'sleeper table set {table.name} "
                               f"{e.name}=...' or clear it with 'sleeper table unset {table.name} {e.name}'") from e
@@ -338,10 +288,10 @@ class IteratorChain:
             if not callable(fn):
                 raise ConfigError(f"iterator {fn!r} is not callable")
             users.append(UserIterator.wrap(fn))
-        return cls(table, tuple(extra), now_ms, ageoff, tuple(users), aggregation)
+        return cls(table, tuple(extra), now_ms, ageoff, tuple(users), aggregation, tuple(python_modules))
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (_rebuild, (self.table, self.extra, self.now_ms))
+        return (_rebuild, (self.table, self.extra, self.now_ms, self.python_modules))
 
     @property
     def is_empty(self) -> bool:

@@ -120,12 +120,13 @@ def write_records(state_store: StateStore, table: TableInfo, records: Records, *
     return WriteResult(seq, batch.num_rows, time.perf_counter() - start)
 
 
-def read_files(paths: Sequence[str], schema: Schema, s3: S3Options | None = None) -> pa.Table:
+def read_files(paths: Sequence[str], schema: Schema, s3: S3Options | None = None, *, table: str = "") -> pa.Table:
     """Every record of the files (JSON Lines, CSV, Parquet), checked against the schema
-    before any is written: a write of files is all or nothing too."""
+    before any is written: a write of files is all or nothing too. Errors name ``table``
+    where the reader does (an empty JSON Lines file)."""
     if not paths:
         raise IngestError("no input files given")
     for p in paths:
         check_readable(p, s3)
-    batches: Iterable[pa.RecordBatch] = (b for p in paths for b in read_batches(p, schema, s3))
+    batches: Iterable[pa.RecordBatch] = (b for p in paths for b in read_batches(p, schema, s3, table=table))
     return pa.Table.from_batches(list(batches), schema=arrow_schema(schema))

@@ -174,7 +174,7 @@ class IngestRunner:
 
         def batches() -> Iterable[pa.RecordBatch]:
             for p in paths:
-                yield from read_batches(p, self.schema, self.s3)
+                yield from read_batches(p, self.schema, self.s3, table=self.table.name)
         return self.ingest_batches(batches(), progress, digest=files_digest(located))
 
     def ingest_table(self, table: pa.Table, progress: Optional[Progress] = None) -> IngestResult:

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from sleeper_ops.errors import QueryError
 from statestore.errors import SchemaError
-from statestore.schema import ListType, MapType, Schema, key_from_json
+from statestore.schema import ListType, MapType, Schema, key_from_json, min_value
 
 
 # ----- keys -----------------------------------------------------------------------------
@@ -45,13 +45,16 @@ def parse_key(schema: Schema, text: str) -> list[Any]:
 
 
 def parse_range(schema: Schema, lo: str, hi: str) -> tuple[Any, Optional[Any]]:
+    """``[lo, hi)`` on the first row key field from JSON values; ``null`` at either end is
+    unbounded (a null start is the least value of the field's type, a null end None)."""
     first = schema.row_key_fields[0]
     try:
         lo_raw, hi_raw = json.loads(lo), json.loads(hi)
     except json.JSONDecodeError as e:
         raise QueryError(f"range {lo!r} {hi!r} is not JSON (strings need quotes)") from e
     try:
-        lo_v = key_from_json(first.type, lo_raw, first.name)  # type: ignore[arg-type]
+        lo_v = (min_value(first.type) if lo_raw is None  # type: ignore[arg-type]
+                else key_from_json(first.type, lo_raw, first.name))  # type: ignore[arg-type]
         hi_v = None if hi_raw is None else key_from_json(first.type, hi_raw, first.name)  # type: ignore[arg-type]
     except SchemaError as e:
         raise QueryError(f"range {lo} {hi}: {e}") from e

@@ -132,8 +132,12 @@ def _decode_base64(col: pa.Array, source: str, name: str) -> pa.Array:
 
 
 def read_batches(path: str, schema: Schema, s3: Optional[S3Options] = None,
-                 batch_rows: int = 262_144) -> Iterator[pa.RecordBatch]:
-    """Yield the records of one input file as conformed batches of at most ``batch_rows`` rows."""
+                 batch_rows: int = 262_144, *, table: str = "") -> Iterator[pa.RecordBatch]:
+    """Yield the records of one input file as conformed batches of at most ``batch_rows`` rows.
+
+    A JSON Lines file with no record (empty, or blank lines only) is refused with an
+    IngestError naming the file and ``table`` (the table it was given to): it is taken
+    for a mistake (a file not yet written, the wrong file), not read as no records."""
     fmt = detect_format(path)
     fs, p = resolve(path, s3)
     try:
@@ -142,7 +146,7 @@ def read_batches(path: str, schema: Schema, s3: Optional[S3Options] = None,
         elif fmt == "csv":
             batches = _csv(fs, p, schema, path)
         else:
-            batches = _jsonl(fs, p, schema, path)
+            batches = _not_empty(_jsonl(fs, p, schema, path), path, table)
         for b in batches:
             if b.num_rows <= batch_rows:
                 yield b
@@ -153,6 +157,22 @@ def read_batches(path: str, schema: Schema, s3: Optional[S3Options] = None,
         raise
     except (OSError, pa.ArrowException) as e:
         raise IngestError(f"{path}: cannot be read: {_first_line(e)}") from e
+
+
+def _not_empty(batches: Iterator[pa.RecordBatch], path: str, table: str) -> Iterator[pa.RecordBatch]:
+    """``batches`` of a JSON Lines file, refused when the file holds no record."""
+    refusal = (f"table {table!r}: " if table else "") + (f"{path} is an empty JSON Lines file (no records); "
+                                                          "nothing was stored")
+    try:
+        first = next(batches, None)
+    except IngestError as e:
+        if str(e).endswith("Empty JSON stream"):  # pyarrow's message for no JSON value at all
+            raise IngestError(refusal) from e
+        raise
+    if first is None:
+        raise IngestError(refusal)
+    yield first
+    yield from batches
 
 
 def _first_line(e: BaseException) -> str:

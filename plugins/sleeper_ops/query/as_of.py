@@ -29,7 +29,7 @@ import datetime
 import threading
 import time
 from concurrent.futures import Executor
-from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
+from typing import Any, Callable, Generator, Iterator, Optional, Sequence, TypeVar
 
 import pyarrow as pa
 
@@ -124,11 +124,13 @@ class AsOfCache:
 @contextlib.contextmanager
 def as_of_runner(state_store: StateStore, objects: ObjectStore, info: TableInfo, as_of: Any, *,
                  now_ms: Optional[int] = None, threads: int = 4, iterators: Sequence[Any] = (),
-                 cache: Optional[AsOfCache] = None, pool: Optional[Executor] = None) -> Iterator[QueryRunner]:
+                 cache: Optional[AsOfCache] = None, pool: Optional[Executor] = None,
+                 python_modules: Sequence[str] = ()) -> Iterator[QueryRunner]:
     """A runner over the table as of ``as_of`` that reads no write buffer, closed on exit;
     its ``as_of`` attribute is the :class:`~statestore.history.AsOfState` read. The
     refusals are checked on every call; the state comes from ``cache`` when it holds it.
-    ``pool``: threads to read in, shared and left open (default: ``threads`` of its own)."""
+    ``pool``: threads to read in, shared and left open (default: ``threads`` of its own).
+    ``python_modules``: where the table's Python iterator may come from (default none)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     number, when = resolve_number(state_store, info.table_id, info.name, as_of_value(as_of),
                                   retention=retention_ms(info), now_ms=now)
@@ -138,12 +140,34 @@ def as_of_runner(state_store: StateStore, objects: ObjectStore, info: TableInfo,
         if cache is not None:
             cache.put((info.table_id, number), meta)
     runner = QueryRunner(state_store, objects, info, threads=threads, iterators=iterators,
-                         metadata=meta.with_table(info), buffer=False, pool=pool)
+                         metadata=meta.with_table(info), buffer=False, pool=pool, python_modules=python_modules)
     runner.as_of = meta.as_of
     try:
         yield runner
     finally:
         runner.close()
+
+
+def as_of_stream(state_store: StateStore, objects: ObjectStore, info: TableInfo, as_of: Any,
+                 regions: Sequence[Any], *, limit: Optional[int], batch_rows: int, iterators: Sequence[Any] = (),
+                 cache: Optional[AsOfCache] = None, pool: Optional[Executor] = None,
+                 python_modules: Sequence[str] = ()) -> Generator[pa.RecordBatch, None, None]:
+    """The records of ``regions`` as of ``as_of``, streamed as
+    :meth:`QueryRunner.stream` streams them (no write buffer). ``as_of`` is resolved, or
+    refused, by this call, before any record is read; the runner is closed when the
+    stream ends or is closed."""
+    opened = as_of_runner(state_store, objects, info, as_of, iterators=iterators, cache=cache, pool=pool,
+                          python_modules=python_modules)
+    runner = opened.__enter__()  # resolved (or refused) now
+
+    def batches() -> Generator[pa.RecordBatch, None, None]:
+        stream = runner.stream(regions, limit=limit, batch_rows=batch_rows, buffer=False)
+        try:
+            yield from stream
+        finally:
+            stream.close()
+            opened.__exit__(None, None, None)
+    return batches()
 
 
 def mark_as_of(table: pa.Table, state: AsOfState) -> pa.Table:

@@ -76,14 +76,17 @@ class QueryRunner:
     def __init__(self, state_store: StateStore, objects: ObjectStore, table: TableInfo, *,
                  threads: int = 4, cache: Optional[ParquetFileCache] = None,
                  iterators: Sequence[BatchFn] = (), metadata: Optional[TableMetadata] = None,
-                 pool: Optional[Executor] = None, buffer: bool = True):
+                 pool: Optional[Executor] = None, buffer: bool = True, python_modules: Sequence[str] = ()):
         """``metadata``: the table's metadata copy to plan with, shared with other
         runners of the table (default: one of this runner's own). ``pool``: threads to
         read in, shared with other runners and not shut down by :meth:`close` (default:
         ``threads`` threads of this runner's own). ``buffer=False``: never read the
-        write buffer, whatever a query asks (an as-of runner, :mod:`sleeper_ops.query.as_of`)."""
+        write buffer, whatever a query asks (an as-of runner, :mod:`sleeper_ops.query.as_of`).
+        ``python_modules``: where the table's Python iterator may come from (the
+        deployment's ``iterators.python_modules``; default none)."""
         self._extra_iterators = tuple(iterators)
-        self.iterators = IteratorChain.for_table(table, iterators)
+        self.python_modules = tuple(python_modules)
+        self.iterators = IteratorChain.for_table(table, iterators, python_modules=self.python_modules)
         self.state_store, self.objects, self.table = state_store, objects, table
         self.schema = table.schema
         self.target = arrow_schema(self.schema)
@@ -104,7 +107,8 @@ class QueryRunner:
         table = meta.table
         if table is not None and table is not self.table:
             if table.properties != self.table.properties:
-                self.iterators = IteratorChain.for_table(table, self._extra_iterators)
+                self.iterators = IteratorChain.for_table(table, self._extra_iterators,
+                                                         python_modules=self.python_modules)
             self.table = table
 
     def close(self) -> None:

@@ -31,8 +31,12 @@ from statestore.store import StateStore
 class SharedRunners:
     """The per-table runners of one Sleeper (see the module docstring). Thread-safe."""
 
-    def __init__(self, state_store: StateStore, objects: ObjectStore, *, threads: int = 4) -> None:
+    def __init__(self, state_store: StateStore, objects: ObjectStore, *, threads: int = 4,
+                 python_modules: Sequence[str] = ()) -> None:
+        """``python_modules``: the deployment's ``iterators.python_modules`` (where tables'
+        Python iterators may come from), given to every runner."""
         self.state_store, self.objects, self.threads = state_store, objects, threads
+        self.python_modules = tuple(python_modules)
         self._runners: dict[str, QueryRunner] = {}
         self._lock = threading.Lock()
         #: the last few as-of states read (:mod:`sleeper_ops.query.as_of`)
@@ -48,11 +52,11 @@ class SharedRunners:
                 if self._closed:
                     raise RuntimeError("the Sleeper is closed")
                 shared = self._runners[table.table_id] = QueryRunner(
-                    self.state_store, self.objects, table, threads=self.threads)
+                    self.state_store, self.objects, table, threads=self.threads, python_modules=self.python_modules)
         if not iterators:
             return shared
         return QueryRunner(self.state_store, self.objects, shared.table, threads=self.threads, iterators=iterators,
-                           metadata=shared.metadata, pool=shared._pool)
+                           metadata=shared.metadata, pool=shared._pool, python_modules=self.python_modules)
 
     def metadata(self, table: TableInfo) -> TableMetadata:
         """The table's shared metadata copy (for runners made elsewhere)."""

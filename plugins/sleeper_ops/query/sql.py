@@ -15,6 +15,10 @@ catalog can be named. Guarantees:
   and the files chosen out of the total.
 - **Memory is bounded by the operators, not the tables:** rows are streamed batch by
   batch from the runner into DataFusion.
+- **Names as written.** Table and column names are case-sensitive, as the catalog and
+  schemas hold them: DataFusion's identifier normalization is off, so ``FROM Events``
+  reads table ``Events`` (never ``events``) and ``SELECT Count`` field ``Count``; a name
+  that matches nothing is named as written in the error.
 - **Errors:** bad SQL, unknown tables and columns raise :class:`SqlError` with a one-line
   message; errors of the state store or of reading files keep their own type.
 
@@ -235,7 +239,8 @@ class SqlEngine:
                 for _, d in sorted(self.datasets.items()) if d.scans_planned]
 
     def _plan(self, text: str) -> Any:
-        ctx = SessionContext(SessionConfig().with_information_schema(True))
+        ctx = SessionContext(SessionConfig().with_information_schema(True)
+                             .set("datafusion.sql_parser.enable_ident_normalization", "false"))
         ctx.catalog("datafusion").register_schema("public", _Tables(self))
         options = SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
         return ctx.sql_with_options(text, options)

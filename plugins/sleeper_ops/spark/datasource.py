@@ -276,7 +276,8 @@ class SleeperReader(DataSourceReader):
 
             info = s.state_store.get_table(self.table)
             runner = QueryRunner(s.state_store, s.objects, info, threads=1, buffer=False,
-                                 metadata=FixedMetadata(s.state_store, info, as_of))
+                                 metadata=FixedMetadata(s.state_store, info, as_of),
+                                 python_modules=s.python_iterator_modules)
             try:
                 yield from runner.stream(regions)
             finally:

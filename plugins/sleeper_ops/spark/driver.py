@@ -87,13 +87,15 @@ def _commit_task_result(state_store: StateStore, objects: ObjectStore, rec: JobR
 
 def run_compaction_batch(spark_context: Any, state_store: StateStore, objects: ObjectStore, table: TableInfo,
                          jobs: Sequence[CompactionJob], *, run_id: Optional[str] = None,
-                         parallel: Optional[int] = None) -> BatchOutcome:
+                         parallel: Optional[int] = None, python_modules: Sequence[str] = ()) -> BatchOutcome:
     """Run ``jobs`` on ``spark_context``, one Spark job each, and commit each as it ends.
 
     Each job is recorded started first, naming its output; the biggest jobs are
     submitted first, ``parallel`` at a time (default the context's default
     parallelism). A job whose partition no longer exists (and that is not of whole
     files) is failed without running. Results come back in the order of ``jobs``.
+    ``python_modules`` (the configuration's ``iterators.python_modules``) goes to the
+    executors: where the table's Python iterator may come from.
     """
     outcome = BatchOutcome()
     if not jobs:
@@ -115,7 +117,7 @@ def run_compaction_batch(spark_context: Any, state_store: StateStore, objects: O
                       "output_key": rec.outputs[0]})
     by_id = {j.job_id: j for j in jobs}
     if items:
-        fn = functools.partial(run_tasks, task_context(objects, table))
+        fn = functools.partial(run_tasks, task_context(objects, table, python_modules))
 
         def run_one(item: dict[str, Any]) -> tuple[JobResult, Optional[str]]:
             job_id = item["job"]["job_id"]
@@ -255,7 +257,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             spark = SparkSession.builder.appName(f"sleeper-compaction-{table.name}").getOrCreate()
             try:
                 outcome = run_compaction_batch(spark.sparkContext, sleeper.state_store, sleeper.objects, table, jobs,
-                                               run_id=run_id)
+                                               run_id=run_id, python_modules=sleeper.python_iterator_modules)
             finally:
                 spark.stop()
         if args.results_file is not None:

@@ -23,7 +23,7 @@ import socket
 import time
 import traceback
 from dataclasses import asdict
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from sleeper_ops.compaction.execute import execute_job
 from sleeper_ops.compaction.jobs import CompactionJob
@@ -45,11 +45,12 @@ def table_from_dict(d: Mapping[str, Any]) -> TableInfo:
     return TableInfo(d["table_id"], d["name"], Schema.from_dict(d["schema"]), dict(d["properties"]))
 
 
-def task_context(objects: ObjectStore, table: TableInfo) -> dict[str, Any]:
+def task_context(objects: ObjectStore, table: TableInfo, python_modules: Sequence[str] = ()) -> dict[str, Any]:
     """Everything an executor needs to run ``table``'s jobs, as plain data: the object
-    store's URI and S3 options, and the table (no state store)."""
+    store's URI and S3 options, the table (no state store) and the modules its Python
+    iterator may come from (the driver's ``iterators.python_modules``)."""
     return {"uri": objects.uri, "s3": asdict(objects.s3) if objects.s3 is not None else None,
-            "table": table_to_dict(table)}
+            "table": table_to_dict(table), "python_modules": list(python_modules)}
 
 
 def run_tasks(context: Mapping[str, Any], items: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -78,7 +79,8 @@ def run_tasks(context: Mapping[str, Any], items: Iterable[Mapping[str, Any]]) ->
         started = time.perf_counter()
         try:
             out = execute_job(job, table, objects, region=region,
-                              output_key=own_key(named) if named is not None else None)
+                              output_key=own_key(named) if named is not None else None,
+                              python_modules=context.get("python_modules", ()))
         except Exception as e:
             traceback.print_exc()
             yield {"job_id": job.job_id, "error": f"{type(e).__name__}: {e}", "worker": worker,

@@ -57,7 +57,7 @@ def write_leaves(*, config: SleeperConfig | None, table: str) -> LeavesWriter:
         context = {"uri": dest.uri, "s3": asdict(dest.s3) if dest.s3 is not None else None,
                    "data_uri": runner.objects.uri,
                    "data_s3": asdict(runner.objects.s3) if runner.objects.s3 is not None else None,
-                   "table": table_to_dict(runner.table)}
+                   "table": table_to_dict(runner.table), "python_modules": list(runner.python_modules)}
         sc = spark.sparkContext
         group = f"sleeper-export-{uuid.uuid4().hex}"
         sc.setJobGroup(group, f"sleeper export of {table} to {dest.uri}")
@@ -88,7 +88,8 @@ def write_tasks(context: Mapping[str, Any], items: Iterable[LeafJob]) -> Iterato
 
     dest = store(context["uri"], context["s3"])
     table = table_from_dict(context["table"])
-    runner = QueryRunner(InMemoryStateStore(), store(context["data_uri"], context["data_s3"]), table, threads=2)
+    runner = QueryRunner(InMemoryStateStore(), store(context["data_uri"], context["data_s3"]), table, threads=2,
+                         python_modules=context.get("python_modules", ()))
     try:
         for job in items:
             written = write_leaf(runner, dest, replace(job, key=own_key(job.key)))

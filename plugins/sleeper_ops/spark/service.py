@@ -219,7 +219,7 @@ def execute_job(spark: Any, job: ServiceJob) -> dict[str, Any]:
         table = sleeper.state_store.get_table(job.table)
         check_jobs_of(table, jobs)
         batch = run_compaction_batch(spark.sparkContext, sleeper.state_store, sleeper.objects, table, jobs,
-                                     run_id=req.get("run_id"))
+                                     run_id=req.get("run_id"), python_modules=sleeper.python_iterator_modules)
         return results_document(batch.results, batch.error)
 
 

@@ -9,7 +9,7 @@ authorisation as ``auth_dependency``. Routes (``{t}`` is a table name):
 POST     /tables/{t}/ingest-requests    ``{"files": [...]}``: queue files for the batcher
 GET      /tables/{t}/ingest-requests    the table's requests (``?status=``, ``?limit=``)
 POST     /tables/{t}/records            ``{"records": [...]}``: into the write buffer (201 once durable, 429 full)
-GET      /tables/{t}/records            ``?key=`` (repeatable) and/or ``?min=&max=``
+GET      /tables/{t}/records            ``?key=`` (repeatable) and/or ``?min=&max=`` [``&as_of=``]
 DELETE   /tables/{t}/records            ``?key=``/``?min=&max=`` [``&where=``]: delete them (one commit)
 GET      /tables                        every table (the requester may read)
 GET      /tables/{t}                    one table, every property with its default
@@ -24,7 +24,10 @@ GET      /metrics                       readable tables' figures, Prometheus tex
 
 Values in URLs are JSON, as in the CLI: ``key=42``, ``key="abc"``, several row key
 fields as a JSON array, bytes as base64 strings; ``max`` may be ``null`` or left out
-(unbounded). Records in and out are JSON objects with bytes as base64 strings and
+(unbounded), and so may ``min``. A query parameter a route does not take is refused (422,
+naming it: :mod:`sleeper_ops.web.rest_params`), never ignored. ``as_of`` (a transaction
+number or an ISO 8601 time) reads records as ``sleeper query --as-of`` does. Records in
+and out are JSON objects with bytes as base64 strings and
 maps as objects (the CLI's ``jsonl``).
 
 ``GET /tables/{t}/partitions`` and ``/files`` are paged (:mod:`sleeper_ops.web.rest_pages`):
@@ -88,6 +91,7 @@ from sleeper_ops.web.rest_models import (
     WriteOut,
 )
 from sleeper_ops.web.rest_pages import DEFAULT_PAGE, MAX_PAGE, after_of, next_token
+from sleeper_ops.web.rest_params import refuse_unknown_query_params
 from sleeper_ops.web.rest_paths import check_ingest_paths
 from sleeper_ops.web.rest_records import in_threads, prepended, records_body
 from statestore.errors import (
@@ -191,7 +195,9 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
         title="Sleeper REST API",
         version="1",
         description=_DESCRIPTION,
-        dependencies=[Depends(auth_dependency)] if auth_dependency is not None else [],
+        # authentication first: a request refused there learns nothing of the parameters
+        dependencies=([Depends(auth_dependency)] if auth_dependency is not None else [])
+        + [Depends(refuse_unknown_query_params)],
         lifespan=lifespan,
         responses={code: {"model": ErrorOut} for code in sorted(error_codes)},
     )
@@ -321,10 +327,17 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
                                                examples=['"m"', "null"]),
                      limit: int = Query(DEFAULT_RECORDS_OUT, ge=1, le=MAX_RECORDS_OUT,
                                         description="the most records to return; reading stops there"),
-                     buffer: bool = Query(True, description="include records still in the write buffer")
+                     buffer: Optional[bool] = Query(None, description="include records still in the write "
+                                                                     "buffer (default true; as_of: false)"),
+                     as_of: Optional[str] = Query(None, description="read the table as of transaction N or an "
+                                                                    "ISO 8601 time, as 'sleeper query --as-of' "
+                                                                    "(files only: the write buffer is excluded)",
+                                                  examples=["3", "2026-11-24T09:30:00Z"]),
                      ) -> Response:
         """Records with any of the keys or in the range, in key order, streamed: reading
-        stops after ``limit`` records, and the server holds a few batches, not the result."""
+        stops after ``limit`` records, and the server holds a few batches, not the result.
+        With ``as_of``, as the table was right after that transaction (the write buffer
+        excluded; ``buffer=true`` with it is refused)."""
         from sleeper_ops.io.codec import parse_key
 
         tb = table(t)
@@ -335,8 +348,11 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
             ranges = [] if lo is None and hi is None else [_parse_range(tb.schema, lo, hi)]
         except RecursionError:
             raise QueryError("a key or range value is JSON nested too deeply") from None
+        if as_of is not None and buffer:
+            raise QueryError("as_of reads exclude the write buffer: leave out buffer=true")
         # one more than the limit: truncated or not
-        batches = tb.query_batches(keys=keys, ranges=ranges, limit=limit + 1, buffer=buffer)
+        batches = tb.query_batches(keys=keys, ranges=ranges, limit=limit + 1, buffer=buffer is not False,
+                                   as_of=as_of)
         try:
             first = next(batches, None)  # a failure to start reading still gets its error status
             second = None if first is None else next(batches, None)
@@ -356,11 +372,5 @@ def _parse_range(schema: Schema, lo: Optional[str], hi: Optional[str]) -> tuple[
     """``[lo, hi)`` on the first row key field from JSON values; an absent or null end is
     unbounded."""
     from sleeper_ops.io.codec import parse_range
-    from statestore.schema import min_value
 
-    if lo is not None and lo.strip() != "null":
-        return parse_range(schema, lo, "null" if hi is None else hi)
-    if hi is None or hi.strip() == "null":
-        return min_value(schema.row_key_fields[0].type), None  # type: ignore[arg-type]
-    # parse the end as a range start, to get the same checks and messages
-    return min_value(schema.row_key_fields[0].type), parse_range(schema, hi, "null")[0]  # type: ignore[arg-type]
+    return parse_range(schema, "null" if lo is None else lo, "null" if hi is None else hi)

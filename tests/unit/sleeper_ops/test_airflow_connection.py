@@ -50,6 +50,16 @@ def test_no_host_means_the_embedded_server_under_home(tmp_path: Path) -> None:
     assert cfg.object_store_uri == str((tmp_path / "h" / "data").absolute())
 
 
+def test_the_python_iterator_modules_extra_is_the_allow_list(tmp_path: Path) -> None:
+    def modules(extra: dict) -> tuple[str, ...]:
+        return config_from_connection(host="db", port=None, login=None, password=None, schema=None, extra=extra,
+                                      default_home=tmp_path).python_iterator_modules
+    assert modules({}) == ()
+    assert modules({"python_iterator_modules": ["acme.iterators"]}) == ("acme.iterators",)
+    with pytest.raises(ConfigError, match="iterators.python_modules"):
+        modules({"python_iterator_modules": "acme.iterators"})
+
+
 def test_unknown_extra_keys_are_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="object_store_url"):
         config_from_connection(host="db", port=None, login=None, password=None, schema=None,

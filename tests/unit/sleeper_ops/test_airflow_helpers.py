@@ -184,3 +184,36 @@ def test_the_hook_reads_aws_settings_through_the_amazon_providers_aws_base_hook(
     assert config.state_store_backend == "dynamodb" and config.dynamodb.endpoint_url == "http://127.0.0.1:5999"
     assert config.s3 is not None and config.s3.access_key == "AKEY1"
     assert catalog_source("split") == config
+
+
+@pytest.mark.parametrize("template", [
+    "s3://raw/{{ data_interval_start | ds }}/", "{{ ds_nodash }}/{{ ts_nodash }}/{{ ts_nodash_with_tz }}",
+    "{{ data_interval_end | ts }}", "{{ data_interval_start.add(days=1).strftime('%Y/%m') }}",
+    "{% do params.update({'x': 1}) %}{{ params.x }}", "{{ macros.ds_add(ds, 3) }}",
+])
+def test_a_template_checked_when_set_renders_as_the_dated_dag_renders_it(template: str) -> None:
+    """The set-time check (sleeper_ops.bulk_import.templates) renders what the dated DAG's
+    own Jinja environment renders, on the same context."""
+    from sleeper_ops.airflow.dag_factory import build_dag
+    from sleeper_ops.bulk_import.templates import render, sample_context
+
+    schema = Schema.from_dict({"rowKeyFields": [{"name": "k", "type": "StringType"}]})
+    dag = build_dag(TableInfo("tid", "events", schema, {"sleeper.table.bulk.import.source": template}), "bulk_import")
+    airflow_env = dag.get_template_env()
+    assert render(template, sample_context()) == airflow_env.from_string(template).render(**sample_context())
+
+
+@pytest.mark.parametrize("template", ["{{ data_interval_start | dss }}", "{{ data_interval_begin }}", "{{ ds ",
+                                      "{{ params.day }}"])
+def test_a_template_refused_when_set_fails_in_the_dated_dags_environment_too(template: str) -> None:
+    import jinja2
+
+    from sleeper_ops.airflow.dag_factory import build_dag
+    from sleeper_ops.bulk_import.templates import check_templates, sample_context
+
+    with pytest.raises(ConfigError):
+        check_templates("events", {"sleeper.table.bulk.import.source": template})
+    schema = Schema.from_dict({"rowKeyFields": [{"name": "k", "type": "StringType"}]})
+    dag = build_dag(TableInfo("tid", "events", schema, {"sleeper.table.bulk.import.source": "/x"}), "bulk_import")
+    with pytest.raises(jinja2.TemplateError):
+        dag.get_template_env().from_string(template).render(**sample_context())

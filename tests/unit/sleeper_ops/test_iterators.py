@@ -35,6 +35,8 @@ AGEOFF = "sleeper.table.iterator.ageoff"
 AGGREGATION = "sleeper.table.iterator.aggregation"
 PYTHON = "sleeper.table.iterator.python"
 HERE = Path(__file__).parent
+#: the modules these tests allow Python iterators from (iterators.python_modules)
+MODULES = ("iterator_samples", "no_such_module_for_sleeper")
 
 
 def info(props: Optional[dict[str, str]] = None, schema: Schema = SCHEMA) -> TableInfo:
@@ -264,7 +266,7 @@ def plus_one(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def test_iterators_run_in_order_ageoff_property_iterator_extra_iterators_then_aggregation(samples):
     table = info({AGEOFF: "ts:100", PYTHON: "iterator_samples:times_ten", AGGREGATION: AGG})
-    chain = IteratorChain.for_table(table, [plus_one], now_ms=1000)
+    chain = IteratorChain.for_table(table, [plus_one], now_ms=1000, python_modules=MODULES)
     assert chain.describe() == (f"ageoff(ts, 100) | iterator_samples:times_ten | {__name__}:plus_one | "
                                 "aggregation(sum(count), sum(small), min(name), max(blob))")
     rows = [row("a", ts=899, count=1000), row("a", ts=900, count=1), row("a", ts=900, count=2),
@@ -276,10 +278,11 @@ def test_iterators_run_in_order_ageoff_property_iterator_extra_iterators_then_ag
 
 
 def test_user_iterator_may_filter_rows_and_drop_whole_batches(samples):
-    chain = IteratorChain.for_table(info({PYTHON: "iterator_samples:drop_odd_counts"}))
+    chain = IteratorChain.for_table(info({PYTHON: "iterator_samples:drop_odd_counts"}), python_modules=MODULES)
     rows = [row("a", count=1), row("b", count=2), row("c", count=3), row("d", count=4)]
     assert [r["key"] for r in run(chain, batches(rows, [1, 2]))] == ["b", "d"]
-    chain = IteratorChain.for_table(info({PYTHON: "iterator_samples:drop_all", AGGREGATION: AGG}))
+    chain = IteratorChain.for_table(info({PYTHON: "iterator_samples:drop_all", AGGREGATION: AGG}),
+                                    python_modules=MODULES)
     assert run(chain, batches(rows, [2])) == []
 
 
@@ -292,7 +295,7 @@ def test_user_iterator_returning_a_nullable_copy_of_the_schema_is_accepted():
 
 
 def test_user_iterator_returning_the_wrong_schema_is_an_error_naming_it(samples):
-    chain = IteratorChain.for_table(info({PYTHON: "iterator_samples:wrong_schema"}))
+    chain = IteratorChain.for_table(info({PYTHON: "iterator_samples:wrong_schema"}), python_modules=MODULES)
     with pytest.raises(IteratorError, match="iterator_samples:wrong_schema returned schema"):
         run(chain, batches([row("a")]))
 
@@ -328,8 +331,28 @@ def test_user_iterator_returning_something_else_is_an_error():
 ])
 def test_user_iterator_that_cannot_be_loaded_is_a_config_error_naming_the_property(samples, value, message):
     with pytest.raises(ConfigError, match=message) as e:
-        IteratorChain.for_table(info({PYTHON: value}))
+        IteratorChain.for_table(info({PYTHON: value}), python_modules=MODULES)
     assert PYTHON in str(e.value)
+
+
+@pytest.mark.parametrize("value", ["iterator_samples_other:fn", "os:system", "builtins:print"])
+def test_user_iterator_from_a_module_not_allowed_is_refused_naming_the_setting_before_importing_it(samples, value):
+    with pytest.raises(ConfigError, match="iterators.python_modules") as e:
+        IteratorChain.for_table(info({PYTHON: value}), python_modules=MODULES)
+    assert PYTHON in str(e.value) and "table 't'" in str(e.value)
+    with pytest.raises(ConfigError, match="none: no Python iterator is allowed"):
+        IteratorChain.for_table(info({PYTHON: "iterator_samples:times_ten"}))  # the default allows none
+
+
+@pytest.mark.parametrize("module, allowed, ok", [
+    ("acme.iterators", ("acme.iterators",), True), ("acme.iterators.clean", ("acme.iterators",), True),
+    ("acme.iteratorsx", ("acme.iterators",), False), ("acme", ("acme.iterators",), False),
+    ("acme.iterators", (), False), ("b", ("a", "b"), True),
+])
+def test_an_allowed_module_allows_itself_and_its_submodules_only(module, allowed, ok):
+    from sleeper_ops.engine.user_iterators import module_allowed
+
+    assert module_allowed(module, allowed) is ok
 
 
 def test_input_that_does_not_fit_the_schema_is_refused():
@@ -340,7 +363,7 @@ def test_input_that_does_not_fit_the_schema_is_refused():
 
 def test_chain_pickles_and_rebuilds_with_the_same_iterators_and_clock(samples):
     table = info({AGEOFF: "ts:100", PYTHON: "iterator_samples:times_ten", AGGREGATION: AGG})
-    chain = IteratorChain.for_table(table, [plus_one], now_ms=1000)
+    chain = IteratorChain.for_table(table, [plus_one], now_ms=1000, python_modules=MODULES)
     copy = pickle.loads(pickle.dumps(chain))
     assert copy.describe() == chain.describe()
     rows = [row("a", ts=899), row("a", ts=900, count=2), row("b", ts=901)]
@@ -388,3 +411,33 @@ def test_aggregation_matches_a_python_reference_on_random_batches(rows, data):
     chain = IteratorChain.for_table(info({AGGREGATION: ",".join(f"{op}({f})" for f, op in RANDOM_OPS.items())}))
     got = run(chain, batches(rows, cuts))
     assert got == reference_aggregate(rows, RANDOM_OPS, SCHEMA.key_names)
+
+
+# ----- the deployment's allow-list (iterators.python_modules) ----------------------------------
+
+def test_the_allow_list_is_read_from_the_configuration_checked_and_round_trips(tmp_path):
+    from sleeper_ops.config import SleeperConfig
+
+    assert SleeperConfig.from_dict(tmp_path, {}).python_iterator_modules == ()
+    config = SleeperConfig.from_dict(tmp_path, {"iterators": {"python_modules": ["acme.iterators", "b"]}})
+    assert config.python_iterator_modules == ("acme.iterators", "b")
+    assert SleeperConfig.from_dict(tmp_path, config.to_dict()) == config
+    for bad in ("acme", ["os; rm"], [1], ["acme:fn"]):
+        with pytest.raises(ConfigError, match="iterators.python_modules"):
+            SleeperConfig.from_dict(tmp_path, {"iterators": {"python_modules": bad}})
+
+
+def test_a_compaction_of_a_table_with_an_iterator_outside_the_list_fails_before_any_job_is_created(
+        sleeper, samples):
+    """The whole run fails in one line naming the table (no job assigned, nothing to retry);
+    an offline table is still skipped."""
+    t = sleeper.create_table("t", SCHEMA)
+    for i in range(2):
+        t.ingest(pa.Table.from_pylist([row(f"k{i}")], schema=TARGET))
+    sleeper.state_store.update_properties("t", {PYTHON: "iterator_samples:times_ten"})
+    with pytest.raises(ConfigError, match="table 't'.*iterators.python_modules"):
+        t.compact()
+    assert t.jobs(kind="compaction") == []
+    assert not any(r.job_id for r in t.state().references.values()), "no file assigned to a job"
+    sleeper.state_store.update_properties("t", {"sleeper.table.online": "false"})
+    assert t.compact().skipped_reason == "table is offline"

@@ -23,6 +23,20 @@ AGEOFF = "sleeper.table.iterator.ageoff"
 
 
 @pytest.fixture
+def sleeper(tmp_path):
+    """A Sleeper allowing Python iterators from ``nosuchmod`` and ``json``
+    (``iterators.python_modules``), so the checks after the allow-list show."""
+    from sleeper_ops import Sleeper
+    from sleeper_ops.io.storage import ObjectStore
+    from statestore.memory import InMemoryStateStore
+
+    s = Sleeper(state_store=InMemoryStateStore(), objects=ObjectStore(str(tmp_path / "data")),
+                python_iterator_modules=("nosuchmod", "json"))
+    yield s
+    s.close()
+
+
+@pytest.fixture
 def events(sleeper):
     """Table ``events`` holding keys a and b."""
     sleeper.create_table("events", SCHEMA).ingest(pa.table({"key": ["a", "b"], "count": [1, 2], "note": ["x", "y"]}))

@@ -89,6 +89,31 @@ def test_two_attempts_of_a_task_write_apart_and_the_failing_one_deletes_only_its
     assert attempt_objects(sleeper.objects, [named]) == sorted([won["output"], sketch_key(won["output"])])
 
 
+def test_the_executors_take_the_drivers_python_iterator_allow_list_from_the_task_context(sleeper, monkeypatch):
+    """A Python iterator runs on the executors only if the driver's configuration allows its
+    module (iterators.python_modules), which the task context carries; otherwise the job
+    fails naming the setting and the module is not imported."""
+    from pathlib import Path
+
+    from sleeper_ops.compaction.jobs import CompactionJob
+    from sleeper_ops.spark.executor import run_tasks, task_context
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    t = sleeper.create_table("t", SCHEMA)
+    for i in range(2):
+        t.ingest(pa.table({"key": [i, i + 10], "v": ["a", "b"]}))
+    sleeper.state_store.update_properties("t", {"sleeper.table.iterator.python": "iterator_samples:drop_all"})
+    info = sleeper.state_store.get_table("t")
+    job = CompactionJob(info.table_id, "job", ROOT_ID, tuple(sorted(t.state().files)), whole_files=True,
+                        input_records=4)
+    item = {"job": job.to_dict(), "region": None, "output_key": new_data_key(info.table_id, ROOT_ID)}
+    monkeypatch.setattr(spark_attempts, "task_attempt_tag", lambda: "1")
+    (refused,) = run_tasks(task_context(sleeper.objects, info), [item])
+    assert "iterators.python_modules" in refused["error"], refused
+    (ran,) = run_tasks(task_context(sleeper.objects, info, ["iterator_samples"]), [item])
+    assert ran["error"] is None and ran["rows_written"] == 0, ran
+
+
 def test_outside_a_spark_task_the_named_key_is_written():
     assert spark_attempts.own_key("t/data/partition_root/a.parquet") == "t/data/partition_root/a.parquet"
 

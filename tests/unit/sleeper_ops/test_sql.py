@@ -266,6 +266,7 @@ def test_every_table_can_be_named_and_show_tables_lists_them(sleeper, events):
     ("SELEC * FROM events", "SQL"),
     ("SELECT nope FROM events", "nope"),
     ("SELECT * FROM missing_table", "no table named 'missing_table' (tables: events)"),
+    ("SELECT * FROM Events", "no table named 'Events' (tables: events)"),
     ("DROP TABLE events", "DDL not supported"),
     ("INSERT INTO events VALUES (1, 1, 1, 'a', 1)", "SQL"),
     ("CREATE TABLE x AS SELECT 1", "SQL"),
