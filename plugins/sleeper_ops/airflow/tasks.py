@@ -211,7 +211,7 @@ def run_compaction_jobs(table_name: str, jobs: list[CompactionJob], context: dic
         try:
             with compaction_lease(sleeper, table, context, release=False):
                 results = run_local(sleeper.state_store, sleeper.objects, table.info, jobs,
-                                    run_id=run_label(context))
+                                    run_id=run_label(context), python_modules=sleeper.python_iterator_modules)
         except LeaseHeldError as e:
             raise SleeperError(f"this run lost its compaction lease between tasks: {e}") from e
     committed = sum(1 for r in results if r.status == "committed")
