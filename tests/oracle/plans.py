@@ -22,6 +22,10 @@ SEED = int(os.environ.get("SLEEPER_ORACLE_SEED") or random.randrange(1 << 32))
 SHRINK = os.environ.get("SLEEPER_ORACLE_SHRINK", "1") != "0"
 #: "0": random sequences only, without the known ones (:data:`KNOWN`) first
 EXPLICIT = os.environ.get("SLEEPER_ORACLE_EXPLICIT", "1") != "0"
+#: "all": every known sequence on DynamoDB in every run; by default one a run, drawn from
+#: :data:`SEED` (a DynamoDB sequence is tens of seconds on moto; each known one also has a
+#: test of its own finding), so successive runs go round them
+ALL_KNOWN = os.environ.get("SLEEPER_ORACLE_KNOWN") == "all"
 BUCKET = "sleeper-erasure-oracle"
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
           "valueFields": [{"name": "v", "type": "StringType"}, {"name": "payload", "type": "StringType"}]}
@@ -145,3 +149,12 @@ class Model:
             self.maybe.discard(k)
             (self.deleted if sure else self.maybe_deleted).add(k)
 
+
+
+def known_for_run(known: dict[str, list[Step]]) -> list[tuple[str, list[Step]]]:
+    """The known sequences this run tries: all with ``SLEEPER_ORACLE_KNOWN=all``, else one
+    drawn from :data:`SEED` (printed, so a run replays with its seed)."""
+    names = sorted(known)
+    chosen = names if ALL_KNOWN else [random.Random(SEED).choice(names)]
+    print(f"erasure oracle: known sequences this run: {', '.join(chosen)}", file=sys.stderr)
+    return [(n, known[n]) for n in chosen]
