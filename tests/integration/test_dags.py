@@ -483,8 +483,8 @@ def test_two_compaction_runs_at_once_one_works_the_other_skips(sleeper: Sleeper,
     try:
         deadline = time.monotonic() + 240
         while not (gate / "started").exists():
-            assert reader.is_alive(), \
-                f"the first run ended early: {finished and finished[0].results}\n{finished and finished[0].logs[0][-4000:]}"
+            assert reader.is_alive(), (f"the first run ended early: {finished and finished[0].results}\n"
+                                       f"{finished and finished[0].logs[0][-4000:]}")
             assert time.monotonic() < deadline, "the first run never reached its compaction"
             time.sleep(0.1)
         second = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_compaction"}, **env)

@@ -24,7 +24,8 @@ Fields of the connection:
   ``spark_service``     a standing Spark driver service, e.g. ``http://host:8998``
   ``home``              where relative paths and the embedded server live
   ``python_iterator_modules``  the modules tables' Python iterators may come from (a
-                        list; ``iterators.python_modules`` of sleeper.toml; default none)
+                        list, or comma-separated text as the connection form gives it;
+                        ``iterators.python_modules`` of sleeper.toml; default none)
   ====================  ==================================================================
 
 The settings of the AWS connection (``aws``: ``region``, ``endpoint_url``,
@@ -113,6 +114,9 @@ def config_from_connection(*, host: Optional[str], port: Optional[int], login: O
     raw = {"object_store": object_store, "state_store": state_store,
            "spark": {"master": str(extra.get("spark_master") or "local[*]"),
                      "service": str(extra.get("spark_service") or "")}}
-    if extra.get("python_iterator_modules") is not None:
-        raw["iterators"] = {"python_modules": extra["python_iterator_modules"]}
+    modules = extra.get("python_iterator_modules")
+    if isinstance(modules, str):  # the connection form's text: comma-separated
+        modules = [m.strip() for m in modules.split(",") if m.strip()]
+    if modules is not None:
+        raw["iterators"] = {"python_modules": modules}
     return SleeperConfig.from_dict(home.absolute(), raw)

@@ -30,6 +30,8 @@ _CONN_FIELDS = (
     ("dynamodb_table_prefix", "DynamoDB table prefix", "default sleeper-", _TEXT),
     ("aws_conn_id", "AWS connection", "its region, endpoint and keys reach S3 and DynamoDB (dynamodb: "
                                       "default aws_default)", _TEXT),
+    ("python_iterator_modules", "Python iterator modules", "comma-separated modules (with their submodules) "
+                                "tables' Python iterators may come from; default none", _TEXT),
 )
 
 

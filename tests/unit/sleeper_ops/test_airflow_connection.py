@@ -56,8 +56,10 @@ def test_the_python_iterator_modules_extra_is_the_allow_list(tmp_path: Path) -> 
                                       default_home=tmp_path).python_iterator_modules
     assert modules({}) == ()
     assert modules({"python_iterator_modules": ["acme.iterators"]}) == ("acme.iterators",)
+    # the connection form gives text: comma-separated modules
+    assert modules({"python_iterator_modules": "acme.iterators, b"}) == ("acme.iterators", "b")
     with pytest.raises(ConfigError, match="iterators.python_modules"):
-        modules({"python_iterator_modules": "acme.iterators"})
+        modules({"python_iterator_modules": 5})
 
 
 def test_unknown_extra_keys_are_refused_by_name(tmp_path: Path) -> None:
