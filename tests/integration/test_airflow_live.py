@@ -331,13 +331,19 @@ class DevTools:
                 self.proc.wait()
 
 
-def test_chromium_screenshots_the_status_page(server: dict[str, Any], tmp_path: Path) -> None:
+def _browser(server: dict[str, Any], tmp_path: Path) -> tuple[DevTools, dict[str, str]]:
+    """A headless Chromium (the test skips, saying how to install one, when there is
+    none) and the cookie that signs it in to the server."""
     binary = _chromium()
     if binary is None:
         pytest.skip("no headless Chromium on this machine: install Debian's package 'chromium' "
                     "(or 'chromium-headless-shell') to run this test")
     cookie = {"name": "_token", "value": server["token"], "url": server["url"]}
-    browser = DevTools(binary, tmp_path / "chromium-profile")
+    return DevTools(binary, tmp_path / "chromium-profile"), cookie
+
+
+def test_chromium_screenshots_the_status_page(server: dict[str, Any], tmp_path: Path) -> None:
+    browser, cookie = _browser(server, tmp_path)
     # the table's name and its first leaf partition: the rendered table page, not a login or error page
     shows = ("events", server["expected"]["partitions"][0], "split threshold")
     try:
@@ -361,12 +367,7 @@ def test_walk_findings_1_and_8_chromium_screenshots_a_table_whose_dags_cannot_be
     """The index marks the table whose DAGs cannot be built red, with the reason, and its
     long name does not push the columns off screen (the page is no wider than the window);
     so does its own page. The screenshots' paths are printed (pytest -s)."""
-    binary = _chromium()
-    if binary is None:
-        pytest.skip("no headless Chromium on this machine: install Debian's package 'chromium' "
-                    "(or 'chromium-headless-shell') to run this test")
-    cookie = {"name": "_token", "value": server["token"], "url": server["url"]}
-    browser = DevTools(binary, tmp_path / "chromium-profile")
+    browser, cookie = _browser(server, tmp_path)
     shots = {}
     try:
         for name, path in (("status_index_unbuildable.png", "/sleeper/ui/"),

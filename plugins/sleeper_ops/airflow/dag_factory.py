@@ -77,6 +77,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from sleeper_ops.airflow import tasks
 from sleeper_ops.airflow.dag_problems import build_each, build_problem
+from sleeper_ops.bulk_import.dated import BULK_IMPORT_SOURCE
+from sleeper_ops.bulk_import.templates import EXPORT_DESTINATION
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
 from statestore.properties import BULK_IMPORT_PLATFORM
@@ -91,8 +93,6 @@ log = logging.getLogger(__name__)
 OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush")
 #: Operations with a DAG only for some tables (see :func:`has_dag`).
 OPTIONAL_OPERATIONS = ("bulk_import", "export")
-BULK_IMPORT_SOURCE = "sleeper.table.bulk.import.source"
-EXPORT_DESTINATION = "sleeper.table.export.destination"
 SPARK_DEFERRABLE = "sleeper.table.spark.deferrable"
 DAG_ID_PREFIX = "sleeper_"
 #: Tags every Sleeper DAG carries (plus the operation and ``table:<name>``).

@@ -63,7 +63,7 @@ from sleeper_ops.maintenance.deletes import drop_spent_tombstones
 from statestore.catalog import TableInfo
 from statestore.client_writes import IDEMPOTENCY_HOURS
 from statestore.errors import SleeperError, TransactionError
-from statestore.history import retention_ms
+from statestore.history import RETENTION_PROPERTY, retention_ms
 from statestore.store import COMMIT_ID_RETENTION_MS, StateStore
 from statestore.transactions import DeleteFiles
 
@@ -161,11 +161,11 @@ class Waiting:
         """Why a run that deleted nothing had nothing to delete, when :attr:`idle`: what it
         looked at, and when it would delete (naming the two properties)."""
         held = f"{_files(self.tracked, 'file')}{', all referenced,' if self.tracked else ''}"
-        kept = (f"sleeper.table.gc.delay.minutes {self.delay_minutes} + sleeper.table.history.retention.minutes "
-                f"{self.retention_minutes}" if self.retention_minutes else "sleeper.table.gc.delay.minutes")
+        kept = (f"{DELAY_PROPERTY} {self.delay_minutes} + {RETENTION_PROPERTY} {self.retention_minutes}"
+                if self.retention_minutes else DELAY_PROPERTY)
         return (f"the table has {held} and nothing untracked (a file goes {self.delay_minutes + self.retention_minutes}"
                 f" min after losing its last reference, {kept}; an untracked object after {self.grace_minutes} min, "
-                f"sleeper.table.gc.orphan.grace.minutes)")
+                f"{GRACE_PROPERTY})")
 
     def _retention(self) -> str:
         return f" and {self.retention_minutes}-minute history retention" if self.retention_minutes else ""
