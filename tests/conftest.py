@@ -27,7 +27,7 @@ from typing import Iterator
 
 import pytest
 
-from tests import spark_cds
+from tests import cpu_profile, spark_cds
 from tests.pg_pool import DatabasePool, create_database, drop_database
 
 PG_DSN_ENV = "SLEEPER_TEST_PG_DSN"
@@ -82,6 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     import random
 
     _hypothesis_profile()
+    cpu_profile.register(config)
     if config.getoption("hypothesis_seed", None) is None:
         os.environ.setdefault(HYPOTHESIS_SEED_ENV, str(random.randrange(2 ** 32)))
         config.option.hypothesis_seed = int(os.environ[HYPOTHESIS_SEED_ENV])
