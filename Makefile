@@ -11,7 +11,7 @@ UV_VERSION := 0.13.9
 UV     := $(BIN)/uv pip install -q --python $(BIN)/python
 export SLEEPER_HOME ?= .sleeper
 
-.PHONY: install browser redis demo airflow cluster lint test test-unit bench clean
+.PHONY: install browser redis demo airflow cluster lint check test test-unit test-profile bench clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -83,6 +83,24 @@ test: install browser redis
 
 test-unit: install
 	$(BIN)/python -m pytest -q tests/unit
+
+# The fast loop (under 2 minutes): ruff, the import contracts, then mypy (incremental,
+# its cache in .mypy_cache) beside the unit tests on two workers; either failing fails it.
+check: install
+	@start=$$(date +%s); $(BIN)/ruff check . || exit 1; \
+	contracts=$$($(BIN)/lint-imports --config .importlinter --no-cache 2>&1) || { echo "$$contracts"; exit 1; }; \
+	mypylog=$$(mktemp); ( $(BIN)/mypy >$$mypylog 2>&1; echo $$? >$$mypylog.rc ) & \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 tests/unit; rc=$$?; wait; \
+	mrc=$$(cat $$mypylog.rc); [ "$$mrc" = 0 ] || { cat $$mypylog; [ $$rc != 0 ] || rc=$$mrc; }; \
+	rm -f $$mypylog $$mypylog.rc; echo "make check: $$(( $$(date +%s) - start )) s, exit $$rc"; exit $$rc
+
+# make test with each test's CPU seconds (its own and its child processes') written to
+# test-cpu.jsonl and summed per module at the end: where the suite's time goes.
+test-profile: export SLEEPER_TEST_CPU := $(CURDIR)/test-cpu.jsonl
+test-profile:
+	rm -f test-cpu.jsonl
+	-$(MAKE) --no-print-directory test
+	$(BIN)/python -m tests.cpu_profile test-cpu.jsonl
 
 bench: install
 	$(BIN)/python bench/ingest.py
