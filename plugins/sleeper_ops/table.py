@@ -7,13 +7,14 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generator, Generic, Iterable, Optional, Protocol, Sequence, TypeVar
 
 import pyarrow as pa
 
 from sleeper_ops.errors import QueryError
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.runner import DEFAULT_BATCH_ROWS, QueryRunner, exact_key_region, range_region
+from sleeper_ops.stores import Stores
 from statestore.catalog import TableInfo
 from statestore.errors import SleeperError, TableNotFoundError
 from statestore.jobs import JobRecord
@@ -22,12 +23,42 @@ from statestore.schema import Schema
 from statestore.state import TableState
 
 if TYPE_CHECKING:
-    from sleeper_ops.api import Sleeper
-    from sleeper_ops.compaction.runners import CompactionReport
+    from sleeper_ops.compaction.runners import BatchRunner, CompactionReport
+    from sleeper_ops.config import SleeperConfig
+    from sleeper_ops.ingest.batcher import JobRunners
     from sleeper_ops.ingest.standard import IngestResult, Progress
+    from sleeper_ops.query.shared import SharedRunners
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class TableHost(Stores, Protocol):
+    """What a :class:`Table` uses of the Sleeper it belongs to (:class:`~sleeper_ops.api.Sleeper`
+    is one), named here so that this layer never imports the facade above it."""
+
+    @property
+    def objects(self) -> ObjectStore:
+        """The instance's data files."""
+
+    @property
+    def config(self) -> Optional[SleeperConfig]:
+        """The configuration it was opened from; None when given its stores directly."""
+
+    @property
+    def python_iterator_modules(self) -> tuple[str, ...]:
+        """Where tables' Python iterators may come from."""
+
+    @property
+    def queries(self) -> SharedRunners:
+        """The query runners its tables share."""
+
+    def spark_batch_runner(self, run_id: Optional[str] = None) -> Optional[BatchRunner]:
+        """A runner of compaction job batches on Spark, or None without a configuration."""
+
+
+#: the Sleeper a table belongs to: ``Sleeper.table`` gives a ``Table[Sleeper]``
+H = TypeVar("H", bound=TableHost)
 
 
 def _by_name(method: _F) -> _F:
@@ -35,7 +66,7 @@ def _by_name(method: _F) -> _F:
     knows tables by id, so its refusals say ``table <id>``; this rewrites them to
     ``table '<name>'``, keeping the error's type (and the original as its cause)."""
     @functools.wraps(method)
-    def named(self: Table, *args: Any, **kwargs: Any) -> Any:
+    def named(self: Table[Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
         except SleeperError as e:
@@ -51,10 +82,11 @@ def _by_name(method: _F) -> _F:
 
 
 @dataclass
-class Table:
-    """One table of a :class:`Sleeper`. ``info`` is the catalog entry when it was opened."""
+class Table(Generic[H]):
+    """One table of a :class:`~sleeper_ops.api.Sleeper` (``sleeper``). ``info`` is the
+    catalog entry when it was opened."""
 
-    sleeper: Sleeper
+    sleeper: H
     info: TableInfo
 
     @property
@@ -112,6 +144,22 @@ class Table:
         submit = load_bulk_import_runner(runner)
         return submit(self.sleeper.config, self._fresh(), list(sources), import_key=import_key, run_id=run_id,
                       **options)
+
+    def batcher_runners(self) -> JobRunners:
+        """What the ingest batcher (:mod:`sleeper_ops.ingest.batcher`) runs this table's
+        jobs with: :meth:`ingest` as the batcher's job, and :meth:`bulk_import` keyed by
+        the job's id (none without a configuration)."""
+        from sleeper_ops.ingest.batcher import JobRunners
+
+        def ingest(files: list[str], job: JobRecord) -> tuple[int, int]:
+            result = self.ingest(files, job=job, ingest_job_id=job.job_id)
+            return result.records, len(result.files)
+
+        def bulk_import(files: list[str], job: JobRecord, run_id: Optional[str]) -> tuple[int, int]:
+            result = self.bulk_import(files, import_key=job.job_id, run_id=run_id, ingest_job_id=job.job_id)
+            return result.records, len(result.files_written)
+
+        return JobRunners(self.info, ingest, bulk_import if self.sleeper.config is not None else None)
 
     def already_imported(self, import_key: Optional[str], sources: Optional[Sequence[str]] = None) -> Any:
         """The ``already imported`` :class:`~sleeper_ops.bulk_import.job.BulkImportResult`
