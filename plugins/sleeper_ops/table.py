@@ -7,14 +7,14 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generator, Generic, Iterable, Optional, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generator, Generic, Iterable, Optional, Sequence, TypeVar
 
 import pyarrow as pa
 
 from sleeper_ops.errors import QueryError
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.runner import DEFAULT_BATCH_ROWS, QueryRunner, exact_key_region, range_region
-from sleeper_ops.stores import Stores
+from sleeper_ops.table_host import TableHost
 from statestore.catalog import TableInfo
 from statestore.errors import SleeperError, TableNotFoundError
 from statestore.jobs import JobRecord
@@ -23,40 +23,24 @@ from statestore.schema import Schema
 from statestore.state import TableState
 
 if TYPE_CHECKING:
-    from sleeper_ops.compaction.runners import BatchRunner, CompactionReport
-    from sleeper_ops.config import SleeperConfig
+    from sleeper_ops.bulk_import.job import BulkImportResult
+    from sleeper_ops.compaction.runners import CompactionReport
     from sleeper_ops.ingest.batcher import JobRunners
+    from sleeper_ops.ingest.buffer import WriteResult
+    from sleeper_ops.ingest.flush import FlushResult
     from sleeper_ops.ingest.standard import IngestResult, Progress
-    from sleeper_ops.query.shared import SharedRunners
+    from sleeper_ops.maintenance.deletes import DeleteResult
+    from sleeper_ops.maintenance.erasure import ErasureReport
+    from sleeper_ops.maintenance.gc import GCReport
+    from sleeper_ops.maintenance.leases import OperationLease
+    from sleeper_ops.maintenance.splitting import SplitReport
+    from sleeper_ops.query.export import ExportResult
+    from statestore.buffer import BufferStats
+    from statestore.history import TransactionSummary
+    from statestore.ingest_requests import IngestRequest
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-class TableHost(Stores, Protocol):
-    """What a :class:`Table` uses of the Sleeper it belongs to (:class:`~sleeper_ops.api.Sleeper`
-    is one), named here so that this layer never imports the facade above it."""
-
-    @property
-    def objects(self) -> ObjectStore:
-        """The instance's data files."""
-
-    @property
-    def config(self) -> Optional[SleeperConfig]:
-        """The configuration it was opened from; None when given its stores directly."""
-
-    @property
-    def python_iterator_modules(self) -> tuple[str, ...]:
-        """Where tables' Python iterators may come from."""
-
-    @property
-    def queries(self) -> SharedRunners:
-        """The query runners its tables share."""
-
-    def spark_batch_runner(self, run_id: Optional[str] = None) -> Optional[BatchRunner]:
-        """A runner of compaction job batches on Spark, or None without a configuration."""
-
-
 #: the Sleeper a table belongs to: ``Sleeper.table`` gives a ``Table[Sleeper]``
 H = TypeVar("H", bound=TableHost)
 
@@ -121,7 +105,7 @@ class Table(Generic[H]):
 
     @_by_name
     def bulk_import(self, sources: Sequence[str], *, import_key: Optional[str] = None, run_id: Optional[str] = None,
-                    runner: str = "spark", **options: Any) -> Any:
+                    runner: str = "spark", **options: Any) -> BulkImportResult:
         """Import every file ``sources`` name (files, directories or globs, local or
         ``s3://``) with a Spark job, in one commit; imports of the same ``import_key``
         add their records once. Returns a
@@ -161,7 +145,8 @@ class Table(Generic[H]):
 
         return JobRunners(self.info, ingest, bulk_import if self.sleeper.config is not None else None)
 
-    def already_imported(self, import_key: Optional[str], sources: Optional[Sequence[str]] = None) -> Any:
+    def already_imported(self, import_key: Optional[str],
+                         sources: Optional[Sequence[str]] = None) -> Optional[BulkImportResult]:
         """The ``already imported`` :class:`~sleeper_ops.bulk_import.job.BulkImportResult`
         when a bulk import of ``import_key`` into this table has committed, else None;
         with ``sources``, IdempotencyKeyReusedError when the key was kept for others."""
@@ -253,7 +238,7 @@ class Table(Generic[H]):
             raise
 
     @_by_name
-    def history(self, limit: int = 20, *, upto: Optional[int] = None) -> list[Any]:
+    def history(self, limit: int = 20, *, upto: Optional[int] = None) -> list[TransactionSummary]:
         """The table's transactions, newest first (at most ``limit``, numbered at most
         ``upto``): :class:`~statestore.history.TransactionSummary` s."""
         return self.sleeper.state_store.history(self.info.table_id, limit=limit, upto=upto)
@@ -261,7 +246,7 @@ class Table(Generic[H]):
     # ----- deletes (sleeper_ops.maintenance.deletes) ------------------------------------
     @_by_name
     def delete(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
-               where: Optional[str] = None, request_id: Optional[str] = None) -> Any:
+               where: Optional[str] = None, request_id: Optional[str] = None) -> DeleteResult:
         """Delete the records with any of ``keys`` or in any ``[min, max)`` of ``ranges``
         (and, with ``where``, matching that SQL predicate on any fields) written before
         this call, in one commit: every read hides them from now on and compaction purges
@@ -275,7 +260,7 @@ class Table(Generic[H]):
 
     @_by_name
     def erasure_report(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
-                       where: Optional[str] = None, now_ms: Optional[int] = None) -> Any:
+                       where: Optional[str] = None, now_ms: Optional[int] = None) -> ErasureReport:
         """Every place still holding a record (or the keys) matching the keys or ranges
         (and ``where``), each with when it goes as judged at ``now_ms`` (default now):
         a :class:`~sleeper_ops.maintenance.erasure.ErasureReport`, clean once none does."""
@@ -287,7 +272,7 @@ class Table(Generic[H]):
     @_by_name
     def export(self, destination: str, *, range: Optional[tuple[Any, Optional[Any]]] = None,
                where: Optional[str] = None, export_key: Optional[str] = None, runner: str = "local",
-               buffer: bool = True, run_id: Optional[str] = None) -> Any:
+               buffer: bool = True, run_id: Optional[str] = None) -> ExportResult:
         """Export the records (in ``range`` ``[lo, hi)``, matching ``where``) to
         ``destination`` (a directory or ``s3://`` prefix) as one sorted Parquet file per
         leaf and a ``_manifest.json``; idempotent per ``export_key``. Returns an
@@ -313,7 +298,8 @@ class Table(Generic[H]):
         """The catalog entry as it is now (properties may have changed since opening)."""
         return self.sleeper.state_store.get_table(self.info.name)
 
-    def exclusive(self, operation: str, holder: str, *, holder_gone: Optional[Callable[[str], bool]] = None) -> Any:
+    def exclusive(self, operation: str, holder: str, *,
+                  holder_gone: Optional[Callable[[str], bool]] = None) -> OperationLease:
         """The table's lease for ``operation`` (``compaction``, ``split``, ``gc``, ...) as a
         context manager, the same one the Airflow DAGs take: raises LeaseHeldError if
         another run holds it (unless ``holder_gone`` says that holder is gone for good:
@@ -339,7 +325,7 @@ class Table(Generic[H]):
                              python_modules=self.sleeper.python_iterator_modules)
 
     @_by_name
-    def split(self, *, run_id: Optional[str] = None) -> Any:
+    def split(self, *, run_id: Optional[str] = None) -> SplitReport:
         """Split leaf partitions over the table's threshold at their median; returns a
         :class:`~sleeper_ops.maintenance.splitting.SplitReport`. Skipped when the table is offline."""
         from sleeper_ops.maintenance.splitting import split_partitions
@@ -348,7 +334,7 @@ class Table(Generic[H]):
 
     @_by_name
     def gc(self, *, dry_run: bool = False, orphans: bool = True, now_ms: Optional[int] = None,
-           explain: bool = False) -> Any:
+           explain: bool = False) -> GCReport:
         """Delete unreferenced files older than the GC delay, and orphaned objects older
         than the grace period; ``dry_run`` only lists them. Returns a
         :class:`~sleeper_ops.maintenance.gc.GCReport`, which (``explain``: one more read
@@ -367,7 +353,7 @@ class Table(Generic[H]):
 
     # ----- write buffer ---------------------------------------------------------------
     @_by_name
-    def write(self, records: Any, *, request_id: Optional[str] = None) -> Any:
+    def write(self, records: Any, *, request_id: Optional[str] = None) -> WriteResult:
         """Store ``records`` (a list of dicts, an Arrow table or record batch) in the
         table's write buffer; returns a :class:`~sleeper_ops.ingest.buffer.WriteResult`
         whose ``seq`` is the write's sequence number, once the records are durable.
@@ -381,7 +367,7 @@ class Table(Generic[H]):
         return write_records(self.sleeper.state_store, self._fresh(), records, request_id=request_id)
 
     @_by_name
-    def write_files(self, paths: Sequence[str], *, request_id: Optional[str] = None) -> Any:
+    def write_files(self, paths: Sequence[str], *, request_id: Optional[str] = None) -> WriteResult:
         """Store every record of the files (JSON Lines, CSV, Parquet) as one write, all
         or nothing; see :meth:`write`."""
         from sleeper_ops.ingest.buffer import read_files, write_records
@@ -390,7 +376,7 @@ class Table(Generic[H]):
         return write_records(self.sleeper.state_store, self._fresh(), records, request_id=request_id)
 
     @_by_name
-    def ingest_request(self, files: Sequence[str], *, request_id: Optional[str] = None) -> list[Any]:
+    def ingest_request(self, files: Sequence[str], *, request_id: Optional[str] = None) -> list[IngestRequest]:
         """Queue ``files`` (local paths or ``s3://`` URIs) for the table's ingest
         batcher, all or nothing; returns the queued
         :class:`~statestore.ingest_requests.IngestRequest` s. ``request_id`` is an
@@ -401,7 +387,7 @@ class Table(Generic[H]):
         return submit_ingest_requests(self.sleeper, self.name, list(files), request_id=request_id)
 
     @_by_name
-    def flush(self, *, run_id: Optional[str] = None) -> Any:
+    def flush(self, *, run_id: Optional[str] = None) -> FlushResult:
         """Write the buffered records as sorted files, one per leaf, removing them from
         the buffer in the same commit, exactly once; returns a
         :class:`~sleeper_ops.ingest.flush.FlushResult`. See :mod:`sleeper_ops.ingest.flush`."""
@@ -410,7 +396,7 @@ class Table(Generic[H]):
         return flush_buffer(self.sleeper.state_store, self.sleeper.objects, self._fresh(), run_id=run_id,
                             s3=self.sleeper.s3)
 
-    def buffer_stats(self) -> Any:
+    def buffer_stats(self) -> BufferStats:
         """Entries, records and oldest write time of the write buffer
         (:class:`~statestore.buffer.BufferStats`)."""
         return self.sleeper.state_store.buffer_stats(self.info.table_id)
