@@ -18,7 +18,7 @@ from sleeper_ops.bulk_import.dated import BULK_IMPORT_SOURCE, with_import_start
 from sleeper_ops.bulk_import.templates import check_templates
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.engine.iterators import ITERATOR_PROPERTIES, check_iterator_properties
-from sleeper_ops.io.storage import ObjectStore
+from sleeper_ops.io.storage import ObjectStore, S3Options
 from sleeper_ops.query.shared import SharedRunners
 from sleeper_ops.table import Table
 from statestore.backends import open_state_store
@@ -30,6 +30,7 @@ from statestore.store import StateStore
 
 if TYPE_CHECKING:
     from sleeper_ops.compaction.runners import BatchRunner
+    from sleeper_ops.ingest.batcher import JobRunners
 
 
 class Sleeper:
@@ -71,7 +72,8 @@ class Sleeper:
         self.queries = SharedRunners(state_store, objects, python_modules=self.python_iterator_modules)
 
     @property
-    def s3(self):  # type: ignore[no-untyped-def]
+    def s3(self) -> Optional[S3Options]:
+        """The S3 options of the configuration, else of the object store given."""
         return self.config.s3 if self.config else self.objects.s3
 
     def spark_batch_runner(self, run_id: Optional[str] = None) -> Optional[BatchRunner]:
@@ -96,7 +98,7 @@ class Sleeper:
 
     # ----- catalog --------------------------------------------------------------------
     def create_table(self, name: str, schema: Schema | Mapping[str, Any] | str, split_points: Sequence[Any] = (),
-                     properties: Optional[Mapping[str, str]] = None) -> Table:
+                     properties: Optional[Mapping[str, str]] = None) -> Table[Sleeper]:
         """Create a table whose leaf partitions divide the first row key at ``split_points``.
         A name that cannot become Airflow DAG ids and tags raises
         :class:`~statestore.errors.TableNameError` (see :data:`statestore.catalog.TABLE_NAME_RULE`)."""
@@ -115,8 +117,13 @@ class Sleeper:
     def tables(self) -> list[TableInfo]:
         return self.state_store.list_tables()
 
-    def table(self, name: str) -> Table:
+    def table(self, name: str) -> Table[Sleeper]:
         return Table(self, self.state_store.get_table(name))
+
+    def batcher_runners(self, table_name: str) -> JobRunners:
+        """What the ingest batcher runs table ``table_name``'s jobs with
+        (:meth:`Table.batcher_runners`)."""
+        return self.table(table_name).batcher_runners()
 
     def set_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
         """Set properties of table ``name``, keeping the others; an empty value clears a

@@ -7,13 +7,14 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generator, Generic, Iterable, Optional, Sequence, TypeVar
 
 import pyarrow as pa
 
 from sleeper_ops.errors import QueryError
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.runner import DEFAULT_BATCH_ROWS, QueryRunner, exact_key_region, range_region
+from sleeper_ops.table_host import TableHost
 from statestore.catalog import TableInfo
 from statestore.errors import SleeperError, TableNotFoundError
 from statestore.jobs import JobRecord
@@ -22,12 +23,26 @@ from statestore.schema import Schema
 from statestore.state import TableState
 
 if TYPE_CHECKING:
-    from sleeper_ops.api import Sleeper
+    from sleeper_ops.bulk_import.job import BulkImportResult
     from sleeper_ops.compaction.runners import CompactionReport
+    from sleeper_ops.ingest.batcher import JobRunners
+    from sleeper_ops.ingest.buffer import WriteResult
+    from sleeper_ops.ingest.flush import FlushResult
     from sleeper_ops.ingest.standard import IngestResult, Progress
+    from sleeper_ops.maintenance.deletes import DeleteResult
+    from sleeper_ops.maintenance.erasure import ErasureReport
+    from sleeper_ops.maintenance.gc import GCReport
+    from sleeper_ops.maintenance.leases import OperationLease
+    from sleeper_ops.maintenance.splitting import SplitReport
+    from sleeper_ops.query.export import ExportResult
+    from statestore.buffer import BufferStats
+    from statestore.history import TransactionSummary
+    from statestore.ingest_requests import IngestRequest
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: the Sleeper a table belongs to: ``Sleeper.table`` gives a ``Table[Sleeper]``
+H = TypeVar("H", bound=TableHost)
 
 
 def _by_name(method: _F) -> _F:
@@ -35,7 +50,7 @@ def _by_name(method: _F) -> _F:
     knows tables by id, so its refusals say ``table <id>``; this rewrites them to
     ``table '<name>'``, keeping the error's type (and the original as its cause)."""
     @functools.wraps(method)
-    def named(self: Table, *args: Any, **kwargs: Any) -> Any:
+    def named(self: Table[Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
         except SleeperError as e:
@@ -51,10 +66,11 @@ def _by_name(method: _F) -> _F:
 
 
 @dataclass
-class Table:
-    """One table of a :class:`Sleeper`. ``info`` is the catalog entry when it was opened."""
+class Table(Generic[H]):
+    """One table of a :class:`~sleeper_ops.api.Sleeper` (``sleeper``). ``info`` is the
+    catalog entry when it was opened."""
 
-    sleeper: Sleeper
+    sleeper: H
     info: TableInfo
 
     @property
@@ -89,7 +105,7 @@ class Table:
 
     @_by_name
     def bulk_import(self, sources: Sequence[str], *, import_key: Optional[str] = None, run_id: Optional[str] = None,
-                    runner: str = "spark", **options: Any) -> Any:
+                    runner: str = "spark", **options: Any) -> BulkImportResult:
         """Import every file ``sources`` name (files, directories or globs, local or
         ``s3://``) with a Spark job, in one commit; imports of the same ``import_key``
         add their records once. Returns a
@@ -113,7 +129,24 @@ class Table:
         return submit(self.sleeper.config, self._fresh(), list(sources), import_key=import_key, run_id=run_id,
                       **options)
 
-    def already_imported(self, import_key: Optional[str], sources: Optional[Sequence[str]] = None) -> Any:
+    def batcher_runners(self) -> JobRunners:
+        """What the ingest batcher (:mod:`sleeper_ops.ingest.batcher`) runs this table's
+        jobs with: :meth:`ingest` as the batcher's job, and :meth:`bulk_import` keyed by
+        the job's id (none without a configuration)."""
+        from sleeper_ops.ingest.batcher import JobRunners
+
+        def ingest(files: list[str], job: JobRecord) -> tuple[int, int]:
+            result = self.ingest(files, job=job, ingest_job_id=job.job_id)
+            return result.records, len(result.files)
+
+        def bulk_import(files: list[str], job: JobRecord, run_id: Optional[str]) -> tuple[int, int]:
+            result = self.bulk_import(files, import_key=job.job_id, run_id=run_id, ingest_job_id=job.job_id)
+            return result.records, len(result.files_written)
+
+        return JobRunners(self.info, ingest, bulk_import if self.sleeper.config is not None else None)
+
+    def already_imported(self, import_key: Optional[str],
+                         sources: Optional[Sequence[str]] = None) -> Optional[BulkImportResult]:
         """The ``already imported`` :class:`~sleeper_ops.bulk_import.job.BulkImportResult`
         when a bulk import of ``import_key`` into this table has committed, else None;
         with ``sources``, IdempotencyKeyReusedError when the key was kept for others."""
@@ -205,7 +238,7 @@ class Table:
             raise
 
     @_by_name
-    def history(self, limit: int = 20, *, upto: Optional[int] = None) -> list[Any]:
+    def history(self, limit: int = 20, *, upto: Optional[int] = None) -> list[TransactionSummary]:
         """The table's transactions, newest first (at most ``limit``, numbered at most
         ``upto``): :class:`~statestore.history.TransactionSummary` s."""
         return self.sleeper.state_store.history(self.info.table_id, limit=limit, upto=upto)
@@ -213,7 +246,7 @@ class Table:
     # ----- deletes (sleeper_ops.maintenance.deletes) ------------------------------------
     @_by_name
     def delete(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
-               where: Optional[str] = None, request_id: Optional[str] = None) -> Any:
+               where: Optional[str] = None, request_id: Optional[str] = None) -> DeleteResult:
         """Delete the records with any of ``keys`` or in any ``[min, max)`` of ``ranges``
         (and, with ``where``, matching that SQL predicate on any fields) written before
         this call, in one commit: every read hides them from now on and compaction purges
@@ -227,7 +260,7 @@ class Table:
 
     @_by_name
     def erasure_report(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
-                       where: Optional[str] = None, now_ms: Optional[int] = None) -> Any:
+                       where: Optional[str] = None, now_ms: Optional[int] = None) -> ErasureReport:
         """Every place still holding a record (or the keys) matching the keys or ranges
         (and ``where``), each with when it goes as judged at ``now_ms`` (default now):
         a :class:`~sleeper_ops.maintenance.erasure.ErasureReport`, clean once none does."""
@@ -239,7 +272,7 @@ class Table:
     @_by_name
     def export(self, destination: str, *, range: Optional[tuple[Any, Optional[Any]]] = None,
                where: Optional[str] = None, export_key: Optional[str] = None, runner: str = "local",
-               buffer: bool = True, run_id: Optional[str] = None) -> Any:
+               buffer: bool = True, run_id: Optional[str] = None) -> ExportResult:
         """Export the records (in ``range`` ``[lo, hi)``, matching ``where``) to
         ``destination`` (a directory or ``s3://`` prefix) as one sorted Parquet file per
         leaf and a ``_manifest.json``; idempotent per ``export_key``. Returns an
@@ -265,7 +298,8 @@ class Table:
         """The catalog entry as it is now (properties may have changed since opening)."""
         return self.sleeper.state_store.get_table(self.info.name)
 
-    def exclusive(self, operation: str, holder: str, *, holder_gone: Optional[Callable[[str], bool]] = None) -> Any:
+    def exclusive(self, operation: str, holder: str, *,
+                  holder_gone: Optional[Callable[[str], bool]] = None) -> OperationLease:
         """The table's lease for ``operation`` (``compaction``, ``split``, ``gc``, ...) as a
         context manager, the same one the Airflow DAGs take: raises LeaseHeldError if
         another run holds it (unless ``holder_gone`` says that holder is gone for good:
@@ -291,7 +325,7 @@ class Table:
                              python_modules=self.sleeper.python_iterator_modules)
 
     @_by_name
-    def split(self, *, run_id: Optional[str] = None) -> Any:
+    def split(self, *, run_id: Optional[str] = None) -> SplitReport:
         """Split leaf partitions over the table's threshold at their median; returns a
         :class:`~sleeper_ops.maintenance.splitting.SplitReport`. Skipped when the table is offline."""
         from sleeper_ops.maintenance.splitting import split_partitions
@@ -300,7 +334,7 @@ class Table:
 
     @_by_name
     def gc(self, *, dry_run: bool = False, orphans: bool = True, now_ms: Optional[int] = None,
-           explain: bool = False) -> Any:
+           explain: bool = False) -> GCReport:
         """Delete unreferenced files older than the GC delay, and orphaned objects older
         than the grace period; ``dry_run`` only lists them. Returns a
         :class:`~sleeper_ops.maintenance.gc.GCReport`, which (``explain``: one more read
@@ -319,7 +353,7 @@ class Table:
 
     # ----- write buffer ---------------------------------------------------------------
     @_by_name
-    def write(self, records: Any, *, request_id: Optional[str] = None) -> Any:
+    def write(self, records: Any, *, request_id: Optional[str] = None) -> WriteResult:
         """Store ``records`` (a list of dicts, an Arrow table or record batch) in the
         table's write buffer; returns a :class:`~sleeper_ops.ingest.buffer.WriteResult`
         whose ``seq`` is the write's sequence number, once the records are durable.
@@ -333,7 +367,7 @@ class Table:
         return write_records(self.sleeper.state_store, self._fresh(), records, request_id=request_id)
 
     @_by_name
-    def write_files(self, paths: Sequence[str], *, request_id: Optional[str] = None) -> Any:
+    def write_files(self, paths: Sequence[str], *, request_id: Optional[str] = None) -> WriteResult:
         """Store every record of the files (JSON Lines, CSV, Parquet) as one write, all
         or nothing; see :meth:`write`."""
         from sleeper_ops.ingest.buffer import read_files, write_records
@@ -342,7 +376,7 @@ class Table:
         return write_records(self.sleeper.state_store, self._fresh(), records, request_id=request_id)
 
     @_by_name
-    def ingest_request(self, files: Sequence[str], *, request_id: Optional[str] = None) -> list[Any]:
+    def ingest_request(self, files: Sequence[str], *, request_id: Optional[str] = None) -> list[IngestRequest]:
         """Queue ``files`` (local paths or ``s3://`` URIs) for the table's ingest
         batcher, all or nothing; returns the queued
         :class:`~statestore.ingest_requests.IngestRequest` s. ``request_id`` is an
@@ -353,7 +387,7 @@ class Table:
         return submit_ingest_requests(self.sleeper, self.name, list(files), request_id=request_id)
 
     @_by_name
-    def flush(self, *, run_id: Optional[str] = None) -> Any:
+    def flush(self, *, run_id: Optional[str] = None) -> FlushResult:
         """Write the buffered records as sorted files, one per leaf, removing them from
         the buffer in the same commit, exactly once; returns a
         :class:`~sleeper_ops.ingest.flush.FlushResult`. See :mod:`sleeper_ops.ingest.flush`."""
@@ -362,7 +396,7 @@ class Table:
         return flush_buffer(self.sleeper.state_store, self.sleeper.objects, self._fresh(), run_id=run_id,
                             s3=self.sleeper.s3)
 
-    def buffer_stats(self) -> Any:
+    def buffer_stats(self) -> BufferStats:
         """Entries, records and oldest write time of the write buffer
         (:class:`~statestore.buffer.BufferStats`)."""
         return self.sleeper.state_store.buffer_stats(self.info.table_id)

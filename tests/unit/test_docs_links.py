@@ -1,5 +1,5 @@
-"""The README and the task pages under docs/ link only to files that exist, and every
-task page is reachable from the docs index."""
+"""The README and the task pages under docs/ link only to files that exist inside the
+repository, and every task page is reachable from the docs index."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+# a relative path written as code, e.g. `../elsewhere/FILE.md`: a reader follows it like a link
+CODE_PATH = re.compile(r"`(\.\.?/[^`\s]+)`")
 
 
 def test_every_relative_link_names_an_existing_file():
@@ -21,6 +23,19 @@ def test_every_relative_link_names_an_existing_file():
             if not path.exists():
                 broken.append(f"{page.relative_to(REPO)} -> {target}")
     assert broken == []
+
+
+def test_no_relative_link_or_path_leaves_the_repository():
+    outside = []
+    for page in PAGES:
+        text = page.read_text()
+        for target in [*LINK.findall(text), *CODE_PATH.findall(text)]:
+            if re.match(r"[a-z]+://", target) or target.startswith("#"):
+                continue
+            path = (page.parent / target.split("#", 1)[0]).resolve()
+            if not path.is_relative_to(REPO):
+                outside.append(f"{page.relative_to(REPO)} -> {target}")
+    assert outside == []
 
 
 def test_every_task_page_is_in_the_docs_index():

@@ -2,8 +2,8 @@
 
 The rules are import-linter contracts in ``.importlinter`` (run here through the
 venv's ``lint-imports``); cycles are found here from grimp's import graph, since
-import-linter has no contract for them. Imports inside functions count; imports
-under ``if TYPE_CHECKING:`` do not.
+import-linter has no contract for them. Imports inside functions count, and so do
+imports under ``if TYPE_CHECKING:``.
 """
 
 from __future__ import annotations
@@ -95,15 +95,23 @@ def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
     return out
 
 
+#: the one cycle left, broken by the state store's roles (issue 35, item 2); delete the
+#: entry when that lands (this test then says so)
+KNOWN_CYCLES = [["statestore.history", "statestore.store"]]
+
+
 def test_no_import_cycles() -> None:
-    graph = grimp.build_graph("statestore", "sleeper_ops", exclude_type_checking_imports=True)
+    graph = grimp.build_graph("statestore", "sleeper_ops", exclude_type_checking_imports=False)
     # a package's __init__ re-exporting its own modules is not a cycle of concern
     for package in [m for m in graph.modules if graph.find_children(m)]:
         for child in graph.find_children(package):
             if graph.direct_import_exists(importer=package, imported=child):
                 graph.remove_import(importer=package, imported=child)
     cycles = _cycles(graph)
-    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+    new = [c for c in cycles if c not in KNOWN_CYCLES]
+    assert not new, "import cycles: " + "; ".join(" <-> ".join(c) for c in new)
+    gone = [c for c in KNOWN_CYCLES if c not in cycles]
+    assert not gone, "no longer cycles, delete them from KNOWN_CYCLES: " + "; ".join(" <-> ".join(c) for c in gone)
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

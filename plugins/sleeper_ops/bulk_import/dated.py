@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 from statestore.properties import PROPERTY_DEFS
 
 if TYPE_CHECKING:
-    from sleeper_ops.api import Sleeper
+    from sleeper_ops.stores import Stores
 
 BULK_IMPORT_SOURCE = "sleeper.table.bulk.import.source"
 BULK_IMPORT_START = "sleeper.table.bulk.import.start"
@@ -50,15 +50,17 @@ def wait_hours(properties: Mapping[str, str]) -> float:
     return float(properties.get(BULK_IMPORT_WAIT_HOURS) or str(PROPERTY_DEFS[BULK_IMPORT_WAIT_HOURS].default))
 
 
-def missing_input(sleeper: Sleeper, table: str, sources: Sequence[str],
+def missing_input(sleeper: Stores, table: str, sources: Sequence[str],
                   import_key: Optional[str] = None) -> list[str]:
     """What keeps the import of ``sources`` under ``import_key`` from starting now: one
     line per source with no input file (or of an unknown type); empty when every source
     names input files or ``import_key`` is already imported into the table (its input may
     be gone since)."""
+    from sleeper_ops.bulk_import.job import already_imported
     from sleeper_ops.bulk_import.sources import find_inputs
 
-    if import_key and sleeper.table(table).already_imported(import_key) is not None:
+    store = sleeper.state_store
+    if import_key and already_imported(store, store.get_table(table), import_key, None) is not None:
         return []
     return find_inputs(list(sources), sleeper.s3)[1]
 

@@ -4,18 +4,21 @@ runners): the core never imports its Spark adapter."""
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Callable
 
 from sleeper_ops.errors import ConfigError
 
 if TYPE_CHECKING:
+    from sleeper_ops.bulk_import.job import BulkImportResult
     from sleeper_ops.config import SleeperConfig
 
 #: runner name -> ``module:function`` taking (config, table, sources, *, import_key, run_id)
 BULK_IMPORT_RUNNERS = {"spark": "sleeper_ops.spark.bulk_submit:submit_bulk_import"}
+#: a bulk import runner: (config, table, sources, *, import_key, run_id, **options) -> its result
+BulkImportRunner = Callable[..., "BulkImportResult"]
 
 
-def load_bulk_import_runner(name: str = "spark") -> Any:
+def load_bulk_import_runner(name: str = "spark") -> BulkImportRunner:
     """The bulk import runner ``name``. Raises ConfigError for an unknown name or when
     its packages (pyspark) are missing."""
     try:

@@ -9,7 +9,7 @@ import json
 
 import click
 
-from sleeper_ops.cli.commands import _sleeper
+from sleeper_ops.cli.support import open_sleeper
 from statestore.history import TransactionSummary
 
 
@@ -39,7 +39,7 @@ def history(ctx: click.Context, table_name: str, limit: int, as_json: bool) -> N
     """List TABLE's transactions, newest first: number, time, kind, files and records
     added and removed, and the job that made each. Any number listed within the
     table's sleeper.table.history.retention.minutes can be read with --as-of."""
-    rows = _sleeper(ctx).table(table_name).history(limit)
+    rows = open_sleeper(ctx).table(table_name).history(limit)
     if as_json:
         for h in rows:
             click.echo(json.dumps(h.to_dict()))

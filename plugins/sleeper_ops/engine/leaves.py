@@ -130,12 +130,6 @@ def sorted_rows(table: pa.Table, idx: Optional[np.ndarray], schema: Schema) -> p
     return kernels.take(table, indices(order if idx is None else idx[order]))
 
 
-def split_by_leaf(table: pa.Table, tree: PartitionTree) -> list[tuple[Partition, pa.Table]]:
-    """One table per leaf partition with rows, each keeping the input's row order."""
-    return [(leaf, table if idx is None else kernels.take(table, indices(idx)))
-            for leaf, idx in leaf_indices(table, tree)]
-
-
 def sorted_slice(table: Any, r: Range) -> Any:
     """The rows of ``table`` (a Table or RecordBatch sorted on ``r.field``, as every data
     file is) inside the range ``r``: one zero-copy slice, its ends found by counting the

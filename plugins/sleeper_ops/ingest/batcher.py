@@ -5,13 +5,15 @@ table. It refuses the whole call, queueing nothing, if the table is unknown or a
 file is missing, unreadable or of an unknown type; each request records the file's
 absolute location and size.
 
-:func:`run_ingest_batcher` takes the table's pending requests, oldest first, and
+:func:`run_batcher` takes the table's pending requests, oldest first, and
 groups them (:func:`plan_ingest_jobs`) by the table's
 ``sleeper.table.ingest.batcher.job.min.size`` / ``.max.size`` / ``.max.files`` /
-``.max.age.seconds``. A job of at least ``sleeper.table.ingest.batcher.bulk.import.min.size``
-bytes runs as a bulk import on Spark (:meth:`sleeper_ops.table.Table.bulk_import`),
-keyed by the job's id, whose one commit marks the requests ingested; smaller ones run
-as below. Each group is assigned to a fresh job atomically (a group
+``.max.age.seconds``. It runs each job through the :class:`JobRunners` the layer above
+gives it (:meth:`sleeper_ops.table.Table.batcher_runners`; :func:`run_ingest_batcher`
+asks a Sleeper for a table's): it never calls back into the facade. A job of at least
+``sleeper.table.ingest.batcher.bulk.import.min.size`` bytes runs as a bulk import on
+Spark (:meth:`sleeper_ops.table.Table.bulk_import`), keyed by the job's id, whose one
+commit marks the requests ingested; smaller ones run as below. Each group is assigned to a fresh job atomically (a group
 another batcher took first is skipped) and ingested with standard ingest: one
 add-files commit that also marks the job's requests ``ingested`` and its record
 committed, in the same state-store transaction. A job that fails commits nothing
@@ -35,7 +37,7 @@ import json
 import os
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 
 from sleeper_ops.errors import IngestError
 from sleeper_ops.io.inputs import check_readable
@@ -46,7 +48,7 @@ from statestore.jobs import JobRecord
 from statestore.jobs import now_ms as _now_ms
 
 if TYPE_CHECKING:
-    from sleeper_ops.api import Sleeper, Table
+    from sleeper_ops.stores import Stores
     from statestore.store import StateStore
 
 MIN_SIZE = "sleeper.table.ingest.batcher.job.min.size"
@@ -57,7 +59,7 @@ BULK_MIN_SIZE = "sleeper.table.ingest.batcher.bulk.import.min.size"
 
 
 # ----- requests ------------------------------------------------------------------------
-def submit_ingest_requests(sleeper: Sleeper, table_name: str, files: Sequence[str], *,
+def submit_ingest_requests(sleeper: Stores, table_name: str, files: Sequence[str], *,
                            received_ms: Optional[int] = None, request_id: Optional[str] = None) -> list[IngestRequest]:
     """Queue ``files`` for the table's ingest batcher; all or nothing. Requests of one
     call are received at the same time and listed in the order given.
@@ -159,6 +161,39 @@ def plan_ingest_jobs(pending: Sequence[IngestRequest], limits: BatcherLimits, no
 
 
 # ----- running -----------------------------------------------------------------------
+#: runs a standard ingest of the files as the batcher's job (the record given; its commit
+#: marks the job's requests ingested and the record committed); returns the records
+#: ingested and the data files written
+IngestJob = Callable[[list[str], JobRecord], tuple[int, int]]
+#: runs a bulk import of the files keyed by the job's id (its commit marks the job's
+#: requests ingested), recording the run id given; returns the records imported and the
+#: data files written
+BulkImportJob = Callable[[list[str], JobRecord, Optional[str]], tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class JobRunners:
+    """What the batcher runs one table's jobs with, given by the layer above it
+    (:meth:`sleeper_ops.table.Table.batcher_runners`)."""
+
+    info: TableInfo  # the table, as opened
+    ingest: IngestJob
+    #: None when bulk imports cannot be submitted (a Sleeper opened without a
+    #: configuration): every job is then a standard ingest, whatever its size
+    bulk_import: Optional[BulkImportJob]
+
+
+class RunnerSource(Protocol):
+    """A Sleeper as :func:`run_ingest_batcher` sees it (``Sleeper`` is one)."""
+
+    @property
+    def state_store(self) -> StateStore:
+        """The instance's table metadata."""
+
+    def batcher_runners(self, table_name: str) -> JobRunners:
+        """The runners of table ``table_name``'s batcher jobs."""
+
+
 @dataclass(frozen=True)
 class BatchedJob:
     """One ingest job the batcher ran (or could not take)."""
@@ -228,10 +263,19 @@ def requeue_abandoned(store: StateStore, table_id: str, *, stale_after_seconds: 
     return requeued
 
 
-def run_ingest_batcher(sleeper: Sleeper, table_name: str, *, now_ms: Optional[int] = None,
+def run_ingest_batcher(sleeper: RunnerSource, table_name: str, *, now_ms: Optional[int] = None,
                        run_id: Optional[str] = None, max_attempts: Optional[int] = 3,
                        stale_after_seconds: float = 3600.0) -> BatcherReport:
-    """Group the table's pending requests into jobs and run them (see the module docstring).
+    """:func:`run_batcher` for table ``table_name`` of ``sleeper``, with its runners."""
+    return run_batcher(sleeper.state_store, sleeper.batcher_runners(table_name), now_ms=now_ms, run_id=run_id,
+                       max_attempts=max_attempts, stale_after_seconds=stale_after_seconds)
+
+
+def run_batcher(store: StateStore, runners: JobRunners, *, now_ms: Optional[int] = None,
+                run_id: Optional[str] = None, max_attempts: Optional[int] = 3,
+                stale_after_seconds: float = 3600.0) -> BatcherReport:
+    """Group the table's pending requests into jobs and run them with ``runners`` (see
+    the module docstring).
 
     Args:
         now_ms: the time to judge request age by (default: now).
@@ -239,25 +283,22 @@ def run_ingest_batcher(sleeper: Sleeper, table_name: str, *, now_ms: Optional[in
         max_attempts: failures after which a request is marked ``failed`` (None: never).
         stale_after_seconds: requeue requests of jobs with no progress for this long.
     """
-    store = sleeper.state_store
-    table = sleeper.table(table_name)
-    info = table.info
+    info = runners.info
     now = _now_ms() if now_ms is None else now_ms
-    report = BatcherReport(table_name)
+    report = BatcherReport(info.name)
     report.requeued = requeue_abandoned(store, info.table_id, stale_after_seconds=stale_after_seconds, now_ms=now)
     pending = store.pending_ingest_requests(info.table_id)
     groups = plan_ingest_jobs(pending, BatcherLimits.of(info), now)
     for group in groups:
-        report.jobs.append(_run_job(sleeper, table, group, run_id=run_id, max_attempts=max_attempts))
+        report.jobs.append(_run_job(store, runners, group, run_id=run_id, max_attempts=max_attempts))
     report.waiting = len(pending) - sum(len(g) for g in groups)
     return report
 
 
-def _run_job(sleeper: Sleeper, table: Table, group: list[IngestRequest], *, run_id: Optional[str],
+def _run_job(store: StateStore, runners: JobRunners, group: list[IngestRequest], *, run_id: Optional[str],
              max_attempts: Optional[int]) -> BatchedJob:
     """Assign ``group`` to a new job, ingest its files, record the outcome."""
-    store = sleeper.state_store
-    table_id = table.info.table_id
+    table_id = runners.info.table_id
     job_id = uuid.uuid4().hex
     ids = tuple(r.request_id for r in group)
     files = tuple(r.filename for r in group)
@@ -269,32 +310,34 @@ def _run_job(sleeper: Sleeper, table: Table, group: list[IngestRequest], *, run_
         return BatchedJob(job_id, ids, files, size, "taken")
     record = record.started(run_id)
     store.put_job(record)
-    if size >= table.info.get_size(BULK_MIN_SIZE) and sleeper.config is not None:
-        return _run_bulk_job(sleeper, table, record, ids, files, size, run_id=run_id, max_attempts=max_attempts)
+    if size >= runners.info.get_size(BULK_MIN_SIZE) and runners.bulk_import is not None:
+        return _run_bulk_job(store, runners.bulk_import, record, ids, files, size, run_id=run_id,
+                             max_attempts=max_attempts)
     try:
         # the data commit marks the requests ingested and the record committed, atomically
-        result = table.ingest(list(files), job=record, ingest_job_id=job_id)
+        records, written = runners.ingest(list(files), record)
     except Exception as e:
         reason = f"{type(e).__name__}: {e}" if not isinstance(e, IngestError) else str(e)
         store.put_job(record.failed(reason))
         # only requests still assigned (the commit did not apply) go back to pending
         store.finish_ingest_job(table_id, job_id, ok=False, error=reason, max_attempts=max_attempts)
         return BatchedJob(job_id, ids, files, size, "failed", error=reason)
-    return BatchedJob(job_id, ids, files, size, "committed", records=result.records, written=len(result.files))
+    return BatchedJob(job_id, ids, files, size, "committed", records=records, written=written)
 
 
-def _run_bulk_job(sleeper: Sleeper, table: Table, record: JobRecord, ids: tuple[str, ...], files: tuple[str, ...],
-                  size: int, *, run_id: Optional[str], max_attempts: Optional[int]) -> BatchedJob:
+def _run_bulk_job(store: StateStore, bulk_import: BulkImportJob, record: JobRecord, ids: tuple[str, ...],
+                  files: tuple[str, ...], size: int, *, run_id: Optional[str],
+                  max_attempts: Optional[int]) -> BatchedJob:
     """A job of at least ``sleeper.table.ingest.batcher.bulk.import.min.size`` bytes: a
     bulk import on Spark keyed by the job id, whose commit marks the job's requests
     ingested (so they are ingested once, whatever fails where)."""
-    store, table_id, job_id = sleeper.state_store, table.info.table_id, record.job_id
+    table_id, job_id = record.table_id, record.job_id
     try:
-        result = table.bulk_import(list(files), import_key=job_id, run_id=run_id, ingest_job_id=job_id)
+        records, written = bulk_import(list(files), record, run_id)
     except Exception as e:
         reason = f"bulk import: {type(e).__name__}: {e}"
         store.put_job(record.failed(reason))
         store.finish_ingest_job(table_id, job_id, ok=False, error=reason, max_attempts=max_attempts)
         return BatchedJob(job_id, ids, files, size, "failed", error=reason)
-    store.put_job(record.finished(result.records, result.records).committed())
-    return BatchedJob(job_id, ids, files, size, "committed", records=result.records, written=len(result.files_written))
+    store.put_job(record.finished(records, records).committed())
+    return BatchedJob(job_id, ids, files, size, "committed", records=records, written=written)

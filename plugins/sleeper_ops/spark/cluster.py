@@ -155,26 +155,3 @@ def standing_cluster(work: Path, *, workers: int = 2, cores: int = 1, memory: st
     finally:
         for piece in reversed(cluster.pieces):
             stop(piece)
-
-
-def wait_until_stopped(cluster: StandingCluster, poll: float = 1.0) -> str:
-    """Block until SIGINT or SIGTERM, or until a process of ``cluster`` exits; say which
-    (the caller's ``with`` block then stops the rest)."""
-    import threading
-
-    stopped = threading.Event()
-    why: list[str] = []
-
-    def on_signal(signum: int, _: object) -> None:
-        why.append(signal.Signals(signum).name)
-        stopped.set()
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while not stopped.wait(poll):
-            dead = [p for p in cluster.pieces if p.process.poll() is not None]
-            if dead:
-                return f"the {dead[0].name} exited with code {dead[0].process.returncode} (see {dead[0].log})"
-        return f"{why[0]} received"
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)

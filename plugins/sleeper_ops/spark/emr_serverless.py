@@ -42,7 +42,7 @@ import tomli_w
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.spark.submit import spark_app_path
-from statestore.properties import BULK_IMPORT_PLATFORM, EMR_APPLICATION_ID, EMR_EXECUTION_ROLE, EMR_PACKAGE
+from statestore.properties import EMR_APPLICATION_ID, EMR_EXECUTION_ROLE, EMR_PACKAGE
 
 if TYPE_CHECKING:
     from sleeper_ops.config import SleeperConfig
@@ -58,11 +58,6 @@ LIBRARY_PACKAGES = ("sleeper_ops", "statestore")
 PYTHON = "./environment/bin/python"
 #: a fixed time for every zip entry, so the same code gives the same bytes
 _ZIP_TIME = (2024, 1, 1, 0, 0, 0)
-
-
-def uses_emr_serverless(table: TableInfo) -> bool:
-    """Whether ``table``'s bulk imports run on EMR Serverless."""
-    return table.get(BULK_IMPORT_PLATFORM) == "emr_serverless"
 
 
 @dataclass(frozen=True)

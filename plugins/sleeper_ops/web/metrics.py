@@ -1,5 +1,6 @@
-"""``GET /metrics``: every readable table's figures (:mod:`sleeper_ops.metrics`) in the
-Prometheus text format, one sample per table labelled ``table``.
+"""The figures of ``GET /metrics`` (:mod:`sleeper_ops.web.routes.metrics`): every readable
+table's figures (:mod:`sleeper_ops.metrics`) in the Prometheus text format, one sample per
+table labelled ``table``.
 
 =================================  =====================================================
 sleeper_records                    records in the table's files (not the buffer)
@@ -19,20 +20,13 @@ sleeper_commit_retries_total       commits tried again, in this server process s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from typing import Iterator
 
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sleeper_ops.metrics import TableMetrics, sample_metrics
-from sleeper_ops.web.rest_auth import readable_tables
-
-if TYPE_CHECKING:
-    from sleeper_ops.api import Sleeper
-    from sleeper_ops.web.rest_auth import TableFilter
+from sleeper_ops.metrics import TableMetrics
 
 #: field of TableMetrics -> (metric name, help, is a counter)
 METRICS: dict[str, tuple[str, str, bool]] = {
@@ -71,18 +65,3 @@ def render(figures: dict[str, TableMetrics]) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_TablesCollector(figures))
     return generate_latest(registry)
-
-
-def add_metrics_route(app: FastAPI, sleeper_provider: Callable[[], Sleeper],
-                      table_filter: Optional[TableFilter]) -> None:
-    """Add ``GET /metrics`` to ``app``: the tables ``table_filter`` lets the requester read."""
-
-    @app.get("/metrics", tags=["tables"], response_class=Response,
-             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
-    def metrics(request: Request) -> Response:
-        """Every readable table's figures in the Prometheus text format (label ``table``)."""
-        sleeper = sleeper_provider()
-        infos = sleeper.tables()
-        infos = readable_tables(request, infos, table_filter)
-        figures = {i.name: sample_metrics(sleeper.state_store, i) for i in infos}
-        return Response(render(figures), media_type=CONTENT_TYPE_LATEST)

@@ -1,9 +1,10 @@
 """The REST API of DESIGN.md section 5, as a FastAPI app.
 
 :func:`create_app` builds the app over a provider of the :class:`~sleeper_ops.Sleeper`
-to serve; the Airflow plugin (:mod:`sleeper_ops.airflow.plugin`) mounts it in the
-Airflow API server at ``/sleeper/api/v1`` with Airflow's authentication and per-table
-authorisation as ``auth_dependency``. Routes (``{t}`` is a table name):
+to serve, from one router per resource (:mod:`sleeper_ops.web.routes`); the Airflow
+plugin (:mod:`sleeper_ops.airflow.plugin`) mounts it in the Airflow API server at
+``/sleeper/api/v1`` with Airflow's authentication and per-table authorisation as
+``auth_dependency``. Routes (``{t}`` is a table name):
 
 =======  =============================  ===============================================
 POST     /tables/{t}/ingest-requests    ``{"files": [...]}``: queue files for the batcher
@@ -63,50 +64,26 @@ adds ``outcome``: ``unknown`` or ``not_stored``, see :func:`~sleeper_ops.web.res
 
 from __future__ import annotations
 
-import os
 import threading
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional, Sequence
 
-from fastapi import Depends, FastAPI, Header, Query, Request, status
+from fastapi import Depends, FastAPI
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response, StreamingResponse
 
-from sleeper_ops.errors import QueryError
-from sleeper_ops.web.metrics import add_metrics_route
-from sleeper_ops.web.rest_auth import TableFilter, readable_tables
-from sleeper_ops.web.rest_deletes import add_delete_routes
+from sleeper_ops.web.rest_auth import TableFilter
 from sleeper_ops.web.rest_errors import sleeper_error, validation_error
-from sleeper_ops.web.rest_models import (
-    ErrorOut,
-    FilesOut,
-    IngestRequestOut,
-    IngestRequestsIn,
-    IngestRequestsOut,
-    JobOut,
-    PartitionsOut,
-    RecordsIn,
-    RecordsOut,
-    TableOut,
-    WriteOut,
-)
-from sleeper_ops.web.rest_pages import DEFAULT_PAGE, MAX_PAGE, after_of, next_token
+from sleeper_ops.web.rest_models import ErrorOut
 from sleeper_ops.web.rest_params import refuse_unknown_query_params
-from sleeper_ops.web.rest_paths import check_ingest_paths
-from sleeper_ops.web.rest_records import in_threads, prepended, records_body
-from statestore.errors import (
-    SleeperError,
-    TableNotFoundError,
-)
-from statestore.ingest_requests import INGEST_REQUEST_STATUSES
-from statestore.jobs import JOB_KINDS
+from sleeper_ops.web.routes import ingest, metrics, records, tables
+from sleeper_ops.web.routes.context import RestContext, SleeperProvider
+from sleeper_ops.web.routes.records import DEFAULT_RECORDS_OUT, MAX_RECORDS_OUT
+from statestore.errors import SleeperError
 
 if TYPE_CHECKING:
-    from sleeper_ops.api import Sleeper, Table
-    from statestore.catalog import TableInfo
-    from statestore.schema import Schema
+    from sleeper_ops.api import Sleeper
 
-SleeperProvider = Callable[[], "Sleeper"]
+__all__ = ["DEFAULT_RECORDS_OUT", "MAX_RECORDS_OUT", "LazySleeper", "SleeperProvider", "create_app"]
 _DESCRIPTION = (
     "Sleeper tables: queue files for ingest, write and read records, and see partitions, files and jobs. "
     "Key values in URLs are JSON (`key=42`, `key=\"abc\"`, a JSON array for several row key fields, bytes as "
@@ -115,14 +92,6 @@ _DESCRIPTION = (
     "prefixes (by default the object store's ingest folder and SLEEPER_HOME/ingest), never a table's data files. "
     "Errors are `{\"detail\": message}`: 404 unknown table, 422 input that does not fit (nothing is written), "
     "400 other bad input.")
-_LIMIT_HELP = "the most entries in this page"
-_NEXT_HELP = "the 'next' of the previous page (absent: the first page)"
-_KEY_HELP = ("an idempotency key (1-255 printable ASCII characters): a request sent again with the same key and "
-             "body within sleeper.table.write.idempotency.hours stores nothing and gets the first answer; the same "
-             "key with another body is refused (422)")
-#: The largest ``limit`` of a record read (the body is streamed: memory does not grow with it).
-MAX_RECORDS_OUT = 1_000_000_000
-DEFAULT_RECORDS_OUT = 10_000
 
 
 # ----- the Sleeper to serve -----------------------------------------------------------
@@ -159,11 +128,6 @@ class LazySleeper:
 
 
 # ----- the app ------------------------------------------------------------------------
-def _table_out(info: TableInfo) -> TableOut:
-    return TableOut(name=info.name, table_id=info.table_id, online=info.online, schema=info.schema.to_dict(),
-                    properties=info.all_properties(), properties_set=sorted(info.properties))
-
-
 def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[Callable[..., Any]] = None,
                table_filter: Optional[TableFilter] = None,
                ingest_prefixes: Optional[Sequence[str]] = None) -> FastAPI:
@@ -203,174 +167,7 @@ def create_app(sleeper_provider: SleeperProvider, *, auth_dependency: Optional[C
     )
     app.add_exception_handler(SleeperError, sleeper_error)
     app.add_exception_handler(RequestValidationError, validation_error)
-
-    def table(name: str) -> Table:
-        if "\x00" in name:  # no store holds such a name; PostgreSQL cannot even be asked
-            raise TableNotFoundError(f"table {name!r} not found: a table name holds no NUL character")
-        return sleeper_provider().table(name)
-
-    def store_root(sleeper: Sleeper) -> str:
-        store = sleeper.objects
-        return store.uri if not store.is_local else store.root
-
-    def allowed_prefixes(sleeper: Sleeper) -> Sequence[str]:
-        if ingest_prefixes is not None:
-            return ingest_prefixes
-        if sleeper.config is not None:
-            return sleeper.config.ingest_prefixes()
-        from sleeper_ops.config import default_home, default_store_ingest_prefix
-
-        return (default_store_ingest_prefix(store_root(sleeper)), os.path.abspath(default_home() / "ingest"))
-
-    def table_areas(sleeper: Sleeper) -> list[str]:
-        """Every table's own area of the object store (never ingested through REST)."""
-        root = store_root(sleeper).rstrip("/")
-        return [f"{root}/{info.table_id}" for info in sleeper.tables()]
-
-    @app.get("/tables", response_model=list[TableOut], tags=["tables"])
-    def list_tables(request: Request) -> list[TableOut]:
-        """Every table the requester may read, by name."""
-        infos = sleeper_provider().tables()
-        infos = readable_tables(request, infos, table_filter)
-        return [_table_out(info) for info in infos]
-
-    @app.get("/tables/{t}", response_model=TableOut, tags=["tables"])
-    def describe_table(t: str) -> TableOut:
-        """One table: schema, online flag and every property with its default."""
-        return _table_out(table(t).info)
-
-    @app.get("/tables/{t}/partitions", response_model=PartitionsOut, tags=["tables"])
-    def partitions(t: str, limit: int = Query(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description=_LIMIT_HELP),
-                   next_: Optional[str] = Query(None, alias="next", description=_NEXT_HELP)) -> dict[str, Any]:
-        """The partition tree, depth first, with the files and records of each
-        partition, a page at a time (read from the table's overview: counts, not files)."""
-        from sleeper_ops.reports import partitions_report
-
-        tb = table(t)
-        after = after_of("partitions", next_)
-        rows = partitions_report(tb.sleeper.state_store.overview(tb.info.table_id, file_limit=0))
-        start = 0 if after is None else next((i + 1 for i, r in enumerate(rows) if r["id"] == after), len(rows))
-        page = rows[start:start + limit]
-        more = start + limit < len(rows)
-        return {"partitions": page, "next": next_token("partitions", page[-1]["id"]) if more and page else None}
-
-    @app.get("/tables/{t}/files", response_model=FilesOut, tags=["tables"])
-    def files(t: str, limit: int = Query(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description=_LIMIT_HELP),
-              next_: Optional[str] = Query(None, alias="next", description=_NEXT_HELP)) -> dict[str, Any]:
-        """Tracked files by name with their references (none: awaiting garbage
-        collection), a page at a time: only the page is read where the state store allows."""
-        from sleeper_ops.reports import file_entries
-
-        tb = table(t)
-        got = tb.sleeper.state_store.file_page(tb.info.table_id, after=after_of("files", next_), limit=limit + 1)
-        page = got[:limit]
-        more = len(got) > limit
-        return {"files": file_entries(page), "next": next_token("files", page[-1].filename) if more else None}
-
-    @app.get("/tables/{t}/jobs", response_model=list[JobOut], tags=["tables"])
-    def jobs(t: str, kind: Optional[str] = Query(None, description=f"one of {', '.join(JOB_KINDS)}"),
-             limit: int = Query(1000, ge=1, le=100_000)) -> list[dict[str, Any]]:
-        """Job status records (compaction, split, ingest, ...), newest first."""
-        from sleeper_ops.reports import jobs_report
-
-        if kind is not None and kind not in JOB_KINDS:
-            raise QueryError(f"unknown job kind {kind!r}; expected one of {', '.join(JOB_KINDS)}")
-        return jobs_report(table(t).jobs(kind=kind, limit=limit))
-
-    add_metrics_route(app, sleeper_provider, table_filter)
-
-    @app.post("/tables/{t}/ingest-requests", response_model=IngestRequestsOut, status_code=status.HTTP_202_ACCEPTED,
-              tags=["ingest"])
-    def submit(t: str, body: IngestRequestsIn,
-               idempotency_key: Optional[str] = Header(None, description=_KEY_HELP)) -> IngestRequestsOut:
-        """Queue files for the table's ingest batcher. Refused whole (422, nothing queued)
-        if any file is outside the allowed ingest prefixes, missing or of an unknown type.
-        Local paths are queued resolved (symbolic links and ``..`` followed). A repeat
-        with the same ``Idempotency-Key`` and files queues nothing and answers with the
-        requests the first one queued."""
-        from sleeper_ops.ingest.batcher import submit_ingest_requests
-
-        sleeper = table(t).sleeper  # 404 before anything else
-        files = check_ingest_paths(body.files, allowed_prefixes(sleeper), table_areas(sleeper))
-        reqs = submit_ingest_requests(sleeper, t, files, request_id=idempotency_key)
-        return IngestRequestsOut(requests=[IngestRequestOut(**r.to_dict()) for r in reqs])
-
-    @app.get("/tables/{t}/ingest-requests", response_model=list[IngestRequestOut], tags=["ingest"])
-    def ingest_requests(t: str, status_: Optional[str] = Query(None, alias="status",
-                                                               description=", ".join(INGEST_REQUEST_STATUSES)),
-                        limit: int = Query(1000, ge=1, le=100_000)) -> list[IngestRequestOut]:
-        """The table's ingest requests, oldest first."""
-        tb = table(t)
-        reqs = tb.sleeper.state_store.list_ingest_requests(tb.info.table_id, status=status_, limit=limit)
-        return [IngestRequestOut(**r.to_dict()) for r in reqs]
-
-    @app.post("/tables/{t}/records", response_model=WriteOut, status_code=status.HTTP_201_CREATED, tags=["ingest"])
-    def write_records(t: str, body: RecordsIn,
-                      idempotency_key: Optional[str] = Header(None, description=_KEY_HELP)) -> WriteOut:
-        """Store the records in the table's write buffer: 201 only once they are durable
-        (queries see them at once; a flush files them), all of them or (422) none; 429
-        when the buffer is full (nothing stored: send them again after a flush). A
-        repeat with the same ``Idempotency-Key`` and records stores nothing and answers
-        with the first write's ``seq``."""
-        result = table(t).write(body.records, request_id=idempotency_key)
-        return WriteOut(records=result.records, seq=result.seq, seconds=result.seconds)
-
-    @app.get("/tables/{t}/records", response_model=RecordsOut, tags=["query"])
-    def read_records(t: str,
-                     key: list[str] = Query([], description="a key as JSON; repeatable; several row key fields "
-                                                            "as a JSON array", examples=[['"abc"'], ["42"]]),
-                     lo: Optional[str] = Query(None, alias="min", description="range start (inclusive) on the "
-                                                                              "first row key field, as JSON",
-                                               examples=['"a"', "0"]),
-                     hi: Optional[str] = Query(None, alias="max", description="range end (exclusive) as JSON; "
-                                                                              "null or absent: unbounded",
-                                               examples=['"m"', "null"]),
-                     limit: int = Query(DEFAULT_RECORDS_OUT, ge=1, le=MAX_RECORDS_OUT,
-                                        description="the most records to return; reading stops there"),
-                     buffer: Optional[bool] = Query(None, description="include records still in the write "
-                                                                     "buffer (default true; as_of: false)"),
-                     as_of: Optional[str] = Query(None, description="read the table as of transaction N or an "
-                                                                    "ISO 8601 time, as 'sleeper query --as-of' "
-                                                                    "(files only: the write buffer is excluded)",
-                                                  examples=["3", "2026-11-24T09:30:00Z"]),
-                     ) -> Response:
-        """Records with any of the keys or in the range, in key order, streamed: reading
-        stops after ``limit`` records, and the server holds a few batches, not the result.
-        With ``as_of``, as the table was right after that transaction (the write buffer
-        excluded; ``buffer=true`` with it is refused)."""
-        from sleeper_ops.io.codec import parse_key
-
-        tb = table(t)
-        if not key and lo is None and hi is None:
-            raise QueryError("give at least one key=... or a range min=...&max=...")
-        try:
-            keys = [parse_key(tb.schema, k) for k in key]
-            ranges = [] if lo is None and hi is None else [_parse_range(tb.schema, lo, hi)]
-        except RecursionError:
-            raise QueryError("a key or range value is JSON nested too deeply") from None
-        if as_of is not None and buffer:
-            raise QueryError("as_of reads exclude the write buffer: leave out buffer=true")
-        # one more than the limit: truncated or not
-        batches = tb.query_batches(keys=keys, ranges=ranges, limit=limit + 1, buffer=buffer is not False,
-                                   as_of=as_of)
-        try:
-            first = next(batches, None)  # a failure to start reading still gets its error status
-            second = None if first is None else next(batches, None)
-        except BaseException:
-            batches.close()
-            raise
-        if second is None:  # the whole answer is in hand (a key lookup, mostly): one body, not a stream
-            return Response(b"".join(records_body(first, batches, limit)), media_type="application/json")
-        return StreamingResponse(in_threads(records_body(first, prepended(second, batches), limit)),
-                                 media_type="application/json")
-
-    add_delete_routes(app, table, _parse_range)
+    app.state.rest_context = RestContext(sleeper_provider, table_filter, ingest_prefixes)
+    for routes in (tables, metrics, ingest, records):  # in this order in the OpenAPI schema
+        app.include_router(routes.router)
     return app
-
-
-def _parse_range(schema: Schema, lo: Optional[str], hi: Optional[str]) -> tuple[Any, Optional[Any]]:
-    """``[lo, hi)`` on the first row key field from JSON values; an absent or null end is
-    unbounded."""
-    from sleeper_ops.io.codec import parse_range
-
-    return parse_range(schema, "null" if lo is None else lo, "null" if hi is None else hi)

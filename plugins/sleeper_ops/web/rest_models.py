@@ -7,6 +7,12 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+#: the ``Idempotency-Key`` header of the routes that write (a delete has its own words)
+IDEMPOTENCY_KEY_HELP = (
+    "an idempotency key (1-255 printable ASCII characters): a request sent again with the same key and "
+    "body within sleeper.table.write.idempotency.hours stores nothing and gets the first answer; the same "
+    "key with another body is refused (422)")
+
 
 class ErrorOut(BaseModel):
     detail: str
@@ -131,3 +137,13 @@ class RecordsOut(BaseModel):
     records: list[dict[str, Any]] = Field(description="in key order: row keys, then sort keys")
     count: int = Field(description="records in ``records``")
     truncated: bool = Field(description="more records matched than the limit")
+
+
+class DeleteOut(BaseModel):
+    """A delete's answer: its tombstone's number (for a repeat of an idempotency key,
+    the first delete's), whether this request applied it, and the buffer sequence
+    number it covers."""
+
+    tombstone: Optional[int]
+    applied: bool
+    buffer_seq: int

@@ -23,11 +23,13 @@ KIND_COLOURS = {"compaction": "#4e79a7", "split": "#f28e2b", "ingest": "#59a14f"
 FAILED_COLOUR = "#e15759"
 
 
-def _e(v: Any) -> str:
+def esc(v: Any) -> str:
+    """``v`` as text safe inside HTML (``&``, ``<``, ``>`` and quotes escaped)."""
     return html.escape(str(v))
 
 
-def _time(ms: Optional[int]) -> str:
+def utc_time(ms: Optional[int]) -> str:
+    """Milliseconds since the epoch as ``YYYY-MM-DD HH:MM:SS`` in UTC; ``-`` for None."""
     if ms is None:
         return "-"
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
@@ -97,7 +99,7 @@ def jobs_chart_svg(jobs: Sequence[JobRecord], *, now: Optional[int] = None, widt
             y -= h
             colour = FAILED_COLOUR if kind == "failed" else KIND_COLOURS.get(kind, "#999")
             parts.append(f"<rect x='{x + 1:.1f}' y='{y:.1f}' width='{max(bw - 2, 1):.1f}' height='{h:.1f}' "
-                         f"fill='{colour}'><title>{_e(_time(start + i * bucket))}: {k} {kind}</title></rect>")
+                         f"fill='{colour}'><title>{esc(utc_time(start + i * bucket))}: {k} {kind}</title></rect>")
     labels = max(1, n // 8)
     for i in range(0, n, labels):
         x = left + i * bw + bw / 2
@@ -144,9 +146,9 @@ def rate_chart_svg(jobs: Sequence[JobRecord], *, width: int = 900, height: int =
         x = left + (t - lo) / span * pw if hi > lo else left + pw / 2
         colour = FAILED_COLOUR if j.status == "failed" else KIND_COLOURS.get(j.kind, "#999")
         parts.append(f"<circle cx='{x:.1f}' cy='{y_of(rate):.1f}' r='3.5' fill='{colour}' fill-opacity='0.8'>"
-                     f"<title>{_e(j.kind)} {_e(j.job_id)}: {rate:,.0f} rows/s, {j.rows_read:,} rows</title></circle>")
-    parts.append(f"<text x='{left}' y='{height - 4}'>{_time(lo)}</text>"
-                 f"<text x='{width - right}' y='{height - 4}' text-anchor='end'>{_time(hi)} UTC</text></svg>")
+                     f"<title>{esc(j.kind)} {esc(j.job_id)}: {rate:,.0f} rows/s, {j.rows_read:,} rows</title></circle>")
+    parts.append(f"<text x='{left}' y='{height - 4}'>{utc_time(lo)}</text>"
+                 f"<text x='{width - right}' y='{height - 4}' text-anchor='end'>{utc_time(hi)} UTC</text></svg>")
     return "".join(parts)
 
 
@@ -176,8 +178,8 @@ def leaf_records_svg(partitions: Sequence[dict[str, Any]], threshold: int, *, wi
         lo = json.dumps(p["region"][0]["min"]) if p["region"] else "?"
         hi = "∞" if not p["region"] or p["region"][0]["max"] is None else json.dumps(p["region"][0]["max"])
         parts.append(f"<rect x='{x + 1:.1f}' y='{pad_top + ph - h:.1f}' width='{max(bw - 2, 1):.1f}' "
-                     f"height='{h:.1f}' fill='{KIND_COLOURS['compaction']}'><title>{_e(p['id'])}: "
-                     f"[{_e(lo)}, {_e(hi)}) {p['records']:,}{'~' if p.get('records_approximate') else ''} records in "
+                     f"height='{h:.1f}' fill='{KIND_COLOURS['compaction']}'><title>{esc(p['id'])}: "
+                     f"[{esc(lo)}, {esc(hi)}) {p['records']:,}{'~' if p.get('records_approximate') else ''} records in "
                      f"{p['files']} files</title></rect>")
     if show_threshold:
         y = pad_top + ph - threshold / top * ph
@@ -211,8 +213,8 @@ def backlog_charts_svg(samples: Sequence[Any], *, width: int = 172, height: int 
         points = [(left + ((s.at_ms - t0) / span * pw if t1 > t0 else pw / 2), pad_top + ph - v / top * ph, s, v)
                   for s, v in zip(samples, values)]
         parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
-                 f"aria-label='backlog: {field}' data-values='{_e(json.dumps(values))}'>",
-                 f"<text x='{left}' y='12'>{_e(BACKLOG_LABELS.get(field, field))}</text>",
+                 f"aria-label='backlog: {field}' data-values='{esc(json.dumps(values))}'>",
+                 f"<text x='{left}' y='12'>{esc(BACKLOG_LABELS.get(field, field))}</text>",
                  f"<text x='{left}' y='26' font-weight='bold'>{_count(values[-1])}</text>",
                  f"<line class='axis' x1='{left}' x2='{width - right}' y1='{pad_top + ph}' y2='{pad_top + ph}'/>"]
         if len(points) > 1:
@@ -221,9 +223,9 @@ def backlog_charts_svg(samples: Sequence[Any], *, width: int = 172, height: int 
                          "stroke-width='1.5'/>")
         for x, y, s, v in points:
             parts.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='2' fill='{KIND_COLOURS['compaction']}'>"
-                         f"<title>{_e(_time(s.at_ms))}: {_count(v)}</title></circle>")
-        parts.append(f"<text x='{left}' y='{height - 3}'>{_e(_time(t0)[11:])}</text><text x='{width - right}' "
-                     f"y='{height - 3}' text-anchor='end'>{_e(_time(t1)[11:])}</text></svg>")
+                         f"<title>{esc(utc_time(s.at_ms))}: {_count(v)}</title></circle>")
+        parts.append(f"<text x='{left}' y='{height - 3}'>{esc(utc_time(t0)[11:])}</text><text x='{width - right}' "
+                     f"y='{height - 3}' text-anchor='end'>{esc(utc_time(t1)[11:])}</text></svg>")
         out.append("".join(parts))
     out.append("</div>")
     return "".join(out)

@@ -16,12 +16,12 @@ from urllib.parse import quote
 
 from sleeper_ops.reports import APPROXIMATE_NOTE, approximately, partitions_report, region_text
 from sleeper_ops.web.status_charts import (
-    _e,
-    _time,
     backlog_charts_svg,
+    esc,
     jobs_chart_svg,
     leaf_records_svg,
     rate_chart_svg,
+    utc_time,
 )
 from statestore.jobs import JobRecord
 from statestore.properties import OPERATIONS
@@ -103,7 +103,7 @@ class TableSummary:
         """The records figure as shown: ``1,234``, or ``1,234~`` with a tooltip when estimated."""
         if not self.records_approximate:
             return f"{self.records:,}"
-        return f"<span title='{_e(APPROXIMATE_NOTE)}'>{approximately(self.records, True)}</span>"
+        return f"<span title='{esc(APPROXIMATE_NOTE)}'>{approximately(self.records, True)}</span>"
 
 
 def _table_href(name: str) -> str:
@@ -114,7 +114,7 @@ def _dag_problem_html(problem: Optional[str]) -> str:
     """The red mark of a table whose DAGs cannot be built, with the reason."""
     if problem is None:
         return ""
-    return f"<span class='badge failed'>DAGs cannot be built</span><div class='problem'>{_e(problem)}</div>"
+    return f"<span class='badge failed'>DAGs cannot be built</span><div class='problem'>{esc(problem)}</div>"
 
 
 def render_index(tables: Sequence[TableSummary]) -> str:
@@ -125,11 +125,11 @@ def render_index(tables: Sequence[TableSummary]) -> str:
     for t in tables:
         jobs = ", ".join(f"{n} {s}" for s, n in sorted(t.jobs_by_status.items())) or "none"
         badge = "<span class='badge online'>online</span>" if t.online else "<span class='badge offline'>offline</span>"
-        rows.append(f"<tr><td><a class='name' title='{_e(t.name)}' href='{_table_href(t.name)}'>{_e(t.name)}</a>"
-                    f"<div class='muted mono'>{_e(t.table_id)}</div>{_dag_problem_html(t.dag_problem)}</td>"
+        rows.append(f"<tr><td><a class='name' title='{esc(t.name)}' href='{_table_href(t.name)}'>{esc(t.name)}</a>"
+                    f"<div class='muted mono'>{esc(t.table_id)}</div>{_dag_problem_html(t.dag_problem)}</td>"
                     f"<td>{badge}</td><td class='num'>{t.leaves}/{t.partitions}</td>"
-                    f"<td class='num'>{t.files:,}</td><td class='num'>{t.records_text()}</td><td>{_e(jobs)}</td>"
-                    f"<td>{_time(t.last_job_ms)}</td></tr>")
+                    f"<td class='num'>{t.files:,}</td><td class='num'>{t.records_text()}</td><td>{esc(jobs)}</td>"
+                    f"<td>{utc_time(t.last_job_ms)}</td></tr>")
     table = ("<table><tr><th>table</th><th>state</th><th class='num'>leaves/partitions</th><th class='num'>files</th>"
              "<th class='num'>records</th><th>recent jobs</th><th>last job (UTC)</th></tr>"
              + "".join(rows) + "</table>") if rows else "<p class='muted'>No tables yet: create one with " \
@@ -155,8 +155,8 @@ def _tree_html(overview: TableOverview, rows: Sequence[dict[str, Any]], key_fiel
                if r["records"] else "")
         approx = "~" if r["records_approximate"] else ""
         inner = "".join(node(c) for c in p.child_ids)
-        return (f"<li>{bar}<span class='mono'>{_e(region_text(p.region))}</span> <span class='muted'>[{_e(kind)}]"
-                f"</span> {r['files']} files, {r['records']:,}{approx} records <span class='muted mono'>{_e(pid)}"
+        return (f"<li>{bar}<span class='mono'>{esc(region_text(p.region))}</span> <span class='muted'>[{esc(kind)}]"
+                f"</span> {r['files']} files, {r['records']:,}{approx} records <span class='muted mono'>{esc(pid)}"
                 f"</span>{'<ul class=tree>' + inner + '</ul>' if inner else ''}</li>")
 
     return f"<ul class='tree'>{node(tree.root.id)}</ul>" if tree.root is not None else ""
@@ -165,14 +165,14 @@ def _tree_html(overview: TableOverview, rows: Sequence[dict[str, Any]], key_fiel
 def _jobs_table(jobs: Sequence[JobRecord], limit: int = 50) -> str:
     rows = []
     for j in jobs[:limit]:
-        status = "<span class='badge failed'>failed</span>" if j.status == "failed" else _e(j.status)
+        status = "<span class='badge failed'>failed</span>" if j.status == "failed" else esc(j.status)
         rate = f"{j.rate:,.0f}" if j.rate else "-"
         secs = f"{j.duration_s:.2f}" if j.duration_s is not None else "-"
-        rows.append(f"<tr><td>{_time(j.created_ms)}</td><td>{_e(j.kind)}</td><td>{status}</td>"
-                    f"<td class='mono'>{_e(j.job_id[:12])}</td><td class='num'>{j.input_files}</td>"
+        rows.append(f"<tr><td>{utc_time(j.created_ms)}</td><td>{esc(j.kind)}</td><td>{status}</td>"
+                    f"<td class='mono'>{esc(j.job_id[:12])}</td><td class='num'>{j.input_files}</td>"
                     f"<td class='num'>{j.rows_read:,}</td><td class='num'>{j.rows_written:,}</td>"
-                    f"<td class='num'>{secs}</td><td class='num'>{rate}</td><td class='mono'>{_e(j.run_id or '')}"
-                    f"</td><td>{_e(j.reason or '')}</td></tr>")
+                    f"<td class='num'>{secs}</td><td class='num'>{rate}</td><td class='mono'>{esc(j.run_id or '')}"
+                    f"</td><td>{esc(j.reason or '')}</td></tr>")
     if not rows:
         return ""
     return ("<table><tr><th>created (UTC)</th><th>kind</th><th>status</th><th>job</th><th class='num'>files</th>"
@@ -184,12 +184,12 @@ def _files_table(overview: TableOverview) -> str:
     rows = []
     for f in overview.sample[:MAX_FILE_ROWS]:
         if not f.references:
-            rows.append(f"<tr><td class='mono'>{_e(f.filename)}</td><td class='muted'>no references "
+            rows.append(f"<tr><td class='mono'>{esc(f.filename)}</td><td class='muted'>no references "
                         f"(awaiting GC)</td><td></td><td></td></tr>")
         for r in f.references:
-            rows.append(f"<tr><td class='mono'>{_e(f.filename)}</td><td class='mono'>{_e(r.partition_id)}</td>"
+            rows.append(f"<tr><td class='mono'>{esc(f.filename)}</td><td class='mono'>{esc(r.partition_id)}</td>"
                         f"<td class='num'>{r.record_count:,}{'~' if r.count_approximate else ''}</td>"
-                        f"<td class='mono'>{_e(r.job_id or '')}</td></tr>")
+                        f"<td class='mono'>{esc(r.job_id or '')}</td></tr>")
     shown = min(len(overview.sample), MAX_FILE_ROWS)
     more = (f"<p class='muted'>showing the first {shown} of {overview.files} files</p>"
             if overview.files > shown else "")
@@ -216,13 +216,13 @@ def render_table(info: TableInfo, overview: TableOverview, jobs: Sequence[JobRec
     summary = TableSummary.of(info, overview, jobs, dag_problem)
     badge = "<span class='badge online'>online</span>" if info.online else "<span class='badge offline'>offline</span>"
     failed = summary.jobs_by_status.get("failed", 0)
-    props = ", ".join(f"{_e(k)}={_e(v)}" for k, v in sorted(info.properties.items())) or "defaults only"
+    props = ", ".join(f"{esc(k)}={esc(v)}" for k, v in sorted(info.properties.items())) or "defaults only"
     dag_links = (" · ".join(f"<a target='_top' href='../../../dags/sleeper_{quote(info.name, safe='')}_{op}'>{op}</a>"
                             for op in _dag_operations(info)) if dag_problem is None
                  else _dag_problem_html(dag_problem))
     body = [
         "<nav><a href='../'>← all tables</a></nav>",
-        f"<h1>{_e(info.name)} {badge}</h1><div class='muted mono'>{_e(info.table_id)}</div>",
+        f"<h1>{esc(info.name)} {badge}</h1><div class='muted mono'>{esc(info.table_id)}</div>",
         f"<p class='muted'>DAGs: {dag_links}<br>properties set: <span class='mono'>{props}</span></p>",
         "<div class='cards'>"
         f"<div class='card'><b>{summary.records_text()}</b>records</div>"
@@ -241,5 +241,5 @@ def render_table(info: TableInfo, overview: TableOverview, jobs: Sequence[JobRec
 
 
 def render_refused(status_code: int, detail: str) -> str:
-    return _page("Sleeper: not signed in", f"<h1>{status_code}</h1><p>{_e(detail)}</p>"
+    return _page("Sleeper: not signed in", f"<h1>{status_code}</h1><p>{esc(detail)}</p>"
                  "<p><a target='_top' href='/'>Sign in to Airflow</a> and open this page from its menu.</p>")

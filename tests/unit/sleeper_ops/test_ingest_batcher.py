@@ -14,9 +14,14 @@ import pytest
 from sleeper_ops import Sleeper
 from sleeper_ops.errors import IngestError
 from sleeper_ops.ingest.batcher import (
+    BULK_MIN_SIZE,
+    MAX_FILES,
+    MIN_SIZE,
     BatcherLimits,
+    JobRunners,
     plan_ingest_jobs,
     requeue_abandoned,
+    run_batcher,
     run_ingest_batcher,
     submit_ingest_requests,
 )
@@ -286,3 +291,31 @@ def test_a_slow_job_whose_requests_were_requeued_cannot_commit_them_again(sleepe
     # the refused job's files were deleted: only the winner's remain
     tracked = set(t.state().files)
     assert {o.key for o in sleeper.objects.list(tid) if o.key.endswith(".parquet")} == tracked
+
+
+# ----- the runners it is given (it never calls the facade) ------------------------------
+@pytest.mark.parametrize("bulk", [True, False])
+def test_the_batcher_runs_each_job_with_the_runner_it_is_given(sleeper: Sleeper, bulk: bool) -> None:
+    # Given a table whose jobs of 100 bytes or more are bulk imports, a small and a big request
+    info = sleeper.create_table("t", SCHEMA, properties={MIN_SIZE: "1", MAX_FILES: "1", BULK_MIN_SIZE: "100"}).info
+    store = sleeper.state_store
+    store.add_ingest_requests(info.table_id, [IngestRequest("small", info.table_id, "/in/small.parquet", 10, 0),
+                                              IngestRequest("big", info.table_id, "/in/big.parquet", 500, 0)])
+    calls: list[tuple[object, ...]] = []
+
+    def ingest(files: list[str], job: JobRecord) -> tuple[int, int]:
+        calls.append(("ingest", files))
+        return 1, 1
+
+    def bulk_import(files: list[str], job: JobRecord, run_id: str | None) -> tuple[int, int]:
+        calls.append(("bulk", files, run_id))
+        return 5, 2
+
+    # When the batcher runs with runners (a bulk one, or none as without a configuration)
+    report = run_batcher(store, JobRunners(info, ingest, bulk_import if bulk else None), run_id="r1")
+
+    # Then the big job is a bulk import only when there is a bulk runner; every job commits
+    big = ("bulk", ["/in/big.parquet"], "r1") if bulk else ("ingest", ["/in/big.parquet"])
+    assert sorted(calls, key=str) == sorted([big, ("ingest", ["/in/small.parquet"])], key=str)
+    assert [j.status for j in report.jobs] == ["committed", "committed"]
+    assert report.records == (6 if bulk else 2)
