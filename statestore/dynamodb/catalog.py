@@ -34,6 +34,7 @@ from statestore.dynamodb.writes import cleanup_on_refusal
 from statestore.errors import TableExistsError, TableNotFoundError
 from statestore.partitions import Partition
 from statestore.properties import (
+    INGEST_BATCHER_JOB_MAX_FILES,
     apply_update,
     check_backend_limits,
     check_combination,
@@ -46,7 +47,7 @@ from statestore.transactions import InitialisePartitions
 
 #: numeric properties this backend cannot honour above a value, and why (checked when set)
 PROPERTY_LIMITS: dict[str, tuple[int, str]] = {
-    "sleeper.table.ingest.batcher.job.max.files": (
+    INGEST_BATCHER_JOB_MAX_FILES: (
         MAX_TRANSACTION_ITEMS, "a batcher job's requests are assigned in one DynamoDB transaction, which holds at "
                                "most 100 items"),
 }

@@ -44,16 +44,18 @@ from statestore.client_writes import ClientWrite, ClientWriteRecord, check_key, 
 from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
 from statestore.jobs import now_ms as _now_ms
+from statestore.properties import (
+    INGEST_BATCHER_BULK_IMPORT_MIN_SIZE,
+    INGEST_BATCHER_JOB_MAX_AGE_SECONDS,
+    INGEST_BATCHER_JOB_MAX_FILES,
+    INGEST_BATCHER_JOB_MAX_SIZE,
+    INGEST_BATCHER_JOB_MIN_SIZE,
+)
 
 if TYPE_CHECKING:
     from sleeper_ops.api import Sleeper, Table
     from statestore.store import StateStore
 
-MIN_SIZE = "sleeper.table.ingest.batcher.job.min.size"
-MAX_SIZE = "sleeper.table.ingest.batcher.job.max.size"
-MAX_FILES = "sleeper.table.ingest.batcher.job.max.files"
-MAX_AGE = "sleeper.table.ingest.batcher.job.max.age.seconds"
-BULK_MIN_SIZE = "sleeper.table.ingest.batcher.bulk.import.min.size"
 
 
 # ----- requests ------------------------------------------------------------------------
@@ -125,8 +127,9 @@ class BatcherLimits:
 
     @classmethod
     def of(cls, table: TableInfo) -> BatcherLimits:
-        return cls(table.get_size(MIN_SIZE), table.get_size(MAX_SIZE), table.get_int(MAX_FILES),
-                   table.get_int(MAX_AGE) * 1000)
+        return cls(table.get_size(INGEST_BATCHER_JOB_MIN_SIZE), table.get_size(INGEST_BATCHER_JOB_MAX_SIZE),
+                   table.get_int(INGEST_BATCHER_JOB_MAX_FILES),
+                   table.get_int(INGEST_BATCHER_JOB_MAX_AGE_SECONDS) * 1000)
 
 
 def plan_ingest_jobs(pending: Sequence[IngestRequest], limits: BatcherLimits, now_ms: int) -> list[list[IngestRequest]]:
@@ -269,7 +272,7 @@ def _run_job(sleeper: Sleeper, table: Table, group: list[IngestRequest], *, run_
         return BatchedJob(job_id, ids, files, size, "taken")
     record = record.started(run_id)
     store.put_job(record)
-    if size >= table.info.get_size(BULK_MIN_SIZE) and sleeper.config is not None:
+    if size >= table.info.get_size(INGEST_BATCHER_BULK_IMPORT_MIN_SIZE) and sleeper.config is not None:
         return _run_bulk_job(sleeper, table, record, ids, files, size, run_id=run_id, max_attempts=max_attempts)
     try:
         # the data commit marks the requests ingested and the record committed, atomically
