@@ -24,8 +24,8 @@ import threading
 from typing import Callable, Iterable, Optional
 
 from statestore.catalog import TableInfo
+from statestore.clock import now_ms
 from statestore.errors import SleeperError
-from statestore.jobs import now_ms
 from statestore.properties import GC_JOB_ABANDON_MINUTES
 from statestore.store import StateStore
 

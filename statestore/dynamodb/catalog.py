@@ -19,11 +19,11 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from typing import Any, Mapping, Optional, Sequence
 
 from statestore.catalog import TableInfo
+from statestore.clock import now_ms
 from statestore.dynamodb import snapshots
 from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.blobs import table_blob_prefixes
@@ -79,7 +79,7 @@ class CatalogMixin(DynamoBase):
                 "pk": s(f"id#{table_id}"), "name": s(name), "schema": s(schema.to_json()),
                 "properties": s(json.dumps(props)), "rev": n(0)}}},
             {"Put": {"TableName": d.table("log"), "Item": encoded.item(table_id, 1, uuid.uuid4().hex,
-                                                                       int(time.time() * 1000))}},
+                                                                       now_ms())}},
         ]
         what = f"create table {name!r}"
         with cleanup_on_refusal(self._blobs, [encoded.blob_key], what):

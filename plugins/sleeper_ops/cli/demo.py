@@ -28,6 +28,7 @@ from sleeper_ops.demo import DEMO_MARK, SYSTEM_TEST_SCHEMA, generate_rows, split
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.maintenance.gc import keep_unreferenced_ms
 from sleeper_ops.reports import render_partitions
+from statestore.clock import now_ms
 from statestore.errors import TableNotFoundError
 from statestore.properties import CREATED_BY, GC_DELAY_MINUTES, PARTITION_SPLITTING_THRESHOLD
 
@@ -118,7 +119,7 @@ def run_demo(sleeper: Sleeper, *, rows: int, batches: int, table_name: str, work
     # as the GC DAG will once the replaced files have waited out the delay and the history
     # retention (every state within it stays readable as of, sleeper history)
     keep_ms = keep_unreferenced_ms(table.info)
-    gc = table.gc(now_ms=int(time.time() * 1000) + keep_ms + 1_000)
+    gc = table.gc(now_ms=now_ms() + keep_ms + 1_000)
     _step(console, f"garbage collection (the GC DAG, {keep_ms // 60_000} minutes later: the GC delay plus the "
                    "history retention)", gc.summary(), _overview(table))
     _queries(console, table, key, "query again")

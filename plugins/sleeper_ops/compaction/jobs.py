@@ -28,10 +28,11 @@ from sleeper_ops.compaction.strategy import plan_groups, strategy_name, why_no_j
 from sleeper_ops.engine.ageoff_expiry import cutoff_ms, expired_fraction_over, table_ageoff
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
+from statestore.clock import now_ms
 from statestore.deletes import Tombstone
 from statestore.errors import TransactionError
 from statestore.files import FileReference
-from statestore.jobs import JobRecord, now_ms
+from statestore.jobs import JobRecord
 from statestore.properties import AGEOFF_REWRITE_FRACTION, COMPACTION_JOB_RETRY_MINUTES, DELETE_PURGE_HOURS
 from statestore.state import TableState
 from statestore.store import StateStore

@@ -32,7 +32,6 @@ and reduces them in Arrow's group-by, never row-by-row Python.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar
 
@@ -41,6 +40,7 @@ import pyarrow as pa
 from sleeper_ops.engine.user_iterators import BatchFn, UserIterator
 from sleeper_ops.errors import ConfigError, IteratorError
 from sleeper_ops.io.arrow_schema import arrow_schema
+from statestore import clock
 from statestore.catalog import TableInfo
 from statestore.properties import ITERATOR_AGEOFF, ITERATOR_AGGREGATION, ITERATOR_PYTHON
 from statestore.schema import Schema, type_name
@@ -316,7 +316,7 @@ class IteratorChain:
         """
         it: Iterable[pa.RecordBatch] = self._conform(batches)
         if self.ageoff is not None:
-            now = self.now_ms if self.now_ms is not None else int(time.time() * 1000)
+            now = self.now_ms if self.now_ms is not None else clock.now_ms()
             it = self._ageoff(it, self.ageoff, now)
         for user in self.users:
             it = self._user(it, user)

@@ -39,11 +39,11 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from sleeper_ops.errors import IngestError
 from sleeper_ops.io.inputs import check_readable
+from statestore import clock
 from statestore.catalog import TableInfo
 from statestore.client_writes import ClientWrite, ClientWriteRecord, check_key, digest_of
 from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
-from statestore.jobs import now_ms as _now_ms
 from statestore.properties import (
     INGEST_BATCHER_BULK_IMPORT_MIN_SIZE,
     INGEST_BATCHER_JOB_MAX_AGE_SECONDS,
@@ -99,7 +99,7 @@ def submit_ingest_requests(sleeper: Sleeper, table_name: str, files: Sequence[st
             problems.append(str(e))
     if problems:
         raise IngestError(f"table {table_name}: nothing queued: " + "; ".join(problems))
-    when = _now_ms() if received_ms is None else received_ms
+    when = clock.now_ms() if received_ms is None else received_ms
     # ids of one call share a prefix and sort in the order the files were given
     prefix = uuid.uuid4().hex
     requests = [IngestRequest(f"{prefix}-{i:06d}", info.table_id, where, size, when)
@@ -214,7 +214,7 @@ def requeue_abandoned(store: StateStore, table_id: str, *, stale_after_seconds: 
     ``stale_after_seconds`` (or no record) has them requeued and its record failed (its
     commit, should it still come, is refused).
     """
-    now = _now_ms() if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     assigned = store.list_ingest_requests(table_id, status="assigned", limit=None)
     requeued = 0
     for job_id in sorted({r.job_id for r in assigned if r.job_id is not None}):
@@ -245,7 +245,7 @@ def run_ingest_batcher(sleeper: Sleeper, table_name: str, *, now_ms: Optional[in
     store = sleeper.state_store
     table = sleeper.table(table_name)
     info = table.info
-    now = _now_ms() if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     report = BatcherReport(table_name)
     report.requeued = requeue_abandoned(store, info.table_id, stale_after_seconds=stale_after_seconds, now_ms=now)
     pending = store.pending_ingest_requests(info.table_id)

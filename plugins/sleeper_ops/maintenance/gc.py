@@ -50,7 +50,6 @@ nothing.
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -60,6 +59,7 @@ from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.maintenance.ageoff import drop_expired_files
 from sleeper_ops.maintenance.deletes import drop_spent_tombstones
+from statestore import clock
 from statestore.catalog import TableInfo
 from statestore.errors import SleeperError, TransactionError
 from statestore.history import retention_ms
@@ -230,9 +230,6 @@ def waiting(state_store: StateStore, objects: ObjectStore, table: TableInfo, now
                    retention_ms(table) // 60_000, len(state.files))
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
 
 def _delete_objects(objects: ObjectStore, keys: list[str], threads: int) -> None:
     """Delete ``keys`` (missing ones are fine); the first failure is raised after all ran."""
@@ -265,7 +262,7 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
     if not table.online:
         report.skipped_reason = f"table {table.name} is offline"
         return report
-    now = _now_ms() if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     aged = drop_expired_files(state_store, objects, table, now, dry_run=dry_run)
     report.aged_off, report.aged_off_records = aged.files, aged.records
     before = now - keep_unreferenced_ms(table)
@@ -358,7 +355,7 @@ def sweep_orphans(state_store: StateStore, objects: ObjectStore, table: TableInf
     """
     if not table.online:
         return []
-    now = _now_ms() if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     grace = table.get_int(GC_ORPHAN_GRACE_MINUTES) if grace_minutes is None else grace_minutes
     if grace < 0:
         raise SleeperError(f"orphan grace period must not be negative, got {grace} minutes")
