@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from statestore.errors import TableNameError
-from statestore.properties import PROPERTY_DEFS, effective_properties, parse_size
+from statestore.properties import ONLINE, PROPERTY_DEFS, effective_properties, parse_size
 from statestore.schema import Schema
 
 #: Most characters in a table name: its DAGs carry the tag ``table:<name>``, and Airflow
@@ -67,7 +67,7 @@ class TableInfo:
 
     @property
     def online(self) -> bool:
-        return (self.get("sleeper.table.online") or "true").lower() == "true"
+        return (self.get(ONLINE) or "true").lower() == "true"
 
     def all_properties(self) -> dict[str, Optional[str]]:
         return effective_properties(self.properties)

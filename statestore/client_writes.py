@@ -21,8 +21,6 @@ from dataclasses import dataclass
 
 from statestore.errors import SleeperError
 
-#: the table property: how long a key is remembered
-IDEMPOTENCY_HOURS = "sleeper.table.write.idempotency.hours"
 #: the longest key accepted (it is stored as part of a primary key)
 MAX_KEY_LENGTH = 255
 

@@ -18,7 +18,7 @@ its history (:meth:`StateStore.state_as_of <statestore.store.StateStore.state_as
 1, 2, 3, ... on DynamoDB and in memory; PostgreSQL transaction ids on PostgreSQL
 (increasing, not consecutive).
 
-**Retention.** ``sleeper.table.history.retention.minutes`` (:data:`RETENTION_PROPERTY`)
+**Retention.** ``sleeper.table.history.retention.minutes`` (:data:`HISTORY_RETENTION_MINUTES`)
 sets how far back a table can be read. A state is *retained* while it was current at
 some moment within the retention: it is the newest, or the transaction after it
 committed no earlier than ``now - retention``. Garbage collection keeps every file a
@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
 from statestore.deletes import Tombstone
 from statestore.errors import SleeperError
+from statestore.properties import HISTORY_RETENTION_MINUTES
 from statestore.state import TableState
 
 if TYPE_CHECKING:
     from statestore.store import StateStore
     from statestore.transactions import Transaction
 
-RETENTION_PROPERTY = "sleeper.table.history.retention.minutes"
 
 #: ``as_of`` as callers give it: a transaction number, or a time (aware datetime, or ms since the epoch as a float)
 AsOf = Union[int, datetime.datetime]
@@ -216,7 +216,7 @@ def _iso(ms: int) -> str:
 
 def retention_ms(properties: Any) -> int:
     """The table's history retention in ms, from its catalog entry (a ``TableInfo``)."""
-    return int(properties.get_int(RETENTION_PROPERTY)) * 60_000
+    return int(properties.get_int(HISTORY_RETENTION_MINUTES)) * 60_000
 
 
 def resolve_as_of(store: StateStore, table_id: str, table_name: str, as_of: AsOf, *, retention: int,

@@ -14,11 +14,11 @@ reached. The store guarantees (see :class:`statestore.store.StateStore`):
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
+from statestore.clock import now_ms
 from statestore.errors import SleeperError
 
 INGEST_REQUEST_STATUSES = ("pending", "assigned", "ingested", "failed")
@@ -27,9 +27,6 @@ INGEST_REQUEST_STATUSES = ("pending", "assigned", "ingested", "failed")
 class IngestRequestError(SleeperError):
     """Ingest requests are malformed (e.g. a duplicate request id or the wrong table)."""
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -68,7 +65,7 @@ class IngestRequest:
     def new(cls, table_id: str, filename: str, size_bytes: int, received_ms: Optional[int] = None) -> IngestRequest:
         """A pending request with a fresh id, received now unless ``received_ms`` is given."""
         return cls(uuid.uuid4().hex, table_id, filename, size_bytes,
-                   _now_ms() if received_ms is None else received_ms)
+                   now_ms() if received_ms is None else received_ms)
 
     # Transitions, as the backends apply them (pure; used by the in-memory store).
     def assigned(self, job_id: str) -> IngestRequest:

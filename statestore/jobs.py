@@ -15,20 +15,16 @@ be swept between its write and its commit.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional, Sequence
 
+from statestore.clock import now_ms
 from statestore.errors import BookkeepingError
 
 JOB_KINDS = ("compaction", "split", "ingest", "bulk_import", "gc", "flush", "export")
 #: how the reason of a record declared abandoned starts (:meth:`JobRecord.abandoned`)
 ABANDONED = "abandoned:"
 JOB_STATUSES = ("created", "started", "finished", "committed", "failed")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)

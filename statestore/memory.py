@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections import deque
 from typing import Any, Collection, Mapping, Optional, Sequence
@@ -12,10 +11,11 @@ from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_mes
 from statestore.catalog import TableInfo
 from statestore.changes import TableChanges, is_token_of
 from statestore.client_writes import ClientWrite, ClientWriteRecord
+from statestore.clock import now_ms
 from statestore.errors import BookkeepingError, BufferFullError, TableExistsError, TableNotFoundError
 from statestore.history import TransactionSummary, fragment_of, summarise
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
-from statestore.jobs import JobRecord, check_job_bookkeeping, now_ms, saves_over
+from statestore.jobs import JobRecord, check_job_bookkeeping, saves_over
 from statestore.leases import Lease
 from statestore.memory_history import MemoryHistoryMixin
 from statestore.memory_leases import MemoryLeasesMixin
@@ -155,11 +155,11 @@ class InMemoryStateStore(MemoryHistoryMixin, MemoryLeasesMixin, StateStore):
             self._remember(table_id, client_write, transaction.number_in(state))
             transaction.apply(state)
             version = self._versions[table_id] = self._versions[table_id] + 1
-            self._history[table_id].append((summarise(version, int(time.time() * 1000), transaction, before,
+            self._history[table_id].append((summarise(version, now_ms(), transaction, before,
                                                       fragment_of(state, transaction),
                                                       job.job_id if job is not None else None), transaction))
             self._changes[table_id].append((version, transaction.touches()))
-            applied[commit_id or uuid.uuid4().hex] = int(time.time() * 1000)
+            applied[commit_id or uuid.uuid4().hex] = now_ms()
             if job is not None:
                 self._jobs[(table_id, job.job_id)] = job
             queue = self._ingest_requests.get(table_id, {})

@@ -4,9 +4,9 @@ a lease held past its expiry counts as free."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Optional
 
+from statestore.clock import now_ms
 from statestore.leases import Lease
 from statestore.store import StateStore
 
@@ -18,7 +18,7 @@ class MemoryLeasesMixin(StateStore):
     _leases: dict[str, Lease]
 
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> Optional[Lease]:
-        now = int(time.time() * 1000)
+        now = now_ms()
         with self._lock:
             cur = self._leases.get(name)
             if cur is not None and cur.holder != holder and cur.expires_ms > now:
@@ -38,4 +38,4 @@ class MemoryLeasesMixin(StateStore):
     def get_lease(self, name: str) -> Optional[Lease]:
         with self._lock:
             cur = self._leases.get(name)
-            return cur if cur is not None and cur.expires_ms > int(time.time() * 1000) else None
+            return cur if cur is not None and cur.expires_ms > now_ms() else None

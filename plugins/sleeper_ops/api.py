@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pyarrow as pa
 
-from sleeper_ops.bulk_import.dated import BULK_IMPORT_SOURCE, with_import_start
+from sleeper_ops.bulk_import.dated import with_import_start
 from sleeper_ops.bulk_import.templates import check_templates
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.engine.iterators import ITERATOR_PROPERTIES, check_iterator_properties
@@ -24,7 +24,7 @@ from sleeper_ops.table import Table
 from statestore.backends import open_state_store
 from statestore.catalog import TableInfo, check_table_name
 from statestore.partitions import partitions_from_split_points
-from statestore.properties import validate_properties, validate_values
+from statestore.properties import BULK_IMPORT_SOURCE, validate_properties, validate_values
 from statestore.schema import Schema
 from statestore.store import StateStore
 

@@ -16,8 +16,8 @@ SYSTEM_TEST_SCHEMA = {
     "valueFields": [{"name": "value1", "type": "StringType"}, {"name": "value2", "type": "StringType"}],
 }
 KEY_SPACE = 10**9
-#: The property that marks a demo table: ``sleeper demo`` replaces only a table marked so.
-CREATED_BY = "sleeper.table.created.by"
+#: The value of the table property ``CREATED_BY`` that marks a demo table: ``sleeper demo``
+#: replaces only a table marked so.
 DEMO_MARK = "sleeper demo"
 
 

@@ -24,20 +24,20 @@ import threading
 from typing import Callable, Iterable, Optional
 
 from statestore.catalog import TableInfo
+from statestore.clock import now_ms
 from statestore.errors import SleeperError
-from statestore.jobs import now_ms
+from statestore.properties import GC_JOB_ABANDON_MINUTES
 from statestore.store import StateStore
 
 logger = logging.getLogger(__name__)
 
-ABANDON_PROPERTY = "sleeper.table.gc.job.abandon.minutes"
 #: the longest pause between beats
 MAX_INTERVAL_S = 60.0
 
 
 def interval_for(table: TableInfo) -> float:
     """Seconds between beats for ``table``: a tenth of its abandon time, at most a minute."""
-    return max(1.0, min(MAX_INTERVAL_S, table.get_int(ABANDON_PROPERTY) * 6.0))
+    return max(1.0, min(MAX_INTERVAL_S, table.get_int(GC_JOB_ABANDON_MINUTES) * 6.0))
 
 
 class Heartbeat:

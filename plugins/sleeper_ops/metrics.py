@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import collections
 import threading
-import time
 from dataclasses import asdict, dataclass
 from typing import Optional
 
+from statestore import clock
 from statestore.catalog import TableInfo
 from statestore.errors import NotSupportedError
 from statestore.store import StateStore
@@ -55,7 +55,7 @@ class TableMetrics:
 
 def table_metrics(store: StateStore, info: TableInfo, now_ms: Optional[int] = None) -> TableMetrics:
     """The figures of one table (see the module docstring)."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = clock.now_ms() if now_ms is None else now_ms
     tid = info.table_id
     view = store.overview(tid, file_limit=0)
     leaves = [p for p in view.partitions if p.is_leaf]
@@ -127,7 +127,7 @@ BACKLOG = BacklogHistory()
 def sample_metrics(store: StateStore, info: TableInfo, now_ms: Optional[int] = None,
                    history: Optional[BacklogHistory] = None) -> TableMetrics:
     """:func:`table_metrics`, also recorded as a sample of ``history`` (default :data:`BACKLOG`)."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = clock.now_ms() if now_ms is None else now_ms
     m = table_metrics(store, info, now_ms)
     (history or BACKLOG).record(info.table_id, m, now_ms)
     return m

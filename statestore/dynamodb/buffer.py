@@ -35,6 +35,7 @@ from typing import Any, Collection, Optional, Sequence
 
 from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_message
 from statestore.client_writes import ClientWrite
+from statestore.clock import now_ms
 from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.client_writes import key_put
 from statestore.dynamodb.connection import b, cancellation_codes, get_n, get_s, n, s
@@ -81,7 +82,7 @@ class WriteBufferMixin(DynamoBase):
                      ExpressionAttributeValues={":one": n(1)}, ReturnValues="UPDATED_NEW")
         seq = int(out["Attributes"]["v"]["N"])
         write_id = uuid.uuid4().hex
-        written_ms = int(time.time() * 1000)
+        written_ms = now_ms()
         item = {**entry_key(table_id, seq), "rows": n(rows), "written_ms": n(written_ms), "write_id": s(write_id)}
         blob = None
         if len(data) > INLINE_LIMIT:

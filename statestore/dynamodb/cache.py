@@ -11,10 +11,10 @@ process never saw) means a fresh load from the newest snapshot.
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from statestore.clock import now_ms
 from statestore.dynamodb import snapshots
 from statestore.dynamodb.blobs import BlobStore
 from statestore.dynamodb.connection import Dynamo
@@ -119,7 +119,7 @@ class StateCache:
             e.touched.clear()
             e.touched_from = e.n
             e.snapshot_n = start
-            e.snapshot_ms = pointer.time_ms if pointer is not None else int(time.time() * 1000)
+            e.snapshot_ms = pointer.time_ms if pointer is not None else now_ms()
             return tail
         raise StateStoreUnavailableError(f"the transaction log of table {table_id} keeps changing under its "
                                          "snapshots; cannot load its state")

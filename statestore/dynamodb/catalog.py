@@ -19,11 +19,11 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from typing import Any, Mapping, Optional, Sequence
 
 from statestore.catalog import TableInfo
+from statestore.clock import now_ms
 from statestore.dynamodb import snapshots
 from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.blobs import table_blob_prefixes
@@ -34,6 +34,7 @@ from statestore.dynamodb.writes import cleanup_on_refusal
 from statestore.errors import TableExistsError, TableNotFoundError
 from statestore.partitions import Partition
 from statestore.properties import (
+    INGEST_BATCHER_JOB_MAX_FILES,
     apply_update,
     check_backend_limits,
     check_combination,
@@ -46,7 +47,7 @@ from statestore.transactions import InitialisePartitions
 
 #: numeric properties this backend cannot honour above a value, and why (checked when set)
 PROPERTY_LIMITS: dict[str, tuple[int, str]] = {
-    "sleeper.table.ingest.batcher.job.max.files": (
+    INGEST_BATCHER_JOB_MAX_FILES: (
         MAX_TRANSACTION_ITEMS, "a batcher job's requests are assigned in one DynamoDB transaction, which holds at "
                                "most 100 items"),
 }
@@ -78,7 +79,7 @@ class CatalogMixin(DynamoBase):
                 "pk": s(f"id#{table_id}"), "name": s(name), "schema": s(schema.to_json()),
                 "properties": s(json.dumps(props)), "rev": n(0)}}},
             {"Put": {"TableName": d.table("log"), "Item": encoded.item(table_id, 1, uuid.uuid4().hex,
-                                                                       int(time.time() * 1000))}},
+                                                                       now_ms())}},
         ]
         what = f"create table {name!r}"
         with cleanup_on_refusal(self._blobs, [encoded.blob_key], what):

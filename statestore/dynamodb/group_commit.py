@@ -70,6 +70,7 @@ from typing import Any, Optional
 import botocore.exceptions
 
 from statestore.bookkeeping import Bookkeeping
+from statestore.clock import now_ms
 from statestore.dynamodb.cache import CachedTable
 from statestore.dynamodb.client_writes import key_item, key_record
 from statestore.dynamodb.commits import COMMIT_ID, TABLE, commit_id_key
@@ -116,9 +117,6 @@ _GATHER_SECONDS, _GATHERS = 0.003, 4
 _PATIENCE = 0.05
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
 
 class GroupCommitMixin(GroupRequestsMixin):
     """Commits through pending requests and leaders (see the module docstring)."""
@@ -140,7 +138,7 @@ class GroupCommitMixin(GroupRequestsMixin):
 
     def _now(self) -> int:
         """The store's clock in milliseconds (the log items' ``time_ms``)."""
-        return _now_ms()
+        return now_ms()
 
     def _drop_unsaved_job_blob(self, job: Any, key: str, what: str) -> None:
         raise NotImplementedError

@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional, Sequence
 import botocore.exceptions
 
 from statestore.client_writes import ClientWrite, ClientWriteRecord
+from statestore.clock import now_ms
 from statestore.dynamodb.client_writes import ClientWritesMixin, key_put
 from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, n, s
 from statestore.dynamodb.writes import may_have_applied
@@ -153,7 +154,7 @@ class IngestQueueMixin(ClientWritesMixin):
             return earlier
         d = self._dynamo
         table = d.table("items")
-        items = [key_put(table, table_id, write, 0, int(time.time() * 1000))]
+        items = [key_put(table, table_id, write, 0, now_ms())]
         items += [{"Put": {"TableName": table, "Item": _request_item(r, 1),
                            "ConditionExpression": "attribute_not_exists(sk)"}} for r in new]
         try:

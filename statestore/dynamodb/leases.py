@@ -4,9 +4,9 @@ a free lease exactly one gets it. Expiry is judged by the writer's clock."""
 
 from __future__ import annotations
 
-import time
 from typing import Optional
 
+from statestore.clock import now_ms
 from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.connection import get_n, get_s, is_condition_failed, n, s
 from statestore.leases import Lease
@@ -16,7 +16,7 @@ class LeasesMixin(DynamoBase):
     """The leases part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
 
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> Optional[Lease]:
-        now = int(time.time() * 1000)
+        now = now_ms()
         lease = Lease(name, holder, now + int(ttl_seconds * 1000))
         d = self._dynamo
         try:
@@ -49,4 +49,4 @@ class LeasesMixin(DynamoBase):
         if item is None:
             return None
         lease = Lease(name, get_s(item, "holder") or "", get_n(item, "expires_ms") or 0)
-        return lease if lease.expires_ms > int(time.time() * 1000) else None
+        return lease if lease.expires_ms > now_ms() else None

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Optional
 
+from statestore import clock
 from statestore.dynamodb import snapshots
 from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.catalog import _info as catalog_info
 from statestore.dynamodb.connection import n, s
 from statestore.dynamodb.group_batch import prune_requests
 from statestore.history import retention_ms
-from statestore.jobs import now_ms as clock_ms
 
 
 class RetentionMixin(DynamoBase):
@@ -46,7 +46,7 @@ class RetentionMixin(DynamoBase):
         retention began and every transaction from its number on (all of them while no
         snapshot is that old). Returns (transactions, snapshots) deleted. Readers
         holding an older state reload from the newest snapshot when they find the gap."""
-        now = clock_ms() if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         cutoff_ms = now - int(self.retention_seconds * 1000)
         d = self._dynamo
         pointers = snapshots.all_pointers(d, table_id)

@@ -15,6 +15,7 @@ import botocore.exceptions
 
 from statestore.changes import TableChanges, is_token_of
 from statestore.client_writes import ClientWrite
+from statestore.clock import now_ms
 from statestore.dynamodb import snapshots
 from statestore.dynamodb.blob_sweep import BlobSweepMixin
 from statestore.dynamodb.blobs import BlobStore, open_blob_store
@@ -67,9 +68,6 @@ class _Retry(NamedTuple):
     maybe_applied: bool
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
 
 class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMixin, BlobSweepMixin,
                          RetentionMixin, ErasureMixin):
@@ -115,7 +113,7 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
         self._contention = Contention()
 
     def _now(self) -> int:
-        return _now_ms()
+        return now_ms()
 
     # ----- table state ----------------------------------------------------------------
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
@@ -255,7 +253,7 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
             tried["encoded"] = encoded
         number = entry.n + 1
         summary = summary_attribute(txn, entry.state, books.job.job_id if books.job is not None else None)
-        items = self._commit_items(table_id, number, encoded, books, job_rev, _now_ms(), flushed_rows, job_encoded,
+        items = self._commit_items(table_id, number, encoded, books, job_rev, now_ms(), flushed_rows, job_encoded,
                                    summary, txn.number_in(entry.state))
         check_log_item(table_id, txn.TYPE, items[LOG]["Put"]["Item"])  # statestore.dynamodb.sizes
         d = self._dynamo
@@ -288,7 +286,7 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
 
     def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:
         """Write a snapshot of ``entry`` (lock held) when one is due; best effort."""
-        now = _now_ms()
+        now = now_ms()
 
         def due() -> bool:
             behind = entry.n - entry.snapshot_n
@@ -365,7 +363,7 @@ class DynamoDBStateStore(CatalogMixin, GroupCommitMixin, LeasesMixin, HistoryMix
         entry = self._cache.entry(table_id)
         with entry.lock:
             self._cache.refresh(table_id, entry)
-            now = _now_ms()
+            now = now_ms()
             snapshots.write(self._dynamo, self._blobs, table_id, entry.n, entry.state, now)
             entry.snapshot_n, entry.snapshot_ms = entry.n, now
             return entry.n

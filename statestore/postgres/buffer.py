@@ -18,8 +18,8 @@ from psycopg import errors as pg_errors
 
 from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_message
 from statestore.client_writes import ClientWrite
+from statestore.clock import now_ms
 from statestore.errors import BufferFullError, TableNotFoundError
-from statestore.jobs import now_ms
 from statestore.postgres.client_writes import KEYED_APPEND, ClientWritesMixin, earlier_on
 from statestore.postgres.rows import _require_table_id
 

@@ -13,8 +13,9 @@ from psycopg.pq import TransactionStatus
 
 from statestore.bookkeeping import Bookkeeping
 from statestore.client_writes import ClientWriteRecord
+from statestore.clock import now_ms
 from statestore.errors import BookkeepingError, TableNotFoundError, TransactionError
-from statestore.jobs import check_job_bookkeeping, now_ms
+from statestore.jobs import check_job_bookkeeping
 from statestore.postgres.diff import _Diff, log_change
 from statestore.postgres.history import log_history
 from statestore.postgres.jobs import upsert_job

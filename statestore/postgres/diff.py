@@ -10,9 +10,9 @@ from typing import Any, Mapping, Optional, Sequence, TypeVar
 import psycopg
 from psycopg.types.json import Json
 
+from statestore.clock import now_ms
 from statestore.deletes import Tombstone
 from statestore.files import FileRecord, FileReference
-from statestore.jobs import now_ms
 from statestore.partitions import Partition
 from statestore.postgres.rows import _PARTITION_COLUMNS, _REF_COLUMNS
 from statestore.state import TableState

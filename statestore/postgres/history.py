@@ -31,6 +31,7 @@ from statestore.partitions import Partition
 from statestore.postgres.connections import PostgresConnection
 from statestore.postgres.diff import _Diff
 from statestore.postgres.rows import _gc_paused, _load_all, _require_table_id
+from statestore.properties import HISTORY_RETENTION_MINUTES
 from statestore.state import TableState
 from statestore.transactions import Transaction
 
@@ -145,8 +146,7 @@ def key_records(cur: psycopg.Cursor[Any], table_id: str, retention: int) -> list
 
 
 _UNDO_GOES = "with the undo record, at the first GC once the row is older than sleeper.table.history.retention.minutes"
-_ROW_GOES = ("with the row, at the first GC once a later transaction is older than "
-             "sleeper.table.history.retention.minutes")
+_ROW_GOES = f"with the row, at the first GC once a later transaction is older than {HISTORY_RETENTION_MINUTES}"
 
 
 def _summary(row: Any) -> TransactionSummary:

@@ -11,9 +11,9 @@ from psycopg import IsolationLevel
 from psycopg import errors as pg_errors
 
 from statestore.client_writes import ClientWrite, ClientWriteRecord
+from statestore.clock import now_ms
 from statestore.errors import TableNotFoundError
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
-from statestore.jobs import now_ms
 from statestore.postgres.client_writes import record_key
 from statestore.postgres.connections import PostgresConnection
 from statestore.postgres.rows import _INGEST_REQUEST_COLUMNS, _require_table_id

@@ -14,6 +14,7 @@ import psycopg
 from psycopg import IsolationLevel
 
 from statestore.client_writes import ClientWrite, IdempotencyKeyReusedError
+from statestore.clock import now_ms
 from statestore.deletes import TOMBSTONE_GOES, KeyRecord, Tombstone
 from statestore.errors import (
     CommitOutcomeUnknownError,
@@ -24,7 +25,7 @@ from statestore.errors import (
 )
 from statestore.files import FileReference
 from statestore.history import retention_ms
-from statestore.jobs import JobRecord, now_ms
+from statestore.jobs import JobRecord
 from statestore.partitions import Partition
 from statestore.postgres.buffer import WriteBufferMixin
 from statestore.postgres.catalog import CatalogMixin

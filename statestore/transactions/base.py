@@ -3,18 +3,14 @@ the concrete transactions share."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from statestore.clock import now_ms  # noqa: F401  (also imported from here)
 from statestore.errors import FileReferenceError, PartitionError
 from statestore.files import FileRecord, FileReference
 from statestore.partitions import Partition
 from statestore.state import TableState
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)

@@ -77,11 +77,16 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from sleeper_ops.airflow import tasks
 from sleeper_ops.airflow.dag_problems import build_each, build_problem
-from sleeper_ops.bulk_import.dated import BULK_IMPORT_SOURCE
-from sleeper_ops.bulk_import.templates import EXPORT_DESTINATION
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
-from statestore.properties import BULK_IMPORT_PLATFORM
+from statestore.properties import (
+    BULK_IMPORT_PLATFORM,
+    BULK_IMPORT_SOURCE,
+    COMPACTION_RUNNER,
+    EXPORT_DESTINATION,
+    SCHEDULES,
+    SPARK_DEFERRABLE,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -90,10 +95,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OPERATIONS = ("split", "compaction", "gc", "ingest_batcher", "flush")
 #: Operations with a DAG only for some tables (see :func:`has_dag`).
 OPTIONAL_OPERATIONS = ("bulk_import", "export")
-SPARK_DEFERRABLE = "sleeper.table.spark.deferrable"
+#: Operations with a DAG for every table.
+OPERATIONS = tuple(op for op in SCHEDULES if op not in OPTIONAL_OPERATIONS)
 DAG_ID_PREFIX = "sleeper_"
 #: Tags every Sleeper DAG carries (plus the operation and ``table:<name>``).
 TAG = "sleeper"
@@ -133,7 +138,7 @@ def has_dag(table: TableInfo, operation: str) -> bool:
 
 def schedule_of(table: TableInfo, operation: str) -> Optional[str]:
     """The table's schedule for ``operation``; None (manual only) for ``none``."""
-    value = table.get(f"sleeper.table.schedule.{operation}")
+    value = table.get(SCHEDULES[operation])
     return None if value in (None, "", "none") else value
 
 
@@ -235,9 +240,8 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
     if operation == "gc":
         params["dry_run"] = Param(False, type="boolean", description="Only list the files GC would delete.")
     elif operation == "compaction":
-        params["runner"] = Param(table.get("sleeper.table.compaction.runner") or "local", enum=["local", "spark"],
-                                 description="Where the jobs run (default: the table's "
-                                             "sleeper.table.compaction.runner).")
+        params["runner"] = Param(table.get(COMPACTION_RUNNER) or "local", enum=["local", "spark"],
+                                 description=f"Where the jobs run (default: the table's {COMPACTION_RUNNER}).")
     dag = DAG(
         dag_id_for(table.name, operation),
         schedule=(_compaction_schedule(table) if operation == "compaction"
@@ -304,7 +308,8 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
 
     from sleeper_ops.airflow import operators as ops
     from sleeper_ops.airflow.import_wait import SleeperImportInputSensor
-    from sleeper_ops.bulk_import.dated import BULK_IMPORT_START, BULK_IMPORT_WAIT_HOURS, import_start, wait_hours
+    from sleeper_ops.bulk_import.dated import import_start, wait_hours
+    from statestore.properties import BULK_IMPORT_START, BULK_IMPORT_WAIT_HOURS
 
     cron = schedule_of(table, operation) or "@daily"
     key = import_key_template(table)  # the table id and the interval start, for imports and exports alike

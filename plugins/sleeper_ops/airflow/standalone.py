@@ -171,7 +171,8 @@ def ensure_demo_table(sleeper: Any, say: Say, rows: int = 100_000) -> None:
     """Create and fill a small ``demo`` table when the catalog has no tables."""
     if sleeper.tables():
         return
-    from sleeper_ops.demo import CREATED_BY, DEMO_MARK, SYSTEM_TEST_SCHEMA, generate_rows, split_points
+    from sleeper_ops.demo import DEMO_MARK, SYSTEM_TEST_SCHEMA, generate_rows, split_points
+    from statestore.properties import CREATED_BY
 
     table = sleeper.create_table("demo", SYSTEM_TEST_SCHEMA, split_points=split_points(3),
                                  properties={CREATED_BY: DEMO_MARK})

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence, U
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.maintenance.leases import OperationLease, lease_name
 from statestore.errors import LeaseHeldError, SleeperError, TableNotFoundError
+from statestore.properties import COMPACTION_RUNNER
 
 if TYPE_CHECKING:
     from sleeper_ops.api import Sleeper, Table
@@ -183,7 +184,7 @@ def create_compaction_jobs(table_name: str, runner: Optional[str], context: dict
     ti = context["ti"]
     with opener() as sleeper:
         table = _open_table(sleeper, table_name, "compaction")
-        chosen = chosen_runner(table.info.get("sleeper.table.compaction.runner"), {"runner": runner})
+        chosen = chosen_runner(table.info.get(COMPACTION_RUNNER), {"runner": runner})
         with ExitStack() as held:
             lease = _take(held, compaction_lease(sleeper, table, context, release=False))
             creation = create(sleeper.state_store, table.info, run_id=run_label(context), objects=sleeper.objects)

@@ -17,14 +17,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
-from statestore.properties import PROPERTY_DEFS
+from statestore.properties import BULK_IMPORT_SOURCE, BULK_IMPORT_START, BULK_IMPORT_WAIT_HOURS, PROPERTY_DEFS
 
 if TYPE_CHECKING:
     from sleeper_ops.stores import Stores
 
-BULK_IMPORT_SOURCE = "sleeper.table.bulk.import.source"
-BULK_IMPORT_START = "sleeper.table.bulk.import.start"
-BULK_IMPORT_WAIT_HOURS = "sleeper.table.bulk.import.wait.hours"
 
 
 def with_import_start(current: Mapping[str, str], update: Mapping[str, str],

@@ -37,10 +37,9 @@ from sleeper_ops.maintenance.splitting import SplitPoint, split_partition
 from statestore.catalog import TableInfo
 from statestore.errors import PartitionError
 from statestore.partitions import PartitionTree
+from statestore.properties import BULK_IMPORT_MIN_LEAF_PARTITIONS, BULK_IMPORT_MIN_ROWS_PER_LEAF
 from statestore.store import StateStore
 
-MIN_LEAVES_PROPERTY = "sleeper.table.bulk.import.min.leaf.partitions"
-MIN_ROWS_PROPERTY = "sleeper.table.bulk.import.min.rows.per.leaf"
 SAMPLE_ROWS = 200_000
 #: Points taken from the table's merged sketch to stand for its existing records.
 TABLE_POINTS = 2_000
@@ -189,8 +188,8 @@ def presplit(state_store: StateStore, objects: ObjectStore, table: TableInfo, fi
     """Split the table's leaves as the module docstring says, ``min_leaves`` standing for
     the table's property; returns how many splits were committed. A split refused
     because the table changed concurrently is skipped."""
-    want = table.get_int(MIN_LEAVES_PROPERTY) if min_leaves is None else min_leaves
-    min_rows = table.get_int(MIN_ROWS_PROPERTY)
+    want = table.get_int(BULK_IMPORT_MIN_LEAF_PARTITIONS) if min_leaves is None else min_leaves
+    min_rows = table.get_int(BULK_IMPORT_MIN_ROWS_PER_LEAF)
     tree = PartitionTree(state_store.partitions(table.table_id))
     leaves = [p for p in tree.by_id.values() if p.is_leaf]
     if len(leaves) >= want:

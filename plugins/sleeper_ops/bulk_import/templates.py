@@ -24,10 +24,9 @@ from __future__ import annotations
 import datetime
 from typing import Any, Mapping, Optional
 
-from sleeper_ops.bulk_import.dated import BULK_IMPORT_SOURCE
 from sleeper_ops.errors import ConfigError
+from statestore.properties import BULK_IMPORT_SOURCE, EXPORT_DESTINATION
 
-EXPORT_DESTINATION = "sleeper.table.export.destination"
 #: the properties Airflow renders as templates on a run's data interval
 TEMPLATE_PROPERTIES = (BULK_IMPORT_SOURCE, EXPORT_DESTINATION)
 #: context entries only a real run has: rendered as :class:`_Sample`

@@ -24,11 +24,13 @@ from rich.console import Console
 
 from sleeper_ops.api import Sleeper
 from sleeper_ops.cli.support import record_progress
-from sleeper_ops.demo import CREATED_BY, DEMO_MARK, SYSTEM_TEST_SCHEMA, generate_rows, split_points
+from sleeper_ops.demo import DEMO_MARK, SYSTEM_TEST_SCHEMA, generate_rows, split_points
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.maintenance.gc import keep_unreferenced_ms
 from sleeper_ops.reports import render_partitions
+from statestore.clock import now_ms
 from statestore.errors import TableNotFoundError
+from statestore.properties import CREATED_BY, GC_DELAY_MINUTES, PARTITION_SPLITTING_THRESHOLD
 
 #: The status page ``make airflow`` (``sleeper airflow``, port 8080) serves.
 STATUS_PAGE = "http://127.0.0.1:8080/sleeper/ui/"
@@ -82,8 +84,8 @@ def run_demo(sleeper: Sleeper, *, rows: int, batches: int, table_name: str, work
     # split; GC runs as it will once the replaced files have waited their time.
     threshold = max(1, rows // 10)
     table = sleeper.create_table(table_name, SYSTEM_TEST_SCHEMA, split_points=split_points(7), properties={
-        "sleeper.table.partition.splitting.threshold": str(threshold),
-        "sleeper.table.gc.delay.minutes": "1", CREATED_BY: DEMO_MARK})
+        PARTITION_SPLITTING_THRESHOLD: str(threshold),
+        GC_DELAY_MINUTES: "1", CREATED_BY: DEMO_MARK})
     console.rule(f"created table {table_name}: 8 leaf partitions, split threshold {threshold:,} records")
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -117,7 +119,7 @@ def run_demo(sleeper: Sleeper, *, rows: int, batches: int, table_name: str, work
     # as the GC DAG will once the replaced files have waited out the delay and the history
     # retention (every state within it stays readable as of, sleeper history)
     keep_ms = keep_unreferenced_ms(table.info)
-    gc = table.gc(now_ms=int(time.time() * 1000) + keep_ms + 1_000)
+    gc = table.gc(now_ms=now_ms() + keep_ms + 1_000)
     _step(console, f"garbage collection (the GC DAG, {keep_ms // 60_000} minutes later: the GC delay plus the "
                    "history retention)", gc.summary(), _overview(table))
     _queries(console, table, key, "query again")

@@ -8,6 +8,7 @@ from typing import Optional
 import click
 
 from sleeper_ops.cli.support import open_sleeper as _sleeper
+from statestore.properties import ONLINE
 
 
 # ----- table ---------------------------------------------------------------------------
@@ -102,7 +103,7 @@ def table_describe(ctx: click.Context, name: str, as_json: bool) -> None:
 @click.pass_context
 def table_online(ctx: click.Context, name: str) -> None:
     """Put a table online (splitting, compaction and GC run)."""
-    _sleeper(ctx).set_properties(name, {"sleeper.table.online": "true"})
+    _sleeper(ctx).set_properties(name, {ONLINE: "true"})
     click.echo(f"table {name} is online")
 
 
@@ -111,7 +112,7 @@ def table_online(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def table_offline(ctx: click.Context, name: str) -> None:
     """Take a table offline (the split, compaction, GC and flush DAGs skip it; ingest and queries still work)."""
-    _sleeper(ctx).set_properties(name, {"sleeper.table.online": "false"})
+    _sleeper(ctx).set_properties(name, {ONLINE: "false"})
     click.echo(f"table {name} is offline")
 
 

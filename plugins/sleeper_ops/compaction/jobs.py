@@ -25,13 +25,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from sleeper_ops.compaction.strategy import plan_groups, strategy_name, why_no_job
-from sleeper_ops.engine.ageoff_expiry import REWRITE_FRACTION, cutoff_ms, expired_fraction_over, table_ageoff
+from sleeper_ops.engine.ageoff_expiry import cutoff_ms, expired_fraction_over, table_ageoff
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
+from statestore.clock import now_ms
 from statestore.deletes import Tombstone
 from statestore.errors import TransactionError
 from statestore.files import FileReference
-from statestore.jobs import JobRecord, now_ms
+from statestore.jobs import JobRecord
+from statestore.properties import AGEOFF_REWRITE_FRACTION, COMPACTION_JOB_RETRY_MINUTES, DELETE_PURGE_HOURS
 from statestore.state import TableState
 from statestore.store import StateStore
 from statestore.transactions import AssignJobIds, JobAssignment, SplitFileReference, SplitFileReferences
@@ -193,7 +195,7 @@ def create_compaction_jobs(state_store: StateStore, table: TableInfo, *, run_id:
         return result
     now = now_ms() if now is None else now
     if retry_after_minutes is None:
-        retry_after_minutes = table.get_int("sleeper.table.compaction.job.retry.minutes")
+        retry_after_minutes = table.get_int(COMPACTION_JOB_RETRY_MINUTES)
     state = state_store.load_state(table.table_id)
     result.pushed_down = push_down(state_store, table, state)
     for attempt in range(attempts):
@@ -224,10 +226,6 @@ def create_compaction_jobs(state_store: StateStore, table: TableInfo, *, run_id:
     return result  # pragma: no cover - the loop returns or raises
 
 
-#: the table property bounding how long a deleted record may stay in a file
-PURGE_HOURS = "sleeper.table.delete.purge.hours"
-
-
 def _holds_overdue_deletes(state: TableState, ref: FileReference, before_ms: int) -> bool:
     """Whether a tombstone made before ``before_ms`` covers ``ref`` and meets its partition."""
     region = state.partitions[ref.partition_id].region
@@ -242,7 +240,7 @@ def aged_files(objects: Optional[ObjectStore], table: TableInfo, state: TableSta
     ageoff = table_ageoff(table) if objects is not None else None
     if ageoff is None or objects is None:
         return frozenset()
-    fraction, cutoff = float(table.get(REWRITE_FRACTION) or 0.5), cutoff_ms(ageoff, now)
+    fraction, cutoff = float(table.get(AGEOFF_REWRITE_FRACTION) or 0.5), cutoff_ms(ageoff, now)
     names = {r.filename for r in state.references.values()
              if r.job_id is None and state.partitions[r.partition_id].is_leaf}
     return frozenset(n for n in names if expired_fraction_over(objects, n, ageoff, cutoff, fraction))
@@ -262,7 +260,7 @@ def _plan(table: TableInfo, state: TableState, now: Optional[int] = None,
             else:
                 assigned[ref.partition_id] = assigned.get(ref.partition_id, 0) + 1
     jobs, waiting = [], {}
-    purge_before = (now_ms() if now is None else now) - table.get_int(PURGE_HOURS) * 3_600_000
+    purge_before = (now_ms() if now is None else now) - table.get_int(DELETE_PURGE_HOURS) * 3_600_000
     for pid in sorted(set(unassigned) | set(assigned)):
         groups = plan_groups(table, unassigned.get(pid, []))
         grouped = {r.filename for g in groups for r in g}

@@ -31,6 +31,7 @@ from sleeper_ops.engine.iterators import BatchFn, IteratorChain
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
+from statestore.properties import COMPACTION_RUNNER
 from statestore.store import StateStore
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ def compact_table(state_store: StateStore, objects: ObjectStore, table: TableInf
     cannot be (e.g. a Python iterator from a module outside the list, never imported)
     raises ConfigError naming the table before any job is created.
     """
-    runner = runner or table.get("sleeper.table.compaction.runner") or "local"
+    runner = runner or table.get(COMPACTION_RUNNER) or "local"
     if runner not in RUNNERS:
         raise ConfigError(f"unknown compaction runner {runner!r}: expected one of {', '.join(RUNNERS)}")
     if runner == "spark" and iterators:

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 from statestore.catalog import TableInfo
 from statestore.files import FileReference
+from statestore.properties import COMPACTION_FILES_BATCH_SIZE, COMPACTION_STRATEGY, COMPACTION_STRATEGY_SIZERATIO_RATIO
 
 Strategy = Callable[[Sequence[FileReference], int, int], list[list[FileReference]]]
 
@@ -62,8 +63,8 @@ STRATEGIES: dict[str, Strategy] = {"basic": basic, "sizeratio": size_ratio}
 def plan_groups(table: TableInfo, refs: Sequence[FileReference]) -> list[list[FileReference]]:
     """The groups the table's strategy makes of one leaf partition's unassigned references."""
     strategy = STRATEGIES[strategy_name(table)]
-    return strategy(refs, table.get_int("sleeper.table.compaction.files.batch.size"),
-                    table.get_int("sleeper.table.compaction.strategy.sizeratio.ratio"))
+    return strategy(refs, table.get_int(COMPACTION_FILES_BATCH_SIZE),
+                    table.get_int(COMPACTION_STRATEGY_SIZERATIO_RATIO))
 
 
 def why_no_job(table: TableInfo, unassigned: Sequence[FileReference], assigned: int = 0) -> str:
@@ -82,8 +83,8 @@ def why_no_job(table: TableInfo, unassigned: Sequence[FileReference], assigned: 
         return f"{n} files, no job planned by {name}{busy}"
     counts = sorted(r.record_count for r in unassigned)
     shown = ", ".join(f"{c:,}" for c in counts[:6]) + (", ..." if n > 6 else "")
-    batch = table.get_int("sleeper.table.compaction.files.batch.size")
-    ratio = table.get_int("sleeper.table.compaction.strategy.sizeratio.ratio")
+    batch = table.get_int(COMPACTION_FILES_BATCH_SIZE)
+    ratio = table.get_int(COMPACTION_STRATEGY_SIZERATIO_RATIO)
     return (f"{n} files ({shown} records): sizeratio merges 2 to {batch} files, smallest first, once "
             f"{ratio} x the largest is at most their total; none do yet (smaller files must add up to the "
             f"larger){busy}")
@@ -91,4 +92,4 @@ def why_no_job(table: TableInfo, unassigned: Sequence[FileReference], assigned: 
 
 def strategy_name(table: TableInfo) -> str:
     """The table's ``sleeper.table.compaction.strategy`` (default ``sizeratio``)."""
-    return table.get("sleeper.table.compaction.strategy") or "sizeratio"
+    return table.get(COMPACTION_STRATEGY) or "sizeratio"

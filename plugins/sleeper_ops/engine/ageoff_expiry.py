@@ -29,13 +29,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sleeper_ops.engine.iterators import AGEOFF_PROPERTY, AgeOff
+from sleeper_ops.engine.iterators import AgeOff
 from sleeper_ops.io.datafile import FILE_CACHE, ParquetFileCache
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
-
-#: the table property: rewrite a file once more than this fraction of its records expired
-REWRITE_FRACTION = "sleeper.table.ageoff.rewrite.fraction"
+from statestore.properties import ITERATOR_AGEOFF
 
 
 @dataclass(frozen=True)
@@ -54,7 +52,7 @@ class Expiry:
 
 def table_ageoff(table: TableInfo) -> AgeOff | None:
     """The table's age-off iterator, or None when it has none."""
-    value = table.properties.get(AGEOFF_PROPERTY)
+    value = table.properties.get(ITERATOR_AGEOFF)
     return AgeOff.parse(value, table.schema) if value else None
 
 

@@ -32,22 +32,21 @@ and reduces them in Arrow's group-by, never row-by-row Python.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar
 
 import pyarrow as pa
 
-from sleeper_ops.engine.user_iterators import PYTHON_PROPERTY, BatchFn, UserIterator
+from sleeper_ops.engine.user_iterators import BatchFn, UserIterator
 from sleeper_ops.errors import ConfigError, IteratorError
 from sleeper_ops.io.arrow_schema import arrow_schema
+from statestore import clock
 from statestore.catalog import TableInfo
+from statestore.properties import ITERATOR_AGEOFF, ITERATOR_AGGREGATION, ITERATOR_PYTHON
 from statestore.schema import Schema, type_name
 
 _T = TypeVar("_T")
 
-AGEOFF_PROPERTY = "sleeper.table.iterator.ageoff"
-AGGREGATION_PROPERTY = "sleeper.table.iterator.aggregation"
 
 _NUMERIC = ("IntType", "LongType")
 _ORDERED = ("IntType", "LongType", "StringType", "ByteArrayType")
@@ -70,13 +69,13 @@ class AgeOff:
         try:
             max_age = int(age)
         except ValueError as e:
-            raise ConfigError(f"{AGEOFF_PROPERTY}={value!r}: expected FIELD:MAX_AGE_MS") from e
+            raise ConfigError(f"{ITERATOR_AGEOFF}={value!r}: expected FIELD:MAX_AGE_MS") from e
         if name not in schema.field_names:
-            raise ConfigError(f"{AGEOFF_PROPERTY}={value!r}: the schema has no field {name!r} "
+            raise ConfigError(f"{ITERATOR_AGEOFF}={value!r}: the schema has no field {name!r} "
                               f"(fields: {', '.join(schema.field_names)})")
         ftype = schema.field(name).type
         if ftype not in _NUMERIC:
-            raise ConfigError(f"{AGEOFF_PROPERTY}={value!r}: field {name!r} is {type_name(ftype)}; "
+            raise ConfigError(f"{ITERATOR_AGEOFF}={value!r}: field {name!r} is {type_name(ftype)}; "
                               "age-off needs an IntType or LongType field of epoch milliseconds")
         return cls(name, max_age)
 
@@ -104,7 +103,7 @@ class Aggregation:
 
     @classmethod
     def parse(cls, value: str, schema: Schema) -> Aggregation:
-        where = f"{AGGREGATION_PROPERTY}={value!r}"
+        where = f"{ITERATOR_AGGREGATION}={value!r}"
         key_names = set(schema.key_names)
         value_types = {f.name: f.type for f in schema.value_fields}
         ops: list[tuple[str, str]] = []
@@ -202,7 +201,7 @@ class Aggregation:
 
 # ----- checking a table's iterator properties ----------------------------------------------
 
-ITERATOR_PROPERTIES = (AGEOFF_PROPERTY, PYTHON_PROPERTY, AGGREGATION_PROPERTY)
+ITERATOR_PROPERTIES = (ITERATOR_AGEOFF, ITERATOR_PYTHON, ITERATOR_AGGREGATION)
 
 
 class _PropertyProblem(Exception):
@@ -223,9 +222,9 @@ def _parse(schema: Schema, props: Mapping[str, str], python_modules: Sequence[st
             return parse(value)
         except ConfigError as e:
             raise _PropertyProblem(name, str(e)) from e
-    return (parsed(AGEOFF_PROPERTY, lambda v: AgeOff.parse(v, schema)),
-            parsed(PYTHON_PROPERTY, lambda v: UserIterator.load(v, python_modules)),
-            parsed(AGGREGATION_PROPERTY, lambda v: Aggregation.parse(v, schema)))
+    return (parsed(ITERATOR_AGEOFF, lambda v: AgeOff.parse(v, schema)),
+            parsed(ITERATOR_PYTHON, lambda v: UserIterator.load(v, python_modules)),
+            parsed(ITERATOR_AGGREGATION, lambda v: Aggregation.parse(v, schema)))
 
 
 def check_iterator_properties(schema: Schema, props: Mapping[str, str], python_modules: Sequence[str] = (), *,
@@ -317,7 +316,7 @@ class IteratorChain:
         """
         it: Iterable[pa.RecordBatch] = self._conform(batches)
         if self.ageoff is not None:
-            now = self.now_ms if self.now_ms is not None else int(time.time() * 1000)
+            now = self.now_ms if self.now_ms is not None else clock.now_ms()
             it = self._ageoff(it, self.ageoff, now)
         for user in self.users:
             it = self._user(it, user)

@@ -25,10 +25,10 @@ from typing import Any, Callable, Optional, Sequence
 import pyarrow as pa
 
 from sleeper_ops.errors import ConfigError, IteratorError
+from statestore.properties import ITERATOR_PYTHON
 
 BatchFn = Callable[[pa.RecordBatch], Optional[pa.RecordBatch]]
 
-PYTHON_PROPERTY = "sleeper.table.iterator.python"
 #: the deployment setting (``sleeper.toml``) listing the modules Python iterators may come from
 PYTHON_MODULES_SETTING = "iterators.python_modules"
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -53,7 +53,7 @@ def module_allowed(module: str, allowed: Sequence[str]) -> bool:
 def refusal(path: str, module: str, allowed: Sequence[str]) -> str:
     """Why ``path`` may not be a Python iterator: its module is outside ``allowed``."""
     listed = ", ".join(allowed) if allowed else "none: no Python iterator is allowed"
-    return (f"{PYTHON_PROPERTY}={path!r}: module {module!r} is not allowed for Python iterators "
+    return (f"{ITERATOR_PYTHON}={path!r}: module {module!r} is not allowed for Python iterators "
             f"({PYTHON_MODULES_SETTING} in sleeper.toml lists {listed}); add it there, or use another iterator")
 
 
@@ -70,18 +70,18 @@ class UserIterator:
         anything is imported); any failure is a ConfigError naming the property."""
         module_name, sep, attr = path.partition(":")
         if not sep or not module_name or not attr:
-            raise ConfigError(f"{PYTHON_PROPERTY}={path!r}: expected module.path:function")
+            raise ConfigError(f"{ITERATOR_PYTHON}={path!r}: expected module.path:function")
         if not module_allowed(module_name, allowed):
             raise ConfigError(refusal(path, module_name, allowed))
         try:
             module = importlib.import_module(module_name)
         except Exception as e:
-            raise ConfigError(f"{PYTHON_PROPERTY}={path!r}: cannot import module {module_name!r}: {e!r}") from e
+            raise ConfigError(f"{ITERATOR_PYTHON}={path!r}: cannot import module {module_name!r}: {e!r}") from e
         fn = getattr(module, attr, None)
         if fn is None:
-            raise ConfigError(f"{PYTHON_PROPERTY}={path!r}: module {module_name!r} has no attribute {attr!r}")
+            raise ConfigError(f"{ITERATOR_PYTHON}={path!r}: module {module_name!r} has no attribute {attr!r}")
         if not callable(fn):
-            raise ConfigError(f"{PYTHON_PROPERTY}={path!r}: {attr!r} is not callable")
+            raise ConfigError(f"{ITERATOR_PYTHON}={path!r}: {attr!r} is not callable")
         return cls(path, fn)
 
     @classmethod

@@ -41,21 +41,23 @@ from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 
 from sleeper_ops.errors import IngestError
 from sleeper_ops.io.inputs import check_readable
+from statestore import clock
 from statestore.catalog import TableInfo
 from statestore.client_writes import ClientWrite, ClientWriteRecord, check_key, digest_of
 from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
-from statestore.jobs import now_ms as _now_ms
+from statestore.properties import (
+    INGEST_BATCHER_BULK_IMPORT_MIN_SIZE,
+    INGEST_BATCHER_JOB_MAX_AGE_SECONDS,
+    INGEST_BATCHER_JOB_MAX_FILES,
+    INGEST_BATCHER_JOB_MAX_SIZE,
+    INGEST_BATCHER_JOB_MIN_SIZE,
+)
 
 if TYPE_CHECKING:
     from sleeper_ops.stores import Stores
     from statestore.store import StateStore
 
-MIN_SIZE = "sleeper.table.ingest.batcher.job.min.size"
-MAX_SIZE = "sleeper.table.ingest.batcher.job.max.size"
-MAX_FILES = "sleeper.table.ingest.batcher.job.max.files"
-MAX_AGE = "sleeper.table.ingest.batcher.job.max.age.seconds"
-BULK_MIN_SIZE = "sleeper.table.ingest.batcher.bulk.import.min.size"
 
 
 # ----- requests ------------------------------------------------------------------------
@@ -99,7 +101,7 @@ def submit_ingest_requests(sleeper: Stores, table_name: str, files: Sequence[str
             problems.append(str(e))
     if problems:
         raise IngestError(f"table {table_name}: nothing queued: " + "; ".join(problems))
-    when = _now_ms() if received_ms is None else received_ms
+    when = clock.now_ms() if received_ms is None else received_ms
     # ids of one call share a prefix and sort in the order the files were given
     prefix = uuid.uuid4().hex
     requests = [IngestRequest(f"{prefix}-{i:06d}", info.table_id, where, size, when)
@@ -127,8 +129,9 @@ class BatcherLimits:
 
     @classmethod
     def of(cls, table: TableInfo) -> BatcherLimits:
-        return cls(table.get_size(MIN_SIZE), table.get_size(MAX_SIZE), table.get_int(MAX_FILES),
-                   table.get_int(MAX_AGE) * 1000)
+        return cls(table.get_size(INGEST_BATCHER_JOB_MIN_SIZE), table.get_size(INGEST_BATCHER_JOB_MAX_SIZE),
+                   table.get_int(INGEST_BATCHER_JOB_MAX_FILES),
+                   table.get_int(INGEST_BATCHER_JOB_MAX_AGE_SECONDS) * 1000)
 
 
 def plan_ingest_jobs(pending: Sequence[IngestRequest], limits: BatcherLimits, now_ms: int) -> list[list[IngestRequest]]:
@@ -246,7 +249,7 @@ def requeue_abandoned(store: StateStore, table_id: str, *, stale_after_seconds: 
     ``stale_after_seconds`` (or no record) has them requeued and its record failed (its
     commit, should it still come, is refused).
     """
-    now = _now_ms() if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     assigned = store.list_ingest_requests(table_id, status="assigned", limit=None)
     requeued = 0
     for job_id in sorted({r.job_id for r in assigned if r.job_id is not None}):
@@ -284,7 +287,7 @@ def run_batcher(store: StateStore, runners: JobRunners, *, now_ms: Optional[int]
         stale_after_seconds: requeue requests of jobs with no progress for this long.
     """
     info = runners.info
-    now = _now_ms() if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     report = BatcherReport(info.name)
     report.requeued = requeue_abandoned(store, info.table_id, stale_after_seconds=stale_after_seconds, now_ms=now)
     pending = store.pending_ingest_requests(info.table_id)
@@ -310,7 +313,7 @@ def _run_job(store: StateStore, runners: JobRunners, group: list[IngestRequest],
         return BatchedJob(job_id, ids, files, size, "taken")
     record = record.started(run_id)
     store.put_job(record)
-    if size >= runners.info.get_size(BULK_MIN_SIZE) and runners.bulk_import is not None:
+    if size >= runners.info.get_size(INGEST_BATCHER_BULK_IMPORT_MIN_SIZE) and runners.bulk_import is not None:
         return _run_bulk_job(store, runners.bulk_import, record, ids, files, size, run_id=run_id,
                              max_attempts=max_attempts)
     try:

@@ -36,13 +36,14 @@ from sleeper_ops.io.inputs import check_readable, conform, read_batches, records
 from sleeper_ops.io.storage import S3Options
 from statestore.catalog import TableInfo
 from statestore.client_writes import ClientWrite, check_key, digest_of
-from statestore.properties import effective_properties
+from statestore.properties import (
+    WRITE_BUFFER_FLUSH_AGE_SECONDS,
+    WRITE_BUFFER_FLUSH_RECORDS,
+    WRITE_BUFFER_MAX_RECORDS,
+    effective_properties,
+)
 from statestore.schema import Schema
 from statestore.store import StateStore
-
-MAX_RECORDS = "sleeper.table.write.buffer.max.records"
-FLUSH_RECORDS = "sleeper.table.write.buffer.flush.records"
-FLUSH_AGE = "sleeper.table.write.buffer.flush.age.seconds"
 
 Records = Union[Sequence[Mapping[str, Any]], pa.Table, pa.RecordBatch]
 
@@ -59,7 +60,8 @@ class WriteResult:
 def buffer_limits(table: TableInfo) -> tuple[int, int, int]:
     """The table's (max records, flush records, flush age seconds) of the write buffer."""
     eff = effective_properties(table.properties)
-    return int(eff[MAX_RECORDS] or 0), int(eff[FLUSH_RECORDS] or 0), int(eff[FLUSH_AGE] or 0)
+    return (int(eff[WRITE_BUFFER_MAX_RECORDS] or 0), int(eff[WRITE_BUFFER_FLUSH_RECORDS] or 0),
+            int(eff[WRITE_BUFFER_FLUSH_AGE_SECONDS] or 0))
 
 
 def _plain(v: Any) -> Any:

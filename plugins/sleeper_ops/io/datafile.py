@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
+from statestore.properties import PARQUET_COMPRESSION_CODEC, PARQUET_PAGE_SIZE, PARQUET_ROWGROUP_ROWS_MAX
 from statestore.schema import Schema
 
 if TYPE_CHECKING:  # datasketches is imported by writers and readers of sketches only, not by queries
@@ -38,9 +39,9 @@ class ParquetSettings:
 
     @classmethod
     def of(cls, table: TableInfo) -> ParquetSettings:
-        return cls(table.get_int("sleeper.table.parquet.rowgroup.rows.max"),
-                   table.get_int("sleeper.table.parquet.page.size"),
-                   table.get("sleeper.table.parquet.compression.codec") or "zstd")
+        return cls(table.get_int(PARQUET_ROWGROUP_ROWS_MAX),
+                   table.get_int(PARQUET_PAGE_SIZE),
+                   table.get(PARQUET_COMPRESSION_CODEC) or "zstd")
 
 
 #: codecs DataFusion's writer encodes exactly as pyarrow's, in DataFusion's names (pyarrow's

@@ -27,11 +27,11 @@ from typing import Any, Optional, Sequence
 from sleeper_ops.engine.deletes import DeleteInputError, check_where
 from sleeper_ops.engine.key_regions import exact_key_region, range_region
 from sleeper_ops.errors import QueryError
+from statestore import clock
 from statestore.catalog import TableInfo
 from statestore.client_writes import ClientWrite, check_key, digest_of
 from statestore.errors import NotSupportedError
-from statestore.jobs import now_ms as clock_ms
-from statestore.properties import ABANDON
+from statestore.properties import GC_JOB_ABANDON_MINUTES
 from statestore.region import Region
 from statestore.schema import Schema
 from statestore.state import TableState
@@ -155,8 +155,8 @@ def drop_spent_tombstones(state_store: StateStore, table: TableInfo, now_ms: Opt
     (still open or buffered, or in a file the state names)."""
     if not state_store.tombstones(table.table_id)[1]:
         return []
-    now = clock_ms() if now_ms is None else now_ms
-    abandon_minutes = table.get_int(ABANDON)
+    now = clock.now_ms() if now_ms is None else now_ms
+    abandon_minutes = table.get_int(GC_JOB_ABANDON_MINUTES)
     running = []
     # an export writes outside the table, never files a tombstone could cover: it holds nothing up
     for job in state_store.open_jobs(table.table_id):

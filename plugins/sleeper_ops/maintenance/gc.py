@@ -50,7 +50,6 @@ nothing.
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -60,17 +59,21 @@ from sleeper_ops.io.datafile import sketch_key
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.maintenance.ageoff import drop_expired_files
 from sleeper_ops.maintenance.deletes import drop_spent_tombstones
+from statestore import clock
 from statestore.catalog import TableInfo
-from statestore.client_writes import IDEMPOTENCY_HOURS
 from statestore.errors import SleeperError, TransactionError
-from statestore.history import RETENTION_PROPERTY, retention_ms
+from statestore.history import retention_ms
+from statestore.properties import (
+    GC_BATCH_SIZE,
+    GC_DELAY_MINUTES,
+    GC_JOB_ABANDON_MINUTES,
+    GC_ORPHAN_GRACE_MINUTES,
+    HISTORY_RETENTION_MINUTES,
+    WRITE_IDEMPOTENCY_HOURS,
+)
 from statestore.store import COMMIT_ID_RETENTION_MS, StateStore
 from statestore.transactions import DeleteFiles
 
-DELAY_PROPERTY = "sleeper.table.gc.delay.minutes"
-BATCH_PROPERTY = "sleeper.table.gc.batch.size"
-GRACE_PROPERTY = "sleeper.table.gc.orphan.grace.minutes"
-ABANDON_PROPERTY = "sleeper.table.gc.job.abandon.minutes"
 _DRY_RUN_LIMIT = 2**62  # list every unreferenced file in one go when nothing is deleted
 
 Progress = Callable[[int], None]  # called with the number of files (or orphans) just deleted
@@ -161,11 +164,11 @@ class Waiting:
         """Why a run that deleted nothing had nothing to delete, when :attr:`idle`: what it
         looked at, and when it would delete (naming the two properties)."""
         held = f"{_files(self.tracked, 'file')}{', all referenced,' if self.tracked else ''}"
-        kept = (f"{DELAY_PROPERTY} {self.delay_minutes} + {RETENTION_PROPERTY} {self.retention_minutes}"
-                if self.retention_minutes else DELAY_PROPERTY)
+        kept = (f"{GC_DELAY_MINUTES} {self.delay_minutes} + {HISTORY_RETENTION_MINUTES} {self.retention_minutes}"
+                if self.retention_minutes else GC_DELAY_MINUTES)
         return (f"the table has {held} and nothing untracked (a file goes {self.delay_minutes + self.retention_minutes}"
                 f" min after losing its last reference, {kept}; an untracked object after {self.grace_minutes} min, "
-                f"{GRACE_PROPERTY})")
+                f"{GC_ORPHAN_GRACE_MINUTES})")
 
     def _retention(self) -> str:
         return f" and {self.retention_minutes}-minute history retention" if self.retention_minutes else ""
@@ -204,31 +207,28 @@ def keep_unreferenced_ms(table: TableInfo) -> int:
     retention (every state within it may be read as of, :mod:`statestore.history`; a
     file unreferenced for longer is in none of them) plus the GC delay (a read planned
     just inside the retention, or against the current state, may still be reading it)."""
-    return table.get_int(DELAY_PROPERTY) * 60_000 + retention_ms(table)
+    return table.get_int(GC_DELAY_MINUTES) * 60_000 + retention_ms(table)
 
 
 def waiting(state_store: StateStore, objects: ObjectStore, table: TableInfo, now_ms: int) -> Waiting:
     """What GC of ``table`` at ``now_ms`` keeps only because it is too young (see
     :class:`Waiting`). Reads the table's whole state and lists its data prefix once more:
     the CLI and the GC DAG ask for it (``explain``), so both say why they waited."""
-    grace = table.get_int(GRACE_PROPERTY)
+    grace = table.get_int(GC_ORPHAN_GRACE_MINUTES)
     state = state_store.load_state(table.table_id)
     referenced = {r.filename for r in state.references.values()}
     keep = keep_unreferenced_ms(table)
     young = [f.update_time for name, f in state.files.items()
              if name not in referenced and f.update_time >= now_ms - keep]
     cutoff = now_ms - grace * 60_000
-    in_flight = state_store.in_flight_outputs(table.table_id, now_ms - table.get_int(ABANDON_PROPERTY) * 60_000)
+    in_flight = state_store.in_flight_outputs(table.table_id, now_ms - table.get_int(GC_JOB_ABANDON_MINUTES) * 60_000)
     untracked = [o.mtime_ms for o in objects.list(data_prefix(table.table_id))
                  if o.mtime_ms >= cutoff and _data_key_of(o.key) not in state.files
                  and _data_key_of(o.key) not in in_flight]
-    return Waiting(now_ms, table.get_int(DELAY_PROPERTY), grace, len(young), min(young) + keep if young else None,
+    return Waiting(now_ms, table.get_int(GC_DELAY_MINUTES), grace, len(young), min(young) + keep if young else None,
                    len(untracked), min(untracked) + grace * 60_000 if untracked else None,
                    retention_ms(table) // 60_000, len(state.files))
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _delete_objects(objects: ObjectStore, keys: list[str], threads: int) -> None:
@@ -262,11 +262,11 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
     if not table.online:
         report.skipped_reason = f"table {table.name} is offline"
         return report
-    now = _now_ms() if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     aged = drop_expired_files(state_store, objects, table, now, dry_run=dry_run)
     report.aged_off, report.aged_off_records = aged.files, aged.records
     before = now - keep_unreferenced_ms(table)
-    batch_size = table.get_int(BATCH_PROPERTY)
+    batch_size = table.get_int(GC_BATCH_SIZE)
     if dry_run:
         report.deleted = state_store.unreferenced_files(table.table_id, before, limit=_DRY_RUN_LIMIT)
     else:
@@ -284,7 +284,7 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
             _forget(state_store, table, batch, report)
             if progress is not None:
                 progress(len(batch))
-        state_store.prune_client_writes(table.table_id, now - table.get_int(IDEMPOTENCY_HOURS) * 3_600_000)
+        state_store.prune_client_writes(table.table_id, now - table.get_int(WRITE_IDEMPOTENCY_HOURS) * 3_600_000)
         report.tombstones_dropped = drop_spent_tombstones(state_store, table, now)
         # after this run's own commits, so a drop already past the retention takes its keys out of the history
         state_store.prune_history(table.table_id, now)
@@ -292,7 +292,7 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
         report.orphans_deleted = sweep_orphans(state_store, objects, table, dry_run=dry_run, now_ms=now,
                                                progress=progress, threads=threads)
         report.blobs_deleted = state_store.sweep_blobs(
-            table.table_id, older_than_ms=now - table.get_int(GRACE_PROPERTY) * 60_000, dry_run=dry_run)
+            table.table_id, older_than_ms=now - table.get_int(GC_ORPHAN_GRACE_MINUTES) * 60_000, dry_run=dry_run)
     if explain:
         report.waiting = waiting(state_store, objects, table, now)
     return report
@@ -355,8 +355,8 @@ def sweep_orphans(state_store: StateStore, objects: ObjectStore, table: TableInf
     """
     if not table.online:
         return []
-    now = _now_ms() if now_ms is None else now_ms
-    grace = table.get_int(GRACE_PROPERTY) if grace_minutes is None else grace_minutes
+    now = clock.now_ms() if now_ms is None else now_ms
+    grace = table.get_int(GC_ORPHAN_GRACE_MINUTES) if grace_minutes is None else grace_minutes
     if grace < 0:
         raise SleeperError(f"orphan grace period must not be negative, got {grace} minutes")
     cutoff = now - grace * 60_000
@@ -364,7 +364,7 @@ def sweep_orphans(state_store: StateStore, objects: ObjectStore, table: TableInf
     scratch = [o for o in objects.list(scratch_root(table.table_id)) if 0 < o.mtime_ms < cutoff]
     if not listed and not scratch:
         return []
-    in_flight = state_store.in_flight_outputs(table.table_id, now - table.get_int(ABANDON_PROPERTY) * 60_000)
+    in_flight = state_store.in_flight_outputs(table.table_id, now - table.get_int(GC_JOB_ABANDON_MINUTES) * 60_000)
     tracked = state_store.load_state(table.table_id).files
     orphans = sorted(o.key for o in listed if _data_key_of(o.key) not in tracked
                      and _data_key_of(o.key) not in in_flight and named_key(_data_key_of(o.key)) not in in_flight)

@@ -36,11 +36,10 @@ from statestore.errors import PartitionError
 from statestore.files import FileReference
 from statestore.jobs import JobRecord
 from statestore.partitions import Partition, split_children
+from statestore.properties import PARTITION_SPLITTING_THRESHOLD
 from statestore.state import TableState
 from statestore.store import StateStore
 from statestore.transactions import SplitPartition
-
-THRESHOLD_PROPERTY = "sleeper.table.partition.splitting.threshold"
 
 
 @dataclass(frozen=True)
@@ -91,7 +90,7 @@ class SplitReport:
         if not (self.splits or self.refused or self.unsplittable):
             return (f"{self.table}: nothing to split: {self.leaves:,} lea{'f' if self.leaves == 1 else 'ves'}, "
                     f"the largest holding {self.largest:,} records; a leaf splits once it holds more than "
-                    f"{self.threshold:,} ({THRESHOLD_PROPERTY})")
+                    f"{self.threshold:,} ({PARTITION_SPLITTING_THRESHOLD})")
         n = len(self.splits)
         parts = [f"{self.table}: split {n} partition{'' if n == 1 else 's'}"]
         if self.refused:
@@ -208,7 +207,7 @@ def split_partitions(state_store: StateStore, objects: ObjectStore, table: Table
         report.skipped_reason = f"table {table.name} is offline"
         return report
     state = state_store.load_state(table.table_id)
-    report.threshold = table.get_int(THRESHOLD_PROPERTY)
+    report.threshold = table.get_int(PARTITION_SPLITTING_THRESHOLD)
     candidates = find_candidates(state, report.threshold)
     leaf_records: dict[str, int] = {p.id: 0 for p in state.partitions.values() if p.is_leaf}
     for r in state.references.values():

@@ -27,7 +27,6 @@ import contextlib
 import copy
 import datetime
 import threading
-import time
 from concurrent.futures import Executor
 from typing import Any, Callable, Generator, Iterator, Optional, Sequence, TypeVar
 
@@ -36,6 +35,7 @@ import pyarrow as pa
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.metadata import TableMetadata
 from sleeper_ops.query.runner import QueryRunner
+from statestore import clock
 from statestore.catalog import TableInfo
 from statestore.changes import TableChanges
 from statestore.history import AsOf, AsOfState, parse_as_of, resolve_as_of, resolve_number, retention_ms
@@ -92,7 +92,7 @@ def as_of_value(value: Any) -> AsOf:
 
 def resolve(state_store: StateStore, info: TableInfo, as_of: Any, *, now_ms: Optional[int] = None) -> AsOfState:
     """The table's state as of ``as_of`` (see the module docstring for the refusals)."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     return resolve_as_of(state_store, info.table_id, info.name, as_of_value(as_of), retention=retention_ms(info),
                          now_ms=now)
 
@@ -131,7 +131,7 @@ def as_of_runner(state_store: StateStore, objects: ObjectStore, info: TableInfo,
     refusals are checked on every call; the state comes from ``cache`` when it holds it.
     ``pool``: threads to read in, shared and left open (default: ``threads`` of its own).
     ``python_modules``: where the table's Python iterator may come from (default none)."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     number, when = resolve_number(state_store, info.table_id, info.name, as_of_value(as_of),
                                   retention=retention_ms(info), now_ms=now)
     meta = cache.get((info.table_id, number)) if cache is not None else None

@@ -46,7 +46,6 @@ import hashlib
 import importlib
 import json
 import re
-import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Sequence
@@ -60,6 +59,7 @@ from sleeper_ops.errors import ConfigError, QueryError
 from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.io.export_manifest import MANIFEST, ExportedFile, ExportManifest, read_manifest, write_manifest
 from sleeper_ops.io.storage import ObjectStore
+from statestore import clock
 from statestore.client_writes import ClientWrite, IdempotencyKeyReusedError, check_key, digest_of
 from statestore.deletes import Tombstone
 from statestore.jobs import JobRecord
@@ -239,7 +239,7 @@ def _export(state_store: StateStore, runner: QueryRunner, table: TableInfo, dest
             dest.move(f.key, job.key)
         files.append(ExportedFile(f.leaf, job.key, f.rows))
     manifest = ExportManifest(table.name, table.table_id, key, at,
-                              int(time.time() * 1000) if now_ms is None else now_ms, region.to_dict(), where,
+                              clock.now_ms() if now_ms is None else now_ms, region.to_dict(), where,
                               buffer, runner.iterators.describe(), tuple(files))
     write_manifest(dest, manifest)
     return manifest

@@ -42,7 +42,12 @@ import tomli_w
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.spark.submit import spark_app_path
-from statestore.properties import EMR_APPLICATION_ID, EMR_EXECUTION_ROLE, EMR_PACKAGE
+from statestore.properties import (
+    BULK_IMPORT_EMR_SERVERLESS_APPLICATION_ID,
+    BULK_IMPORT_EMR_SERVERLESS_EXECUTION_ROLE_ARN,
+    BULK_IMPORT_EMR_SERVERLESS_PACKAGE,
+    EMR_PROPERTIES,
+)
 
 if TYPE_CHECKING:
     from sleeper_ops.config import SleeperConfig
@@ -98,18 +103,18 @@ def job_request(table: TableInfo, *, sources: str, import_key: str, run_id: str)
     """The request that starts ``table``'s bulk import of ``sources`` under
     ``import_key`` on EMR Serverless, from the table's emr.serverless properties.
     Raises ConfigError naming a missing property."""
-    missing = [name for name in (EMR_APPLICATION_ID, EMR_EXECUTION_ROLE, EMR_PACKAGE) if not table.get(name)]
+    missing = [name for name in EMR_PROPERTIES if not table.get(name)]
     if missing:
         raise ConfigError(f"table {table.name}: bulk import on EMR Serverless needs {', '.join(missing)}")
-    package = str(table.get(EMR_PACKAGE)).rstrip("/")
+    package = str(table.get(BULK_IMPORT_EMR_SERVERLESS_PACKAGE)).rstrip("/")
     driver = {"sparkSubmit": {
         "entryPoint": f"{package}/{ENTRY_POINT}",
         "entryPointArguments": job_arguments(table, package=package, sources=sources, import_key=import_key,
                                              run_id=run_id),
         "sparkSubmitParameters": " ".join(f"--conf {k}={v}" for k, v in spark_properties(package).items()),
     }}
-    return EmrJobRequest(application_id=str(table.get(EMR_APPLICATION_ID)),
-                         execution_role_arn=str(table.get(EMR_EXECUTION_ROLE)),
+    return EmrJobRequest(application_id=str(table.get(BULK_IMPORT_EMR_SERVERLESS_APPLICATION_ID)),
+                         execution_role_arn=str(table.get(BULK_IMPORT_EMR_SERVERLESS_EXECUTION_ROLE_ARN)),
                          name=f"sleeper-bulk-import-{table.name}", job_driver=driver,
                          configuration_overrides={})
 

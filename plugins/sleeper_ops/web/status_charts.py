@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from typing import Any, Optional, Sequence
 
 from sleeper_ops.metrics import BACKLOG_FIELDS
-from statestore.jobs import JOB_KINDS, JobRecord, now_ms
+from statestore.clock import now_ms
+from statestore.jobs import JOB_KINDS, JobRecord
 
 #: The job chart shows at least this much time, ending now.
 MIN_CHART_SPAN_MS = 30 * 60_000

@@ -24,7 +24,7 @@ from sleeper_ops.web.status_charts import (
     utc_time,
 )
 from statestore.jobs import JobRecord
-from statestore.properties import OPERATIONS
+from statestore.properties import BULK_IMPORT_SOURCE, EXPORT_DESTINATION, OPERATIONS, PARTITION_SPLITTING_THRESHOLD
 
 if TYPE_CHECKING:
     from statestore.catalog import TableInfo
@@ -202,7 +202,7 @@ def _dag_operations(info: TableInfo) -> list[str]:
     """The operations the table has a DAG of: every maintenance DAG, the dated bulk
     import when ``sleeper.table.bulk.import.source`` is set and the dated export when
     ``sleeper.table.export.destination`` is."""
-    optional = {"bulk_import": "sleeper.table.bulk.import.source", "export": "sleeper.table.export.destination"}
+    optional = {"bulk_import": BULK_IMPORT_SOURCE, "export": EXPORT_DESTINATION}
     return [op for op in OPERATIONS if op not in optional or info.get(optional[op])]
 
 
@@ -231,7 +231,7 @@ def render_table(info: TableInfo, overview: TableOverview, jobs: Sequence[JobRec
         f"<div class='card'><b>{len(jobs):,}</b>jobs{f' ({failed} failed)' if failed else ''}</div></div>",
         "<h2>Backlog over time</h2>", backlog_charts_svg(backlog),
         "<h2>Records per leaf partition</h2>",
-        leaf_records_svg(rows, info.get_int("sleeper.table.partition.splitting.threshold")),
+        leaf_records_svg(rows, info.get_int(PARTITION_SPLITTING_THRESHOLD)),
         "<h2>Jobs over time</h2>", jobs_chart_svg(jobs, now=now), rate_chart_svg(jobs),
         "<h2>Partition tree</h2>", _tree_html(overview, rows, [f.name for f in info.schema.row_key_fields]),
         "<h2>Latest jobs</h2>", _jobs_table(jobs) or "<p class='muted'>none</p>",

@@ -132,7 +132,8 @@ def test_gc_sweeps_what_a_lost_write_left_after_the_orphan_grace_and_a_dry_run_c
     pa = pytest.importorskip("pyarrow")
     from sleeper_ops.api import Sleeper
     from sleeper_ops.io.storage import ObjectStore
-    from sleeper_ops.maintenance.gc import GRACE_PROPERTY, collect_garbage
+    from sleeper_ops.maintenance.gc import collect_garbage
+    from statestore.properties import GC_ORPHAN_GRACE_MINUTES
 
     root = tmp_path / "blobs"
     faulty = open_dynamodb(**{**options, "endpoint_url": proxy.url}, group_commit=False)
@@ -154,7 +155,7 @@ def test_gc_sweeps_what_a_lost_write_left_after_the_orphan_grace_and_a_dry_run_c
         assert len(left) == 1
         table = faulty.get_table("buffered")
         now = int(time.time() * 1000)
-        after_grace = now + (table.get_int(GRACE_PROPERTY) + 1) * 60_000
+        after_grace = now + (table.get_int(GC_ORPHAN_GRACE_MINUTES) + 1) * 60_000
         assert collect_garbage(faulty, sl.objects, table, now_ms=now).blobs_deleted == []
         dry = collect_garbage(faulty, sl.objects, table, now_ms=after_grace, dry_run=True)
         assert dry.blobs_deleted == left and "1 state store blob nothing named" in dry.summary()

@@ -22,6 +22,7 @@ from statestore import (
     ReplaceFileReferences,
     StateStore,
 )
+from statestore.clock import ManualClock, use_clock
 from statestore.history import HistoryError, resolve_as_of
 from statestore.jobs import JobRecord
 from tests.integration.statestore.test_behaviour import new_table
@@ -104,47 +105,49 @@ def test_as_of_refuses_unknown_numbers_old_times_and_replaced_states(store: Stat
 
 
 @pytest.mark.integration
-def test_dynamodb_expiry_keeps_the_snapshot_and_log_every_retained_state_needs(moto_endpoint_url, tmp_path,
-                                                                               monkeypatch):
+def test_dynamodb_expiry_keeps_the_snapshot_and_log_every_retained_state_needs(moto_endpoint_url, tmp_path):
     """Snapshots every 3 transactions, one body too big for its log item (in the object
     store), a transaction a minute; expiry 60 minutes after the 20th of 30 keeps exactly
     what rebuilds the states still retained (60 minutes), and deletes older log items
     and snapshots."""
     import uuid
 
-    import statestore.dynamodb.store as dynamo_store
     from statestore.dynamodb import open_dynamodb
     from tests.integration.statestore.conftest import dynamodb_options
 
-    clock = [1_800_000_000_000]
-    monkeypatch.setattr(dynamo_store, "_now_ms", lambda: clock[0])
-    store = open_dynamodb(**dynamodb_options(moto_endpoint_url, tmp_path / "blobs"), snapshot_every=3,
-                          snapshot_seconds=10_000, retention_margin=0, retention_seconds=0)
-    try:
-        tid = new_table(store, **{"sleeper.table.history.retention.minutes": "60"})
-        states = {}
-        for i in range(30):
-            clock[0] += MINUTE
-            refs = [FileReference(f"f{i}", "L", i + 1)]
-            if i == 4:  # a body of ~1 MB compressed: stored in the object store, the log item points to it
-                refs += [FileReference(f"{uuid.uuid4().hex}{uuid.uuid4().hex}", "R", 1) for _ in range(15_000)]
-            store.commit(tid, AddFiles(tuple(refs)))
-            states[store.transaction_number(tid)] = (clock[0], store.load_state(tid).canonical())
-        assert any(it.get("body_key") for it in store._dynamo.query("x", "log", "table_id = :t",
-                                                                     {":t": {"S": tid}}))
-        now = clock[0] + 50 * MINUTE  # the retention began 60 minutes before: at the 20th transaction
-        deleted_log, deleted_snapshots = store.expire(tid, now_ms=now)
-        assert deleted_log > 0 and deleted_snapshots > 0
-        retained = [number for number in sorted(states)
-                    if number == max(states) or states[number + 1][0] >= now - 60 * MINUTE]
-        assert retained[0] < 22
-        for number in retained:
-            got = resolve_as_of(store, tid, "t", number, retention=60 * MINUTE, now_ms=now)
-            assert got.state.canonical() == states[number][1], f"as of {number}"
-        with pytest.raises(HistoryError):
-            resolve_as_of(store, tid, "t", 3, retention=60 * MINUTE, now_ms=now)
-    finally:
-        store.close()
+    clock = ManualClock(1_800_000_000_000 - 10_001_000)
+    with use_clock(clock):
+        store = open_dynamodb(**dynamodb_options(moto_endpoint_url, tmp_path / "blobs"), snapshot_every=3,
+                              snapshot_seconds=10_000, retention_margin=0, retention_seconds=0)
+        try:
+            tid = new_table(store, **{"sleeper.table.history.retention.minutes": "60"})
+            store.load_state(tid)
+            # the first commit comes more than snapshot_seconds after the table was loaded: it makes a
+            # snapshot (then one every 3 transactions: 2, 5, ..., 20, the newest before the retention)
+            clock.set(1_800_000_000_000)
+            states = {}
+            for i in range(30):
+                clock.advance(MINUTE)
+                refs = [FileReference(f"f{i}", "L", i + 1)]
+                if i == 4:  # a body of ~1 MB compressed: stored in the object store, the log item points to it
+                    refs += [FileReference(f"{uuid.uuid4().hex}{uuid.uuid4().hex}", "R", 1) for _ in range(15_000)]
+                store.commit(tid, AddFiles(tuple(refs)))
+                states[store.transaction_number(tid)] = (clock.now_ms(), store.load_state(tid).canonical())
+            assert any(it.get("body_key") for it in store._dynamo.query("x", "log", "table_id = :t",
+                                                                         {":t": {"S": tid}}))
+            now = clock.now_ms() + 50 * MINUTE  # the retention began 60 minutes before: at the 20th transaction
+            deleted_log, deleted_snapshots = store.expire(tid, now_ms=now)
+            assert deleted_log > 0 and deleted_snapshots > 0
+            retained = [number for number in sorted(states)
+                        if number == max(states) or states[number + 1][0] >= now - 60 * MINUTE]
+            assert retained[0] < 22
+            for number in retained:
+                got = resolve_as_of(store, tid, "t", number, retention=60 * MINUTE, now_ms=now)
+                assert got.state.canonical() == states[number][1], f"as of {number}"
+            with pytest.raises(HistoryError):
+                resolve_as_of(store, tid, "t", 3, retention=60 * MINUTE, now_ms=now)
+        finally:
+            store.close()
 
 
 def test_pruning_forgets_only_history_no_retained_state_needs(store: StateStore):

@@ -14,9 +14,6 @@ import pytest
 from sleeper_ops import Sleeper
 from sleeper_ops.errors import IngestError
 from sleeper_ops.ingest.batcher import (
-    BULK_MIN_SIZE,
-    MAX_FILES,
-    MIN_SIZE,
     BatcherLimits,
     JobRunners,
     plan_ingest_jobs,
@@ -28,6 +25,11 @@ from sleeper_ops.ingest.batcher import (
 from statestore.errors import TableNotFoundError
 from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
+from statestore.properties import (
+    INGEST_BATCHER_BULK_IMPORT_MIN_SIZE,
+    INGEST_BATCHER_JOB_MAX_FILES,
+    INGEST_BATCHER_JOB_MIN_SIZE,
+)
 from tests.unit.sleeper_ops.cli_runner import run_cli
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "LongType"}], "valueFields": [{"name": "v", "type": "StringType"}]}
@@ -297,7 +299,9 @@ def test_a_slow_job_whose_requests_were_requeued_cannot_commit_them_again(sleepe
 @pytest.mark.parametrize("bulk", [True, False])
 def test_the_batcher_runs_each_job_with_the_runner_it_is_given(sleeper: Sleeper, bulk: bool) -> None:
     # Given a table whose jobs of 100 bytes or more are bulk imports, a small and a big request
-    info = sleeper.create_table("t", SCHEMA, properties={MIN_SIZE: "1", MAX_FILES: "1", BULK_MIN_SIZE: "100"}).info
+    limits = {INGEST_BATCHER_JOB_MIN_SIZE: "1", INGEST_BATCHER_JOB_MAX_FILES: "1",
+              INGEST_BATCHER_BULK_IMPORT_MIN_SIZE: "100"}
+    info = sleeper.create_table("t", SCHEMA, properties=limits).info
     store = sleeper.state_store
     store.add_ingest_requests(info.table_id, [IngestRequest("small", info.table_id, "/in/small.parquet", 10, 0),
                                               IngestRequest("big", info.table_id, "/in/big.parquet", 500, 0)])

@@ -20,6 +20,7 @@ from sleeper_ops.engine.iterators import IteratorChain
 from sleeper_ops.errors import ConfigError, IteratorError
 from sleeper_ops.io.arrow_schema import arrow_schema
 from statestore.catalog import TableInfo
+from statestore.clock import ManualClock, use_clock
 from statestore.properties import validate_properties
 from statestore.schema import Schema
 
@@ -106,13 +107,13 @@ def test_ageoff_on_a_row_key_field_with_a_threshold_below_the_int_range():
     assert run(chain, batches(rows, schema=arrow_schema(schema))) == rows
 
 
-def test_ageoff_without_now_uses_the_clock_when_applied(monkeypatch):
+def test_ageoff_without_now_uses_the_clock_when_applied():
     chain = IteratorChain.for_table(info({AGEOFF: "ts:1000"}))
-    monkeypatch.setattr("sleeper_ops.engine.iterators.time.time", lambda: 50.0)  # now = 50,000 ms
-    rows = [row("a", ts=48_999), row("b", ts=49_000)]
-    assert [r["key"] for r in run(chain, batches(rows))] == ["b"]
-    monkeypatch.setattr("sleeper_ops.engine.iterators.time.time", lambda: 60.0)
-    assert run(chain, batches(rows)) == []
+    with use_clock(ManualClock(50_000)) as clock:
+        rows = [row("a", ts=48_999), row("b", ts=49_000)]
+        assert [r["key"] for r in run(chain, batches(rows))] == ["b"]
+        clock.set(60_000)
+        assert run(chain, batches(rows)) == []
 
 
 def test_ageoff_dropping_every_record_yields_nothing():

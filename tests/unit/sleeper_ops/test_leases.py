@@ -9,6 +9,7 @@ from typing import Callable
 import pytest
 
 from sleeper_ops.maintenance.leases import OperationLease, lease_name
+from statestore.clock import use_clock
 from statestore.errors import LeaseHeldError
 from statestore.memory import InMemoryStateStore
 
@@ -19,25 +20,22 @@ def store():
 
 
 class Clock:
-    """The in-memory store's clock, moved by the test instead of by sleeping."""
+    """The state store's clock (statestore.clock), in seconds, moved by the test instead of by sleeping."""
 
     def __init__(self) -> None:
         self.now = 1_000_000.0
 
-    def time(self) -> float:
-        return self.now
+    def now_ms(self) -> int:
+        return int(self.now * 1000)
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
 
 
 @pytest.fixture
-def clock(monkeypatch):
-    import statestore.memory_leases
-
-    c = Clock()
-    monkeypatch.setattr(statestore.memory_leases, "time", c)
-    return c
+def clock():
+    with use_clock(Clock()) as c:
+        yield c
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:

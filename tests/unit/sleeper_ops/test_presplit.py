@@ -11,13 +11,11 @@ import pytest
 
 from sleeper_ops.bulk_import.job import bulk_import
 from sleeper_ops.bulk_import.presplit import (
-    MIN_LEAVES_PROPERTY,
-    MIN_ROWS_PROPERTY,
     leaves_needed,
     plan_split_points,
     planned_leaves,
 )
-from statestore.properties import PROPERTY_DEFS
+from statestore.properties import BULK_IMPORT_MIN_LEAF_PARTITIONS, BULK_IMPORT_MIN_ROWS_PER_LEAF
 from tests.unit.sleeper_ops.test_bulk_import_job import SCHEMA, local_runner
 
 LOW = -(2**63)
@@ -49,8 +47,8 @@ def test_a_new_table_gets_the_leaves_its_import_rows_justify_with_the_default_pr
     table, planned (the split points over a sample standing for ``rows`` records) with
     the default sleeper.table.bulk.import.min.leaf.partitions (64) and
     sleeper.table.bulk.import.min.rows.per.leaf (1,000,000)."""
-    want = int(PROPERTY_DEFS[MIN_LEAVES_PROPERTY].default or 0)
-    min_rows = int(PROPERTY_DEFS[MIN_ROWS_PROPERTY].default or 0)
+    want = int(BULK_IMPORT_MIN_LEAF_PARTITIONS.default or 0)
+    min_rows = int(BULK_IMPORT_MIN_ROWS_PER_LEAF.default or 0)
     planned = planned_leaves(want, min_rows, 0, rows)
     sample = [(float(v), rows / 10_000) for v in range(10_000)]  # 10,000 sampled keys standing for the rows
     points = plan_split_points([(LOW, None)], sample, planned)

@@ -183,3 +183,30 @@ def test_the_abandon_time_must_cover_the_orphan_grace() -> None:
     with pytest.raises(PropertyError, match="abandon.minutes=60 must be at least"):
         validate_properties({"sleeper.table.gc.orphan.grace.minutes": "90",
                              "sleeper.table.gc.job.abandon.minutes": "60"})
+
+
+def test_each_property_is_one_constant_named_after_it():
+    import statestore.properties as registry
+
+    for name, prop in PROPERTY_DEFS.items():
+        constant = name.removeprefix("sleeper.table.").upper().replace(".", "_")
+        assert getattr(registry, constant) is prop, name
+        assert prop == name and prop.name == name and isinstance(prop.values, str) and prop.values
+
+
+def test_a_property_constant_pickles_as_its_plain_name():
+    import pickle
+
+    from statestore.properties import GC_DELAY_MINUTES
+
+    assert type(pickle.loads(pickle.dumps(GC_DELAY_MINUTES))) is str
+    assert pickle.loads(pickle.dumps({GC_DELAY_MINUTES: "5"})) == {"sleeper.table.gc.delay.minutes": "5"}
+
+
+def test_former_second_names_of_properties_warn_and_give_the_constant():
+    import statestore.properties as registry
+
+    with pytest.warns(DeprecationWarning, match="use statestore.properties.GC_JOB_ABANDON_MINUTES"):
+        assert registry.ABANDON is registry.GC_JOB_ABANDON_MINUTES
+    with pytest.raises(AttributeError):
+        registry.NO_SUCH_PROPERTY  # noqa: B018

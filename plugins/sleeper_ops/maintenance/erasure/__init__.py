@@ -41,10 +41,10 @@ from sleeper_ops.maintenance.erasure.exports import check_exports
 from sleeper_ops.maintenance.erasure.report import FINE_PRINT, ErasureReport, HeldObject
 from sleeper_ops.maintenance.erasure.state_records import check_blobs, check_state_records
 from sleeper_ops.maintenance.erasure.untracked import check_untracked
+from statestore import clock
 from statestore.catalog import TableInfo
 from statestore.deletes import Tombstone
 from statestore.errors import NotSupportedError
-from statestore.jobs import now_ms as clock_ms
 from statestore.store import StateStore
 
 __all__ = ["FINE_PRINT", "ErasureReport", "HeldObject", "erasure_report"]
@@ -56,7 +56,7 @@ def erasure_report(state_store: StateStore, objects: ObjectStore, table: TableIn
     """Find every place holding a record (or key) matching the keys or ranges and
     ``where`` (see the module docstring). ``now_ms``: the time the report judges when
     things go at (tests); default now."""
-    now = clock_ms() if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     regions = delete_regions(table.schema, keys, ranges)
     where = check_where(table.schema, where)
     probe = Tombstone(0, regions, where)

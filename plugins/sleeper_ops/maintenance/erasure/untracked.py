@@ -31,10 +31,11 @@ from sleeper_ops.io.attempts import named_key
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.maintenance.erasure.decode import SKETCH_SUFFIX, CannotTell, matching_rows
 from sleeper_ops.maintenance.erasure.report import ErasureReport, HeldObject, iso
-from sleeper_ops.maintenance.gc import ABANDON_PROPERTY, GRACE_PROPERTY, data_prefix, scratch_root
+from sleeper_ops.maintenance.gc import data_prefix, scratch_root
 from statestore.catalog import TableInfo
 from statestore.deletes import Tombstone
 from statestore.jobs import JobRecord
+from statestore.properties import GC_JOB_ABANDON_MINUTES, GC_ORPHAN_GRACE_MINUTES
 from statestore.region import Region
 from statestore.state import TableState
 from statestore.store import StateStore
@@ -51,8 +52,8 @@ def check_untracked(state_store: StateStore, objects: ObjectStore, table: TableI
     """Add the untracked objects of ``table`` that hold matching rows, or cannot be
     decoded (see the module docstring). ``state`` was read before the listing: an
     object committed in between is listed here too (a false alarm, never a miss)."""
-    grace = table.get_int(GRACE_PROPERTY)
-    abandon = table.get_int(ABANDON_PROPERTY)
+    grace = table.get_int(GC_ORPHAN_GRACE_MINUTES)
+    abandon = table.get_int(GC_JOB_ABANDON_MINUTES)
     open_jobs: dict[str, JobRecord] = {}
     for record in state_store.list_jobs(table.table_id, limit=None):
         if record.status in _OPEN:
