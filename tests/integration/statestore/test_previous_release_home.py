@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from statestore.history import RETENTION_PROPERTY as RETENTION
 from tests.compat import record_home as rec
 from tests.compat.restore import load, recorded_homes, restore_dynamodb, restore_postgres
 
@@ -98,7 +99,9 @@ def _works(s: Any, manifest: dict[str, Any]) -> None:
     assert _rows(t) == RECORDED_ROWS
     assert _rows(t, keys=["kiwi"]) == [("kiwi", 10)]
     first_ingest = min(h[0] for h in manifest["history"] if h[1] == "add_files")
+    s.set_properties(rec.TABLE, {RETENTION: "100000000"})  # the recording is older than the default 30 minutes
     assert sorted(_rows(t, ranges=[("", None)], as_of=first_ingest)) == [("apple", 1), ("kiwi", 2), ("plum", 3)]
+    s.unset_properties(rec.TABLE, [RETENTION])
 
     # write: the recorded request id answers with the first write's seq and stores nothing
     again = t.write(rec.BUFFERED, request_id=rec.WRITE_REQUEST_ID)
