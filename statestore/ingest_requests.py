@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
+from statestore.codec import Record
 from statestore.errors import SleeperError
 
 INGEST_REQUEST_STATUSES = ("pending", "assigned", "ingested", "failed")
@@ -33,7 +34,7 @@ def _now_ms() -> int:
 
 
 @dataclass(frozen=True)
-class IngestRequest:
+class IngestRequest(Record):
     """One file queued for ingest into one table.
 
     Attributes:
@@ -83,13 +84,6 @@ class IngestRequest:
         if max_attempts is not None and attempts >= max_attempts:
             return replace(self, status="failed", attempts=attempts, last_error=error)
         return replace(self, status="pending", job_id=None, attempts=attempts, last_error=error)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> IngestRequest:
-        return cls(**d)
 
 
 def check_new_requests(table_id: str, requests: Any) -> list[IngestRequest]:

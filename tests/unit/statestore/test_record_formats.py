@@ -116,5 +116,5 @@ def test_a_reference_without_a_horizon_keeps_the_form_written_before_deletes() -
 def test_older_forms_read_with_their_defaults() -> None:
     """Fields added later are absent from what older releases wrote."""
     assert Tombstone.from_dict({"number": 1, "regions": []}) == Tombstone(1, ())
-    assert TransactionSummary.from_dict({"number": "4", "time_ms": 5, "kind": "add_files"}) \
+    assert TransactionSummary.from_dict({"number": 4, "time_ms": 5, "kind": "add_files"}) \
         == TransactionSummary(4, 5, "add_files")
