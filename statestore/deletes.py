@@ -29,13 +29,14 @@ once no referenced file and no buffer entry it covers can hold matching rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
+from statestore.codec import Record
 from statestore.region import Region
 
 
 @dataclass(frozen=True)
-class Tombstone:
+class Tombstone(Record):
     """Delete ``number`` of a table: the records in ``regions`` (matching ``where``, an
     SQL predicate, when given) of every file whose horizon is below ``number`` and every
     buffer entry numbered at most ``buffer_seq``. ``created_ms``: when it committed."""
@@ -51,15 +52,6 @@ class Tombstone:
 
     def covers_buffer_entry(self, seq: int) -> bool:
         return seq <= self.buffer_seq
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"number": self.number, "regions": [r.to_dict() for r in self.regions], "where": self.where,
-                "buffer_seq": self.buffer_seq, "created_ms": self.created_ms}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Tombstone:
-        return cls(d["number"], tuple(Region.from_dict(r) for r in d["regions"]), d.get("where"),
-                   d.get("buffer_seq", 0), d.get("created_ms", 0))
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,14 @@ its record is the last time its set of references changed.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Optional
+
+from statestore.codec import Record, omitted_at_default
 
 
 @dataclass(frozen=True)
-class FileReference:
+class FileReference(Record):
     """A reference to (part of) a data file from one partition.
 
     Attributes:
@@ -27,7 +29,8 @@ class FileReference:
         update_time: milliseconds since the epoch of the last change.
         delete_horizon: the table's delete count when the writer of the file started
             reading its input: tombstones numbered above it apply to the file
-            (:mod:`statestore.deletes`).
+            (:mod:`statestore.deletes`). Left out of the written form while 0: the
+            form of references written before deletes existed.
     """
 
     filename: str
@@ -37,17 +40,7 @@ class FileReference:
     whole_file: bool = True
     job_id: Optional[str] = None
     update_time: int = 0
-    delete_horizon: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if not self.delete_horizon:
-            del d["delete_horizon"]  # the form of references written before deletes existed
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> FileReference:
-        return cls(**d)
+    delete_horizon: int = field(default=0, metadata=omitted_at_default())
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,10 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
+from statestore.codec import Record
 from statestore.deletes import Tombstone
 from statestore.errors import SleeperError
 from statestore.properties import HISTORY_RETENTION_MINUTES
@@ -57,7 +58,7 @@ class HistoryError(SleeperError):
 
 
 @dataclass(frozen=True)
-class TransactionSummary:
+class TransactionSummary(Record):
     """What one transaction did to a table.
 
     Attributes:
@@ -83,15 +84,6 @@ class TransactionSummary:
     records_removed: int = 0
     job_id: Optional[str] = None
     detail: Optional[str] = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TransactionSummary:
-        return cls(int(d["number"]), int(d["time_ms"]), str(d["kind"]), int(d.get("files_added", 0)),
-                   int(d.get("files_removed", 0)), int(d.get("records_added", 0)), int(d.get("records_removed", 0)),
-                   d.get("job_id"), d.get("detail"))
 
 
 def fragment_of(state: TableState, txn: Transaction) -> TableState:

@@ -15,10 +15,11 @@ reached. The store guarantees (see :class:`statestore.store.StateStore`):
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from statestore.clock import now_ms
+from statestore.codec import Record
 from statestore.errors import SleeperError
 
 INGEST_REQUEST_STATUSES = ("pending", "assigned", "ingested", "failed")
@@ -30,7 +31,7 @@ class IngestRequestError(SleeperError):
 
 
 @dataclass(frozen=True)
-class IngestRequest:
+class IngestRequest(Record):
     """One file queued for ingest into one table.
 
     Attributes:
@@ -80,13 +81,6 @@ class IngestRequest:
         if max_attempts is not None and attempts >= max_attempts:
             return replace(self, status="failed", attempts=attempts, last_error=error)
         return replace(self, status="pending", job_id=None, attempts=attempts, last_error=error)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> IngestRequest:
-        return cls(**d)
 
 
 def check_new_requests(table_id: str, requests: Any) -> list[IngestRequest]:

@@ -15,10 +15,11 @@ be swept between its write and its commit.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence
 
 from statestore.clock import now_ms
+from statestore.codec import Record
 from statestore.errors import BookkeepingError
 
 JOB_KINDS = ("compaction", "split", "ingest", "bulk_import", "gc", "flush", "export")
@@ -28,7 +29,7 @@ JOB_STATUSES = ("created", "started", "finished", "committed", "failed")
 
 
 @dataclass(frozen=True)
-class JobRecord:
+class JobRecord(Record):
     """One job of one table.
 
     Attributes:
@@ -143,13 +144,6 @@ class JobRecord:
     def beating(self, at_ms: int) -> JobRecord:
         """This record with a heartbeat at ``at_ms`` (an earlier heartbeat kept)."""
         return replace(self, heartbeat_ms=max(at_ms, self.heartbeat_ms or 0))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> JobRecord:
-        return cls(**d)
 
 
 def check_job_bookkeeping(stored: Optional[JobRecord], job: JobRecord) -> None:

@@ -8,9 +8,10 @@ dimension. Leaves never overlap and together cover the key space.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, replace
-from typing import Any, Iterable, Optional, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Iterable, Optional, Sequence
 
+from statestore.codec import Record, key
 from statestore.errors import PartitionError, SchemaError
 from statestore.region import Range, Region
 from statestore.schema import Schema, check_key_value, min_value
@@ -19,33 +20,21 @@ ROOT_ID = "root"
 
 
 @dataclass(frozen=True)
-class Partition:
+class Partition(Record):
     """One node of the partition tree.
 
     Invariants: a leaf has no children and ``dimension == -1``; a non-leaf has exactly
-    two children whose regions split this region on ``dimension``.
+    two children whose regions split this region on ``dimension``. Written as
+    ``{"id", "parent", "children", "leaf", "dimension", "region"}``.
     """
 
+    CODEC_ORDER: ClassVar[tuple[str, ...]] = ("id", "parent_id", "child_ids", "is_leaf", "dimension", "region")
     id: str
     region: Region
-    parent_id: Optional[str] = None
-    child_ids: tuple[str, ...] = ()
-    is_leaf: bool = True
+    parent_id: Optional[str] = field(default=None, metadata=key("parent"))
+    child_ids: tuple[str, ...] = field(default=(), metadata=key("children"))
+    is_leaf: bool = field(default=True, metadata=key("leaf"))
     dimension: int = -1
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "parent": self.parent_id,
-            "children": list(self.child_ids),
-            "leaf": self.is_leaf,
-            "dimension": self.dimension,
-            "region": self.region.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Partition:
-        return cls(d["id"], Region.from_dict(d["region"]), d["parent"], tuple(d["children"]), d["leaf"], d["dimension"])
 
 
 def root_region(schema: Schema) -> Region:

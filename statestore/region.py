@@ -7,28 +7,18 @@ key (a tuple of row key values) is in a region when every value is in its range.
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, ClassVar, Optional, Sequence
 
+from statestore.codec import Record, decode_value, encode_value
 
-def encode_value(v: Any) -> Any:
-    """Encode a key value for JSON (bytes become ``{"b64": ...}``)."""
-    if isinstance(v, bytes):
-        return {"b64": base64.b64encode(v).decode("ascii")}
-    return v
-
-
-def decode_value(v: Any) -> Any:
-    """Inverse of :func:`encode_value`."""
-    if isinstance(v, dict) and "b64" in v:
-        return base64.b64decode(v["b64"])
-    return v
+__all__ = ["Range", "Region", "decode_value", "encode_value"]
 
 
 @dataclass(frozen=True)
-class Range:
-    """``[min, max)`` of one row key field; ``max is None`` is unbounded above."""
+class Range(Record):
+    """``[min, max)`` of one row key field; ``max is None`` is unbounded above. Written
+    as ``{"field", "min", "max"}`` with bytes bounds as ``{"b64": ...}``."""
 
     field: str
     min: Any
@@ -45,18 +35,12 @@ class Range:
             return False
         return True
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"field": self.field, "min": encode_value(self.min), "max": encode_value(self.max)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Range:
-        return cls(d["field"], decode_value(d["min"]), decode_value(d["max"]))
-
 
 @dataclass(frozen=True)
-class Region:
-    """One :class:`Range` per row key field, in schema order."""
+class Region(Record):
+    """One :class:`Range` per row key field, in schema order; written as the list of them."""
 
+    CODEC_UNWRAP: ClassVar[bool] = True
     ranges: tuple[Range, ...]
 
     def contains(self, key: Sequence[Any]) -> bool:
@@ -69,10 +53,3 @@ class Region:
         rs = list(self.ranges)
         rs[dimension] = new
         return Region(tuple(rs))
-
-    def to_dict(self) -> list[dict[str, Any]]:
-        return [r.to_dict() for r in self.ranges]
-
-    @classmethod
-    def from_dict(cls, d: list[dict[str, Any]]) -> Region:
-        return cls(tuple(Range.from_dict(r) for r in d))

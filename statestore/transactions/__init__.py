@@ -10,13 +10,15 @@ it. Every backend gives the same semantics:
   one serializable database transaction; so a commit costs O(size of the change).
 
 Transactions serialise to JSON-friendly dicts tagged with ``type``
-(:func:`transaction_to_dict`, :func:`transaction_from_dict`).
+(:func:`transaction_to_dict`, :func:`transaction_from_dict`), through
+:mod:`statestore.codec` like every record of the store.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from statestore.codec import decode, encode
 from statestore.errors import TransactionError
 from statestore.transactions.base import Touches, Transaction, now_ms
 from statestore.transactions.deletes import DeleteRecords, DropTombstones
@@ -49,12 +51,15 @@ TRANSACTION_TYPES: dict[str, Any] = {
 
 
 def transaction_to_dict(txn: Transaction) -> dict[str, Any]:
-    return txn.to_dict()
+    out: dict[str, Any] = encode(txn)
+    return out
 
 
 def transaction_from_dict(d: dict[str, Any]) -> Transaction:
+    """The transaction ``d`` describes, its class found by its ``type`` tag."""
     try:
         cls = TRANSACTION_TYPES[d["type"]]
     except KeyError as e:
         raise TransactionError(f"unknown transaction type {d.get('type')!r}") from e
-    return cls.from_dict(d)
+    out: Transaction = decode(cls, d)
+    return out

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from statestore.clock import now_ms  # noqa: F401  (also imported from here)
+from statestore.codec import Record
 from statestore.errors import FileReferenceError, PartitionError
 from statestore.files import FileRecord, FileReference
 from statestore.partitions import Partition
@@ -28,10 +29,18 @@ class Touches:
     tombstones: bool = False
 
 
-class Transaction:
-    """Base of all transactions. Subclasses are frozen dataclasses with a TYPE tag."""
+class Transaction(Record):
+    """Base of all transactions. Subclasses are frozen dataclasses with a TYPE tag,
+    written (:mod:`statestore.codec`) as ``{"type": TYPE, "update_time": ..., <the other
+    fields in declaration order>}``."""
 
     TYPE: ClassVar[str] = ""
+    CODEC_ORDER: ClassVar[tuple[str, ...]] = ("update_time",)
+    CODEC_TAG: ClassVar[tuple[str, str]] = ("type", "")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.CODEC_TAG = ("type", cls.TYPE)
 
     def touches(self) -> Touches:
         raise NotImplementedError
@@ -41,9 +50,6 @@ class Transaction:
 
     def apply(self, state: TableState) -> None:
         """Apply to ``state``; call only after :meth:`validate` passed."""
-        raise NotImplementedError
-
-    def to_dict(self) -> dict[str, Any]:
         raise NotImplementedError
 
     def number_in(self, state: TableState) -> int:

@@ -4,7 +4,7 @@ tombstones once nothing they cover can hold their rows."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from typing import ClassVar, Optional
 
 from statestore.deletes import Tombstone
 from statestore.errors import TransactionError
@@ -45,15 +45,6 @@ class DeleteRecords(Transaction):
         n = state.delete_count
         state.tombstones[n] = Tombstone(n, self.regions, self.where, self.buffer_seq, self.update_time)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "update_time": self.update_time, "regions": [r.to_dict() for r in self.regions],
-                "where": self.where, "buffer_seq": self.buffer_seq}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DeleteRecords:
-        return cls(tuple(Region.from_dict(r) for r in d["regions"]), d.get("where"), d.get("buffer_seq", 0),
-                   d["update_time"])
-
 
 @dataclass(frozen=True)
 class DropTombstones(Transaction):
@@ -74,10 +65,3 @@ class DropTombstones(Transaction):
     def apply(self, state: TableState) -> None:
         for n in self.numbers:
             state.tombstones.pop(n, None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "numbers": list(self.numbers)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DropTombstones:
-        return cls(tuple(d["numbers"]))

@@ -4,8 +4,9 @@ compaction jobs, replace references (the compaction commit), delete and clear fi
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Optional
+from typing import ClassVar, Optional
 
+from statestore.codec import as_records
 from statestore.errors import FileReferenceError, PartitionError
 from statestore.files import FileReference
 from statestore.state import TableState
@@ -50,14 +51,6 @@ class AddFiles(Transaction):
         for r in self.references:
             state.put_reference(replace(r, update_time=self.update_time))
             _touch_file(state, r.filename, self.update_time)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "update_time": self.update_time,
-                "references": [r.to_dict() for r in self.references]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> AddFiles:
-        return cls(tuple(FileReference.from_dict(r) for r in d["references"]), d["update_time"])
 
 
 @dataclass(frozen=True)
@@ -118,17 +111,6 @@ class SplitFileReferences(Transaction):
                 state.put_reference(replace(r, job_id=None, update_time=self.update_time))
             _touch_file(state, s.filename, self.update_time)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "update_time": self.update_time, "splits": [
-            {"filename": s.filename, "from_partition": s.from_partition,
-             "new_references": [r.to_dict() for r in s.new_references]} for s in self.splits]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SplitFileReferences:
-        return cls(tuple(SplitFileReference(s["filename"], s["from_partition"],
-                                            tuple(FileReference.from_dict(r) for r in s["new_references"]))
-                         for s in d["splits"]), d["update_time"])
-
 
 @dataclass(frozen=True)
 class JobAssignment:
@@ -168,16 +150,6 @@ class AssignJobIds(Transaction):
             for f in a.filenames:
                 ref = state.references[(f, a.partition_id)]
                 state.put_reference(replace(ref, job_id=a.job_id, update_time=self.update_time))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "update_time": self.update_time, "assignments": [
-            {"job_id": a.job_id, "partition_id": a.partition_id, "filenames": list(a.filenames)}
-            for a in self.assignments]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> AssignJobIds:
-        return cls(tuple(JobAssignment(a["job_id"], a["partition_id"], tuple(a["filenames"]))
-                         for a in d["assignments"]), d["update_time"])
 
 
 @dataclass(frozen=True)
@@ -230,17 +202,6 @@ class ReplaceFileReferences(Transaction):
             state.put_reference(replace(self.new_reference, job_id=None, update_time=self.update_time))
             _touch_file(state, self.new_reference.filename, self.update_time)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "update_time": self.update_time, "job_id": self.job_id,
-                "partition_id": self.partition_id, "input_files": list(self.input_files),
-                "new_reference": None if self.new_reference is None else self.new_reference.to_dict()}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ReplaceFileReferences:
-        n = d["new_reference"]
-        return cls(d["job_id"], d["partition_id"], tuple(d["input_files"]),
-                   None if n is None else FileReference.from_dict(n), d["update_time"])
-
 
 @dataclass(frozen=True)
 class DropFileReferences(Transaction):
@@ -253,7 +214,7 @@ class DropFileReferences(Transaction):
     compaction job (that job will drop the records itself)."""
 
     TYPE: ClassVar[str] = "drop_file_references"
-    references: tuple[tuple[str, str], ...]
+    references: tuple[tuple[str, str], ...] = field(metadata=as_records("filename", "partition_id"))
     update_time: int = field(default_factory=now_ms)
 
     def touches(self) -> Touches:
@@ -273,14 +234,6 @@ class DropFileReferences(Transaction):
         for f, pid in self.references:
             state.remove_reference(f, pid)
             _touch_file(state, f, self.update_time)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "update_time": self.update_time,
-                "references": [{"filename": f, "partition_id": p} for f, p in self.references]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DropFileReferences:
-        return cls(tuple((r["filename"], r["partition_id"]) for r in d["references"]), d["update_time"])
 
 
 @dataclass(frozen=True)
@@ -304,13 +257,6 @@ class DeleteFiles(Transaction):
         for f in self.filenames:
             state.files.pop(f, None)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "filenames": list(self.filenames)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DeleteFiles:
-        return cls(tuple(d["filenames"]))
-
 
 @dataclass(frozen=True)
 class ClearFiles(Transaction):
@@ -328,10 +274,3 @@ class ClearFiles(Transaction):
         state.references.clear()
         state.refs_by_file.clear()
         state.files.clear()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ClearFiles:
-        return cls()

@@ -4,7 +4,7 @@ conditional on the parent still being a leaf)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from statestore.errors import PartitionError, TransactionError
 from statestore.partitions import Partition
@@ -48,13 +48,6 @@ class InitialisePartitions(Transaction):
 
     def apply(self, state: TableState) -> None:
         state.partitions = {p.id: p for p in self.partitions}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "partitions": [p.to_dict() for p in self.partitions]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> InitialisePartitions:
-        return cls(tuple(Partition.from_dict(p) for p in d["partitions"]))
 
 
 @dataclass(frozen=True)
@@ -105,11 +98,3 @@ class SplitPartition(Transaction):
     def apply(self, state: TableState) -> None:
         for p in (self.parent, self.left, self.right):
             state.partitions[p.id] = p
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.TYPE, "parent": self.parent.to_dict(), "left": self.left.to_dict(),
-                "right": self.right.to_dict()}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SplitPartition:
-        return cls(Partition.from_dict(d["parent"]), Partition.from_dict(d["left"]), Partition.from_dict(d["right"]))

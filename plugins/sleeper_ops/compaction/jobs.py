@@ -21,7 +21,7 @@ Jobs are plain data (:class:`CompactionJob`), serialisable to JSON for Spark.
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from sleeper_ops.compaction.strategy import plan_groups, strategy_name, why_no_job
@@ -29,6 +29,7 @@ from sleeper_ops.engine.ageoff_expiry import cutoff_ms, expired_fraction_over, t
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
 from statestore.clock import now_ms
+from statestore.codec import Record
 from statestore.deletes import Tombstone
 from statestore.errors import TransactionError
 from statestore.files import FileReference
@@ -40,7 +41,7 @@ from statestore.transactions import AssignJobIds, JobAssignment, SplitFileRefere
 
 
 @dataclass(frozen=True)
-class CompactionJob:
+class CompactionJob(Record):
     """Merge ``inputs`` (their references in ``partition_id``) into one file.
 
     ``whole_files``: every input reference covers its whole file, so the merge
@@ -65,18 +66,6 @@ class CompactionJob:
     delete_horizon: int = 0
     input_horizons: tuple[int, ...] = ()
     tombstones: tuple[dict[str, Any], ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["inputs"] = list(self.inputs)
-        d["input_horizons"] = list(self.input_horizons)
-        d["tombstones"] = list(self.tombstones)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CompactionJob:
-        return cls(**{**d, "inputs": tuple(d["inputs"]), "input_horizons": tuple(d.get("input_horizons", ())),
-                      "tombstones": tuple(d.get("tombstones", ()))})
 
     def input_tombstones(self) -> list[tuple[Tombstone, ...]]:
         """For each input, the tombstones its rows must be dropped by."""

@@ -27,10 +27,11 @@ after, :meth:`statestore.store.StateStore.transaction_number`), ``made_ms``,
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from sleeper_ops.io.storage import ObjectStore
+from statestore.codec import Record, encode
 
 #: the manifest's name in the destination
 MANIFEST = "_manifest.json"
@@ -38,7 +39,7 @@ FORMAT = 1
 
 
 @dataclass(frozen=True)
-class ExportedFile:
+class ExportedFile(Record):
     """One leaf's file of an export: its key in the destination and its row count."""
 
     leaf: str
@@ -47,8 +48,9 @@ class ExportedFile:
 
 
 @dataclass(frozen=True)
-class ExportManifest:
-    """What one export wrote (see the module docstring for the fields)."""
+class ExportManifest(Record):
+    """What one export wrote (see the module docstring for the fields); written through
+    :mod:`statestore.codec`, with ``rows`` (the files' sum) last."""
 
     table: str
     table_id: str
@@ -58,7 +60,7 @@ class ExportManifest:
     region: list[dict[str, Any]]
     where: Optional[str]
     write_buffer: bool
-    iterators: str
+    iterators: str = ""  # absent from manifests written before iterators were recorded
     files: tuple[ExportedFile, ...] = field(default_factory=tuple)
     format: int = FORMAT
 
@@ -67,17 +69,8 @@ class ExportManifest:
         return sum(f.rows for f in self.files)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["files"] = [asdict(f) for f in self.files]
-        d["rows"] = self.rows
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ExportManifest:
-        return cls(d["table"], d["table_id"], d["export_key"], int(d["transaction"]), int(d["made_ms"]),
-                   list(d["region"]), d.get("where"), bool(d["write_buffer"]), str(d.get("iterators", "")),
-                   tuple(ExportedFile(f["leaf"], f["key"], int(f["rows"])) for f in d["files"]),
-                   int(d.get("format", FORMAT)))
+        out: dict[str, Any] = {**encode(self), "rows": self.rows}
+        return out
 
 
 def read_manifest(dest: ObjectStore) -> Optional[ExportManifest]:

@@ -83,6 +83,13 @@ def test_transaction_serialises_exactly_as_its_golden_file(type_name):
 
 
 @pytest.mark.parametrize("type_name", sorted(EXAMPLES))
+def test_transaction_serialises_byte_for_byte_as_its_golden_file(type_name):
+    """Key order included: a log body or history row written today is the same bytes."""
+    produced = json.dumps(transaction_to_dict(EXAMPLES[type_name]), indent=2, ensure_ascii=False) + "\n"
+    assert produced == (GOLDEN / f"{type_name}.json").read_text(), f"bytes of {type_name} changed"
+
+
+@pytest.mark.parametrize("type_name", sorted(EXAMPLES))
 def test_golden_file_reads_back_to_an_equal_transaction(type_name):
     raw = json.loads((GOLDEN / f"{type_name}.json").read_text())
     txn = transaction_from_dict(raw)
