@@ -13,7 +13,7 @@ from statestore.catalog import TableInfo
 from statestore.changes import TableChanges, is_token_of
 from statestore.client_writes import ClientWrite, ClientWriteRecord
 from statestore.errors import BookkeepingError, BufferFullError, TableExistsError, TableNotFoundError
-from statestore.history import TransactionSummary, fragment_of, summarise
+from statestore.history import fragment_of, summarise
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
 from statestore.jobs import JobRecord, check_job_bookkeeping, now_ms, saves_over
 from statestore.leases import Lease
@@ -24,6 +24,7 @@ from statestore.properties import apply_update, check_combination, validate_prop
 from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.store import StateStore
+from statestore.summaries import TransactionSummary
 from statestore.transactions import InitialisePartitions, Touches, Transaction
 
 #: how many commits per table :meth:`InMemoryStateStore.changes_since` can answer incrementally

@@ -12,9 +12,10 @@ from typing import Optional
 
 from statestore.catalog import TableInfo
 from statestore.deletes import TOMBSTONE_GOES, KeyRecord
-from statestore.history import HistoryError, TransactionSummary, replay, retention_ms
+from statestore.history import HistoryError, replay, retention_ms
 from statestore.state import TableState
 from statestore.store import StateStore
+from statestore.summaries import TransactionSummary
 from statestore.transactions import Transaction
 
 

@@ -36,7 +36,6 @@ from statestore.client_writes import ClientWrite, ClientWriteRecord
 from statestore.deletes import TOMBSTONE_GOES, KeyRecord, Tombstone
 from statestore.errors import NotSupportedError
 from statestore.files import FileReference, FileStatus
-from statestore.history import TransactionSummary
 from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
 from statestore.leases import Lease
@@ -45,6 +44,7 @@ from statestore.partitions import Partition
 from statestore.retry import COMMIT_RETRIES
 from statestore.schema import Schema
 from statestore.state import TableState
+from statestore.summaries import TransactionSummary
 from statestore.transactions import Transaction
 
 #: How long a backend remembers an applied commit id (see :meth:`StateStore.prune_commit_ids`).

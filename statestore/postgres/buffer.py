@@ -21,7 +21,7 @@ from statestore.client_writes import ClientWrite
 from statestore.errors import BufferFullError, TableNotFoundError
 from statestore.jobs import now_ms
 from statestore.postgres.client_writes import KEYED_APPEND, ClientWritesMixin, earlier_on
-from statestore.postgres.rows import _require_table_id
+from statestore.postgres.rows import require_table_id
 
 #: "no limit" for the backpressure check
 _UNLIMITED = 1 << 62
@@ -118,7 +118,7 @@ class WriteBufferMixin(ClientWritesMixin):
         def fn(cur: psycopg.Cursor[Any]) -> int:
             top = cur.execute("SELECT max(seq) FROM write_buffer WHERE table_id = %s", (table_id,)).fetchone()
             if top is None or top[0] is None:
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
                 return 0
             return int(top[0])
 
@@ -132,7 +132,7 @@ class WriteBufferMixin(ClientWritesMixin):
                 (table_id,), prepare=True).fetchone()
             flushes = int(cur.execute(_FLUSHES, (table_id,), prepare=True).fetchone()[0])  # type: ignore[index]
             if not n:
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
             return BufferStats(int(n), int(rows), None if oldest is None else int(oldest), flushes)
 
         return self._run(f"read the write buffer stats of table {table_id}", fn,

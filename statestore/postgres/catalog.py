@@ -15,8 +15,8 @@ from statestore.catalog import TableInfo
 from statestore.errors import StateStoreUnavailableError, TableExistsError, TableNotFoundError
 from statestore.partitions import Partition
 from statestore.postgres.connections import PostgresConnection
-from statestore.postgres.diff import _write_diff
-from statestore.postgres.rows import _require_table, _table_info
+from statestore.postgres.diff import write_diff
+from statestore.postgres.rows import require_table, table_info
 from statestore.properties import check_combination, split_update, validate_properties, validate_values
 from statestore.schema import Schema
 from statestore.state import TableState
@@ -43,7 +43,7 @@ class CatalogMixin(PostgresConnection):
             state = TableState()
             init.validate(state)
             init.apply(state)
-            _write_diff(cur, table_id, TableState(), state)
+            write_diff(cur, table_id, TableState(), state)
             return TableInfo(table_id, name, schema, props)
 
         try:
@@ -63,13 +63,13 @@ class CatalogMixin(PostgresConnection):
     def list_tables(self) -> list[TableInfo]:
         def fn(cur: psycopg.Cursor[Any]) -> list[TableInfo]:
             cur.execute("SELECT table_id, name, schema, properties FROM tables ORDER BY name")
-            return [_table_info(r) for r in cur.fetchall()]
+            return [table_info(r) for r in cur.fetchall()]
 
         return self._read_one("list tables", fn)
 
     def get_table(self, name: str) -> TableInfo:
         def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
-            return _table_info(_require_table(cur, name))
+            return table_info(require_table(cur, name))
 
         return self._read_one(f"get table {name!r}", fn)
 
@@ -82,7 +82,7 @@ class CatalogMixin(PostgresConnection):
                               (Jsonb(to_set), list(to_clear), name)).fetchone()
             if row is None:
                 raise TableNotFoundError(f"table {name!r} does not exist")
-            info = _table_info(row)
+            info = table_info(row)
             check_combination(info.properties)  # raising rolls the update back
             return info
 
@@ -90,13 +90,13 @@ class CatalogMixin(PostgresConnection):
 
     def rename_table(self, old: str, new: str) -> TableInfo:
         def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
-            table_id = _require_table(cur, old)[0]
+            table_id = require_table(cur, old)[0]
             if cur.execute("SELECT 1 FROM tables WHERE name = %s", (new,)).fetchone() is not None:
                 raise TableExistsError(f"table {new!r} already exists")
             row = cur.execute("UPDATE tables SET name = %s WHERE table_id = %s"
                               " RETURNING table_id, name, schema, properties", (new, table_id)).fetchone()
             assert row is not None  # the row was read above in this transaction
-            return _table_info(row)
+            return table_info(row)
 
         return self._run(f"rename table {old!r}", fn)
 
@@ -109,6 +109,6 @@ class CatalogMixin(PostgresConnection):
             for table in ("file_references", "files", "partitions", "jobs", "commit_ids", "state_changes",
                           "state_change_horizon", "table_deletes", "table_history"):
                 cur.execute(sql.SQL("DELETE FROM {} WHERE table_id = %s").format(sql.Identifier(table)), (row[0],))
-            return _table_info(row)
+            return table_info(row)
 
         return self._run(f"delete table {name!r}", fn)

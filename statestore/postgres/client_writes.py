@@ -19,7 +19,7 @@ from psycopg import IsolationLevel
 
 from statestore.client_writes import ClientWrite, ClientWriteRecord
 from statestore.postgres.connections import PostgresConnection
-from statestore.postgres.rows import _require_table_id
+from statestore.postgres.rows import require_table_id
 
 _SELECT = ("SELECT request_id, digest, seq, answer, written_ms FROM client_writes"
            " WHERE table_id = %s AND request_id = %s")
@@ -73,7 +73,7 @@ class ClientWritesMixin(PostgresConnection):
         def fn(cur: psycopg.Cursor[Any]) -> Optional[ClientWriteRecord]:
             row = cur.execute(_SELECT, (table_id, request_id)).fetchone()
             if row is None:
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
             return None if row is None else _record(row)
 
         return self._run(f"read idempotency key {request_id!r} of table {table_id}", fn,
@@ -81,7 +81,7 @@ class ClientWritesMixin(PostgresConnection):
 
     def prune_client_writes(self, table_id: str, before_ms: int) -> int:
         def fn(cur: psycopg.Cursor[Any]) -> int:
-            _require_table_id(cur, table_id)
+            require_table_id(cur, table_id)
             cur.execute("DELETE FROM client_writes WHERE table_id = %s AND written_ms < %s", (table_id, before_ms))
             return cur.rowcount
 

@@ -26,12 +26,13 @@ from psycopg.types.json import Json
 
 from statestore.deletes import KeyRecord, Tombstone
 from statestore.files import FileRecord, FileReference
-from statestore.history import HistoryError, TransactionSummary, summarise
+from statestore.history import HistoryError, summarise
 from statestore.partitions import Partition
 from statestore.postgres.connections import PostgresConnection
-from statestore.postgres.diff import _Diff
-from statestore.postgres.rows import _gc_paused, _load_all, _require_table_id
+from statestore.postgres.diff import Diff
+from statestore.postgres.rows import gc_paused, load_all, require_table_id
 from statestore.state import TableState
+from statestore.summaries import TransactionSummary
 from statestore.transactions import Transaction
 
 
@@ -40,7 +41,7 @@ def _ref_row(r: FileReference) -> list[Any]:
             r.delete_horizon]
 
 
-def undo_of(diff: _Diff, before: TableState) -> dict[str, Any]:
+def undo_of(diff: Diff, before: TableState) -> dict[str, Any]:
     """What undoes ``diff`` (made from ``before``): before-images of what it deleted or
     updated, keys of what it inserted (a file it added stands for all its references)."""
     p_changed = [*diff.p_del, *(p.id for p in diff.p_upd)]
@@ -85,7 +86,7 @@ def undo(state: TableState, record: dict[str, Any]) -> None:
         state.delete_count = record["dc"]
 
 
-def log_history(cur: psycopg.Cursor[Any], table_id: str, txn: Transaction, diff: _Diff, before: TableState,
+def log_history(cur: psycopg.Cursor[Any], table_id: str, txn: Transaction, diff: Diff, before: TableState,
                 after: TableState, job_id: Optional[str], applied_ms: int) -> None:
     """Insert the commit's history row (nothing when ``diff`` changed nothing)."""
     if not (diff.p_del or diff.p_ins or diff.p_upd or diff.r_del or diff.r_ins or diff.r_upd or diff.f_del
@@ -160,7 +161,7 @@ class HistoryMixin(PostgresConnection):
         def fn(cur: psycopg.Cursor[Any]) -> list[Any]:
             rows = cur.execute(query, params).fetchall()
             if not rows:
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
             return rows
 
         return self._run(f"{what} of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED, read_only=True)
@@ -186,12 +187,12 @@ class HistoryMixin(PostgresConnection):
 
     def state_as_of(self, table_id: str, number: int) -> TableState:
         def fn(cur: psycopg.Cursor[Any]) -> TableState:
-            _require_table_id(cur, table_id)
+            require_table_id(cur, table_id)
             if cur.execute("SELECT 1 FROM table_history WHERE table_id = %s AND number = %s",
                            (table_id, number)).fetchone() is None:
                 raise HistoryError(f"table {table_id} has no transaction {number} in its history")
-            with _gc_paused():
-                state = _load_all(cur, table_id)
+            with gc_paused():
+                state = load_all(cur, table_id)
                 cur.execute("SELECT undo FROM table_history WHERE table_id = %s AND number > %s ORDER BY number DESC",
                             (table_id, number))
                 for (body,) in cur:

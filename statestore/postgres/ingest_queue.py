@@ -16,7 +16,7 @@ from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, I
 from statestore.jobs import now_ms
 from statestore.postgres.client_writes import record_key
 from statestore.postgres.connections import PostgresConnection
-from statestore.postgres.rows import _INGEST_REQUEST_COLUMNS, _require_table_id
+from statestore.postgres.rows import INGEST_REQUEST_COLUMNS, require_table_id
 
 
 class IngestQueueMixin(PostgresConnection):
@@ -32,7 +32,7 @@ class IngestQueueMixin(PostgresConnection):
                    [r.received_ms for r in new])
 
         def fn(cur: psycopg.Cursor[Any]) -> Optional[ClientWriteRecord]:
-            _require_table_id(cur, table_id)
+            require_table_id(cur, table_id)
             if client_write is not None:
                 earlier = record_key(cur, table_id, client_write, now_ms())
                 if earlier is not None:
@@ -65,7 +65,7 @@ class IngestQueueMixin(PostgresConnection):
                         " ORDER BY request_id FOR UPDATE", (table_id, ids))
             rows = cur.fetchall()
             if len(rows) != len(ids) or any(r[0] != "pending" for r in rows):
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
                 return False
             cur.execute("UPDATE ingest_requests SET status = 'assigned', job_id = %s"
                         " WHERE table_id = %s AND request_id = ANY(%s)", (job_id, table_id, ids))
@@ -89,7 +89,7 @@ class IngestQueueMixin(PostgresConnection):
                     {"error": error, "max": max_attempts, "t": table_id, "job": job_id})
             n = cur.rowcount
             if not n:
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
             return n
 
         return self._run(f"finish ingest job {job_id} of table {table_id}", fn,
@@ -101,13 +101,13 @@ class IngestQueueMixin(PostgresConnection):
             raise IngestRequestError(f"unknown ingest request status {status!r}")
 
         def fn(cur: psycopg.Cursor[Any]) -> list[IngestRequest]:
-            cur.execute(f"SELECT {_INGEST_REQUEST_COLUMNS} FROM ingest_requests"
+            cur.execute(f"SELECT {INGEST_REQUEST_COLUMNS} FROM ingest_requests"
                         " WHERE table_id = %s AND (%s::text IS NULL OR status = %s)"
                         " ORDER BY received_ms, request_id LIMIT %s",
                         (table_id, status, status, None if limit is None else max(0, limit)))
             rows = cur.fetchall()
             if not rows:
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
             return [IngestRequest(*r) for r in rows]
 
         return self._run(f"list ingest requests of table {table_id}", fn,

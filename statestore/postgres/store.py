@@ -29,22 +29,22 @@ from statestore.partitions import Partition
 from statestore.postgres.buffer import WriteBufferMixin
 from statestore.postgres.catalog import CatalogMixin
 from statestore.postgres.changes import CHANGE_RETENTION_MS, ChangesMixin, prune_changes
-from statestore.postgres.commits import ALREADY_APPLIED, Bookkeeping, _commit_attempt
+from statestore.postgres.commits import ALREADY_APPLIED, Bookkeeping, commit_attempt
 from statestore.postgres.history import HistoryMixin, key_records, prune_history
 from statestore.postgres.ingest_queue import IngestQueueMixin
 from statestore.postgres.jobs import JobsMixin
 from statestore.postgres.leases import LeasesMixin
 from statestore.postgres.overview import OverviewMixin
 from statestore.postgres.rows import (
-    _PARTITION_COLUMNS,
-    _REF_COLUMNS,
-    _TOMBSTONES,
-    _fill_tombstones,
-    _gc_paused,
-    _load_all,
-    _partition_from_row,
-    _require_table_id,
-    _table_info,
+    PARTITION_COLUMNS,
+    REF_COLUMNS,
+    TOMBSTONES,
+    fill_tombstones,
+    gc_paused,
+    load_all,
+    partition_from_row,
+    require_table_id,
+    table_info,
 )
 from statestore.retry import COMMIT_RETRIES
 from statestore.state import TableState
@@ -88,7 +88,7 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, HistoryMixin, JobsMixin, Le
             try:
                 # a fresh id of a first try cannot have been applied: no need to look it up
                 this_try = replace(books, check_id=commit_id is not None or tries > 0)
-                outcome = self._retrying(what, lambda conn, books=this_try: _commit_attempt(  # type: ignore[misc]
+                outcome = self._retrying(what, lambda conn, books=this_try: commit_attempt(  # type: ignore[misc]
                     conn, table_id, transaction, touches, books), on_retry=lambda: COMMIT_RETRIES.add(table_id))
                 break
             except (TransactionError, CommitOutcomeUnknownError, IdempotencyKeyReusedError):
@@ -120,27 +120,27 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, HistoryMixin, JobsMixin, Le
 
     def load_state(self, table_id: str) -> TableState:
         def fn(cur: psycopg.Cursor[Any]) -> TableState:
-            _require_table_id(cur, table_id)
-            with _gc_paused():
-                return _load_all(cur, table_id)
+            require_table_id(cur, table_id)
+            with gc_paused():
+                return load_all(cur, table_id)
 
         return self._run(f"load state of table {table_id}", fn, isolation=IsolationLevel.REPEATABLE_READ,
                          read_only=True)
 
     def partitions(self, table_id: str) -> list[Partition]:
         def fn(cur: psycopg.Cursor[Any]) -> list[Partition]:
-            _require_table_id(cur, table_id)
-            cur.execute(f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE table_id = %s", (table_id,))
-            return [_partition_from_row(r) for r in cur.fetchall()]
+            require_table_id(cur, table_id)
+            cur.execute(f"SELECT {PARTITION_COLUMNS} FROM partitions WHERE table_id = %s", (table_id,))
+            return [partition_from_row(r) for r in cur.fetchall()]
 
         return self._run(f"load partitions of table {table_id}", fn, isolation=IsolationLevel.REPEATABLE_READ,
                          read_only=True)
 
     def file_references(self, table_id: str) -> list[FileReference]:
         def fn(cur: psycopg.Cursor[Any]) -> list[FileReference]:
-            _require_table_id(cur, table_id)
-            cur.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s", (table_id,))
-            with _gc_paused():
+            require_table_id(cur, table_id)
+            cur.execute(f"SELECT {REF_COLUMNS} FROM file_references WHERE table_id = %s", (table_id,))
+            with gc_paused():
                 return [FileReference(*r) for r in cur.fetchall()]
 
         return self._run(f"load file references of table {table_id}", fn,
@@ -148,7 +148,7 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, HistoryMixin, JobsMixin, Le
 
     def tombstones(self, table_id: str) -> tuple[int, tuple[Tombstone, ...]]:
         def fn(cur: psycopg.Cursor[Any]) -> tuple[int, tuple[Tombstone, ...]]:
-            state = _fill_tombstones(TableState(), cur.execute(_TOMBSTONES, (table_id,)).fetchone())
+            state = fill_tombstones(TableState(), cur.execute(TOMBSTONES, (table_id,)).fetchone())
             if cur.rowcount == 0:
                 raise TableNotFoundError(f"no table with id {table_id}")
             return state.delete_count, tuple(sorted(state.tombstones.values(), key=lambda t: t.number))
@@ -174,10 +174,10 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, HistoryMixin, JobsMixin, Le
                               (table_id,)).fetchone()
             if row is None:
                 raise TableNotFoundError(f"no table with id {table_id}")
-            state = _fill_tombstones(TableState(), cur.execute(_TOMBSTONES, (table_id,)).fetchone())
+            state = fill_tombstones(TableState(), cur.execute(TOMBSTONES, (table_id,)).fetchone())
             live = [KeyRecord(f"tombstone {t.number}", t.regions, t.where, TOMBSTONE_GOES)
                     for t in sorted(state.tombstones.values(), key=lambda t: t.number)]
-            return live + key_records(cur, table_id, retention_ms(_table_info(row)))
+            return live + key_records(cur, table_id, retention_ms(table_info(row)))
 
         return self._run(f"find the records holding delete keys of table {table_id}", fn,
                          isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
@@ -190,7 +190,7 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, HistoryMixin, JobsMixin, Le
                               (table_id,)).fetchone()
             if row is None:
                 raise TableNotFoundError(f"no table with id {table_id}")
-            return prune_history(cur, table_id, now - retention_ms(_table_info(row)))
+            return prune_history(cur, table_id, now - retention_ms(table_info(row)))
 
         return self._run(f"prune the history of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED)
 
@@ -204,7 +204,7 @@ class PostgresStateStore(CatalogMixin, ChangesMixin, HistoryMixin, JobsMixin, Le
                 " ORDER BY f.filename LIMIT %s", (table_id, updated_before_ms, max(0, limit)))
             names = [r[0] for r in cur.fetchall()]
             if not names:
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
             return names
 
         return self._run(f"find unreferenced files of table {table_id}", fn,

@@ -37,6 +37,7 @@ from sleeper_ops.maintenance.splitting import SplitPoint, split_partition
 from statestore.catalog import TableInfo
 from statestore.errors import PartitionError
 from statestore.partitions import PartitionTree
+from statestore.roles import TableCommits
 from statestore.store import StateStore
 
 MIN_LEAVES_PROPERTY = "sleeper.table.bulk.import.min.leaf.partitions"
@@ -159,7 +160,7 @@ def plan_split_points(leaves: Sequence[Bound], weighted: Sequence[tuple[Any, flo
     return out
 
 
-def table_distribution(state_store: StateStore, objects: ObjectStore, table: TableInfo,
+def table_distribution(state_store: TableCommits, objects: ObjectStore, table: TableInfo,
                        points: int = TABLE_POINTS) -> tuple[list[tuple[Any, float]], int]:
     """The table's first-row-key distribution as ``points`` (value, records) pairs from
     the merged sketches of its files (the :data:`MAX_SKETCH_FILES` with most records,

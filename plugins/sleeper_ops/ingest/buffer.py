@@ -37,8 +37,8 @@ from sleeper_ops.io.storage import S3Options
 from statestore.catalog import TableInfo
 from statestore.client_writes import ClientWrite, check_key, digest_of
 from statestore.properties import effective_properties
+from statestore.roles import WriteBuffer
 from statestore.schema import Schema
-from statestore.store import StateStore
 
 MAX_RECORDS = "sleeper.table.write.buffer.max.records"
 FLUSH_RECORDS = "sleeper.table.write.buffer.flush.records"
@@ -102,7 +102,7 @@ def decode(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
-def write_records(state_store: StateStore, table: TableInfo, records: Records, *,
+def write_records(state_store: WriteBuffer, table: TableInfo, records: Records, *,
                   request_id: Optional[str] = None) -> WriteResult:
     """Store ``records`` in the table's write buffer in one state-store transaction;
     returns once they are durable (see the module docstring). An empty write stores
