@@ -42,6 +42,7 @@ from statestore.leases import Lease
 from statestore.overview import DEFAULT_FILE_SAMPLE, TableOverview, overview_of
 from statestore.partitions import Partition
 from statestore.retry import COMMIT_RETRIES
+from statestore.role_defaults import file_page_of, tombstones_of
 from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.summaries import TransactionSummary
@@ -171,11 +172,7 @@ class StateStore(abc.ABC):
         """The tracked files named after ``after`` (None: from the first), by name, at
         most ``limit``, each with all its references: one page of :meth:`file_statuses`.
         A backend overrides this to read only the page."""
-        state = self.load_state(table_id)
-        names = sorted(n for n in state.files if after is None or n > after)[:max(0, limit)]
-        return [FileStatus(n, state.files[n].update_time,
-                           tuple(state.references[(n, p)] for p in sorted(state.refs_by_file.get(n, ()))))
-                for n in names]
+        return file_page_of(self.load_state(table_id), after, limit)
 
     def overview(self, table_id: str, *, file_limit: int = DEFAULT_FILE_SAMPLE) -> TableOverview:
         """The table's partitions with reference and record counts, its totals and its
@@ -186,8 +183,7 @@ class StateStore(abc.ABC):
     def tombstones(self, table_id: str) -> tuple[int, tuple[Tombstone, ...]]:
         """The table's delete count and live tombstones, read together
         (:mod:`statestore.deletes`). A backend overrides this to read only them."""
-        state = self.load_state(table_id)
-        return state.delete_count, tuple(sorted(state.tombstones.values(), key=lambda t: t.number))
+        return tombstones_of(self.load_state(table_id))
 
     def buffer_high_water(self, table_id: str) -> int:
         """The highest sequence number in the table's write buffer now (0 when empty or

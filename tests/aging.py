@@ -14,9 +14,9 @@ from typing import Any
 def age_files(store: Any, table_id: str, minutes: float = 60) -> None:
     """Move every tracked file's update time of the table ``minutes`` into the past."""
     shift = int(minutes * 60_000)
-    if hasattr(store, "_states"):  # InMemoryStateStore
-        with store._lock:
-            files = store._states[table_id].files
+    if hasattr(store, "tables"):  # InMemoryStateStore
+        with store.tables.lock:
+            files = store.tables.states[table_id].files
             for name, rec in list(files.items()):
                 files[name] = dataclasses.replace(rec, update_time=rec.update_time - shift)
         return
