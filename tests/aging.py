@@ -24,4 +24,4 @@ def age_files(store: Any, table_id: str, minutes: float = 60) -> None:
     def fn(cur: Any) -> None:
         cur.execute("UPDATE files SET update_time = update_time - %s WHERE table_id = %s", (shift, table_id))
 
-    store._run(f"age the files of table {table_id}", fn)
+    store.db.run(f"age the files of table {table_id}", fn)

@@ -23,8 +23,11 @@ from statestore.state import TableState
 from statestore.transactions import InitialisePartitions
 
 
-class CatalogMixin(PostgresConnection):
-    """The table catalog part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+class PostgresCatalog:
+    """The table catalog of :class:`~statestore.postgres.store.PostgresStateStore`."""
+
+    def __init__(self, db: PostgresConnection) -> None:
+        self._db = db
 
     # ----- catalog --------------------------------------------------------------------
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
@@ -47,7 +50,7 @@ class CatalogMixin(PostgresConnection):
             return TableInfo(table_id, name, schema, props)
 
         try:
-            return self._run(f"create table {name!r}", fn)
+            return self._db.run(f"create table {name!r}", fn)
         except StateStoreUnavailableError as e:
             # the connection was lost, perhaps after COMMIT: the fresh id says whether it applied
             if not isinstance(e.__cause__, psycopg.OperationalError):
@@ -65,13 +68,13 @@ class CatalogMixin(PostgresConnection):
             cur.execute("SELECT table_id, name, schema, properties FROM tables ORDER BY name")
             return [table_info(r) for r in cur.fetchall()]
 
-        return self._read_one("list tables", fn)
+        return self._db.read_one("list tables", fn)
 
     def get_table(self, name: str) -> TableInfo:
         def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
             return table_info(require_table(cur, name))
 
-        return self._read_one(f"get table {name!r}", fn)
+        return self._db.read_one(f"get table {name!r}", fn)
 
     def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
         to_set, to_clear = split_update(validate_values(properties))
@@ -86,7 +89,7 @@ class CatalogMixin(PostgresConnection):
             check_combination(info.properties)  # raising rolls the update back
             return info
 
-        return self._run(f"update properties of {name!r}", fn)
+        return self._db.run(f"update properties of {name!r}", fn)
 
     def rename_table(self, old: str, new: str) -> TableInfo:
         def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
@@ -98,7 +101,7 @@ class CatalogMixin(PostgresConnection):
             assert row is not None  # the row was read above in this transaction
             return table_info(row)
 
-        return self._run(f"rename table {old!r}", fn)
+        return self._db.run(f"rename table {old!r}", fn)
 
     def delete_table(self, name: str) -> TableInfo:
         def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
@@ -111,4 +114,4 @@ class CatalogMixin(PostgresConnection):
                 cur.execute(sql.SQL("DELETE FROM {} WHERE table_id = %s").format(sql.Identifier(table)), (row[0],))
             return table_info(row)
 
-        return self._run(f"delete table {name!r}", fn)
+        return self._db.run(f"delete table {name!r}", fn)

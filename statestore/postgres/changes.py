@@ -5,7 +5,7 @@
   database transaction (:func:`statestore.postgres.diff.log_change`): its transaction id and the partition ids
   and filenames whose rows it changed.
 * A reader's token is the PostgreSQL snapshot its copy is exact at. A read
-  (:meth:`ChangesMixin.changes_since`) sends, in one pipeline and one REPEATABLE READ
+  (:meth:`PostgresChanges.changes_since`) sends, in one pipeline and one REPEATABLE READ
   transaction, the catalog row with the current snapshot, the log rows of transactions
   that snapshot sees and the held one did not (an index range scan from the held
   snapshot's xmin), and the prune horizon; when nothing changed, one statement doing
@@ -64,8 +64,12 @@ def prune_changes(cur: psycopg.Cursor[Any], table_id: str, before_ms: int) -> in
     return int(count)
 
 
-class ChangesMixin(PostgresConnection):
-    """The incremental read part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+class PostgresChanges:
+    """The incremental reads of :class:`~statestore.postgres.store.PostgresStateStore` (part of
+    its table commits role)."""
+
+    def __init__(self, db: PostgresConnection) -> None:
+        self._db = db
 
     def transaction_number(self, table_id: str) -> int:
         """See :meth:`StateStore.transaction_number`: the largest transaction id in the
@@ -82,7 +86,7 @@ class ChangesMixin(PostgresConnection):
             row = cur.fetchone()
             return int(row[0]) if row and row[0] is not None else 0
 
-        return self._run(f"read the transaction number of table {table_id}", fn,
+        return self._db.run(f"read the transaction number of table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED, read_only=True)
 
     def changes_since(self, table_id: str, since: Any = None) -> TableChanges:
@@ -91,11 +95,11 @@ class ChangesMixin(PostgresConnection):
         snapshot: Optional[str] = held[0] if held else None
         what = f"read the changes of table {table_id}"
         if snapshot is None:
-            return self._retrying(what, lambda conn: _whole_at_once(conn, table_id), idempotent=True)
-        quick = self._retrying(what, lambda conn: _unchanged(conn, table_id, snapshot), idempotent=True)
+            return self._db.retrying(what, lambda conn: _whole_at_once(conn, table_id), idempotent=True)
+        quick = self._db.retrying(what, lambda conn: _unchanged(conn, table_id, snapshot), idempotent=True)
         if quick is not None:
             return quick
-        out = self._retrying(what, lambda conn: _attempt(conn, table_id, snapshot, rows=True), idempotent=True)
+        out = self._db.retrying(what, lambda conn: _attempt(conn, table_id, snapshot, rows=True), idempotent=True)
         assert out is not None
         return out
 

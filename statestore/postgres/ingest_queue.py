@@ -19,8 +19,11 @@ from statestore.postgres.connections import PostgresConnection
 from statestore.postgres.rows import INGEST_REQUEST_COLUMNS, require_table_id
 
 
-class IngestQueueMixin(PostgresConnection):
-    """The ingest queue part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+class PostgresIngestQueue:
+    """The ingest queue of :class:`~statestore.postgres.store.PostgresStateStore`."""
+
+    def __init__(self, db: PostgresConnection) -> None:
+        self._db = db
 
     # ----- ingest requests (migration 003; delete_table removes them by ON DELETE CASCADE) ---
     def add_ingest_requests(self, table_id: str, requests: Sequence[IngestRequest], *,
@@ -49,7 +52,7 @@ class IngestQueueMixin(PostgresConnection):
                 raise TableNotFoundError(f"no table with id {table_id}") from e
             return None
 
-        return self._run(f"queue {len(new)} ingest requests for table {table_id}", fn,
+        return self._db.run(f"queue {len(new)} ingest requests for table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED, idempotent=client_write is not None)
 
     def pending_ingest_requests(self, table_id: str, limit: Optional[int] = None) -> list[IngestRequest]:
@@ -71,7 +74,7 @@ class IngestQueueMixin(PostgresConnection):
                         " WHERE table_id = %s AND request_id = ANY(%s)", (job_id, table_id, ids))
             return True
 
-        return self._run(f"assign ingest requests of table {table_id} to job {job_id}", fn,
+        return self._db.run(f"assign ingest requests of table {table_id} to job {job_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED)
 
     def finish_ingest_job(self, table_id: str, job_id: str, ok: bool, error: Optional[str] = None, *,
@@ -92,7 +95,7 @@ class IngestQueueMixin(PostgresConnection):
                 require_table_id(cur, table_id)
             return n
 
-        return self._run(f"finish ingest job {job_id} of table {table_id}", fn,
+        return self._db.run(f"finish ingest job {job_id} of table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED)
 
     def list_ingest_requests(self, table_id: str, *, status: Optional[str] = None,
@@ -110,5 +113,5 @@ class IngestQueueMixin(PostgresConnection):
                 require_table_id(cur, table_id)
             return [IngestRequest(*r) for r in rows]
 
-        return self._run(f"list ingest requests of table {table_id}", fn,
+        return self._db.run(f"list ingest requests of table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED, read_only=True)

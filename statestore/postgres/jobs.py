@@ -33,8 +33,11 @@ def upsert_job(cur: psycopg.Cursor[Any], record: JobRecord) -> None:
     cur.execute(_UPSERT, [d[c] for c in _COLUMNS])
 
 
-class JobsMixin(PostgresConnection):
-    """The job status part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+class PostgresJobs:
+    """The job tracker of :class:`~statestore.postgres.store.PostgresStateStore`."""
+
+    def __init__(self, db: PostgresConnection) -> None:
+        self._db = db
 
     # ----- job status -----------------------------------------------------------------
     def put_job(self, record: JobRecord) -> None:
@@ -42,7 +45,7 @@ class JobsMixin(PostgresConnection):
             require_table_id(cur, record.table_id)
             upsert_job(cur, record)
 
-        self._run(f"save job {record.job_id}", fn, isolation=IsolationLevel.READ_COMMITTED)
+        self._db.run(f"save job {record.job_id}", fn, isolation=IsolationLevel.READ_COMMITTED)
 
     def heartbeat_jobs(self, table_id: str, job_ids: Sequence[str], at_ms: int) -> int:
         def fn(cur: psycopg.Cursor[Any]) -> int:
@@ -51,7 +54,7 @@ class JobsMixin(PostgresConnection):
                         " WHERE table_id = %s AND job_id = ANY(%s)", (at_ms, table_id, list(job_ids)))
             return cur.rowcount
 
-        return self._run(f"refresh {len(job_ids)} running jobs of table {table_id}", fn,
+        return self._db.run(f"refresh {len(job_ids)} running jobs of table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED)
 
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
@@ -60,7 +63,7 @@ class JobsMixin(PostgresConnection):
             row = cur.fetchone()
             return None if row is None else job_from_row(row)
 
-        return self._run(f"read job {job_id}", fn, isolation=IsolationLevel.READ_COMMITTED, read_only=True)
+        return self._db.run(f"read job {job_id}", fn, isolation=IsolationLevel.READ_COMMITTED, read_only=True)
 
     def list_jobs(self, table_id: str, *, kind: Optional[str] = None,
                   limit: Optional[int] = 1000) -> list[JobRecord]:
@@ -70,7 +73,7 @@ class JobsMixin(PostgresConnection):
                         (table_id, kind, kind, None if limit is None else max(0, limit)))
             return [job_from_row(r) for r in cur.fetchall()]
 
-        return self._run(f"list jobs of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED,
+        return self._db.run(f"list jobs of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED,
                          read_only=True)
 
     def open_jobs(self, table_id: str) -> list[JobRecord]:
@@ -82,7 +85,7 @@ class JobsMixin(PostgresConnection):
                         " AND status IN ('created', 'started', 'finished')", (table_id,))
             return [job_from_row(r) for r in cur.fetchall()]
 
-        return self._run(f"list the open jobs of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED,
+        return self._db.run(f"list the open jobs of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED,
                          read_only=True)
 
     def in_flight_outputs(self, table_id: str, active_since_ms: int) -> set[str]:
@@ -95,13 +98,5 @@ class JobsMixin(PostgresConnection):
                         (table_id, active_since_ms))
             return {r[0] for r in cur.fetchall()}
 
-        return self._run(f"list in-flight outputs of table {table_id}", fn,
+        return self._db.run(f"list in-flight outputs of table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED, read_only=True)
-
-    def prune_commit_ids(self, table_id: str, before_ms: int) -> int:
-        def fn(cur: psycopg.Cursor[Any]) -> int:
-            require_table_id(cur, table_id)
-            cur.execute("DELETE FROM commit_ids WHERE table_id = %s AND applied_ms < %s", (table_id, before_ms))
-            return cur.rowcount
-
-        return self._run(f"prune commit ids of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED)

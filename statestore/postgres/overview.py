@@ -27,8 +27,12 @@ def _with_references(cur: psycopg.Cursor[Any], table_id: str, files: list[Any]) 
     return [FileStatus(name, when, tuple(refs[name])) for name, when in files]
 
 
-class OverviewMixin(PostgresConnection):
-    """The overview part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+class PostgresOverview:
+    """The file pages and overviews of :class:`~statestore.postgres.store.PostgresStateStore`
+    (part of its table commits role): each read in one REPEATABLE READ snapshot."""
+
+    def __init__(self, db: PostgresConnection) -> None:
+        self._db = db
 
     def file_page(self, table_id: str, *, after: Optional[str] = None, limit: int = 1000) -> list[FileStatus]:
         """See :meth:`StateStore.file_page`: reads only the page (by the files' primary key)."""
@@ -39,7 +43,7 @@ class OverviewMixin(PostgresConnection):
                         (table_id, after, after, max(0, limit)))
             return _with_references(cur, table_id, cur.fetchall())
 
-        return self._run(f"list files of table {table_id}", fn, isolation=IsolationLevel.REPEATABLE_READ,
+        return self._db.run(f"list files of table {table_id}", fn, isolation=IsolationLevel.REPEATABLE_READ,
                          read_only=True)
 
     def overview(self, table_id: str, *, file_limit: int = DEFAULT_FILE_SAMPLE) -> TableOverview:
@@ -61,5 +65,5 @@ class OverviewMixin(PostgresConnection):
             return TableOverview(partitions, counts, files, sum(c.files for c in counts.values()), unreferenced,
                                  sample)
 
-        return self._run(f"overview of table {table_id}", fn, isolation=IsolationLevel.REPEATABLE_READ,
+        return self._db.run(f"overview of table {table_id}", fn, isolation=IsolationLevel.REPEATABLE_READ,
                          read_only=True)

@@ -116,7 +116,7 @@ def test_a_commit_retried_after_a_serialization_failure_is_counted(sleeper: Slee
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import psycopg
 
-    from statestore.postgres import store as pg_store
+    from statestore.postgres import table_commits as pg_store
 
     real = pg_store.commit_attempt
     failures = [1]

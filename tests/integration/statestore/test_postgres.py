@@ -24,7 +24,7 @@ from statestore import (
 from statestore.postgres import PostgresStateStore, migrate, migrations
 from statestore.postgres import commits as pg_commits
 from statestore.postgres import diff as pg_diff
-from statestore.postgres import store as pg_store
+from statestore.postgres import table_commits as pg_store
 from statestore.postgres.embedded import EmbeddedPostgres
 from statestore.retry import Backoff
 
