@@ -1,5 +1,11 @@
 """The StateStore abstract base class: the table catalog plus each table's state.
 
+The same methods, grouped by what a caller needs, are the roles of
+:mod:`statestore.roles` (catalog, table commits, job tracker, leases, ingest queue,
+write buffer, client writes, history); a caller types against the role it uses, and a
+backend may build one object per role over one connection
+(:class:`~statestore.composed.ComposedStateStore`; docs/adr/0016-state-store-roles.md).
+
 Guarantees every backend gives:
 
 * :meth:`StateStore.commit` is atomic: a transaction is validated against the
