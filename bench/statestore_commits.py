@@ -54,7 +54,7 @@ def select_one_baseline(dsn: str, seconds: float = 3.0) -> tuple[float, float]:
     """Trivial ``SELECT 1`` round trips/s, each thread on a connection of its own from the
     store's pool: from THREADS threads and from one."""
     with PostgresStateStore(dsn, max_connections=THREADS) as store, ExitStack() as stack:
-        conns = [stack.enter_context(store._connection()) for _ in range(THREADS)]
+        conns = [stack.enter_context(store.db.connection()) for _ in range(THREADS)]
 
         def select_one(i: int, seconds: float) -> int:
             n = 0

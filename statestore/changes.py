@@ -93,8 +93,7 @@ class TableChanges:
         from the token this answer was asked with up to :attr:`token`."""
         if self.full:
             state.partitions.clear()
-            state.references.clear()
-            state.refs_by_file.clear()
+            state.clear_references()
         for pid in self.partition_ids:
             state.partitions.pop(pid, None)
         for p in self.partitions:
@@ -102,8 +101,7 @@ class TableChanges:
         for name in self.filenames:
             for pid in list(state.refs_by_file.get(name, ())):
                 state.remove_reference(name, pid)
-        for r in self.references:
-            state.put_reference(r)
+        state.put_references(self.references)
         if self.tombstones is not None:
             state.tombstones = {t.number: t for t in self.tombstones}
 

@@ -37,14 +37,14 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
-from statestore.codec import Record
 from statestore.deletes import Tombstone
 from statestore.errors import SleeperError
 from statestore.properties import HISTORY_RETENTION_MINUTES
 from statestore.state import TableState
+from statestore.summaries import TransactionSummary
 
 if TYPE_CHECKING:
-    from statestore.store import StateStore
+    from statestore.roles import History
     from statestore.transactions import Transaction
 
 
@@ -55,35 +55,6 @@ AsOf = Union[int, datetime.datetime]
 class HistoryError(SleeperError):
     """An as-of read was refused: the transaction does not exist, or the time or the
     state is older than the table's history retention. Nothing was read."""
-
-
-@dataclass(frozen=True)
-class TransactionSummary(Record):
-    """What one transaction did to a table.
-
-    Attributes:
-        number: the transaction number (see the module docstring).
-        time_ms: when it committed (ms since the epoch, the committer's clock).
-        kind: the transaction's type (``add_files``, ``replace_file_references``, ...).
-        files_added / records_added: files that had no reference before and have some
-            after, and the records of their references.
-        files_removed / records_removed: files that had references before and none
-            after, and the records those references held. A reference that only moved
-            (pushed down to child partitions) counts in neither.
-        job_id: the job that made it (its job record, or the compaction job), if any.
-        detail: a short note for kinds whose files say little (a delete's ranges, the
-            files a GC forgot, a split partition).
-    """
-
-    number: int
-    time_ms: int
-    kind: str
-    files_added: int = 0
-    files_removed: int = 0
-    records_added: int = 0
-    records_removed: int = 0
-    job_id: Optional[str] = None
-    detail: Optional[str] = None
 
 
 def fragment_of(state: TableState, txn: Transaction) -> TableState:
@@ -211,7 +182,7 @@ def retention_ms(properties: Any) -> int:
     return int(properties.get_int(HISTORY_RETENTION_MINUTES)) * 60_000
 
 
-def resolve_as_of(store: StateStore, table_id: str, table_name: str, as_of: AsOf, *, retention: int,
+def resolve_as_of(store: History, table_id: str, table_name: str, as_of: AsOf, *, retention: int,
                   now_ms: int) -> AsOfState:
     """The table's state as of ``as_of`` (a transaction number, or a time: the state
     after the last transaction committed at or before it), refusing with one line of
@@ -223,7 +194,7 @@ def resolve_as_of(store: StateStore, table_id: str, table_name: str, as_of: AsOf
     return AsOfState(number, time_ms, store.state_as_of(table_id, number))
 
 
-def resolve_number(store: StateStore, table_id: str, table_name: str, as_of: AsOf, *, retention: int,
+def resolve_number(store: History, table_id: str, table_name: str, as_of: AsOf, *, retention: int,
                    now_ms: int) -> tuple[int, int]:
     """The number and time of the transaction :func:`resolve_as_of` reads the state
     after, with its refusals; reads a few history entries, not the state."""

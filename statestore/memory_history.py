@@ -1,36 +1,34 @@
 """The in-memory store's history (:mod:`statestore.history`): every commit's summary and
 transaction, kept by :class:`~statestore.memory.InMemoryStateStore`; the state as of a
 transaction is its table's base state with the transactions after it up to the one
-asked for replayed. :meth:`MemoryHistoryMixin.prune_history` folds the transactions no
+asked for replayed. :meth:`MemoryHistory.prune_history` folds the transactions no
 retained state needs into the base (as PostgreSQL forgets its history rows), so a
 delete's body leaves the history as on the other backends."""
 
 from __future__ import annotations
 
-import threading
 from typing import Optional
 
-from statestore.catalog import TableInfo
 from statestore.deletes import TOMBSTONE_GOES, KeyRecord
-from statestore.history import HistoryError, TransactionSummary, replay, retention_ms
+from statestore.history import HistoryError, replay, retention_ms
+from statestore.memory_tables import MemoryTables
 from statestore.state import TableState
-from statestore.store import StateStore
-from statestore.transactions import Transaction
+from statestore.summaries import TransactionSummary
 
 
-class MemoryHistoryMixin(StateStore):
-    """The history part of :class:`~statestore.memory.InMemoryStateStore`."""
+class MemoryHistory:
+    """The history of :class:`~statestore.memory.InMemoryStateStore`: per table, the state
+    after its creation (or after the base number) and every commit since."""
 
-    _lock: threading.RLock
-    # table id -> the state after create_table, and (summary, transaction) of every commit since
-    _first_states: dict[str, TableState]
-    _history: dict[str, list[tuple[TransactionSummary, Optional[Transaction]]]]
-    _tables: dict[str, TableInfo]
-    _versions: dict[str, int]
-    _base_numbers: dict[str, int]  # table id -> the number whose state _first_states holds (0: its creation)
+    def __init__(self, tables: MemoryTables) -> None:
+        self._t = tables
+        self._lock = tables.lock
+        self._history = tables.history
+        self._first_states = tables.first_states
+        self._base_numbers = tables.base_numbers
 
     def _state(self, table_id: str) -> TableState:
-        raise NotImplementedError
+        return self._t.state(table_id)
 
     def history(self, table_id: str, *, limit: int = 20, upto: Optional[int] = None) -> list[TransactionSummary]:
         with self._lock:
@@ -65,7 +63,7 @@ class MemoryHistoryMixin(StateStore):
         that row without its undo record. Returns how many entries went."""
         with self._lock:
             self._state(table_id)
-            info = next(i for i in self._tables.values() if i.table_id == table_id)
+            info = self._t.info(table_id)
             start = now - retention_ms(info)
             log = self._history[table_id]
             boundary = max((i for i, (h, _) in enumerate(log) if h.time_ms < start), default=None)
@@ -80,7 +78,7 @@ class MemoryHistoryMixin(StateStore):
         """The live tombstones and the delete transactions still in the history."""
         with self._lock:
             state = self._state(table_id)
-            info = next(i for i in self._tables.values() if i.table_id == table_id)
+            info = self._t.info(table_id)
             out = [KeyRecord(f"tombstone {t.number}", t.regions, t.where, TOMBSTONE_GOES)
                    for t in sorted(state.tombstones.values(), key=lambda t: t.number)]
             log = self._history[table_id]

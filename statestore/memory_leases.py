@@ -1,21 +1,22 @@
-"""The in-memory store's leases (:mod:`statestore.leases`): one dict under the store's lock;
-a lease held past its expiry counts as free."""
+"""The in-memory store's leases (:mod:`statestore.leases`): one dict of the store's
+:class:`~statestore.memory_tables.MemoryTables` under its lock; a lease held past its
+expiry counts as free."""
 
 from __future__ import annotations
 
-import threading
 from typing import Optional
 
 from statestore.clock import now_ms
 from statestore.leases import Lease
-from statestore.store import StateStore
+from statestore.memory_tables import MemoryTables
 
 
-class MemoryLeasesMixin(StateStore):
-    """The leases part of :class:`~statestore.memory.InMemoryStateStore`."""
+class MemoryLeases:
+    """The leases of :class:`~statestore.memory.InMemoryStateStore`."""
 
-    _lock: threading.RLock
-    _leases: dict[str, Lease]
+    def __init__(self, tables: MemoryTables) -> None:
+        self._lock = tables.lock
+        self._leases = tables.leases
 
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> Optional[Lease]:
         now = now_ms()

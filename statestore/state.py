@@ -20,7 +20,10 @@ class TableState:
     """Mutable table state. Values are frozen, so shallow copies make snapshots.
 
     Invariant: every reference's filename has a record in ``files``; ``refs_by_file``
-    indexes ``references`` by filename.
+    indexes ``references`` by filename. Only :meth:`put_references` (and
+    :meth:`put_reference`), :meth:`remove_reference` and :meth:`clear_references` write
+    those two dicts, so the index cannot drift from the references
+    (``tests/unit/statestore/test_state_invariant.py`` checks that no other module does).
     """
 
     partitions: dict[str, Partition] = field(default_factory=dict)
@@ -49,8 +52,22 @@ class TableState:
 
     # ----- mutation used by transactions --------------------------------------------
     def put_reference(self, ref: FileReference) -> None:
-        self.references[(ref.filename, ref.partition_id)] = ref
-        self.refs_by_file.setdefault(ref.filename, set()).add(ref.partition_id)
+        """Add or replace one reference (see :meth:`put_references`)."""
+        self.put_references((ref,))
+
+    def put_references(self, refs: Iterable[FileReference]) -> None:
+        """Add or replace each of ``refs`` in ``references`` and index it in
+        ``refs_by_file``: the one place that writes both (every loader and transaction
+        adds references through it). The caller keeps the other half of the invariant:
+        each reference's file has a record in ``files``."""
+        references, by_file = self.references, self.refs_by_file
+        for ref in refs:
+            references[(ref.filename, ref.partition_id)] = ref
+            parts = by_file.get(ref.filename)
+            if parts is None:
+                by_file[ref.filename] = {ref.partition_id}
+            else:
+                parts.add(ref.partition_id)
 
     def remove_reference(self, filename: str, partition_id: str) -> None:
         del self.references[(filename, partition_id)]
@@ -58,6 +75,16 @@ class TableState:
         parts.discard(partition_id)
         if not parts:
             del self.refs_by_file[filename]
+
+    def clear_references(self) -> None:
+        """Forget every reference (files, partitions and tombstones stay)."""
+        self.references.clear()
+        self.refs_by_file.clear()
+
+    def clear_files(self) -> None:
+        """Forget every file and reference (partitions and tombstones stay)."""
+        self.clear_references()
+        self.files.clear()
 
     def reference_count(self, filename: str) -> int:
         return len(self.refs_by_file.get(filename, ()))

@@ -1,5 +1,11 @@
 """The StateStore abstract base class: the table catalog plus each table's state.
 
+The same methods, grouped by what a caller needs, are the roles of
+:mod:`statestore.roles` (catalog, table commits, job tracker, leases, ingest queue,
+write buffer, client writes, history); a caller types against the role it uses, and a
+backend may build one object per role over one connection
+(:class:`~statestore.composed.ComposedStateStore`; docs/adr/0016-state-store-roles.md).
+
 Guarantees every backend gives:
 
 * :meth:`StateStore.commit` is atomic: a transaction is validated against the
@@ -33,26 +39,29 @@ from statestore.buffer import BufferSnapshot, BufferStats, RecordBlob
 from statestore.catalog import TableInfo
 from statestore.changes import TableChanges
 from statestore.client_writes import ClientWrite, ClientWriteRecord
-from statestore.deletes import TOMBSTONE_GOES, KeyRecord, Tombstone
+from statestore.deletes import TOMBSTONE_GOES, KeyRecord
 from statestore.errors import NotSupportedError
-from statestore.files import FileReference, FileStatus
-from statestore.history import TransactionSummary
 from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
 from statestore.leases import Lease
-from statestore.overview import DEFAULT_FILE_SAMPLE, TableOverview, overview_of
 from statestore.partitions import Partition
-from statestore.retry import COMMIT_RETRIES
+from statestore.role_defaults import StateReads
 from statestore.schema import Schema
 from statestore.state import TableState
+from statestore.summaries import TransactionSummary
 from statestore.transactions import Transaction
 
 #: How long a backend remembers an applied commit id (see :meth:`StateStore.prune_commit_ids`).
 COMMIT_ID_RETENTION_MS = 24 * 3600 * 1000
 
 
-class StateStore(abc.ABC):
-    """Table catalog and per-table metadata (partitions, file references, files)."""
+class StateStore(StateReads, abc.ABC):
+    """Table catalog and per-table metadata (partitions, file references, files).
+
+    The reads a backend may answer from :meth:`load_state` (partitions, references, file
+    statuses and pages, overview, tombstones), :meth:`sweep_blobs` and
+    :meth:`commit_retries` have their defaults in
+    :class:`~statestore.role_defaults.StateReads`."""
 
     # ----- catalog --------------------------------------------------------------------
     @abc.abstractmethod
@@ -135,16 +144,6 @@ class StateStore(abc.ABC):
     def prune_commit_ids(self, table_id: str, before_ms: int) -> int:
         """Forget the ids of commits applied before ``before_ms``; returns how many."""
 
-    def sweep_blobs(self, table_id: str, *, older_than_ms: int, dry_run: bool = False) -> list[str]:
-        """Delete the objects the backend keeps outside its rows for the table (large
-        bodies, buffered bytes, snapshots) that none of its rows names and that were
-        written before ``older_than_ms`` (an object is written before the row naming it,
-        so a younger one may belong to a write under way); returns their keys (with
-        ``dry_run``, the keys it would delete). Left by a write whose outcome was
-        unknown or a delete that failed. A backend that keeps nothing outside its rows
-        has nothing to sweep."""
-        return []
-
     @abc.abstractmethod
     def load_state(self, table_id: str) -> TableState:
         """A consistent snapshot of the whole state of one table."""
@@ -157,37 +156,6 @@ class StateStore(abc.ABC):
         every commit that returned before this call) and consistent: see
         :mod:`statestore.changes`. An unchanged table costs one small read.
         Raises TableNotFoundError."""
-
-    def partitions(self, table_id: str) -> list[Partition]:
-        return list(self.load_state(table_id).partitions.values())
-
-    def file_references(self, table_id: str) -> list[FileReference]:
-        return list(self.load_state(table_id).references.values())
-
-    def file_statuses(self, table_id: str) -> list[FileStatus]:
-        return self.load_state(table_id).file_statuses()
-
-    def file_page(self, table_id: str, *, after: Optional[str] = None, limit: int = 1000) -> list[FileStatus]:
-        """The tracked files named after ``after`` (None: from the first), by name, at
-        most ``limit``, each with all its references: one page of :meth:`file_statuses`.
-        A backend overrides this to read only the page."""
-        state = self.load_state(table_id)
-        names = sorted(n for n in state.files if after is None or n > after)[:max(0, limit)]
-        return [FileStatus(n, state.files[n].update_time,
-                           tuple(state.references[(n, p)] for p in sorted(state.refs_by_file.get(n, ()))))
-                for n in names]
-
-    def overview(self, table_id: str, *, file_limit: int = DEFAULT_FILE_SAMPLE) -> TableOverview:
-        """The table's partitions with reference and record counts, its totals and its
-        first ``file_limit`` files by name (:mod:`statestore.overview`). A backend
-        overrides this to compute it without loading the whole state."""
-        return overview_of(self.load_state(table_id), file_limit)
-
-    def tombstones(self, table_id: str) -> tuple[int, tuple[Tombstone, ...]]:
-        """The table's delete count and live tombstones, read together
-        (:mod:`statestore.deletes`). A backend overrides this to read only them."""
-        state = self.load_state(table_id)
-        return state.delete_count, tuple(sorted(state.tombstones.values(), key=lambda t: t.number))
 
     def buffer_high_water(self, table_id: str) -> int:
         """The highest sequence number in the table's write buffer now (0 when empty or
@@ -395,13 +363,7 @@ class StateStore(abc.ABC):
         collection calls this. Returns how many entries went."""
         return 0
 
-    def commit_retries(self, table_id: str) -> int:
-        """How many times a commit to the table was tried again in this process since it
-        started (conflicts, serialization failures, lost replies): a process-level count
-        (:data:`statestore.retry.COMMIT_RETRIES`), shared by every store of the process."""
-        return COMMIT_RETRIES.get(table_id)
-
-    def close(self) -> None:  # noqa: B027 - a store holding no connections has nothing to release
+    def close(self) -> None:
         """Release connections. The store is unusable afterwards."""
 
     def __enter__(self) -> StateStore:

@@ -14,9 +14,9 @@ from typing import Any
 def age_files(store: Any, table_id: str, minutes: float = 60) -> None:
     """Move every tracked file's update time of the table ``minutes`` into the past."""
     shift = int(minutes * 60_000)
-    if hasattr(store, "_states"):  # InMemoryStateStore
-        with store._lock:
-            files = store._states[table_id].files
+    if hasattr(store, "tables"):  # InMemoryStateStore
+        with store.tables.lock:
+            files = store.tables.states[table_id].files
             for name, rec in list(files.items()):
                 files[name] = dataclasses.replace(rec, update_time=rec.update_time - shift)
         return
@@ -24,4 +24,4 @@ def age_files(store: Any, table_id: str, minutes: float = 60) -> None:
     def fn(cur: Any) -> None:
         cur.execute("UPDATE files SET update_time = update_time - %s WHERE table_id = %s", (shift, table_id))
 
-    store._run(f"age the files of table {table_id}", fn)
+    store.db.run(f"age the files of table {table_id}", fn)

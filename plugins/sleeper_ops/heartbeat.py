@@ -27,7 +27,7 @@ from statestore.catalog import TableInfo
 from statestore.clock import now_ms
 from statestore.errors import SleeperError
 from statestore.properties import GC_JOB_ABANDON_MINUTES
-from statestore.store import StateStore
+from statestore.roles import JobTracker
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class Heartbeat:
         interval_s: seconds between beats (default: :func:`interval_for` the table).
     """
 
-    def __init__(self, state_store: StateStore, table: TableInfo, job_ids: Iterable[str] = (), *,
+    def __init__(self, state_store: JobTracker, table: TableInfo, job_ids: Iterable[str] = (), *,
                  interval_s: Optional[float] = None, clock: Callable[[], int] = now_ms) -> None:
         self.state_store = state_store
         self.table_id = table.table_id

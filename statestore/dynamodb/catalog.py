@@ -53,7 +53,7 @@ PROPERTY_LIMITS: dict[str, tuple[int, str]] = {
 }
 
 
-def _info(item: dict[str, Any]) -> TableInfo:
+def table_info(item: dict[str, Any]) -> TableInfo:
     pk = get_s(item, "pk") or ""
     return TableInfo(pk[len("id#"):], get_s(item, "name") or "", Schema.from_json(get_s(item, "schema") or ""),
                      json.loads(get_s(item, "properties") or "{}"))
@@ -102,7 +102,7 @@ class CatalogMixin(DynamoBase):
         out: list[TableInfo] = []
         while True:
             page = d.call("list tables", d.client.scan, **kwargs)
-            out.extend(_info(it) for it in page.get("Items", []))
+            out.extend(table_info(it) for it in page.get("Items", []))
             if not page.get("LastEvaluatedKey"):
                 break
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
@@ -122,7 +122,7 @@ class CatalogMixin(DynamoBase):
         raise TableNotFoundError(f"table {name!r} does not exist")
 
     def get_table(self, name: str) -> TableInfo:
-        return _info(self._get_item(name))
+        return table_info(self._get_item(name))
 
     def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
         props = validate_values(properties)
@@ -130,7 +130,7 @@ class CatalogMixin(DynamoBase):
         d = self._dynamo
         for attempt in range(self._backoff.max_attempts):
             item = self._get_item(name)
-            info = _info(item)
+            info = table_info(item)
             merged = apply_update(info.properties, props)
             check_combination(merged)
             try:
@@ -154,7 +154,7 @@ class CatalogMixin(DynamoBase):
         catalog = d.table("catalog")
         for attempt in range(self._backoff.max_attempts):
             item = self._get_item(old)
-            info = _info(item)
+            info = table_info(item)
             if new == old:
                 raise TableExistsError(f"table {new!r} already exists")
             items = [
@@ -197,7 +197,7 @@ class CatalogMixin(DynamoBase):
         catalog = d.table("catalog")
         for attempt in range(self._backoff.max_attempts):
             item = self._get_item(name)
-            info = _info(item)
+            info = table_info(item)
             items = [
                 {"Delete": {"TableName": catalog, "Key": {"pk": s(f"name#{name}")},
                             "ConditionExpression": "table_id = :t", "ExpressionAttributeValues": {

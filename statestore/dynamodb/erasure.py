@@ -29,7 +29,7 @@ from statestore.buffer import RecordBlob
 from statestore.deletes import TOMBSTONE_GOES, KeyRecord, Tombstone
 from statestore.dynamodb import snapshots
 from statestore.dynamodb.base import DynamoBase
-from statestore.dynamodb.catalog import _info as catalog_info
+from statestore.dynamodb.catalog import table_info as catalog_info
 from statestore.dynamodb.connection import get_n, get_s, s
 from statestore.dynamodb.group_batch import PENDING, REQUESTS
 from statestore.dynamodb.log import decode

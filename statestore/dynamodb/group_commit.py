@@ -88,7 +88,7 @@ from statestore.dynamodb.group_batch import (
     refusal,
     verdict_key,
 )
-from statestore.dynamodb.group_requests import _POLL_FIRST, GroupRequestsMixin
+from statestore.dynamodb.group_requests import POLL_FIRST, GroupRequestsMixin
 from statestore.dynamodb.jobs import EncodedJob, StoredJob, job_key
 from statestore.dynamodb.log import EncodedTransaction
 from statestore.dynamodb.sizes import rejection
@@ -108,7 +108,7 @@ log = logging.getLogger(__name__)
 
 #: an owner that waited this long for a verdict leads, whoever's request is oldest
 TAKEOVER_SECONDS = 1.0
-#: the owner's polls: growth and cap (the first pause: group_requests._POLL_FIRST)
+#: the owner's polls: growth and cap (the first pause: group_requests.POLL_FIRST)
 _POLL_GROWTH, _POLL_CAP = 1.5, 0.01
 #: a leader finding fewer requests pending than its last batch held waits this long, at most this often
 _GATHER_SECONDS, _GATHERS = 0.003, 4
@@ -176,7 +176,7 @@ class GroupCommitMixin(GroupRequestsMixin):
         docstring); also whether a write of this call had an unknown outcome."""
         start = time.monotonic()
         deadline = start + self.outcome_timeout_seconds
-        put, pause, uncertain, gathers, first = True, _POLL_FIRST, False, 0, True
+        put, pause, uncertain, gathers, first = True, POLL_FIRST, False, 0, True
         last: Optional[BaseException] = None
         while True:
             if not put and time.monotonic() >= deadline:

@@ -29,7 +29,7 @@ from statestore.errors import CommitOutcomeUnknownError, StateStoreUnavailableEr
 log = logging.getLogger(__name__)
 
 #: the owner's first pause between polls (withdrawing backs off from it too)
-_POLL_FIRST = 0.002
+POLL_FIRST = 0.002
 
 
 class GroupRequestsMixin(CommitsMixin):
@@ -100,7 +100,7 @@ class GroupRequestsMixin(CommitsMixin):
         """Delete this call's pending item and read what became of it: its verdict if a
         leader decided it first, else ``withdrawn`` (it can never apply)."""
         deadline = time.monotonic() + self.outcome_timeout_seconds
-        pause = _POLL_FIRST
+        pause = POLL_FIRST
         while True:
             try:
                 self._delete_pending(table_id, commit_id, nonce)

@@ -28,8 +28,9 @@ from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.blobs import BlobStore
 from statestore.dynamodb.connection import get_n, get_s, n, s
 from statestore.dynamodb.log import decode
-from statestore.history import HistoryError, TransactionSummary, fragment_of, summarise
+from statestore.history import HistoryError, fragment_of, summarise
 from statestore.state import TableState
+from statestore.summaries import TransactionSummary
 from statestore.transactions import DeleteRecords, Transaction
 
 _PROJECTION = "n, time_ms, #k, summary"

@@ -73,7 +73,3 @@ def read_after(dynamo: Dynamo, blobs: BlobStore, table_id: str, after: int) -> l
     items = dynamo.query(f"read the transaction log of table {table_id}", "log", "table_id = :t AND n > :n",
                          {":t": s(table_id), ":n": n(after)})
     return [LoggedTransaction(get_n(it, "n") or 0, get_s(it, "commit_id") or "", decode(it, blobs)) for it in items]
-
-
-def blob_keys(items: list[dict[str, Any]]) -> list[str]:
-    return [k for k in (get_s(it, "body_key") for it in items) if k]

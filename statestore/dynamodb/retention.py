@@ -9,7 +9,7 @@ from typing import Optional
 from statestore import clock
 from statestore.dynamodb import snapshots
 from statestore.dynamodb.base import DynamoBase
-from statestore.dynamodb.catalog import _info as catalog_info
+from statestore.dynamodb.catalog import table_info as catalog_info
 from statestore.dynamodb.connection import n, s
 from statestore.dynamodb.group_batch import prune_requests
 from statestore.history import retention_ms

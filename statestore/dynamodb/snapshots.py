@@ -58,15 +58,7 @@ def decode_state(data: bytes) -> TableState:
     state.files = {f[0]: from_row(FileRecord, f) for f in doc["files"]}
     state.tombstones = {t.number: t for t in (Tombstone.from_dict(d) for d in doc.get("tombstones", ()))}
     state.delete_count = doc.get("delete_count", 0)
-    refs, by_file = state.references, state.refs_by_file
-    for r in doc["references"]:
-        ref = from_row(FileReference, r)
-        refs[(ref.filename, ref.partition_id)] = ref
-        parts = by_file.get(ref.filename)
-        if parts is None:
-            by_file[ref.filename] = {ref.partition_id}
-        else:
-            parts.add(ref.partition_id)
+    state.put_references(from_row(FileReference, r) for r in doc["references"])
     return state
 
 

@@ -22,7 +22,7 @@ from statestore.dynamodb.blobs import BlobStore, open_blob_store
 from statestore.dynamodb.buffer import MAX_FLUSH_ENTRIES
 from statestore.dynamodb.cache import CachedTable, StateCache
 from statestore.dynamodb.catalog import CatalogMixin
-from statestore.dynamodb.catalog import _info as catalog_info
+from statestore.dynamodb.catalog import table_info as catalog_info
 from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping
 from statestore.dynamodb.connection import Dynamo, DynamoOptions, cancellation_codes
 from statestore.dynamodb.contention import Contention

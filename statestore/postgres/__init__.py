@@ -28,14 +28,20 @@ Connections come from a small pool opened on first use; :meth:`close` closes it.
 Migrations (``include/sql/NNN_*.sql``) are applied on first use under an advisory
 lock, recorded in ``schema_migrations``.
 
-Modules, one per role: :mod:`~statestore.postgres.connections` (pool, retry loop),
+Modules, one per role: :mod:`~statestore.postgres.connections` (:class:`PostgresConnection`:
+connections and the retry loop, the one object every role shares),
 :mod:`~statestore.postgres.migrate`, :mod:`~statestore.postgres.rows` (reads),
-:mod:`~statestore.postgres.commits` (one commit attempt), :mod:`~statestore.postgres.diff`
-(writing the difference), :mod:`~statestore.postgres.catalog`, :mod:`~statestore.postgres.jobs`,
+:mod:`~statestore.postgres.table_commits` (the table commits role; one commit attempt in
+:mod:`~statestore.postgres.commits`, the difference written by
+:mod:`~statestore.postgres.diff`, incremental reads in :mod:`~statestore.postgres.changes`,
+pages and overviews in :mod:`~statestore.postgres.overview`),
+:mod:`~statestore.postgres.catalog`, :mod:`~statestore.postgres.jobs`,
 :mod:`~statestore.postgres.leases`, :mod:`~statestore.postgres.ingest_queue`,
-:mod:`~statestore.postgres.store` (:class:`PostgresStateStore`, :func:`open_postgres`) and
-:mod:`~statestore.postgres.embedded` (the embedded server). psycopg is imported only in
-this package.
+:mod:`~statestore.postgres.buffer`, :mod:`~statestore.postgres.client_writes`,
+:mod:`~statestore.postgres.history`, :mod:`~statestore.postgres.store`
+(:class:`PostgresStateStore`: the role objects over one connection, and
+:func:`open_postgres`) and :mod:`~statestore.postgres.embedded` (the embedded server).
+psycopg is imported only in this package.
 """
 
 from statestore.postgres.migrate import MIGRATIONS_DIR, create_database_if_missing, migrate, migrations

@@ -10,18 +10,19 @@ flush's removal of entries is part of its commit (:mod:`statestore.postgres.comm
 
 from __future__ import annotations
 
-from typing import Any, Collection, Optional
+from typing import Any, Collection, Iterator, Optional
 
 import psycopg
 from psycopg import IsolationLevel
 from psycopg import errors as pg_errors
 
-from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_message
+from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, RecordBlob, full_message
 from statestore.client_writes import ClientWrite
 from statestore.clock import now_ms
 from statestore.errors import BufferFullError, TableNotFoundError
-from statestore.postgres.client_writes import KEYED_APPEND, ClientWritesMixin, earlier_on
-from statestore.postgres.rows import _require_table_id
+from statestore.postgres.client_writes import KEYED_APPEND, earlier_on
+from statestore.postgres.connections import PostgresConnection
+from statestore.postgres.rows import require_table_id
 
 #: "no limit" for the backpressure check
 _UNLIMITED = 1 << 62
@@ -42,8 +43,15 @@ _LIST = ("SELECT h.present, h.flushes, b.seq, b.rows, b.written_ms FROM"
 _FLUSHES = "SELECT coalesce((SELECT flushes FROM write_buffer_flushes WHERE table_id = %s), 0)"
 
 
-class WriteBufferMixin(ClientWritesMixin):
-    """The write buffer part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+class PostgresWriteBuffer:
+    """The write buffer of :class:`~statestore.postgres.store.PostgresStateStore` (records in
+    its rows only: no blobs)."""
+
+    #: no limit on the entries one commit may remove
+    buffer_max_flush_entries: Optional[int] = None
+
+    def __init__(self, db: PostgresConnection) -> None:
+        self._db = db
 
     def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None,
                       client_write: Optional[ClientWrite] = None) -> int:
@@ -69,7 +77,7 @@ class WriteBufferMixin(ClientWritesMixin):
                 return earlier.seq
             return None if row is None else int(row[0])
 
-        seq = self._retrying(f"write {rows} records to the buffer of table {table_id}", attempt,
+        seq = self._db.retrying(f"write {rows} records to the buffer of table {table_id}", attempt,
                              idempotent=client_write is not None)
         if seq is not None:
             return seq
@@ -109,7 +117,7 @@ class WriteBufferMixin(ClientWritesMixin):
             return BufferSnapshot(tuple(BufferEntry(q, r, ms, data.get(q)) for q, r, ms in chosen), flushes)
 
         while True:
-            snap = self._retrying(f"read the write buffer of table {table_id}", attempt, idempotent=True)
+            snap = self._db.retrying(f"read the write buffer of table {table_id}", attempt, idempotent=True)
             if snap is not None:
                 return snap
 
@@ -118,11 +126,11 @@ class WriteBufferMixin(ClientWritesMixin):
         def fn(cur: psycopg.Cursor[Any]) -> int:
             top = cur.execute("SELECT max(seq) FROM write_buffer WHERE table_id = %s", (table_id,)).fetchone()
             if top is None or top[0] is None:
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
                 return 0
             return int(top[0])
 
-        return self._run(f"read the write buffer's last sequence number of table {table_id}", fn,
+        return self._db.run(f"read the write buffer's last sequence number of table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED, read_only=True)
 
     def buffer_stats(self, table_id: str) -> BufferStats:
@@ -132,8 +140,12 @@ class WriteBufferMixin(ClientWritesMixin):
                 (table_id,), prepare=True).fetchone()
             flushes = int(cur.execute(_FLUSHES, (table_id,), prepare=True).fetchone()[0])  # type: ignore[index]
             if not n:
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
             return BufferStats(int(n), int(rows), None if oldest is None else int(oldest), flushes)
 
-        return self._run(f"read the write buffer stats of table {table_id}", fn,
+        return self._db.run(f"read the write buffer stats of table {table_id}", fn,
                          isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
+
+    def record_blobs(self, table_id: str) -> Iterator[RecordBlob]:
+        """None: the records are in the rows only."""
+        return iter(())

@@ -15,16 +15,19 @@ from statestore.catalog import TableInfo
 from statestore.errors import StateStoreUnavailableError, TableExistsError, TableNotFoundError
 from statestore.partitions import Partition
 from statestore.postgres.connections import PostgresConnection
-from statestore.postgres.diff import _write_diff
-from statestore.postgres.rows import _require_table, _table_info
+from statestore.postgres.diff import write_diff
+from statestore.postgres.rows import require_table, table_info
 from statestore.properties import check_combination, split_update, validate_properties, validate_values
 from statestore.schema import Schema
 from statestore.state import TableState
 from statestore.transactions import InitialisePartitions
 
 
-class CatalogMixin(PostgresConnection):
-    """The table catalog part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+class PostgresCatalog:
+    """The table catalog of :class:`~statestore.postgres.store.PostgresStateStore`."""
+
+    def __init__(self, db: PostgresConnection) -> None:
+        self._db = db
 
     # ----- catalog --------------------------------------------------------------------
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
@@ -43,11 +46,11 @@ class CatalogMixin(PostgresConnection):
             state = TableState()
             init.validate(state)
             init.apply(state)
-            _write_diff(cur, table_id, TableState(), state)
+            write_diff(cur, table_id, TableState(), state)
             return TableInfo(table_id, name, schema, props)
 
         try:
-            return self._run(f"create table {name!r}", fn)
+            return self._db.run(f"create table {name!r}", fn)
         except StateStoreUnavailableError as e:
             # the connection was lost, perhaps after COMMIT: the fresh id says whether it applied
             if not isinstance(e.__cause__, psycopg.OperationalError):
@@ -63,15 +66,15 @@ class CatalogMixin(PostgresConnection):
     def list_tables(self) -> list[TableInfo]:
         def fn(cur: psycopg.Cursor[Any]) -> list[TableInfo]:
             cur.execute("SELECT table_id, name, schema, properties FROM tables ORDER BY name")
-            return [_table_info(r) for r in cur.fetchall()]
+            return [table_info(r) for r in cur.fetchall()]
 
-        return self._read_one("list tables", fn)
+        return self._db.read_one("list tables", fn)
 
     def get_table(self, name: str) -> TableInfo:
         def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
-            return _table_info(_require_table(cur, name))
+            return table_info(require_table(cur, name))
 
-        return self._read_one(f"get table {name!r}", fn)
+        return self._db.read_one(f"get table {name!r}", fn)
 
     def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
         to_set, to_clear = split_update(validate_values(properties))
@@ -82,23 +85,23 @@ class CatalogMixin(PostgresConnection):
                               (Jsonb(to_set), list(to_clear), name)).fetchone()
             if row is None:
                 raise TableNotFoundError(f"table {name!r} does not exist")
-            info = _table_info(row)
+            info = table_info(row)
             check_combination(info.properties)  # raising rolls the update back
             return info
 
-        return self._run(f"update properties of {name!r}", fn)
+        return self._db.run(f"update properties of {name!r}", fn)
 
     def rename_table(self, old: str, new: str) -> TableInfo:
         def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
-            table_id = _require_table(cur, old)[0]
+            table_id = require_table(cur, old)[0]
             if cur.execute("SELECT 1 FROM tables WHERE name = %s", (new,)).fetchone() is not None:
                 raise TableExistsError(f"table {new!r} already exists")
             row = cur.execute("UPDATE tables SET name = %s WHERE table_id = %s"
                               " RETURNING table_id, name, schema, properties", (new, table_id)).fetchone()
             assert row is not None  # the row was read above in this transaction
-            return _table_info(row)
+            return table_info(row)
 
-        return self._run(f"rename table {old!r}", fn)
+        return self._db.run(f"rename table {old!r}", fn)
 
     def delete_table(self, name: str) -> TableInfo:
         def fn(cur: psycopg.Cursor[Any]) -> TableInfo:
@@ -109,6 +112,6 @@ class CatalogMixin(PostgresConnection):
             for table in ("file_references", "files", "partitions", "jobs", "commit_ids", "state_changes",
                           "state_change_horizon", "table_deletes", "table_history"):
                 cur.execute(sql.SQL("DELETE FROM {} WHERE table_id = %s").format(sql.Identifier(table)), (row[0],))
-            return _table_info(row)
+            return table_info(row)
 
-        return self._run(f"delete table {name!r}", fn)
+        return self._db.run(f"delete table {name!r}", fn)

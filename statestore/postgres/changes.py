@@ -5,7 +5,7 @@
   database transaction (:func:`statestore.postgres.diff.log_change`): its transaction id and the partition ids
   and filenames whose rows it changed.
 * A reader's token is the PostgreSQL snapshot its copy is exact at. A read
-  (:meth:`ChangesMixin.changes_since`) sends, in one pipeline and one REPEATABLE READ
+  (:meth:`PostgresChanges.changes_since`) sends, in one pipeline and one REPEATABLE READ
   transaction, the catalog row with the current snapshot, the log rows of transactions
   that snapshot sees and the held one did not (an index range scan from the held
   snapshot's xmin), and the prune horizon; when nothing changed, one statement doing
@@ -30,17 +30,17 @@ from psycopg import IsolationLevel
 from statestore.changes import TableChanges, is_token_of
 from statestore.errors import TableNotFoundError
 from statestore.files import FileReference
-from statestore.postgres.commits import _pipelined, _rollback_quietly
+from statestore.postgres.commits import pipelined, rollback_quietly
 from statestore.postgres.connections import PostgresConnection
 from statestore.postgres.rows import (
-    _PARTITION_COLUMNS,
-    _REF_COLUMNS,
-    _TOMBSTONES,
-    _fill_tombstones,
-    _gc_paused,
-    _partition_from_row,
-    _require_table_id,
-    _table_info,
+    PARTITION_COLUMNS,
+    REF_COLUMNS,
+    TOMBSTONES,
+    fill_tombstones,
+    gc_paused,
+    partition_from_row,
+    require_table_id,
+    table_info,
 )
 from statestore.state import TableState
 
@@ -64,8 +64,12 @@ def prune_changes(cur: psycopg.Cursor[Any], table_id: str, before_ms: int) -> in
     return int(count)
 
 
-class ChangesMixin(PostgresConnection):
-    """The incremental read part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+class PostgresChanges:
+    """The incremental reads of :class:`~statestore.postgres.store.PostgresStateStore` (part of
+    its table commits role)."""
+
+    def __init__(self, db: PostgresConnection) -> None:
+        self._db = db
 
     def transaction_number(self, table_id: str) -> int:
         """See :meth:`StateStore.transaction_number`: the largest transaction id in the
@@ -74,7 +78,7 @@ class ChangesMixin(PostgresConnection):
         number of the table's newest transaction in :meth:`history`."""
 
         def fn(cur: psycopg.Cursor[Any]) -> int:
-            _require_table_id(cur, table_id)
+            require_table_id(cur, table_id)
             cur.execute("SELECT greatest((SELECT max(xid)::text::bigint FROM state_changes WHERE table_id = %s),"
                         " (SELECT pruned_xid::text::bigint FROM state_change_horizon WHERE table_id = %s),"
                         " (SELECT max(number) FROM table_history WHERE table_id = %s))",
@@ -82,7 +86,7 @@ class ChangesMixin(PostgresConnection):
             row = cur.fetchone()
             return int(row[0]) if row and row[0] is not None else 0
 
-        return self._run(f"read the transaction number of table {table_id}", fn,
+        return self._db.run(f"read the transaction number of table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED, read_only=True)
 
     def changes_since(self, table_id: str, since: Any = None) -> TableChanges:
@@ -91,11 +95,11 @@ class ChangesMixin(PostgresConnection):
         snapshot: Optional[str] = held[0] if held else None
         what = f"read the changes of table {table_id}"
         if snapshot is None:
-            return self._retrying(what, lambda conn: _whole_at_once(conn, table_id), idempotent=True)
-        quick = self._retrying(what, lambda conn: _unchanged(conn, table_id, snapshot), idempotent=True)
+            return self._db.retrying(what, lambda conn: _whole_at_once(conn, table_id), idempotent=True)
+        quick = self._db.retrying(what, lambda conn: _unchanged(conn, table_id, snapshot), idempotent=True)
         if quick is not None:
             return quick
-        out = self._retrying(what, lambda conn: _attempt(conn, table_id, snapshot, rows=True), idempotent=True)
+        out = self._db.retrying(what, lambda conn: _attempt(conn, table_id, snapshot, rows=True), idempotent=True)
         assert out is not None
         return out
 
@@ -134,7 +138,7 @@ def _unchanged(conn: psycopg.Connection[Any], table_id: str, snapshot: str) -> O
         raise TableNotFoundError(f"no table with id {table_id}")
     if row[5] or row[6]:
         return None
-    return TableChanges(_table_info(row[:4]), ("postgres", row[4]), False, buffer_mark=_mark(row[7:10]))
+    return TableChanges(table_info(row[:4]), ("postgres", row[4]), False, buffer_mark=_mark(row[7:10]))
 
 
 def _whole_at_once(conn: psycopg.Connection[Any], table_id: str) -> TableChanges:
@@ -146,22 +150,22 @@ def _whole_at_once(conn: psycopg.Connection[Any], table_id: str) -> TableChanges
         conn.execute(_BEGIN)
         table = conn.execute("SELECT t.table_id, t.name, t.schema, t.properties, pg_current_snapshot()::text, "
                              + _MARK_COLUMNS + " FROM tables t WHERE t.table_id = %s", (table_id,))
-        parts = conn.execute(f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE table_id = %s", (table_id,))
-        refs = conn.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s", (table_id,))
-        tombstones = conn.execute(_TOMBSTONES, (table_id,))
+        parts = conn.execute(f"SELECT {PARTITION_COLUMNS} FROM partitions WHERE table_id = %s", (table_id,))
+        refs = conn.execute(f"SELECT {REF_COLUMNS} FROM file_references WHERE table_id = %s", (table_id,))
+        tombstones = conn.execute(TOMBSTONES, (table_id,))
         conn.execute("COMMIT")
-        with _gc_paused():
+        with gc_paused():
             return table.fetchone(), parts.fetchall(), refs.fetchall(), tombstones.fetchone()
 
     try:
-        row, parts, refs, tombstones = _pipelined(conn, send)
+        row, parts, refs, tombstones = pipelined(conn, send)
     except BaseException:
-        _rollback_quietly(conn)
+        rollback_quietly(conn)
         raise
     if row is None:
         raise TableNotFoundError(f"no table with id {table_id}")
-    with _gc_paused():
-        whole = TableChanges.whole(_table_info(row[:4]), ("postgres", row[4]), _state_of(parts, refs, tombstones))
+    with gc_paused():
+        whole = TableChanges.whole(table_info(row[:4]), ("postgres", row[4]), _state_of(parts, refs, tombstones))
     return replace(whole, buffer_mark=_mark(row[5:8]))
 
 
@@ -187,10 +191,10 @@ def _attempt(conn: psycopg.Connection[Any], table_id: str, snapshot: Optional[st
                 horizon.fetchone() if horizon is not None else None)
 
     try:
-        row, log, horizon = _pipelined(conn, first)
+        row, log, horizon = pipelined(conn, first)
         if row is None:
             raise TableNotFoundError(f"no table with id {table_id}")
-        info, token = _table_info(row[:4]), ("postgres", row[4])
+        info, token = table_info(row[:4]), ("postgres", row[4])
         full = snapshot is None or bool(horizon and horizon[0]) or any(r[0] for r in log)
         if not rows:
             return None if full or log else TableChanges(info, token, False)
@@ -203,16 +207,16 @@ def _attempt(conn: psycopg.Connection[Any], table_id: str, snapshot: Optional[st
         conn.execute("COMMIT")
         return out
     except BaseException:
-        _rollback_quietly(conn)
+        rollback_quietly(conn)
         raise
 
 
 def _read_whole(conn: psycopg.Connection[Any], table_id: str, info: Any, token: Any) -> TableChanges:
-    parts = conn.execute(f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE table_id = %s", (table_id,)).fetchall()
-    with _gc_paused():
-        refs = conn.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s",
+    parts = conn.execute(f"SELECT {PARTITION_COLUMNS} FROM partitions WHERE table_id = %s", (table_id,)).fetchall()
+    with gc_paused():
+        refs = conn.execute(f"SELECT {REF_COLUMNS} FROM file_references WHERE table_id = %s",
                             (table_id,)).fetchall()
-        tombstones = conn.execute(_TOMBSTONES, (table_id,)).fetchone()
+        tombstones = conn.execute(TOMBSTONES, (table_id,)).fetchone()
         return TableChanges.whole(info, token, _state_of(parts, refs, tombstones))
 
 
@@ -220,11 +224,11 @@ def _state_of(parts: Any, refs: Any, tombstones: Any) -> TableState:
     """The table state held by its partition, reference and tombstone rows."""
     state = TableState()
     for p in parts:
-        part = _partition_from_row(p)
+        part = partition_from_row(p)
         state.partitions[part.id] = part
     for r in refs:
         state.put_reference(FileReference(*r))
-    _fill_tombstones(state, tombstones)
+    fill_tombstones(state, tombstones)
     return state
 
 
@@ -233,11 +237,11 @@ def _read_rows(conn: psycopg.Connection[Any], table_id: str, info: Any, token: A
     parts: list[Any] = []
     refs: list[Any] = []
     if pids:
-        parts = conn.execute(f"SELECT {_PARTITION_COLUMNS} FROM partitions WHERE table_id = %s"
+        parts = conn.execute(f"SELECT {PARTITION_COLUMNS} FROM partitions WHERE table_id = %s"
                              " AND partition_id = ANY(%s)", (table_id, list(pids))).fetchall()
     if names:
-        refs = conn.execute(f"SELECT {_REF_COLUMNS} FROM file_references WHERE table_id = %s AND filename = ANY(%s)",
+        refs = conn.execute(f"SELECT {REF_COLUMNS} FROM file_references WHERE table_id = %s AND filename = ANY(%s)",
                             (table_id, list(names))).fetchall()
-    tombstones = _fill_tombstones(TableState(), conn.execute(_TOMBSTONES, (table_id,)).fetchone()).tombstones
-    return TableChanges(info, token, False, frozenset(pids), tuple(_partition_from_row(p) for p in parts),
+    tombstones = fill_tombstones(TableState(), conn.execute(TOMBSTONES, (table_id,)).fetchone()).tombstones
+    return TableChanges(info, token, False, frozenset(pids), tuple(partition_from_row(p) for p in parts),
                         frozenset(names), tuple(FileReference(*r) for r in refs), tuple(tombstones.values()))

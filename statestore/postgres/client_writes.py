@@ -12,14 +12,17 @@ retried on a fresh connection.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import psycopg
 from psycopg import IsolationLevel
 
 from statestore.client_writes import ClientWrite, ClientWriteRecord
 from statestore.postgres.connections import PostgresConnection
-from statestore.postgres.rows import _require_table_id
+from statestore.postgres.rows import require_table_id
+
+if TYPE_CHECKING:
+    from statestore.roles import IngestQueue
 
 _SELECT = ("SELECT request_id, digest, seq, answer, written_ms FROM client_writes"
            " WHERE table_id = %s AND request_id = %s")
@@ -66,24 +69,32 @@ def _record(row: Any) -> ClientWriteRecord:
     return ClientWriteRecord(str(row[0]), str(row[1]), int(row[2]), str(row[3]), int(row[4]))
 
 
-class ClientWritesMixin(PostgresConnection):
-    """The idempotency keys part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+class PostgresClientWrites:
+    """The client writes' keys of :class:`~statestore.postgres.store.PostgresStateStore`; a key
+    is claimed alone by queuing no ingest requests with it (one transaction)."""
+
+    def __init__(self, db: PostgresConnection, queue: IngestQueue) -> None:
+        self._db = db
+        self._queue = queue
 
     def client_write(self, table_id: str, request_id: str) -> Optional[ClientWriteRecord]:
         def fn(cur: psycopg.Cursor[Any]) -> Optional[ClientWriteRecord]:
             row = cur.execute(_SELECT, (table_id, request_id)).fetchone()
             if row is None:
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
             return None if row is None else _record(row)
 
-        return self._run(f"read idempotency key {request_id!r} of table {table_id}", fn,
+        return self._db.run(f"read idempotency key {request_id!r} of table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED, read_only=True)
+
+    def claim_client_write(self, table_id: str, write: ClientWrite) -> Optional[ClientWriteRecord]:
+        return self._queue.add_ingest_requests(table_id, (), client_write=write)
 
     def prune_client_writes(self, table_id: str, before_ms: int) -> int:
         def fn(cur: psycopg.Cursor[Any]) -> int:
-            _require_table_id(cur, table_id)
+            require_table_id(cur, table_id)
             cur.execute("DELETE FROM client_writes WHERE table_id = %s AND written_ms < %s", (table_id, before_ms))
             return cur.rowcount
 
-        return self._run(f"forget old idempotency keys of table {table_id}", fn,
+        return self._db.run(f"forget old idempotency keys of table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED)

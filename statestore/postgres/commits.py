@@ -16,19 +16,19 @@ from statestore.client_writes import ClientWriteRecord
 from statestore.clock import now_ms
 from statestore.errors import BookkeepingError, TableNotFoundError, TransactionError
 from statestore.jobs import check_job_bookkeeping
-from statestore.postgres.diff import _Diff, log_change
+from statestore.postgres.diff import Diff, log_change
 from statestore.postgres.history import log_history
 from statestore.postgres.jobs import upsert_job
 from statestore.postgres.rows import (
-    _JOB_COLUMNS,
-    _TOMBSTONES,
-    _fill,
-    _fill_fragment,
-    _fill_tombstones,
-    _gc_paused,
-    _job_from_row,
-    _read_all,
-    _read_fragment,
+    JOB_COLUMNS,
+    TOMBSTONES,
+    fill_fragment,
+    fill_state,
+    fill_tombstones,
+    gc_paused,
+    job_from_row,
+    read_all,
+    read_fragment,
 )
 from statestore.state import TableState
 from statestore.transactions import Touches, Transaction
@@ -41,7 +41,7 @@ LARGE_TRANSACTION = 5000
 
 _BEGIN_SERIALIZABLE = "BEGIN ISOLATION LEVEL SERIALIZABLE READ WRITE"
 
-def _rollback_quietly(conn: psycopg.Connection[Any]) -> None:
+def rollback_quietly(conn: psycopg.Connection[Any]) -> None:
     if conn.closed or conn.info.transaction_status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
         return
     try:
@@ -49,7 +49,7 @@ def _rollback_quietly(conn: psycopg.Connection[Any]) -> None:
     except psycopg.Error:
         pass  # a broken connection is discarded by the pool
 
-def _pipelined(conn: psycopg.Connection[Any], body: Callable[[], T]) -> T:
+def pipelined(conn: psycopg.Connection[Any], body: Callable[[], T]) -> T:
     """Run ``body`` in pipeline mode. An error raised in ``body`` wins over the
     "pipeline aborted" that ending the pipeline then reports (which psycopg would
     otherwise log); an error that only shows at the final sync is raised as is."""
@@ -69,7 +69,7 @@ def _pipelined(conn: psycopg.Connection[Any], body: Callable[[], T]) -> T:
 
 
 
-#: returned by :func:`_commit_attempt` when the commit id was already applied
+#: returned by :func:`commit_attempt` when the commit id was already applied
 ALREADY_APPLIED = "already applied"
 
 
@@ -84,7 +84,7 @@ def _check_bookkeeping(conn: psycopg.Connection[Any], table_id: str,
     seen = None if not books.check_id else conn.execute(
         "SELECT 1 FROM commit_ids WHERE table_id = %s AND commit_id = %s", (table_id, books.commit_id))
     job = None if books.job is None else conn.execute(
-        f"SELECT {_JOB_COLUMNS} FROM jobs WHERE table_id = %s AND job_id = %s", (table_id, books.job.job_id))
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE table_id = %s AND job_id = %s", (table_id, books.job.job_id))
     requests = None if books.ingest_job_id is None else conn.execute(
         "SELECT count(*) FROM ingest_requests WHERE table_id = %s AND job_id = %s AND status = 'assigned'",
         (table_id, books.ingest_job_id))
@@ -104,7 +104,7 @@ def _check_bookkeeping(conn: psycopg.Connection[Any], table_id: str,
             return ALREADY_APPLIED
         if job is not None and books.job is not None:
             row = job.fetchone()
-            stored = None if row is None else _job_from_row(row)
+            stored = None if row is None else job_from_row(row)
             if (books.check_id and stored is not None and stored.status == "committed"
                     and stored.outputs == books.job.outputs):
                 return ALREADY_APPLIED  # the job's record is this commit's ledger entry
@@ -149,7 +149,7 @@ def _write_bookkeeping(cur: psycopg.Cursor[Any], table_id: str, books: Bookkeepi
                     " DO UPDATE SET flushes = write_buffer_flushes.flushes + 1", (table_id,))
 
 
-def _commit_attempt(conn: psycopg.Connection[Any], table_id: str, txn: Transaction,
+def commit_attempt(conn: psycopg.Connection[Any], table_id: str, txn: Transaction,
                     touches: Touches, books: Bookkeeping) -> Optional[TransactionError | str]:
     """One attempt at a commit, in few round trips: BEGIN and the reads go in one
     pipeline; the writes and COMMIT in another (or with COPY, for large inserts).
@@ -160,24 +160,24 @@ def _commit_attempt(conn: psycopg.Connection[Any], table_id: str, txn: Transacti
         conn.execute(_BEGIN_SERIALIZABLE)
         table = conn.execute("SELECT 1 FROM tables WHERE table_id = %s", (table_id,))
         check = _check_bookkeeping(conn, table_id, books)
-        tombstones = (conn.execute(_TOMBSTONES, (table_id,))
+        tombstones = (conn.execute(TOMBSTONES, (table_id,))
                       if touches.tombstones or touches.whole_table else None)
         if touches.whole_table:
-            reads = _read_all(conn, table_id)
+            reads = read_all(conn, table_id)
             if table.fetchone() is None:
                 raise TableNotFoundError(f"no table with id {table_id}")
-            state = _fill(TableState(), *(c.fetchall() for c in reads))
+            state = fill_state(TableState(), *(c.fetchall() for c in reads))
         else:
-            partitions, files = _read_fragment(conn, table_id, touches)
+            partitions, files = read_fragment(conn, table_id, touches)
             if table.fetchone() is None:
                 raise TableNotFoundError(f"no table with id {table_id}")
-            state = _fill_fragment(partitions.fetchall() if partitions else [], files.fetchall() if files else [])
-        return check(), _fill_tombstones(state, tombstones.fetchone() if tombstones is not None else None)
+            state = fill_fragment(partitions.fetchall() if partitions else [], files.fetchall() if files else [])
+        return check(), fill_tombstones(state, tombstones.fetchone() if tombstones is not None else None)
 
     try:
-        with _gc_paused(large):
+        with gc_paused(large):
             try:
-                done, fragment = _pipelined(conn, read)
+                done, fragment = pipelined(conn, read)
             except BookkeepingError as e:
                 conn.execute("COMMIT")
                 return e
@@ -193,7 +193,7 @@ def _commit_attempt(conn: psycopg.Connection[Any], table_id: str, txn: Transacti
                 return e
             number = txn.number_in(fragment)
             txn.apply(fragment)
-            diff = _Diff.between(before, fragment)
+            diff = Diff.between(before, fragment)
         with conn.cursor() as cur:
             job_id = books.job.job_id if books.job is not None else None
             if diff.needs_copy():
@@ -209,8 +209,8 @@ def _commit_attempt(conn: psycopg.Connection[Any], table_id: str, txn: Transacti
                     log_history(cur, table_id, txn, diff, before, fragment, job_id, now_ms())
                     _write_bookkeeping(cur, table_id, books, number)
                     cur.execute("COMMIT")
-                _pipelined(conn, write)
+                pipelined(conn, write)
         return None
     except BaseException:
-        _rollback_quietly(conn)
+        rollback_quietly(conn)
         raise

@@ -52,10 +52,15 @@ def session_options(dsn: str) -> str:
 
 
 class PostgresConnection:
-    """The connections and the retry loop every part of :class:`PostgresStateStore` uses.
+    """The connections and the retry loop every role of :class:`PostgresStateStore` shares:
+    each role method runs its unit of work through :meth:`run` (or :meth:`retrying`,
+    :meth:`read_one`) in one database transaction.
 
     ``ensure_database``: called once when the first connection fails (e.g. the embedded
     server's database is not created yet), before one more try."""
+
+    #: how long a commit whose connection broke keeps trying to learn its outcome
+    outcome_timeout_seconds: float = 60.0
 
     def __init__(self, dsn: str, backoff: Optional[Backoff] = None, *, max_connections: int = 4,
                  connect_timeout: float = 30.0, migrate: bool = True,
@@ -77,9 +82,9 @@ class PostgresConnection:
         self._migrated = False
         self._pool: Optional[ConnectionPool[Any]] = None
         self._pool_lock = threading.Lock()
-        self._closed = False
+        self.closed = False
         #: called once by :meth:`close`, after the connections (e.g. stop an embedded server)
-        self._on_close: list[Callable[[], None]] = []
+        self.on_close: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         return f"PostgresStateStore({conninfo_to_dict(self.dsn).get('dbname', '?')!r})"
@@ -116,7 +121,7 @@ class PostgresConnection:
         try:
             conn = self._first
             if conn is None or conn.closed:
-                if self._closed:
+                if self.closed:
                     raise StateStoreUnavailableError("the state store is closed")
                 conn = self._first = self._connect()
             try:
@@ -132,7 +137,7 @@ class PostgresConnection:
                     except psycopg.Error:
                         self._first = None
                         conn.close()
-                dropped = self._first if self._closed else None
+                dropped = self._first if self.closed else None
                 if dropped is not None:
                     self._first = None
                     dropped.close()
@@ -145,7 +150,7 @@ class PostgresConnection:
         if pool is not None:
             return pool
         with self._pool_lock:
-            if self._closed:
+            if self.closed:
                 raise StateStoreUnavailableError("the state store is closed")
             if self._pool is None:
                 from psycopg_pool import ConnectionPool
@@ -161,11 +166,11 @@ class PostgresConnection:
             return self._pool
 
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A connection for one unit of work: the first connection when free (opened in
         this thread on first use), else one from the pool; with ``max_connections=1``,
         the first connection, waiting for it."""
-        if self._closed:
+        if self.closed:
             raise StateStoreUnavailableError("the state store is closed")
         if self._first_lock.acquire(blocking=False) or (
                 self.max_connections == 1 and self._first_lock.acquire(timeout=self.connect_timeout)):
@@ -183,7 +188,7 @@ class PostgresConnection:
         except PoolTimeout as e:
             raise StateStoreUnavailableError(f"no connection to the PostgreSQL state store: {e}") from e
 
-    def _retrying(self, what: str, attempt: Callable[[psycopg.Connection[Any]], T], *, idempotent: bool = False,
+    def retrying(self, what: str, attempt: Callable[[psycopg.Connection[Any]], T], *, idempotent: bool = False,
                   on_retry: Optional[Callable[[], None]] = None) -> T:
         """Call ``attempt(conn)`` until it does not fail with a serialization failure
         or deadlock, pausing between attempts; give up with CommitConflictError. An
@@ -194,7 +199,7 @@ class PostgresConnection:
         while True:
             n += 1
             try:
-                with self._connection() as conn:
+                with self.connection() as conn:
                     try:
                         return attempt(conn)
                     except pg_errors.InvalidSqlStatementName:
@@ -216,7 +221,7 @@ class PostgresConnection:
             if on_retry is not None:
                 on_retry()
 
-    def _run(self, what: str, fn: Callable[[psycopg.Cursor[Any]], T], *,
+    def run(self, what: str, fn: Callable[[psycopg.Cursor[Any]], T], *,
              isolation: IsolationLevel = IsolationLevel.SERIALIZABLE, read_only: bool = False,
              idempotent: Optional[bool] = None) -> T:
         """Run ``fn`` in one database transaction, retrying serialization failures; and
@@ -231,9 +236,9 @@ class PostgresConnection:
             with conn.transaction(), conn.cursor() as cur:
                 return fn(cur)
 
-        return self._retrying(what, attempt, idempotent=read_only if idempotent is None else idempotent)
+        return self.retrying(what, attempt, idempotent=read_only if idempotent is None else idempotent)
 
-    def _read_one(self, what: str, fn: Callable[[psycopg.Cursor[Any]], T]) -> T:
+    def read_one(self, what: str, fn: Callable[[psycopg.Cursor[Any]], T]) -> T:
         """Run ``fn``, which sends ONE read statement, on a connection in autocommit mode:
         one round trip instead of three (BEGIN, the statement, COMMIT); a single statement
         sees one snapshot, so nothing is lost against a read-only transaction."""
@@ -241,11 +246,11 @@ class PostgresConnection:
             with conn.cursor() as cur:
                 return fn(cur)
 
-        return self._retrying(what, attempt, idempotent=True)
+        return self.retrying(what, attempt, idempotent=True)
 
     def close(self) -> None:
         with self._pool_lock:
-            self._closed = True
+            self.closed = True
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
@@ -256,6 +261,6 @@ class PostgresConnection:
                     first.close()
             finally:
                 self._first_lock.release()
-        callbacks, self._on_close = self._on_close, []
+        callbacks, self.on_close = self.on_close, []
         for callback in callbacks:
             callback()

@@ -14,7 +14,7 @@ from statestore.clock import now_ms
 from statestore.deletes import Tombstone
 from statestore.files import FileRecord, FileReference
 from statestore.partitions import Partition
-from statestore.postgres.rows import _PARTITION_COLUMNS, _REF_COLUMNS
+from statestore.postgres.rows import PARTITION_COLUMNS, REF_COLUMNS
 from statestore.state import TableState
 
 T = TypeVar("T")
@@ -39,7 +39,7 @@ def _changed(before: Mapping[Any, T], after: Mapping[Any, T]) -> tuple[list[Any]
     return deleted, inserted, updated
 
 @dataclass
-class _Diff:
+class Diff:
     """What changed from one TableState to another: deleted keys, inserted and updated values."""
 
     p_del: list[str]
@@ -56,7 +56,7 @@ class _Diff:
     delete_count: Optional[int] = None  # the new count, when it changed
 
     @classmethod
-    def between(cls, before: TableState, after: TableState) -> _Diff:
+    def between(cls, before: TableState, after: TableState) -> Diff:
         t_del, t_ins, _ = _changed(before.tombstones, after.tombstones)  # tombstones never change in place
         return cls(*_changed(before.partitions, after.partitions), *_changed(before.references, after.references),
                    *_changed(before.files, after.files), t_del, t_ins,
@@ -102,13 +102,13 @@ class _Diff:
                             (table_id, [f.filename for f in self.f_ins], [f.update_time for f in self.f_ins]))
         if self.r_ins:
             if len(self.r_ins) > COPY_THRESHOLD:
-                with cur.copy(f"COPY file_references (table_id, {_REF_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
+                with cur.copy(f"COPY file_references (table_id, {REF_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
                     copy.set_types(["text", "text", "text", "int8", "bool", "bool", "text", "int8", "int8"])
                     for r in self.r_ins:
                         copy.write_row((table_id, r.filename, r.partition_id, r.record_count, r.count_approximate,
                                         r.whole_file, r.job_id, r.update_time, r.delete_horizon))
             else:
-                cur.execute(f"INSERT INTO file_references (table_id, {_REF_COLUMNS}) SELECT %s, * FROM unnest("
+                cur.execute(f"INSERT INTO file_references (table_id, {REF_COLUMNS}) SELECT %s, * FROM unnest("
                             "%s::text[], %s::text[], %s::bigint[], %s::boolean[], %s::boolean[], %s::text[],"
                             " %s::bigint[], %s::bigint[])", (table_id, *_ref_columns(self.r_ins)))
 
@@ -131,8 +131,8 @@ class _Diff:
                         " WHERE r.table_id = %s AND r.filename = u.filename AND r.partition_id = u.partition_id",
                         (*_ref_columns(self.r_upd), table_id))
 
-def _write_diff(cur: psycopg.Cursor[Any], table_id: str, before: TableState, after: TableState) -> None:
-    _Diff.between(before, after).write(cur, table_id)
+def write_diff(cur: psycopg.Cursor[Any], table_id: str, before: TableState, after: TableState) -> None:
+    Diff.between(before, after).write(cur, table_id)
 
 def _ref_columns(refs: Sequence[FileReference]) -> tuple[list[Any], ...]:
     return ([r.filename for r in refs], [r.partition_id for r in refs], [r.record_count for r in refs],
@@ -140,12 +140,12 @@ def _ref_columns(refs: Sequence[FileReference]) -> tuple[list[Any], ...]:
             [r.update_time for r in refs], [r.delete_horizon for r in refs])
 
 def _insert_partitions(cur: psycopg.Cursor[Any], table_id: str, parts: Sequence[Partition]) -> None:
-    cur.executemany(f"INSERT INTO partitions (table_id, {_PARTITION_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+    cur.executemany(f"INSERT INTO partitions (table_id, {PARTITION_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                     [(table_id, p.id, p.parent_id, list(p.child_ids), p.is_leaf, p.dimension, Json(p.region.to_dict()))
                      for p in parts])
 
 
-def log_change(cur: psycopg.Cursor[Any], table_id: str, diff: _Diff) -> None:
+def log_change(cur: psycopg.Cursor[Any], table_id: str, diff: Diff) -> None:
     """Record in ``state_changes`` (:mod:`statestore.postgres.changes`), in the commit's
     transaction, which partitions and files ``diff`` changed (nothing when it changed no
     partition and no reference)."""

@@ -3,11 +3,11 @@
 
 * A commit that changes anything inserts one row in its own database transaction
   (:func:`log_history`): its number (``pg_current_xact_id()``, the number
-  :meth:`~statestore.postgres.changes.ChangesMixin.transaction_number` gives), its
+  :meth:`~statestore.postgres.changes.PostgresChanges.transaction_number` gives), its
   summary, and its undo record (:func:`undo_of`): the before-images of the partitions,
   references, files and tombstones it deleted or updated, and the keys of those it
   inserted.
-* :meth:`HistoryMixin.state_as_of` reads, in one REPEATABLE READ transaction, the whole
+* :meth:`PostgresHistory.state_as_of` reads, in one REPEATABLE READ transaction, the whole
   current state and the undo records numbered above the one asked for, and undoes them
   newest first (:func:`undo`): the cost is the table's size plus the changes since.
 * :func:`prune_history` forgets rows from the old end once no retained state needs
@@ -24,15 +24,17 @@ import psycopg
 from psycopg import IsolationLevel
 from psycopg.types.json import Json
 
-from statestore.deletes import KeyRecord, Tombstone
+from statestore.deletes import TOMBSTONE_GOES, KeyRecord, Tombstone
+from statestore.errors import TableNotFoundError
 from statestore.files import FileRecord, FileReference
-from statestore.history import HistoryError, TransactionSummary, summarise
+from statestore.history import HistoryError, retention_ms, summarise
 from statestore.partitions import Partition
 from statestore.postgres.connections import PostgresConnection
-from statestore.postgres.diff import _Diff
-from statestore.postgres.rows import _gc_paused, _load_all, _require_table_id
+from statestore.postgres.diff import Diff
+from statestore.postgres.rows import TOMBSTONES, fill_tombstones, gc_paused, load_all, require_table_id, table_info
 from statestore.properties import HISTORY_RETENTION_MINUTES
 from statestore.state import TableState
+from statestore.summaries import TransactionSummary
 from statestore.transactions import Transaction
 
 
@@ -41,7 +43,7 @@ def _ref_row(r: FileReference) -> list[Any]:
             r.delete_horizon]
 
 
-def undo_of(diff: _Diff, before: TableState) -> dict[str, Any]:
+def undo_of(diff: Diff, before: TableState) -> dict[str, Any]:
     """What undoes ``diff`` (made from ``before``): before-images of what it deleted or
     updated, keys of what it inserted (a file it added stands for all its references)."""
     p_changed = [*diff.p_del, *(p.id for p in diff.p_upd)]
@@ -86,7 +88,7 @@ def undo(state: TableState, record: dict[str, Any]) -> None:
         state.delete_count = record["dc"]
 
 
-def log_history(cur: psycopg.Cursor[Any], table_id: str, txn: Transaction, diff: _Diff, before: TableState,
+def log_history(cur: psycopg.Cursor[Any], table_id: str, txn: Transaction, diff: Diff, before: TableState,
                 after: TableState, job_id: Optional[str], applied_ms: int) -> None:
     """Insert the commit's history row (nothing when ``diff`` changed nothing)."""
     if not (diff.p_del or diff.p_ins or diff.p_upd or diff.r_del or diff.r_ins or diff.r_upd or diff.f_del
@@ -126,7 +128,7 @@ def prune_history(cur: psycopg.Cursor[Any], table_id: str, before_ms: int) -> in
 
 def key_records(cur: psycopg.Cursor[Any], table_id: str, retention: int) -> list[KeyRecord]:
     """The table's history rows that hold a delete's keys (see
-    :meth:`HistoryMixin.delete_key_records`)."""
+    :meth:`PostgresHistory.delete_key_records`)."""
     out = []
     rows = cur.execute("SELECT number, applied_ms, summary, undo FROM table_history WHERE table_id = %s"
                        " ORDER BY number", (table_id,)).fetchall()
@@ -153,17 +155,20 @@ def _summary(row: Any) -> TransactionSummary:
     return TransactionSummary.from_dict({**row[2], "number": int(row[0]), "time_ms": int(row[1])})
 
 
-class HistoryMixin(PostgresConnection):
-    """The history part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+class PostgresHistory:
+    """The history of :class:`~statestore.postgres.store.PostgresStateStore`."""
+
+    def __init__(self, db: PostgresConnection) -> None:
+        self._db = db
 
     def _read(self, what: str, table_id: str, query: str, params: tuple[Any, ...]) -> list[Any]:
         def fn(cur: psycopg.Cursor[Any]) -> list[Any]:
             rows = cur.execute(query, params).fetchall()
             if not rows:
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
             return rows
 
-        return self._run(f"{what} of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED, read_only=True)
+        return self._db.run(f"{what} of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED, read_only=True)
 
     def history(self, table_id: str, *, limit: int = 20, upto: Optional[int] = None) -> list[TransactionSummary]:
         rows = self._read("read the history", table_id,
@@ -186,17 +191,47 @@ class HistoryMixin(PostgresConnection):
 
     def state_as_of(self, table_id: str, number: int) -> TableState:
         def fn(cur: psycopg.Cursor[Any]) -> TableState:
-            _require_table_id(cur, table_id)
+            require_table_id(cur, table_id)
             if cur.execute("SELECT 1 FROM table_history WHERE table_id = %s AND number = %s",
                            (table_id, number)).fetchone() is None:
                 raise HistoryError(f"table {table_id} has no transaction {number} in its history")
-            with _gc_paused():
-                state = _load_all(cur, table_id)
+            with gc_paused():
+                state = load_all(cur, table_id)
                 cur.execute("SELECT undo FROM table_history WHERE table_id = %s AND number > %s ORDER BY number DESC",
                             (table_id, number))
                 for (body,) in cur:
                     undo(state, json.loads(zlib.decompress(body)))
             return state
 
-        return self._run(f"read table {table_id} as of transaction {number}", fn,
+        return self._db.run(f"read table {table_id} as of transaction {number}", fn,
                          isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
+
+    def prune_history(self, table_id: str, now: int) -> int:
+        """See :meth:`StateStore.prune_history` and :func:`prune_history`."""
+        def fn(cur: psycopg.Cursor[Any]) -> int:
+            return prune_history(cur, table_id, now - retention_ms(table_info(_require_table_row(cur, table_id))))
+
+        return self._db.run(f"prune the history of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED)
+
+    def delete_key_records(self, table_id: str, now_ms: int) -> list[KeyRecord]:
+        """See :meth:`StateStore.delete_key_records`: the live tombstones (``table_deletes``)
+        and the ``table_history`` rows holding a delete's keys (the undo record of a drop,
+        or a detail written by a release before docs/adr/0015), read in one transaction."""
+        def fn(cur: psycopg.Cursor[Any]) -> list[KeyRecord]:
+            row = _require_table_row(cur, table_id)
+            state = fill_tombstones(TableState(), cur.execute(TOMBSTONES, (table_id,)).fetchone())
+            live = [KeyRecord(f"tombstone {t.number}", t.regions, t.where, TOMBSTONE_GOES)
+                    for t in sorted(state.tombstones.values(), key=lambda t: t.number)]
+            return live + key_records(cur, table_id, retention_ms(table_info(row)))
+
+        return self._db.run(f"find the records holding delete keys of table {table_id}", fn,
+                            isolation=IsolationLevel.REPEATABLE_READ, read_only=True)
+
+
+def _require_table_row(cur: psycopg.Cursor[Any], table_id: str) -> Any:
+    """The catalog row of the table (id, name, schema, properties). Raises TableNotFoundError."""
+    row = cur.execute("SELECT table_id, name, schema, properties FROM tables WHERE table_id = %s",
+                      (table_id,)).fetchone()
+    if row is None:
+        raise TableNotFoundError(f"no table with id {table_id}")
+    return row

@@ -16,11 +16,14 @@ from statestore.errors import TableNotFoundError
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
 from statestore.postgres.client_writes import record_key
 from statestore.postgres.connections import PostgresConnection
-from statestore.postgres.rows import _INGEST_REQUEST_COLUMNS, _require_table_id
+from statestore.postgres.rows import INGEST_REQUEST_COLUMNS, require_table_id
 
 
-class IngestQueueMixin(PostgresConnection):
-    """The ingest queue part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+class PostgresIngestQueue:
+    """The ingest queue of :class:`~statestore.postgres.store.PostgresStateStore`."""
+
+    def __init__(self, db: PostgresConnection) -> None:
+        self._db = db
 
     # ----- ingest requests (migration 003; delete_table removes them by ON DELETE CASCADE) ---
     def add_ingest_requests(self, table_id: str, requests: Sequence[IngestRequest], *,
@@ -32,7 +35,7 @@ class IngestQueueMixin(PostgresConnection):
                    [r.received_ms for r in new])
 
         def fn(cur: psycopg.Cursor[Any]) -> Optional[ClientWriteRecord]:
-            _require_table_id(cur, table_id)
+            require_table_id(cur, table_id)
             if client_write is not None:
                 earlier = record_key(cur, table_id, client_write, now_ms())
                 if earlier is not None:
@@ -49,7 +52,7 @@ class IngestQueueMixin(PostgresConnection):
                 raise TableNotFoundError(f"no table with id {table_id}") from e
             return None
 
-        return self._run(f"queue {len(new)} ingest requests for table {table_id}", fn,
+        return self._db.run(f"queue {len(new)} ingest requests for table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED, idempotent=client_write is not None)
 
     def pending_ingest_requests(self, table_id: str, limit: Optional[int] = None) -> list[IngestRequest]:
@@ -65,13 +68,13 @@ class IngestQueueMixin(PostgresConnection):
                         " ORDER BY request_id FOR UPDATE", (table_id, ids))
             rows = cur.fetchall()
             if len(rows) != len(ids) or any(r[0] != "pending" for r in rows):
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
                 return False
             cur.execute("UPDATE ingest_requests SET status = 'assigned', job_id = %s"
                         " WHERE table_id = %s AND request_id = ANY(%s)", (job_id, table_id, ids))
             return True
 
-        return self._run(f"assign ingest requests of table {table_id} to job {job_id}", fn,
+        return self._db.run(f"assign ingest requests of table {table_id} to job {job_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED)
 
     def finish_ingest_job(self, table_id: str, job_id: str, ok: bool, error: Optional[str] = None, *,
@@ -89,10 +92,10 @@ class IngestQueueMixin(PostgresConnection):
                     {"error": error, "max": max_attempts, "t": table_id, "job": job_id})
             n = cur.rowcount
             if not n:
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
             return n
 
-        return self._run(f"finish ingest job {job_id} of table {table_id}", fn,
+        return self._db.run(f"finish ingest job {job_id} of table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED)
 
     def list_ingest_requests(self, table_id: str, *, status: Optional[str] = None,
@@ -101,14 +104,14 @@ class IngestQueueMixin(PostgresConnection):
             raise IngestRequestError(f"unknown ingest request status {status!r}")
 
         def fn(cur: psycopg.Cursor[Any]) -> list[IngestRequest]:
-            cur.execute(f"SELECT {_INGEST_REQUEST_COLUMNS} FROM ingest_requests"
+            cur.execute(f"SELECT {INGEST_REQUEST_COLUMNS} FROM ingest_requests"
                         " WHERE table_id = %s AND (%s::text IS NULL OR status = %s)"
                         " ORDER BY received_ms, request_id LIMIT %s",
                         (table_id, status, status, None if limit is None else max(0, limit)))
             rows = cur.fetchall()
             if not rows:
-                _require_table_id(cur, table_id)
+                require_table_id(cur, table_id)
             return [IngestRequest(*r) for r in rows]
 
-        return self._run(f"list ingest requests of table {table_id}", fn,
+        return self._db.run(f"list ingest requests of table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED, read_only=True)

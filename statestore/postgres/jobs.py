@@ -12,7 +12,7 @@ from psycopg import IsolationLevel, sql
 
 from statestore.jobs import JobRecord
 from statestore.postgres.connections import PostgresConnection
-from statestore.postgres.rows import _JOB_COLUMNS, _job_from_row, _require_table_id
+from statestore.postgres.rows import JOB_COLUMNS, job_from_row, require_table_id
 
 _COLUMNS = list(JobRecord.__dataclass_fields__)
 _UPSERT = sql.SQL("INSERT INTO jobs ({}) VALUES ({}) ON CONFLICT (table_id, job_id) DO UPDATE SET {}"
@@ -33,61 +33,64 @@ def upsert_job(cur: psycopg.Cursor[Any], record: JobRecord) -> None:
     cur.execute(_UPSERT, [d[c] for c in _COLUMNS])
 
 
-class JobsMixin(PostgresConnection):
-    """The job status part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+class PostgresJobs:
+    """The job tracker of :class:`~statestore.postgres.store.PostgresStateStore`."""
+
+    def __init__(self, db: PostgresConnection) -> None:
+        self._db = db
 
     # ----- job status -----------------------------------------------------------------
     def put_job(self, record: JobRecord) -> None:
         def fn(cur: psycopg.Cursor[Any]) -> None:
-            _require_table_id(cur, record.table_id)
+            require_table_id(cur, record.table_id)
             upsert_job(cur, record)
 
-        self._run(f"save job {record.job_id}", fn, isolation=IsolationLevel.READ_COMMITTED)
+        self._db.run(f"save job {record.job_id}", fn, isolation=IsolationLevel.READ_COMMITTED)
 
     def heartbeat_jobs(self, table_id: str, job_ids: Sequence[str], at_ms: int) -> int:
         def fn(cur: psycopg.Cursor[Any]) -> int:
-            _require_table_id(cur, table_id)
+            require_table_id(cur, table_id)
             cur.execute("UPDATE jobs SET heartbeat_ms = GREATEST(heartbeat_ms, %s)"
                         " WHERE table_id = %s AND job_id = ANY(%s)", (at_ms, table_id, list(job_ids)))
             return cur.rowcount
 
-        return self._run(f"refresh {len(job_ids)} running jobs of table {table_id}", fn,
+        return self._db.run(f"refresh {len(job_ids)} running jobs of table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED)
 
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
         def fn(cur: psycopg.Cursor[Any]) -> Optional[JobRecord]:
-            cur.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE table_id = %s AND job_id = %s", (table_id, job_id))
+            cur.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE table_id = %s AND job_id = %s", (table_id, job_id))
             row = cur.fetchone()
-            return None if row is None else _job_from_row(row)
+            return None if row is None else job_from_row(row)
 
-        return self._run(f"read job {job_id}", fn, isolation=IsolationLevel.READ_COMMITTED, read_only=True)
+        return self._db.run(f"read job {job_id}", fn, isolation=IsolationLevel.READ_COMMITTED, read_only=True)
 
     def list_jobs(self, table_id: str, *, kind: Optional[str] = None,
                   limit: Optional[int] = 1000) -> list[JobRecord]:
         def fn(cur: psycopg.Cursor[Any]) -> list[JobRecord]:
-            cur.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE table_id = %s AND (%s::text IS NULL OR kind = %s)"
+            cur.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE table_id = %s AND (%s::text IS NULL OR kind = %s)"
                         " ORDER BY created_ms DESC, job_id DESC LIMIT %s",  # LIMIT NULL: all
                         (table_id, kind, kind, None if limit is None else max(0, limit)))
-            return [_job_from_row(r) for r in cur.fetchall()]
+            return [job_from_row(r) for r in cur.fetchall()]
 
-        return self._run(f"list jobs of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED,
+        return self._db.run(f"list jobs of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED,
                          read_only=True)
 
     def open_jobs(self, table_id: str) -> list[JobRecord]:
         """See :meth:`StateStore.open_jobs`: the partial index ``jobs_in_flight``
         (migration 004) holds just these rows."""
         def fn(cur: psycopg.Cursor[Any]) -> list[JobRecord]:
-            _require_table_id(cur, table_id)
-            cur.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE table_id = %s"
+            require_table_id(cur, table_id)
+            cur.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE table_id = %s"
                         " AND status IN ('created', 'started', 'finished')", (table_id,))
-            return [_job_from_row(r) for r in cur.fetchall()]
+            return [job_from_row(r) for r in cur.fetchall()]
 
-        return self._run(f"list the open jobs of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED,
+        return self._db.run(f"list the open jobs of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED,
                          read_only=True)
 
     def in_flight_outputs(self, table_id: str, active_since_ms: int) -> set[str]:
         def fn(cur: psycopg.Cursor[Any]) -> set[str]:
-            _require_table_id(cur, table_id)
+            require_table_id(cur, table_id)
             cur.execute("SELECT DISTINCT unnest(outputs) FROM jobs WHERE table_id = %s"
                         " AND status IN ('created', 'started', 'finished')"
                         " AND GREATEST(created_ms, COALESCE(started_ms, 0), COALESCE(finished_ms, 0),"
@@ -95,13 +98,5 @@ class JobsMixin(PostgresConnection):
                         (table_id, active_since_ms))
             return {r[0] for r in cur.fetchall()}
 
-        return self._run(f"list in-flight outputs of table {table_id}", fn,
+        return self._db.run(f"list in-flight outputs of table {table_id}", fn,
                          isolation=IsolationLevel.READ_COMMITTED, read_only=True)
-
-    def prune_commit_ids(self, table_id: str, before_ms: int) -> int:
-        def fn(cur: psycopg.Cursor[Any]) -> int:
-            _require_table_id(cur, table_id)
-            cur.execute("DELETE FROM commit_ids WHERE table_id = %s AND applied_ms < %s", (table_id, before_ms))
-            return cur.rowcount
-
-        return self._run(f"prune commit ids of table {table_id}", fn, isolation=IsolationLevel.READ_COMMITTED)

@@ -12,8 +12,11 @@ from statestore.leases import Lease
 from statestore.postgres.connections import PostgresConnection
 
 
-class LeasesMixin(PostgresConnection):
-    """The lease part of :class:`~statestore.postgres.store.PostgresStateStore`."""
+class PostgresLeases:
+    """The leases of :class:`~statestore.postgres.store.PostgresStateStore`."""
+
+    def __init__(self, db: PostgresConnection) -> None:
+        self._db = db
 
     # ----- leases ---------------------------------------------------------------------
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> Optional[Lease]:
@@ -28,14 +31,14 @@ class LeasesMixin(PostgresConnection):
             row = cur.fetchone()
             return None if row is None else Lease(name, holder, row[0])
 
-        return self._run(f"acquire lease {name}", fn, isolation=IsolationLevel.READ_COMMITTED)
+        return self._db.run(f"acquire lease {name}", fn, isolation=IsolationLevel.READ_COMMITTED)
 
     def release_lease(self, name: str, holder: str) -> bool:
         def fn(cur: psycopg.Cursor[Any]) -> bool:
             cur.execute("DELETE FROM leases WHERE name = %s AND holder = %s", (name, holder))
             return cur.rowcount > 0
 
-        return self._run(f"release lease {name}", fn, isolation=IsolationLevel.READ_COMMITTED)
+        return self._db.run(f"release lease {name}", fn, isolation=IsolationLevel.READ_COMMITTED)
 
     def get_lease(self, name: str) -> Optional[Lease]:
         def fn(cur: psycopg.Cursor[Any]) -> Optional[Lease]:
@@ -44,4 +47,4 @@ class LeasesMixin(PostgresConnection):
             row = cur.fetchone()
             return None if row is None else Lease(name, row[0], row[1])
 
-        return self._run(f"read lease {name}", fn, isolation=IsolationLevel.READ_COMMITTED, read_only=True)
+        return self._db.run(f"read lease {name}", fn, isolation=IsolationLevel.READ_COMMITTED, read_only=True)

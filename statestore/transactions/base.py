@@ -59,19 +59,19 @@ class Transaction(Record):
         return 0
 
 
-def _require_partition(state: TableState, pid: str) -> Partition:
+def require_partition(state: TableState, pid: str) -> Partition:
     p = state.partitions.get(pid)
     if p is None:
         raise PartitionError(f"partition {pid} does not exist")
     return p
 
 
-def _require_reference(state: TableState, filename: str, pid: str) -> FileReference:
+def require_reference(state: TableState, filename: str, pid: str) -> FileReference:
     ref = state.references.get((filename, pid))
     if ref is None:
         raise FileReferenceError(f"file {filename} has no reference in partition {pid}")
     return ref
 
 
-def _touch_file(state: TableState, filename: str, when: int) -> None:
+def touch_file(state: TableState, filename: str, when: int) -> None:
     state.files[filename] = FileRecord(filename, when)

@@ -13,10 +13,10 @@ from statestore.state import TableState
 from statestore.transactions.base import (
     Touches,
     Transaction,
-    _require_partition,
-    _require_reference,
-    _touch_file,
     now_ms,
+    require_partition,
+    require_reference,
+    touch_file,
 )
 
 
@@ -36,7 +36,7 @@ class AddFiles(Transaction):
     def validate(self, state: TableState) -> None:
         seen: set[tuple[str, str]] = set()
         for r in self.references:
-            _require_partition(state, r.partition_id)
+            require_partition(state, r.partition_id)
             if r.filename in state.files:
                 raise FileReferenceError(f"file {r.filename} is already tracked")
             if (r.filename, r.partition_id) in seen:
@@ -50,7 +50,7 @@ class AddFiles(Transaction):
     def apply(self, state: TableState) -> None:
         for r in self.references:
             state.put_reference(replace(r, update_time=self.update_time))
-            _touch_file(state, r.filename, self.update_time)
+            touch_file(state, r.filename, self.update_time)
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,11 @@ class SplitFileReferences(Transaction):
 
     def validate(self, state: TableState) -> None:
         for s in self.splits:
-            ref = _require_reference(state, s.filename, s.from_partition)
+            ref = require_reference(state, s.filename, s.from_partition)
             if ref.job_id is not None:
                 raise FileReferenceError(
                     f"file {s.filename} in partition {s.from_partition} is assigned to job {ref.job_id}")
-            parent = _require_partition(state, s.from_partition)
+            parent = require_partition(state, s.from_partition)
             if not s.new_references:
                 raise FileReferenceError(f"split of {s.filename} in {s.from_partition}: no new references "
                                          "(the records would be lost)")
@@ -109,7 +109,7 @@ class SplitFileReferences(Transaction):
             state.remove_reference(s.filename, s.from_partition)
             for r in s.new_references:
                 state.put_reference(replace(r, job_id=None, update_time=self.update_time))
-            _touch_file(state, s.filename, self.update_time)
+            touch_file(state, s.filename, self.update_time)
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class AssignJobIds(Transaction):
         seen: set[tuple[str, str]] = set()
         for a in self.assignments:
             for f in a.filenames:
-                ref = _require_reference(state, f, a.partition_id)
+                ref = require_reference(state, f, a.partition_id)
                 if ref.job_id is not None:
                     raise FileReferenceError(
                         f"file {f} in partition {a.partition_id} is already assigned to job {ref.job_id}")
@@ -176,11 +176,11 @@ class ReplaceFileReferences(Transaction):
         return Touches(partition_ids=frozenset({self.partition_id}), filenames=frozenset(names))
 
     def validate(self, state: TableState) -> None:
-        _require_partition(state, self.partition_id)
+        require_partition(state, self.partition_id)
         if len(set(self.input_files)) != len(self.input_files):
             raise FileReferenceError(f"job {self.job_id}: an input file is named twice")
         for f in self.input_files:
-            ref = _require_reference(state, f, self.partition_id)
+            ref = require_reference(state, f, self.partition_id)
             if ref.job_id != self.job_id:
                 raise FileReferenceError(
                     f"job {self.job_id}: file {f} in partition {self.partition_id} is assigned to "
@@ -197,10 +197,10 @@ class ReplaceFileReferences(Transaction):
     def apply(self, state: TableState) -> None:
         for f in self.input_files:
             state.remove_reference(f, self.partition_id)
-            _touch_file(state, f, self.update_time)
+            touch_file(state, f, self.update_time)
         if self.new_reference is not None:
             state.put_reference(replace(self.new_reference, job_id=None, update_time=self.update_time))
-            _touch_file(state, self.new_reference.filename, self.update_time)
+            touch_file(state, self.new_reference.filename, self.update_time)
 
 
 @dataclass(frozen=True)
@@ -225,15 +225,15 @@ class DropFileReferences(Transaction):
         if len(set(self.references)) != len(self.references):
             raise FileReferenceError("a reference to drop is named twice")
         for f, pid in self.references:
-            _require_partition(state, pid)
-            ref = _require_reference(state, f, pid)
+            require_partition(state, pid)
+            ref = require_reference(state, f, pid)
             if ref.job_id is not None:
                 raise FileReferenceError(f"file {f} in partition {pid} is assigned to job {ref.job_id}")
 
     def apply(self, state: TableState) -> None:
         for f, pid in self.references:
             state.remove_reference(f, pid)
-            _touch_file(state, f, self.update_time)
+            touch_file(state, f, self.update_time)
 
 
 @dataclass(frozen=True)
@@ -271,6 +271,4 @@ class ClearFiles(Transaction):
         return None
 
     def apply(self, state: TableState) -> None:
-        state.references.clear()
-        state.refs_by_file.clear()
-        state.files.clear()
+        state.clear_files()

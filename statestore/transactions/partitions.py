@@ -13,7 +13,7 @@ from statestore.state import TableState
 from statestore.transactions.base import (
     Touches,
     Transaction,
-    _require_partition,
+    require_partition,
 )
 
 
@@ -63,7 +63,7 @@ class SplitPartition(Transaction):
         return Touches(partition_ids=frozenset({self.parent.id, self.left.id, self.right.id}))
 
     def validate(self, state: TableState) -> None:
-        current = _require_partition(state, self.parent.id)
+        current = require_partition(state, self.parent.id)
         if not current.is_leaf:
             raise PartitionError(f"partition {self.parent.id} is already split")
         if current.region != self.parent.region or current.parent_id != self.parent.parent_id:

@@ -116,9 +116,9 @@ def test_a_commit_retried_after_a_serialization_failure_is_counted(sleeper: Slee
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import psycopg
 
-    from statestore.postgres import store as pg_store
+    from statestore.postgres import table_commits as pg_store
 
-    real = pg_store._commit_attempt
+    real = pg_store.commit_attempt
     failures = [1]
 
     def conflicting_once(*args: object, **kwargs: object) -> object:
@@ -127,7 +127,7 @@ def test_a_commit_retried_after_a_serialization_failure_is_counted(sleeper: Slee
             raise psycopg.errors.SerializationFailure("could not serialize access")
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(pg_store, "_commit_attempt", conflicting_once)
+    monkeypatch.setattr(pg_store, "commit_attempt", conflicting_once)
     events = sleeper.table("events")
     before = sleeper.state_store.commit_retries(events.info.table_id)
     events.ingest(batch(0, 10))

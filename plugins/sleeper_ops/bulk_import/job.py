@@ -59,6 +59,7 @@ from statestore.errors import BookkeepingError, CommitConflictError, Transaction
 from statestore.files import FileReference
 from statestore.jobs import JobRecord
 from statestore.partitions import Partition
+from statestore.roles import JobTracker
 from statestore.store import StateStore
 from statestore.transactions import AddFiles
 
@@ -292,7 +293,7 @@ def _run_and_commit(state_store: StateStore, objects: ObjectStore, plan: ImportP
     return result
 
 
-def _fail(state_store: StateStore, rec: JobRecord, reason: str) -> None:
+def _fail(state_store: JobTracker, rec: JobRecord, reason: str) -> None:
     try:
         state_store.put_job(rec.failed(reason))
     except Exception:  # the error being raised is the one to report

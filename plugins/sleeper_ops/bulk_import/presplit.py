@@ -38,6 +38,7 @@ from statestore.catalog import TableInfo
 from statestore.errors import PartitionError
 from statestore.partitions import PartitionTree
 from statestore.properties import BULK_IMPORT_MIN_LEAF_PARTITIONS, BULK_IMPORT_MIN_ROWS_PER_LEAF
+from statestore.roles import TableCommits
 from statestore.store import StateStore
 
 SAMPLE_ROWS = 200_000
@@ -158,7 +159,7 @@ def plan_split_points(leaves: Sequence[Bound], weighted: Sequence[tuple[Any, flo
     return out
 
 
-def table_distribution(state_store: StateStore, objects: ObjectStore, table: TableInfo,
+def table_distribution(state_store: TableCommits, objects: ObjectStore, table: TableInfo,
                        points: int = TABLE_POINTS) -> tuple[list[tuple[Any, float]], int]:
     """The table's first-row-key distribution as ``points`` (value, records) pairs from
     the merged sketches of its files (the :data:`MAX_SKETCH_FILES` with most records,

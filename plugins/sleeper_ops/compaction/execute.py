@@ -55,6 +55,7 @@ from statestore.errors import CommitConflictError, TransactionError
 from statestore.files import FileReference
 from statestore.jobs import JobRecord
 from statestore.region import Region
+from statestore.roles import JobTracker, TableCommits
 from statestore.schema import Schema
 from statestore.store import StateStore
 from statestore.transactions import ReplaceFileReferences
@@ -91,7 +92,7 @@ class JobResult:
         return self.rows_read / self.seconds if self.seconds > 0 else 0.0
 
 
-def _region_of(state_store: StateStore, table: TableInfo, partition_id: str) -> Region:
+def _region_of(state_store: TableCommits, table: TableInfo, partition_id: str) -> Region:
     for p in state_store.partitions(table.table_id):
         if p.id == partition_id:
             return p.region
@@ -115,7 +116,7 @@ def _not_wholly_deleted(job: CompactionJob, schema: Schema,
     return inputs, deletes
 
 
-def start_attempt(state_store: StateStore, table: TableInfo, job: CompactionJob,
+def start_attempt(state_store: JobTracker, table: TableInfo, job: CompactionJob,
                   run_id: Optional[str] = None) -> JobRecord:
     """Record a new attempt of ``job`` as started, naming the output key it will write
     (the record's ``outputs``); saved before anything is written. Returns the record."""
@@ -230,7 +231,7 @@ def _merged_sketches(objects: ObjectStore, table: TableInfo, inputs: Sequence[st
     return merged
 
 
-def commit_job(state_store: StateStore, objects: ObjectStore, out: JobOutput,
+def commit_job(state_store: TableCommits, objects: ObjectStore, out: JobOutput,
                done: Optional[JobRecord] = None) -> Optional[str]:
     """Commit ``out`` (with ``done``, the job's committed record, in the same state-store
     transaction); returns None when committed, else why it was refused (the output is
@@ -297,7 +298,7 @@ def record_commit(state_store: StateStore, objects: ObjectStore, rec: JobRecord,
     return JobResult(job, "committed", out.rows_read, out.rows_written, out.seconds, output_key)
 
 
-def _put_quietly(state_store: StateStore, rec: JobRecord) -> None:
+def _put_quietly(state_store: JobTracker, rec: JobRecord) -> None:
     """Save a failure record; if the store is lost too, the record stays as it was
     (the job is then treated as abandoned once it shows no progress)."""
     try:

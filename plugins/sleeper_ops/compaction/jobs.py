@@ -35,6 +35,7 @@ from statestore.errors import TransactionError
 from statestore.files import FileReference
 from statestore.jobs import JobRecord
 from statestore.properties import AGEOFF_REWRITE_FRACTION, COMPACTION_JOB_RETRY_MINUTES, DELETE_PURGE_HOURS
+from statestore.roles import JobTracker, TableCommits
 from statestore.state import TableState
 from statestore.store import StateStore
 from statestore.transactions import AssignJobIds, JobAssignment, SplitFileReference, SplitFileReferences
@@ -139,7 +140,7 @@ def _count(n: int, noun: str, plural: str = "") -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
-def push_down(state_store: StateStore, table: TableInfo, state: TableState) -> int:
+def push_down(state_store: TableCommits, table: TableInfo, state: TableState) -> int:
     """Move unassigned references of non-leaf partitions one level down; returns how many."""
     splits = []
     for ref in sorted(state.references.values(), key=lambda r: (r.partition_id, r.filename)):
@@ -156,7 +157,7 @@ def push_down(state_store: StateStore, table: TableInfo, state: TableState) -> i
     return len(splits)
 
 
-def stale_jobs(state_store: StateStore, table: TableInfo, state: TableState, *,
+def stale_jobs(state_store: JobTracker, table: TableInfo, state: TableState, *,
                now: int, retry_after_ms: int) -> list[CompactionJob]:
     """Jobs whose inputs are still assigned but whose runner looks dead or failed."""
     by_job: dict[str, list[FileReference]] = {}

@@ -42,8 +42,8 @@ from statestore.properties import (
     WRITE_BUFFER_MAX_RECORDS,
     effective_properties,
 )
+from statestore.roles import WriteBuffer
 from statestore.schema import Schema
-from statestore.store import StateStore
 
 Records = Union[Sequence[Mapping[str, Any]], pa.Table, pa.RecordBatch]
 
@@ -104,7 +104,7 @@ def decode(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
-def write_records(state_store: StateStore, table: TableInfo, records: Records, *,
+def write_records(state_store: WriteBuffer, table: TableInfo, records: Records, *,
                   request_id: Optional[str] = None) -> WriteResult:
     """Store ``records`` in the table's write buffer in one state-store transaction;
     returns once they are durable (see the module docstring). An empty write stores

@@ -28,7 +28,7 @@ from sleeper_ops.engine.ageoff_expiry import cutoff_ms, file_expiry, table_ageof
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
 from statestore.errors import TransactionError
-from statestore.store import StateStore
+from statestore.roles import TableCommits
 from statestore.transactions import DropFileReferences
 
 ATTEMPTS = 3
@@ -44,7 +44,7 @@ class AgeOffDrop:
     commits: int = 0
 
 
-def drop_expired_files(state_store: StateStore, objects: ObjectStore, table: TableInfo, now_ms: int, *,
+def drop_expired_files(state_store: TableCommits, objects: ObjectStore, table: TableInfo, now_ms: int, *,
                        dry_run: bool = False) -> AgeOffDrop:
     """Drop the references of files wholly expired at ``now_ms`` (see the module docstring)."""
     ageoff = table_ageoff(table)

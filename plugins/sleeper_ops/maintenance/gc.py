@@ -71,6 +71,7 @@ from statestore.properties import (
     HISTORY_RETENTION_MINUTES,
     WRITE_IDEMPOTENCY_HOURS,
 )
+from statestore.roles import TableCommits
 from statestore.store import COMMIT_ID_RETENTION_MS, StateStore
 from statestore.transactions import DeleteFiles
 
@@ -298,7 +299,7 @@ def collect_garbage(state_store: StateStore, objects: ObjectStore, table: TableI
     return report
 
 
-def _forget(state_store: StateStore, table: TableInfo, batch: list[str], report: GCReport) -> None:
+def _forget(state_store: TableCommits, table: TableInfo, batch: list[str], report: GCReport) -> None:
     """Commit ``DeleteFiles`` for a batch whose objects are gone. If the state store
     refuses the batch, commit file by file so one refused file holds up no other."""
     try:

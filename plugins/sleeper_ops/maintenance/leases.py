@@ -47,7 +47,7 @@ from statestore.errors import LeaseHeldError
 
 if TYPE_CHECKING:
     from statestore.leases import Lease
-    from statestore.store import StateStore
+    from statestore.roles import Leases
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class OperationLease:
             taken over rather than waited for); None: every holder is waited for.
     """
 
-    def __init__(self, store: StateStore, name: str, holder: str, *, ttl_seconds: float = DEFAULT_TTL_SECONDS,
+    def __init__(self, store: Leases, name: str, holder: str, *, ttl_seconds: float = DEFAULT_TTL_SECONDS,
                  renew_every: Optional[float] = None, on_lost: Optional[Callable[[OperationLease], None]] = None,
                  release: bool = True, holder_gone: Optional[Callable[[str], bool]] = None):
         if ttl_seconds <= 0:

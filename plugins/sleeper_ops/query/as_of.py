@@ -39,6 +39,7 @@ from statestore import clock
 from statestore.catalog import TableInfo
 from statestore.changes import TableChanges
 from statestore.history import AsOf, AsOfState, parse_as_of, resolve_as_of, resolve_number, retention_ms
+from statestore.roles import History
 from statestore.state import TableState
 from statestore.store import StateStore
 
@@ -90,7 +91,7 @@ def as_of_value(value: Any) -> AsOf:
     raise TypeError(f"as_of must be a transaction number, a datetime or a string, not {type(value).__name__}")
 
 
-def resolve(state_store: StateStore, info: TableInfo, as_of: Any, *, now_ms: Optional[int] = None) -> AsOfState:
+def resolve(state_store: History, info: TableInfo, as_of: Any, *, now_ms: Optional[int] = None) -> AsOfState:
     """The table's state as of ``as_of`` (see the module docstring for the refusals)."""
     now = clock.now_ms() if now_ms is None else now_ms
     return resolve_as_of(state_store, info.table_id, info.name, as_of_value(as_of), retention=retention_ms(info),

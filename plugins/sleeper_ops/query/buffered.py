@@ -35,8 +35,8 @@ from statestore.changes import buffer_mark
 from statestore.deletes import Tombstone
 from statestore.errors import NotSupportedError
 from statestore.region import Region
+from statestore.roles import WriteBuffer
 from statestore.schema import Schema
-from statestore.store import StateStore
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class BufferedRows:
     """The decoded, key-sorted records of one table's write buffer (see the module
     docstring). Thread-safe."""
 
-    def __init__(self, state_store: StateStore, table_id: str, schema: Schema) -> None:
+    def __init__(self, state_store: WriteBuffer, table_id: str, schema: Schema) -> None:
         self.state_store, self.table_id, self.schema = state_store, table_id, schema
         self.target = arrow_schema(schema)
         self._lock = threading.Lock()

@@ -69,6 +69,7 @@ from statestore.schema import Schema, min_value
 if TYPE_CHECKING:
     from sleeper_ops.query.runner import LeafTasks, QueryRunner
     from statestore.catalog import TableInfo
+    from statestore.roles import TableCommits
     from statestore.store import StateStore
 
 RUNNERS = ("local", "spark")
@@ -218,7 +219,7 @@ def export_table(state_store: StateStore, runner: QueryRunner, table: TableInfo,
         return ExportResult(dest.uri, manifest, True)
 
 
-def _export(state_store: StateStore, runner: QueryRunner, table: TableInfo, dest: ObjectStore, region: Region,
+def _export(state_store: TableCommits, runner: QueryRunner, table: TableInfo, dest: ObjectStore, region: Region,
             where: Optional[str], key: str, buffer: bool, write_leaves: LeavesWriter,
             now_ms: Optional[int]) -> ExportManifest:
     """Plan on one state, write every leaf under attempt-unique names, commit the manifest."""

@@ -36,7 +36,7 @@ from statestore.deletes import Tombstone
 from statestore.files import FileReference
 from statestore.partitions import Partition
 from statestore.region import Region
-from statestore.store import StateStore
+from statestore.roles import TableCommits
 
 T = TypeVar("T")
 
@@ -45,7 +45,7 @@ class TableMetadata:
     """One table's partitions, references and catalog entry, kept up to date (see the
     module docstring). Read them only inside :meth:`plan`."""
 
-    def __init__(self, state_store: StateStore, table_id: str) -> None:
+    def __init__(self, state_store: TableCommits, table_id: str) -> None:
         self.state_store, self.table_id = state_store, table_id
         self._lock = threading.Lock()
         self._clock = itertools.count()  # orders calls and refresh starts

@@ -19,7 +19,7 @@ import pyarrow as pa
 from sleeper_ops.query.runner import QueryRunner
 from sleeper_ops.query.sql_keys import Interval, everything, regions_of
 from statestore.catalog import TableInfo
-from statestore.store import StateStore
+from statestore.roles import TableCommits
 
 #: Schema metadata key marking an ``EXPLAIN`` result (value ``b"true"``).
 EXPLAIN_METADATA = b"sleeper.explain"
@@ -56,7 +56,7 @@ class ScanReport:
                 f"(file references: {self.references_read} of {self.references_total})")
 
 
-def scan_report(state_store: StateStore, runner: QueryRunner, info: TableInfo,
+def scan_report(state_store: TableCommits, runner: QueryRunner, info: TableInfo,
                 intervals: Sequence[Interval]) -> ScanReport:
     """What ``runner`` reads of ``info``'s table for ``intervals``; reads no data file."""
     state = state_store.load_state(info.table_id)

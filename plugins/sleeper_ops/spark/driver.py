@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from sleeper_ops.compaction.jobs import CompactionJob
     from sleeper_ops.io.storage import ObjectStore
     from statestore.catalog import TableInfo
+    from statestore.roles import JobTracker
     from statestore.store import StateStore
 
 logger = logging.getLogger(__name__)
@@ -188,7 +189,7 @@ def _delete_losers(objects: ObjectStore, named: str, winner: Optional[str]) -> N
         logger.info("deleted %d objects written by losing attempts for %s", len(losers), named)
 
 
-def _fail_quietly(state_store: StateStore, rec: JobRecord, reason: str) -> None:
+def _fail_quietly(state_store: JobTracker, rec: JobRecord, reason: str) -> None:
     try:
         state_store.put_job(rec.failed(reason))
     except Exception:  # the failure is reported in the results either way

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from sleeper_ops.compaction.runners import BatchRunner
     from sleeper_ops.config import SleeperConfig
     from statestore.catalog import TableInfo
+    from statestore.roles import JobTracker
     from statestore.store import StateStore
 
 logger = logging.getLogger(__name__)
@@ -169,7 +170,7 @@ def run_spark_submit(cmd: list[str], env: Mapping[str, str], timeout: Optional[f
     return code, "\n".join(tail)[-LOG_TAIL_CHARS:]
 
 
-def unreported_result(state_store: StateStore, table: TableInfo, job: CompactionJob, reason: str) -> JobResult:
+def unreported_result(state_store: JobTracker, table: TableInfo, job: CompactionJob, reason: str) -> JobResult:
     """The result of a job the Spark driver did not report: committed if its status
     record says so, else recorded failed with ``reason``."""
     try:

@@ -178,7 +178,7 @@ def test_postgres_pruning_keeps_the_state_current_when_the_retention_began(pg_ds
                 cur.execute("UPDATE table_history SET applied_ms = %s WHERE table_id = %s AND number = %s",
                             (base + i * MINUTE, tid, number))
 
-        store._run("spread the history", spread)
+        store.db.run("spread the history", spread)
         now = base + 3 * MINUTE + 30_000 + 60 * MINUTE  # the retention began between the 4th and 5th
         assert store.prune_history(tid, now) == 3
         got = resolve_as_of(store, tid, "t", numbers[3], retention=60 * MINUTE, now_ms=now)

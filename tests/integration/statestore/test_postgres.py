@@ -24,7 +24,7 @@ from statestore import (
 from statestore.postgres import PostgresStateStore, migrate, migrations
 from statestore.postgres import commits as pg_commits
 from statestore.postgres import diff as pg_diff
-from statestore.postgres import store as pg_store
+from statestore.postgres import table_commits as pg_store
 from statestore.postgres.embedded import EmbeddedPostgres
 from statestore.retry import Backoff
 
@@ -156,7 +156,7 @@ def test_a_commit_gives_up_with_a_conflict_error_when_attempts_run_out(pg_dsn):
                                    psycopg.errors.InvalidSqlStatementName])
 def test_transient_database_errors_are_retried(pg_dsn, monkeypatch, error):
     backoff, pauses = recording_backoff()
-    real = pg_store._commit_attempt
+    real = pg_store.commit_attempt
     failures = [error("injected")]
 
     def flaky(conn, *args):
@@ -164,7 +164,7 @@ def test_transient_database_errors_are_retried(pg_dsn, monkeypatch, error):
             raise failures.pop()
         return real(conn, *args)
 
-    monkeypatch.setattr(pg_store, "_commit_attempt", flaky)
+    monkeypatch.setattr(pg_store, "commit_attempt", flaky)
     with PostgresStateStore(pg_dsn, backoff=backoff) as store:
         table_id = store.create_table("t", SCHEMA, partitions_from_split_points(SCHEMA)).table_id
         store.commit(table_id, AddFiles((FileReference("f", "root", 1),)))
@@ -193,10 +193,10 @@ def test_a_commit_loads_and_writes_only_the_rows_it_touches(pg_dsn, monkeypatch)
 
         loaded: list[tuple[int, int]] = []
         written: list[dict[str, int]] = []
-        fill, write = pg_commits._fill_fragment, pg_diff._Diff.write
-        monkeypatch.setattr(pg_commits, "_fill_fragment",
+        fill, write = pg_commits.fill_fragment, pg_diff.Diff.write
+        monkeypatch.setattr(pg_commits, "fill_fragment",
                             lambda p, f: loaded.append((len(p), len(f))) or fill(p, f))
-        monkeypatch.setattr(pg_diff._Diff, "write", lambda self, cur, tid: written.append(
+        monkeypatch.setattr(pg_diff.Diff, "write", lambda self, cur, tid: written.append(
             {k: len(v) for k, v in vars(self).items() if v}) or write(self, cur, tid))
 
         store.commit(table_id, ReplaceFileReferences("j", leaves[0], ("old0", "shared"),

@@ -23,12 +23,13 @@ from sleeper_ops.maintenance.erasure.report import ErasureReport, HeldObject
 from statestore.catalog import TableInfo
 from statestore.deletes import Tombstone
 from statestore.region import Region
+from statestore.roles import JobTracker
 from statestore.store import StateStore
 
 _PART = re.compile(r"^part-\d{5}-.+\.parquet$")
 
 
-def export_roots(state_store: StateStore, table: TableInfo) -> list[str]:
+def export_roots(state_store: JobTracker, table: TableInfo) -> list[str]:
     """The destinations (directory or ``s3://`` prefix) every export job of the table
     names, each once, in the order first seen (newest job first)."""
     roots: list[str] = []

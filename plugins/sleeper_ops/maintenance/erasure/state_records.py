@@ -18,10 +18,10 @@ from sleeper_ops.maintenance.erasure.report import ErasureReport, HeldObject, is
 from statestore.catalog import TableInfo
 from statestore.deletes import Tombstone
 from statestore.region import Region
-from statestore.store import StateStore
+from statestore.roles import History, WriteBuffer
 
 
-def check_blobs(state_store: StateStore, table: TableInfo, probe: Tombstone, report: ErasureReport) -> None:
+def check_blobs(state_store: WriteBuffer, table: TableInfo, probe: Tombstone, report: ErasureReport) -> None:
     """Add the record blobs of the table that hold matching rows (or cannot be decoded)."""
     for blob in state_store.record_blobs(table.table_id):
         report.blobs_checked += 1
@@ -38,7 +38,7 @@ def check_blobs(state_store: StateStore, table: TableInfo, probe: Tombstone, rep
         report.held.append(HeldObject("buffer blob", blob.key, rows, goes=goes))
 
 
-def check_state_records(state_store: StateStore, table: TableInfo, regions: Sequence[Region], report: ErasureReport,
+def check_state_records(state_store: History, table: TableInfo, regions: Sequence[Region], report: ErasureReport,
                         now_ms: int) -> None:
     """Add the state store's records that hold a key in ``regions``, with when each goes."""
     asked = tuple(regions)

@@ -37,8 +37,8 @@ from statestore.deletes import Tombstone
 from statestore.jobs import JobRecord
 from statestore.properties import GC_JOB_ABANDON_MINUTES, GC_ORPHAN_GRACE_MINUTES
 from statestore.region import Region
+from statestore.roles import JobTracker
 from statestore.state import TableState
-from statestore.store import StateStore
 
 _OPEN = ("created", "started", "finished")
 
@@ -47,7 +47,7 @@ def _data_key_of(key: str) -> str:
     return key[: -len(SKETCH_SUFFIX)] + ".parquet" if key.endswith(SKETCH_SUFFIX) else key
 
 
-def check_untracked(state_store: StateStore, objects: ObjectStore, table: TableInfo, state: TableState,
+def check_untracked(state_store: JobTracker, objects: ObjectStore, table: TableInfo, state: TableState,
                     regions: Sequence[Region], probe: Tombstone, report: ErasureReport, now_ms: int) -> None:
     """Add the untracked objects of ``table`` that hold matching rows, or cannot be
     decoded (see the module docstring). ``state`` was read before the listing: an
