@@ -145,7 +145,7 @@ def messages(records: list[logging.LogRecord]) -> list[str]:
 
 
 def test_finding_7_the_gc_dags_log_says_why_it_waited_as_the_cli_does(shared: Any, run: Run) -> None:
-    from sleeper_ops.airflow.operators import SleeperGcOperator
+    from sleeper_ops.airflow.operators.compaction import SleeperGcOperator
 
     t = shared.table("t")
     for key in ("a", "b", "c"):
@@ -154,7 +154,7 @@ def test_finding_7_the_gc_dags_log_says_why_it_waited_as_the_cli_does(shared: An
     t.compact()  # three files replaced: they wait out the GC delay
     _, cli_out, _ = run("gc", "t")
     assert "wait out" in cli_out, cli_out
-    with logged_at("sleeper_ops.airflow.tasks", logging.INFO) as logged:
+    with logged_at("sleeper_ops.airflow.task_runner", logging.INFO) as logged:
         summary = _execute(SleeperGcOperator(task_id="gc", table="t"), shared)
     assert "3 unreferenced files wait out the 15-minute GC delay" in summary, summary
     assert summary in messages(logged)
@@ -163,12 +163,12 @@ def test_finding_7_the_gc_dags_log_says_why_it_waited_as_the_cli_does(shared: An
 def test_finding_7_the_flush_dag_skips_an_offline_table_saying_so(shared: Any, run: Run) -> None:
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from sleeper_ops.airflow.operators import SleeperFlushOperator
+    from sleeper_ops.airflow.operators.compaction import SleeperFlushOperator
 
     t = shared.table("t")
     t.write([{"key": "a", "count": 1}])
     assert run("table", "offline", "t")[0] == 0
-    with logged_at("sleeper_ops.airflow.tasks", logging.INFO) as logged, \
+    with logged_at("sleeper_ops.airflow.task_runner", logging.INFO) as logged, \
             pytest.raises(AirflowSkipException, match="table t is offline"):
         _execute(SleeperFlushOperator(task_id="flush", table="t"), shared)
     assert "table t is offline; skipping" in messages(logged)

@@ -1,7 +1,7 @@
 """The REST API of DESIGN.md section 5, as a FastAPI app.
 
 :func:`create_app` builds the app over a provider of the :class:`~sleeper_ops.Sleeper`
-to serve; the Airflow plugin (:mod:`sleeper_ops.airflow.plugin`) mounts it in the
+to serve; the Airflow plugin (:mod:`sleeper_ops.orchestration.plugin`) mounts it in the
 Airflow API server at ``/sleeper/api/v1`` with Airflow's authentication and per-table
 authorisation as ``auth_dependency``. Routes (``{t}`` is a table name):
 

@@ -21,9 +21,9 @@ def _run(code: str) -> str:
 def test_the_operators_module_imports_the_spark_provider_only_when_the_spark_operator_is_named() -> None:
     out = _run(f"""
 import sys
-from sleeper_ops.airflow import operators, spark_operators
+from sleeper_ops.airflow.operators import bulk_import as spark_operators, compaction as operators
 print({SPARK_SUBMIT!r} in sys.modules)
-from sleeper_ops.airflow.operators import SleeperSparkCompactionOperator, SleeperBulkImportOperator
+from sleeper_ops.airflow.operators.compaction import SleeperSparkCompactionOperator, SleeperBulkImportOperator
 from {SPARK_SUBMIT} import SparkSubmitOperator
 print(issubclass(SleeperSparkCompactionOperator, SparkSubmitOperator),
       spark_operators.SleeperSparkCompactionOperator is SleeperSparkCompactionOperator)
@@ -33,7 +33,7 @@ print(issubclass(SleeperSparkCompactionOperator, SparkSubmitOperator),
 
 def test_an_unknown_name_of_the_operators_module_is_an_attribute_error() -> None:
     out = _run("""
-from sleeper_ops.airflow import operators
+from sleeper_ops.airflow.operators import compaction as operators
 try:
     operators.SleeperNoSuchOperator
 except AttributeError as e:

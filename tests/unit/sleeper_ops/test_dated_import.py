@@ -21,8 +21,8 @@ pytest.importorskip("airflow")
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from sleeper_ops.airflow import import_wait
-from sleeper_ops.airflow.import_wait import ImportInputTrigger, SleeperImportInputSensor
+from sleeper_ops.airflow.sensors import import_input as import_wait
+from sleeper_ops.airflow.sensors.import_input import ImportInputTrigger, SleeperImportInputSensor
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}], "valueFields": [{"name": "n", "type": "LongType"}]}
 WAIT = "sleeper.table.bulk.import.wait.hours"

@@ -1,5 +1,5 @@
 """The Airflow processes that fork DAG parses and tasks import Sleeper's libraries once
-(sleeper_ops.airflow.warm_imports); the running check is in test_airflow_end_to_end.py."""
+(sleeper_ops.orchestration.warm_imports); the running check is in test_airflow_end_to_end.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sleeper_ops.airflow.warm_imports import LOCAL_SETTINGS, MODULES, forks_parses_or_tasks, write_local_settings
+from sleeper_ops.orchestration.warm_imports import LOCAL_SETTINGS, MODULES, forks_parses_or_tasks, write_local_settings
 
 
 @pytest.mark.parametrize("argv,forks", [
@@ -26,7 +26,7 @@ def test_only_the_programs_that_fork_parses_or_tasks_are_warmed(argv: list[str],
 
 
 def test_warming_a_dag_processor_imports_the_libraries_and_nothing_of_airflow() -> None:
-    code = ("import sys\nfrom sleeper_ops.airflow.warm_imports import warm\n"
+    code = ("import sys\nfrom sleeper_ops.orchestration.warm_imports import warm\n"
             "print(warm(['/v/bin/airflow', 'api-server']))\n"
             "print(warm(['/v/bin/airflow', 'dag-processor']))\n"
             f"print(all(m in sys.modules for m in {MODULES!r}), "

@@ -1,13 +1,13 @@
 """The Sleeper operators: build your own DAGs from them; the generated DAGs use them too.
 
-    from sleeper_ops.airflow.operators import SleeperCompactionOperator, SleeperIngestOperator
+    from sleeper_ops.airflow.operators.compaction import SleeperCompactionOperator, SleeperIngestOperator
     ingest = SleeperIngestOperator(task_id="ingest", table="events", files=["s3://raw/{{ ds }}/events.parquet"])
     compact = SleeperCompactionOperator(task_id="compact", table="events")
     ingest >> compact
 
-Every operator opens Sleeper through :class:`~sleeper_ops.airflow.hook.SleeperHook`
+Every operator opens Sleeper through :class:`~sleeper_ops.airflow.hooks.sleeper.SleeperHook`
 (``sleeper_conn_id``, default ``sleeper_default``; ``SLEEPER_HOME`` when that connection
-does not exist) and calls :mod:`sleeper_ops.airflow.tasks`, which holds the behaviour:
+does not exist) and calls :mod:`sleeper_ops.airflow.task_runner`, which holds the behaviour:
 maintenance takes the table's lease for its operation (one run per table and
 operation at a time, across DAGs, backfills and the CLI; a task finding it held is
 skipped and names the holder), offline tables are skipped by split, compaction, GC and flush,
@@ -21,8 +21,8 @@ from typing import Any, Optional, Sequence, Union
 
 from airflow.providers.standard.operators.branch import BaseBranchOperator
 
-from sleeper_ops.airflow import tasks
-from sleeper_ops.airflow.assets import (  # noqa: F401 - table_asset and commits_alias are public here
+from sleeper_ops.airflow import task_runner
+from sleeper_ops.airflow.assets.commits import (  # noqa: F401 - table_asset and commits_alias are public here
     TaskStats,
     commit_extra,
     commits_alias,
@@ -32,13 +32,13 @@ from sleeper_ops.airflow.assets import (  # noqa: F401 - table_asset and commits
     table_asset,
     with_commit_outlets,
 )
-from sleeper_ops.airflow.hook import SleeperHook
-from sleeper_ops.airflow.lineage import compaction_lineage, jobs_lineage, note
-from sleeper_ops.airflow.operator_base import SleeperOperator, _SleeperMixin, task_request_id
-from sleeper_ops.airflow.spark_operators import (  # noqa: F401 - the Spark operators are public here too
+from sleeper_ops.airflow.hooks.sleeper import SleeperHook
+from sleeper_ops.airflow.operators.base import SleeperOperator, _SleeperMixin, task_request_id
+from sleeper_ops.airflow.operators.bulk_import import (  # noqa: F401 - the Spark operators are public here too
     JOBS_FROM_CREATE_JOBS,
     SleeperBulkImportOperator,
 )
+from sleeper_ops.airflow.utils.openlineage import compaction_lineage, jobs_lineage, note
 from sleeper_ops.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class SleeperSplitOperator(SleeperOperator):
     """Split the table's leaf partitions that are over the splitting threshold."""
 
     def execute(self, context: Any) -> str:
-        return tasks.run_exclusive("split", self.table, context,
+        return task_runner.run_exclusive("split", self.table, context,
                                    self.traced(lambda t, run: t.split(run_id=run),
                                                lambda t, report: note(t.sleeper, t.name, reads_table=True)),
                                    opener=self.hook.get_conn)
@@ -120,7 +120,7 @@ class SleeperGcOperator(SleeperOperator):
 
     def execute(self, context: Any) -> str:
         dry_run = _as_bool(self.gc_dry_run)
-        return tasks.run_exclusive("gc", self.table, context,
+        return task_runner.run_exclusive("gc", self.table, context,
                                    self.traced(lambda t, run: t.gc(dry_run=dry_run, explain=True),
                                                lambda t, report: note(t.sleeper, t.name, reads_table=True)),
                                    opener=self.hook.get_conn)
@@ -151,7 +151,7 @@ class SleeperIngestBatcherOperator(SleeperOperator):
             return r
 
         try:
-            return tasks.run_exclusive("ingest_batcher", self.table, context, run,
+            return task_runner.run_exclusive("ingest_batcher", self.table, context, run,
                                        failures=lambda report: len(report.failed), opener=self.hook.get_conn)
         finally:  # committed jobs' files are announced even when another job failed
             if reports:
@@ -180,7 +180,7 @@ class SleeperFlushOperator(SleeperOperator):
                                 files=results[-1].files)
             return results[-1]
 
-        summary = tasks.run_exclusive("flush", self.table, context, run, opener=self.hook.get_conn)
+        summary = task_runner.run_exclusive("flush", self.table, context, run, opener=self.hook.get_conn)
         if results:
             emit_commit_event(self, context, self.table, files=results[0].files, rows=results[0].records,
                               extra=extras[0])
@@ -206,7 +206,7 @@ class SleeperCompactionOperator(SleeperOperator):
 
     def execute(self, context: Any) -> str:
         runner = self.runner or None
-        return tasks.run_exclusive("compaction", self.table, context,
+        return task_runner.run_exclusive("compaction", self.table, context,
                                    self.traced(lambda t, run: t.compact(runner=runner, run_id=run), compaction_lineage),
                                    failures=lambda report: report.count("failed"), opener=self.hook.get_conn)
 
@@ -229,7 +229,7 @@ class SleeperCreateCompactionJobsOperator(_SleeperMixin, BaseBranchOperator):
         self.sleeper_conn_id = sleeper_conn_id
 
     def choose_branch(self, context: Any) -> Any:
-        return tasks.create_compaction_jobs(self.table, self.runner or None, context, opener=self.hook.get_conn)
+        return task_runner.create_compaction_jobs(self.table, self.runner or None, context, opener=self.hook.get_conn)
 
 
 class SleeperRunCompactionJobsOperator(SleeperOperator):
@@ -247,9 +247,9 @@ class SleeperRunCompactionJobsOperator(SleeperOperator):
         self.jobs = jobs
 
     def execute(self, context: Any) -> str:
-        jobs = tasks.jobs_from_json(self.jobs)
+        jobs = task_runner.jobs_from_json(self.jobs)
         try:
-            return tasks.run_compaction_jobs(self.table, jobs, context, opener=self.hook.get_conn)
+            return task_runner.run_compaction_jobs(self.table, jobs, context, opener=self.hook.get_conn)
         finally:
             if jobs:
                 with self.hook.get_conn() as sleeper:
@@ -260,16 +260,16 @@ class SleeperCompactionReportOperator(SleeperRunCompactionJobsOperator):
     """Release the run's compaction lease and log what its jobs did (a teardown task)."""
 
     def execute(self, context: Any) -> str:
-        return tasks.report_compaction(self.table, tasks.jobs_from_json(self.jobs), context,
+        return task_runner.report_compaction(self.table, task_runner.jobs_from_json(self.jobs), context,
                                        opener=self.hook.get_conn)
 
 
 def __getattr__(name: str) -> Any:
     """``SleeperSparkCompactionOperator``, public here too, imported on first use as
-    :mod:`sleeper_ops.airflow.spark_operators` imports it (its ``SparkSubmitOperator``
+    :mod:`sleeper_ops.airflow.operators.bulk_import` imports it (its ``SparkSubmitOperator``
     base costs about half a second to import)."""
     if name == "SleeperSparkCompactionOperator":
-        from sleeper_ops.airflow import spark_operators
+        from sleeper_ops.airflow.operators import bulk_import as spark_operators
 
         return spark_operators.SleeperSparkCompactionOperator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

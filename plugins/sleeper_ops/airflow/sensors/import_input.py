@@ -23,8 +23,8 @@ from typing import Any, AsyncIterator, Optional, Sequence, Union
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from sleeper_ops.airflow.hook import SleeperHook
-from sleeper_ops.airflow.operator_base import SleeperOperator
+from sleeper_ops.airflow.hooks.sleeper import SleeperHook
+from sleeper_ops.airflow.operators.base import SleeperOperator
 from sleeper_ops.bulk_import.dated import missing_input, no_input_message
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ session cookie with the configured auth manager. No valid token: 401 (Airflow an
 403 for a malformed token; here that is 401 too).
 
 Authorisation is per table, through the auth manager, against the table's DAGs (the
-``sleeper_<table>_<operation>`` DAGs of :mod:`sleeper_ops.airflow.dag_factory`, one per
+``sleeper_<table>_<operation>`` DAGs of :mod:`sleeper_ops.orchestration.dag_factory`, one per
 operation in ``OPERATIONS``), as :func:`sleeper_ops.web.rest_auth.access_of` tells
 what a request needs:
 
@@ -32,10 +32,10 @@ It also mounts the table status page (:mod:`sleeper_ops.web.status_page`) at ``/
 behind the same authentication (the UI's cookie) and the same read rules (the index
 needs general DAG read access, a table's page read access to that table's DAGs),
 linked from the UI's navigation as an external view. The page marks a table whose DAGs
-cannot be built with the DAG factory's own check (:func:`~sleeper_ops.airflow.dag_factory.table_dags_problem`).
+cannot be built with the DAG factory's own check (:func:`~sleeper_ops.orchestration.dag_factory.table_dags_problem`).
 
 It registers the dated bulk import DAG's timetable
-(:class:`~sleeper_ops.airflow.dated_timetable.DatedImportTimetable`), which Airflow
+(:class:`~sleeper_ops.orchestration.dated_timetable.DatedImportTimetable`), which Airflow
 serializes only when a plugin names it.
 
 The Sleeper served is opened lazily, once per API server process, from
@@ -50,8 +50,8 @@ from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from sleeper_ops.airflow.dag_factory import OPERATIONS, dag_id_for, table_dags_problem
-from sleeper_ops.airflow.dated_timetable import DatedImportTimetable
+from sleeper_ops.orchestration.dag_factory import OPERATIONS, dag_id_for, table_dags_problem
+from sleeper_ops.orchestration.dated_timetable import DatedImportTimetable
 from sleeper_ops.web.rest import LazySleeper, create_app
 from sleeper_ops.web.rest_auth import Access, access_of
 from sleeper_ops.web.status_page import EXTERNAL_VIEW as STATUS_EXTERNAL_VIEW

@@ -1,13 +1,13 @@
 """SleeperHook: a :class:`~sleeper_ops.api.Sleeper` opened from an Airflow connection.
 
-    from sleeper_ops.airflow.hook import SleeperHook
+    from sleeper_ops.airflow.hooks.sleeper import SleeperHook
     with SleeperHook("sleeper_default").get_conn() as sleeper:
         sleeper.table("events").query(keys=["abc"])
 
 The connection (type ``sleeper``) names the state store and the object store; its
-fields are described in :mod:`sleeper_ops.airflow.connection`. When the connection
+fields are described in :mod:`sleeper_ops.airflow.hooks.connection`. When the connection
 does not exist, the hook opens the Sleeper configured by ``SLEEPER_HOME`` (see
-:func:`sleeper_ops.airflow.tasks.configured_home`), which is how the generated DAGs
+:func:`sleeper_ops.airflow.task_runner.configured_home`), which is how the generated DAGs
 run with nothing but ``SLEEPER_HOME`` set. Any other failure to read the connection
 is raised, never mistaken for "no connection".
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from sleeper_ops.airflow.connection import EXTRA_KEYS, aws_conn_id_of, config_from_connection
+from sleeper_ops.airflow.hooks.connection import EXTRA_KEYS, aws_conn_id_of, config_from_connection
 from sleeper_ops.config import SleeperConfig, default_home
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class SleeperHook(BaseHook):
         try:
             conn = self.get_connection(self.sleeper_conn_id)
         except AirflowNotFoundException:
-            from sleeper_ops.airflow.tasks import configured_home
+            from sleeper_ops.airflow.task_runner import configured_home
 
             self.log.info("no Airflow connection %r: using SLEEPER_HOME", self.sleeper_conn_id)
             return SleeperConfig.load(configured_home(), create=False)

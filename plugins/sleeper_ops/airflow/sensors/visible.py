@@ -1,6 +1,6 @@
 """Wait until data is visible to queries: :class:`SleeperVisibleSensor` and its trigger.
 
-A commit's asset event (:mod:`sleeper_ops.airflow.assets`) names its ``transaction``,
+A commit's asset event (:mod:`sleeper_ops.airflow.assets.commits`) names its ``transaction``,
 and a bulk import's its ``import_key``; a downstream DAG scheduled on the asset waits on
 one of them (or on a record count) before it reads:
 
@@ -34,8 +34,8 @@ from airflow.sdk import BaseOperatorLink
 from airflow.sdk.bases.sensor import BaseSensorOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from sleeper_ops.airflow.hook import SleeperHook
-from sleeper_ops.airflow.links import SleeperTableLink
+from sleeper_ops.airflow.hooks.sleeper import SleeperHook
+from sleeper_ops.airflow.links.sleeper import SleeperTableLink
 from sleeper_ops.errors import ConfigError
 
 if TYPE_CHECKING:

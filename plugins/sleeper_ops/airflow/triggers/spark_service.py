@@ -34,7 +34,7 @@ from typing import Any, AsyncIterator, Optional
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from sleeper_ops.airflow.hook import SleeperHook
+from sleeper_ops.airflow.hooks.sleeper import SleeperHook
 from sleeper_ops.spark.batch_files import SparkBatchError
 from sleeper_ops.spark.service_client import LOST_AFTER_SECONDS, JobLostError, poll_job
 

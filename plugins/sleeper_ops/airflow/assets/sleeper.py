@@ -36,7 +36,7 @@ def sanitize_uri(uri: SplitResult) -> SplitResult:
 
 def namespace(sleeper_conn_id: str = "sleeper_default") -> str:
     """``sleeper://<instance>`` of the connection (or of ``SLEEPER_HOME``)."""
-    from sleeper_ops.airflow.hook import SleeperHook
+    from sleeper_ops.airflow.hooks.sleeper import SleeperHook
     from sleeper_ops.instance import instance_of
 
     return f"sleeper://{instance_of(SleeperHook(sleeper_conn_id).get_config())}"

@@ -11,12 +11,12 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 PACKAGE = "sleeper-airflow"
-_OPERATORS = "sleeper_ops.airflow.operators"
-_HOOK = "sleeper_ops.airflow.hook"
-_ASSETS = "sleeper_ops.airflow.asset_uris"
+_OPERATORS = "sleeper_ops.airflow.operators.compaction"
+_HOOK = "sleeper_ops.airflow.hooks.sleeper"
+_ASSETS = "sleeper_ops.airflow.assets.sleeper"
 _TEXT: dict[str, Any] = {"type": ["string", "null"]}
 _SECRET: dict[str, Any] = {"type": ["string", "null"], "format": "password"}
-#: The extra fields of a ``sleeper`` connection (see :mod:`sleeper_ops.airflow.connection`).
+#: The extra fields of a ``sleeper`` connection (see :mod:`sleeper_ops.airflow.hooks.connection`).
 _CONN_FIELDS = (
     ("object_store_uri", "Object store", "s3://bucket/prefix, or a local path", _TEXT),
     ("endpoint_url", "S3 endpoint", "e.g. http://127.0.0.1:9000 for MinIO; empty for AWS", _TEXT),
@@ -54,13 +54,13 @@ def get_provider_info() -> dict[str, Any]:
                           "tags": ["software"]}],
         "hooks": [{"integration-name": "Sleeper", "python-modules": [_HOOK]}],
         "operators": [{"integration-name": "Sleeper", "python-modules": [_OPERATORS,
-                                                                         "sleeper_ops.airflow.operator_base",
-                                                                         "sleeper_ops.airflow.export_operator"]}],
-        "triggers": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.triggers",
-                                                                          "sleeper_ops.airflow.readiness",
-                                                                          "sleeper_ops.airflow.import_wait"]}],
-        "sensors": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.readiness",
-                                                                         "sleeper_ops.airflow.import_wait"]}],
+                                                                         "sleeper_ops.airflow.operators.base",
+                                                                         "sleeper_ops.airflow.operators.export"]}],
+        "triggers": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.triggers.buffer",
+                                                                          "sleeper_ops.airflow.sensors.visible",
+                                                                          "sleeper_ops.airflow.sensors.import_input"]}],
+        "sensors": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.sensors.visible",
+                                                                         "sleeper_ops.airflow.sensors.import_input"]}],
         "connection-types": [{
             "connection-type": "sleeper",
             "hook-class-name": f"{_HOOK}.SleeperHook",
@@ -76,6 +76,6 @@ def get_provider_info() -> dict[str, Any]:
         }],
         "asset-uris": [{"schemes": ["sleeper"], "handler": f"{_ASSETS}.sanitize_uri",
                         "to_openlineage_converter": f"{_ASSETS}.convert_asset_to_openlineage"}],
-        "extra-links": ["sleeper_ops.airflow.links.SleeperTableLink"],
-        "plugins": [{"name": "sleeper", "plugin-class": "sleeper_ops.airflow.plugin.SleeperPlugin"}],
+        "extra-links": ["sleeper_ops.airflow.links.sleeper.SleeperTableLink"],
+        "plugins": [{"name": "sleeper", "plugin-class": "sleeper_ops.orchestration.plugin.SleeperPlugin"}],
     }

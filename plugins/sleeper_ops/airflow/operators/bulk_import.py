@@ -1,15 +1,15 @@
 """The Sleeper operators that run on Spark: bulk import and a compaction batch, blocking
-or deferrable (re-exported by :mod:`sleeper_ops.airflow.operators`). The compaction
+or deferrable (re-exported by :mod:`sleeper_ops.airflow.operators.compaction`). The compaction
 batch's operator is built on the Spark provider's ``SparkSubmitOperator``, whose import
 (OpenLineage's client with it) costs about half a second of CPU: it lives in
-:mod:`sleeper_ops.airflow.spark_compaction_operator`, imported on first use of its name,
+:mod:`sleeper_ops.airflow.operators.spark_compaction`, imported on first use of its name,
 so a DAG file or task that does not use it (every DAG but compaction) does not pay it.
 
 **Deferrable** (``deferrable=True``, or the table property
 ``sleeper.table.spark.deferrable=true`` in the generated DAGs): when the ``sleeper``
 connection names a standing Spark service (extra ``spark_service``), the task submits
 its job there without waiting, defers to
-:class:`~sleeper_ops.airflow.spark_triggers.SparkServiceJobTrigger` (the triggerer
+:class:`~sleeper_ops.airflow.triggers.spark_service.SparkServiceJobTrigger` (the triggerer
 polls the job; the worker slot is free meanwhile) and resumes to report the outcome
 exactly as the blocking path does: the same asset event, lineage and ``Stats``, the same
 failure when a job failed. A job lost by a service restart, or a trigger re-created
@@ -22,12 +22,17 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional, Sequence, Union
 
-from sleeper_ops.airflow import tasks
-from sleeper_ops.airflow.assets import commit_extra, emit_commit_event, key_range_of_partitions, with_commit_outlets
-from sleeper_ops.airflow.lineage import note, spark_lineage_conf
-from sleeper_ops.airflow.operator_base import SleeperOperator
-from sleeper_ops.airflow.spark_deferral import JOBS_FROM_CREATE_JOBS, service_for_deferral  # noqa: F401 - public here
-from sleeper_ops.airflow.spark_triggers import POLL_SECONDS, SparkServiceJobTrigger, ended_or_lost
+from sleeper_ops.airflow import task_runner
+from sleeper_ops.airflow.assets.commits import (
+    commit_extra,
+    emit_commit_event,
+    key_range_of_partitions,
+    with_commit_outlets,
+)
+from sleeper_ops.airflow.operators.base import SleeperOperator
+from sleeper_ops.airflow.operators.spark_deferral import JOBS_FROM_CREATE_JOBS, service_for_deferral  # noqa: F401 - public here
+from sleeper_ops.airflow.triggers.spark_service import POLL_SECONDS, SparkServiceJobTrigger, ended_or_lost
+from sleeper_ops.airflow.utils.openlineage import note, spark_lineage_conf
 from sleeper_ops.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -78,7 +83,7 @@ class SleeperBulkImportOperator(SleeperOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         sources = self._sources()
-        run_id = tasks.run_label(context)
+        run_id = task_runner.run_label(context)
         with self.hook.get_conn() as sleeper:
             assert sleeper.config is not None
             service = service_for_deferral(self, sleeper.config)
@@ -141,7 +146,7 @@ class SleeperBulkImportOperator(SleeperOperator):
 def __getattr__(name: str) -> Any:
     """``SleeperSparkCompactionOperator``, imported on first use (module docstring)."""
     if name == "SleeperSparkCompactionOperator":
-        from sleeper_ops.airflow.spark_compaction_operator import SleeperSparkCompactionOperator
+        from sleeper_ops.airflow.operators.spark_compaction import SleeperSparkCompactionOperator
 
         return SleeperSparkCompactionOperator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,7 @@ For every table in the catalog that gives a DAG ``sleeper_<table>_<operation>``:
                        Spark operator, or the amazon provider's deferrable
                        ``EmrServerlessStartJobOperator`` when the table's
                        ``sleeper.table.bulk.import.platform`` is ``emr_serverless``
-                       (:mod:`sleeper_ops.airflow.emr`)
+                       (:mod:`sleeper_ops.orchestration.emr`)
 ``export``             ``export`` (one task), only for tables whose property
                        ``sleeper.table.export.destination`` is set
 =====================  =============================================================
@@ -25,7 +25,7 @@ The ``bulk_import`` DAG is dated: its timetable is a data-interval cron
 ``s3://raw/events/{{ data_interval_start | ds }}/``) and its import key is the table id
 plus the interval's start, so a retried, repeated or reprocessed date imports once.
 Its scheduled runs start with the first interval at or after ``sleeper.table.bulk.import.start``
-(:mod:`sleeper_ops.airflow.dated_timetable`, with catchup); a manual run of any date
+(:mod:`sleeper_ops.orchestration.dated_timetable`, with catchup); a manual run of any date
 imports that date. Runs queue behind each other (one active run and task instance at a time) and never
 skip; Airflow's own backfill (``airflow backfill create``, ``POST /api/v2/backfills``)
 fills past dates. The ``export`` DAG is dated the same way (``sleeper.table.schedule.export``,
@@ -40,20 +40,20 @@ files are committed to the table (the asset ``sleeper://<table>``, which ingest,
 batcher, bulk import and flush update with ``files`` and ``rows`` as extras). The flush DAG
 also runs when the table's write buffer passes ``sleeper.table.write.buffer.flush.records``
 or ``.flush.age.seconds``: an asset watcher in the triggerer (see
-:mod:`sleeper_ops.airflow.triggers` for why not a sensor). The compaction DAG's ``create_jobs``
+:mod:`sleeper_ops.airflow.triggers.buffer` for why not a sensor). The compaction DAG's ``create_jobs``
 branches to ``run_local`` (in the worker) or ``run_spark`` (spark-submit of
 ``spark_apps/compaction.py`` in the ``spark`` pool) by the ``runner`` param, which
 defaults to the table's ``sleeper.table.compaction.runner``; it takes the run's lease
 as a setup task and ``report`` is its teardown, so the lease is released however the
-run ends. The tasks are the provider's own operators (:mod:`sleeper_ops.airflow.operators`), the
+run ends. The tasks are the provider's own operators (:mod:`sleeper_ops.airflow.operators.compaction`), the
 same a user puts in a DAG of their own. What each task does, exclusivity (one run per
 table per operation, through a lease in the state store) and skipping are described in
-:mod:`sleeper_ops.airflow.tasks`.
+:mod:`sleeper_ops.airflow.task_runner`.
 
 One table never breaks another: each table's DAG is built on its own, and a table whose
 DAG cannot be built (a name outside the table name rule, a property the build raises on)
 is logged and named in the file's import error while every other table's DAGs load
-(:mod:`sleeper_ops.airflow.dag_problems`); :func:`table_dags_problem` tells the status page.
+(:mod:`sleeper_ops.orchestration.dag_problems`); :func:`table_dags_problem` tells the status page.
 
 Parsing costs one catalog query (``list_tables``), shared by the DAG files parsed in
 one process within :data:`CATALOG_MAX_AGE_SECONDS`, and no other I/O. When a task runs,
@@ -75,12 +75,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from sleeper_ops.airflow import tasks
-from sleeper_ops.airflow.dag_problems import build_each, build_problem
+from sleeper_ops.airflow import task_runner
 from sleeper_ops.bulk_import.dated import BULK_IMPORT_SOURCE
 from sleeper_ops.bulk_import.templates import EXPORT_DESTINATION
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
+from sleeper_ops.orchestration.dag_problems import build_each, build_problem
 from statestore.properties import BULK_IMPORT_PLATFORM
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ SPARK_CONN_ID = "sleeper_spark"
 CATALOG_MAX_AGE_SECONDS = 10.0
 START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
 #: The start date of a dated bulk import DAG with a start: its tasks exist for a manual run
-#: or backfill of any date; its timetable (:mod:`sleeper_ops.airflow.dated_timetable`)
+#: or backfill of any date; its timetable (:mod:`sleeper_ops.orchestration.dated_timetable`)
 #: starts the scheduled runs at ``sleeper.table.bulk.import.start``
 DATED_START_DATE = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -214,9 +214,9 @@ def catalog_source(operation: str) -> Optional[Path | SleeperConfig]:
     """Where this process reads the catalog: ``SLEEPER_HOME`` (or ``./.sleeper``), else the
     configuration of the connection ``sleeper_default``; None (logged) with neither."""
     try:
-        return tasks.configured_home()
+        return task_runner.configured_home()
     except ConfigError as no_home:
-        from sleeper_ops.airflow.hook import SleeperHook, connection_exists
+        from sleeper_ops.airflow.hooks.sleeper import SleeperHook, connection_exists
 
         if connection_exists(SleeperHook.default_conn_name):
             return SleeperHook().get_config()
@@ -267,7 +267,7 @@ def _compaction_schedule(table: TableInfo) -> Any:
     from airflow.timetables.assets import AssetOrTimeSchedule
     from airflow.timetables.trigger import CronTriggerTimetable
 
-    from sleeper_ops.airflow.operators import table_asset
+    from sleeper_ops.airflow.operators.compaction import table_asset
 
     cron = schedule_of(table, "compaction")
     if cron is None:
@@ -281,7 +281,7 @@ def _flush_schedule(table: TableInfo) -> Any:
     from airflow.timetables.assets import AssetOrTimeSchedule
     from airflow.timetables.trigger import CronTriggerTimetable
 
-    from sleeper_ops.airflow.triggers import buffer_asset
+    from sleeper_ops.airflow.triggers.buffer import buffer_asset
     from sleeper_ops.ingest.buffer import buffer_limits
 
     _, flush_records, flush_age = buffer_limits(table)
@@ -302,8 +302,8 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
     from airflow.sdk import DAG
     from airflow.timetables.interval import CronDataIntervalTimetable
 
-    from sleeper_ops.airflow import operators as ops
-    from sleeper_ops.airflow.import_wait import SleeperImportInputSensor
+    from sleeper_ops.airflow.operators import compaction as ops
+    from sleeper_ops.airflow.sensors.import_input import SleeperImportInputSensor
     from sleeper_ops.bulk_import.dated import BULK_IMPORT_START, BULK_IMPORT_WAIT_HOURS, import_start, wait_hours
 
     cron = schedule_of(table, operation) or "@daily"
@@ -324,7 +324,7 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
                 "runs (a repeat answers 'already exported').")
     timetable: Any = CronDataIntervalTimetable(cron, timezone="UTC")
     if start is not None:  # scheduled from the first interval at or after the start, none skipped
-        from sleeper_ops.airflow.dated_timetable import DatedImportTimetable
+        from sleeper_ops.orchestration.dated_timetable import DatedImportTimetable
 
         timetable = DatedImportTimetable(cron, "UTC", start)
     dag = DAG(
@@ -341,7 +341,7 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
         default_args={"owner": "sleeper", "retries": 2, "retry_delay": timedelta(minutes=2)},
     )
     if operation == "export":
-        from sleeper_ops.airflow.export_operator import SleeperExportOperator
+        from sleeper_ops.airflow.operators.export import SleeperExportOperator
 
         SleeperExportOperator(task_id="export", dag=dag, table=table.name,
                               destination=str(table.get(EXPORT_DESTINATION)), export_key=key,
@@ -351,7 +351,7 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
     wait = SleeperImportInputSensor(task_id="wait_for_input", dag=dag, table=table.name, source=source,
                                     import_key=key, wait_hours=wait_hours(table.properties))
     if table.get(BULK_IMPORT_PLATFORM) == "emr_serverless":
-        from sleeper_ops.airflow.emr import emr_bulk_import_task
+        from sleeper_ops.orchestration.emr import emr_bulk_import_task
 
         run = emr_bulk_import_task(dag, table, sources=source, import_key=key, max_active_tis_per_dag=1)
     else:
@@ -376,7 +376,7 @@ def spark_deferrable(table: TableInfo) -> bool:
 
 
 def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
-    from sleeper_ops.airflow import operators as ops
+    from sleeper_ops.airflow.operators import compaction as ops
 
     if operation == "split":
         ops.SleeperSplitOperator(task_id=operation, dag=dag, table=table.name)
@@ -389,12 +389,12 @@ def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
 
 
 def _compaction_tasks(dag: DAG, table: TableInfo) -> None:
-    from sleeper_ops.airflow import operators as ops
+    from sleeper_ops.airflow.operators import compaction as ops
 
     create = ops.SleeperCreateCompactionJobsOperator(task_id="create_jobs", dag=dag, table=table.name,
                                                      runner="{{ params.runner }}")
-    run_local = ops.SleeperRunCompactionJobsOperator(task_id=tasks.RUN_LOCAL_TASK, dag=dag, table=table.name)
-    run_spark = ops.SleeperSparkCompactionOperator(task_id=tasks.RUN_SPARK_TASK, dag=dag, table=table.name,
+    run_local = ops.SleeperRunCompactionJobsOperator(task_id=task_runner.RUN_LOCAL_TASK, dag=dag, table=table.name)
+    run_spark = ops.SleeperSparkCompactionOperator(task_id=task_runner.RUN_SPARK_TASK, dag=dag, table=table.name,
                                                    conn_id=SPARK_CONN_ID, pool=SPARK_POOL,
                                                    deferrable=spark_deferrable(table))
     report = ops.SleeperCompactionReportOperator(task_id="report", dag=dag, table=table.name)

@@ -12,7 +12,7 @@ against moto (``tests/integration/test_bulk_import_emr.py``).
 (``EMR Serverless job of application ... failed: <what EMR said>``) on any event that is not a success
 and has no ``job_details``; every other event goes to the provider's own
 ``execute_complete``. The task fails either way and Airflow retries it: the job's
-driver makes the retry safe (see :mod:`sleeper_ops.airflow.emr`).
+driver makes the retry safe (see :mod:`sleeper_ops.orchestration.emr`).
 """
 
 from __future__ import annotations

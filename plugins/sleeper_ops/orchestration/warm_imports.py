@@ -33,12 +33,12 @@ MODULES = (
 )
 
 #: the first line of the file :func:`write_local_settings` writes (how it knows its own)
-MARK = "# Written by sleeper (sleeper_ops.airflow.warm_imports); rewritten on each start."
+MARK = "# Written by sleeper (sleeper_ops.orchestration.warm_imports); rewritten on each start."
 
 LOCAL_SETTINGS = f'''{MARK}
 """Airflow imports this module in each of its processes: the ones that fork DAG parses
-and tasks import Sleeper's libraries once (see sleeper_ops.airflow.warm_imports)."""
-from sleeper_ops.airflow.warm_imports import warm
+and tasks import Sleeper's libraries once (see sleeper_ops.orchestration.warm_imports)."""
+from sleeper_ops.orchestration.warm_imports import warm
 
 warm()
 '''

@@ -16,7 +16,7 @@ its tasks, and the start moves here:
 * a manual run (``airflow dags test``, the UI's trigger) of any date imports that date's
   interval (once, by its import key), before the start or after it.
 
-Registered with Airflow by :class:`sleeper_ops.airflow.plugin.SleeperPlugin` (Airflow
+Registered with Airflow by :class:`sleeper_ops.orchestration.plugin.SleeperPlugin` (Airflow
 serializes only the timetables a plugin names); ``start`` is part of its serialized form.
 """
 

@@ -1,6 +1,6 @@
 """A Sleeper configuration from the fields of an Airflow connection of type ``sleeper``.
 
-Pure (no Airflow import), so it is unit-tested on its own; :class:`~sleeper_ops.airflow.hook.SleeperHook`
+Pure (no Airflow import), so it is unit-tested on its own; :class:`~sleeper_ops.airflow.hooks.sleeper.SleeperHook`
 reads the connection and calls :func:`config_from_connection`.
 
 Fields of the connection:
@@ -29,7 +29,7 @@ Fields of the connection:
   ====================  ==================================================================
 
 The settings of the AWS connection (``aws``: ``region``, ``endpoint_url``,
-``access_key``, ``secret_key``, as :class:`~sleeper_ops.airflow.hook.SleeperHook` reads
+``access_key``, ``secret_key``, as :class:`~sleeper_ops.airflow.hooks.sleeper.SleeperHook` reads
 them) apply to S3 and to DynamoDB; the same keys in the extra override them for S3.
 
 Unknown extra keys are refused, so a typo does not silently fall back to a default.

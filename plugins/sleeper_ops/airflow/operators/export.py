@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional, Sequence
 
-from sleeper_ops.airflow import tasks
-from sleeper_ops.airflow.operator_base import SleeperOperator, task_request_id
+from sleeper_ops.airflow import task_runner
+from sleeper_ops.airflow.operators.base import SleeperOperator, task_request_id
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ class SleeperExportOperator(SleeperOperator):
     Args:
         destination: a directory or ``s3://`` prefix (templated).
         export_key: the export's key (templated); default the task instance's
-            (:func:`~sleeper_ops.airflow.operator_base.task_request_id`: DAG id, task id,
+            (:func:`~sleeper_ops.airflow.operators.base.task_request_id`: DAG id, task id,
             run id), the same for every try, so a retry after a crash finds its own export.
         where: only records this SQL predicate is true for (templated).
         runner: ``local`` (in the worker) or ``spark`` (one Spark task a leaf).
@@ -42,7 +42,7 @@ class SleeperExportOperator(SleeperOperator):
             result = sleeper.table(self.table).export(self.destination, where=self.where or None,
                                                       export_key=self.export_key or task_request_id(context),
                                                       runner=self.runner,
-                                                      run_id=tasks.run_label(context))
+                                                      run_id=task_runner.run_label(context))
         log.info("%s", result.summary())
         return {"written": result.written, "destination": result.destination,
                 "export_key": result.manifest.export_key, "transaction": result.manifest.transaction,

@@ -1,6 +1,6 @@
 """The compaction batch on Spark: :class:`SleeperSparkCompactionOperator`, blocking or
-deferrable (see :mod:`sleeper_ops.airflow.spark_operators`, which re-exports it, as
-:mod:`sleeper_ops.airflow.operators` does, imported on first use of the name)."""
+deferrable (see :mod:`sleeper_ops.airflow.operators.bulk_import`, which re-exports it, as
+:mod:`sleeper_ops.airflow.operators.compaction` does, imported on first use of the name)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any, Optional, Sequence, Union
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from sleeper_ops.airflow import tasks
-from sleeper_ops.airflow.hook import SleeperHook
-from sleeper_ops.airflow.lineage import jobs_lineage
-from sleeper_ops.airflow.operator_base import _SleeperMixin
-from sleeper_ops.airflow.spark_deferral import JOBS_FROM_CREATE_JOBS, service_for_deferral
-from sleeper_ops.airflow.spark_triggers import POLL_SECONDS, SparkServiceJobTrigger, ended_or_lost
+from sleeper_ops.airflow import task_runner
+from sleeper_ops.airflow.hooks.sleeper import SleeperHook
+from sleeper_ops.airflow.operators.base import _SleeperMixin
+from sleeper_ops.airflow.operators.spark_deferral import JOBS_FROM_CREATE_JOBS, service_for_deferral
+from sleeper_ops.airflow.triggers.spark_service import POLL_SECONDS, SparkServiceJobTrigger, ended_or_lost
+from sleeper_ops.airflow.utils.openlineage import jobs_lineage
 from sleeper_ops.errors import ConfigError
 from statestore.errors import LeaseHeldError, SleeperError
 
@@ -55,8 +55,8 @@ class SleeperSparkCompactionOperator(_SleeperMixin, SparkSubmitOperator):
         from sleeper_ops.spark.batch_files import read_results_file, write_config_file, write_jobs_file
         from sleeper_ops.spark.submit import app_arguments, spark_app_path, spark_conf, spark_environment
 
-        jobs = tasks.jobs_from_json(self.jobs)
-        run = tasks.run_label(context)
+        jobs = task_runner.jobs_from_json(self.jobs)
+        run = task_runner.run_label(context)
         with self.hook.get_conn() as sleeper, tempfile.TemporaryDirectory(prefix="sleeper-spark-compaction-") as tmp:
             config = sleeper.config
             assert config is not None
@@ -81,7 +81,7 @@ class SleeperSparkCompactionOperator(_SleeperMixin, SparkSubmitOperator):
             self.conf = {**spark_conf(master), **(self.conf or {})}
             self.env_vars = {**spark_environment(master, base={}), **(self.env_vars or {})}
             try:
-                with tasks.compaction_lease(sleeper, table, context, release=False):
+                with task_runner.compaction_lease(sleeper, table, context, release=False):
                     super().execute(context)
             except LeaseHeldError as e:
                 raise SleeperError(f"this run lost its compaction lease between tasks: {e}") from e
@@ -97,7 +97,7 @@ class SleeperSparkCompactionOperator(_SleeperMixin, SparkSubmitOperator):
         from sleeper_ops.spark.service_client import compaction_request, submit_job
 
         try:
-            with tasks.compaction_lease(sleeper, table, context, release=False) as lease:
+            with task_runner.compaction_lease(sleeper, table, context, release=False) as lease:
                 job_id, instance = submit_job(service, compaction_request(sleeper.config, table.info, jobs,
                                                                           run_id=run))
         except LeaseHeldError as e:
@@ -115,12 +115,12 @@ class SleeperSparkCompactionOperator(_SleeperMixin, SparkSubmitOperator):
         from sleeper_ops.spark.service_client import compaction_outcome
         from sleeper_ops.spark.submit import unreported_result
 
-        jobs = tasks.jobs_from_json(self.jobs)
+        jobs = task_runner.jobs_from_json(self.jobs)
         with self.hook.get_conn() as sleeper:
             table = sleeper.table(self.table)
             assert sleeper.config is not None
             try:
-                with tasks.compaction_lease(sleeper, table, context, release=False):
+                with task_runner.compaction_lease(sleeper, table, context, release=False):
                     reported, why = compaction_outcome(sleeper.config, jobs, ended_or_lost(event))
                     results = {j.job_id: reported.get(j.job_id)
                                or unreported_result(sleeper.state_store, table.info, j, why) for j in jobs}
@@ -135,7 +135,7 @@ class SleeperSparkCompactionOperator(_SleeperMixin, SparkSubmitOperator):
         from sleeper_ops.spark.submit import submit_compaction_batch
 
         try:
-            with tasks.compaction_lease(sleeper, table, context, release=False):
+            with task_runner.compaction_lease(sleeper, table, context, release=False):
                 out = submit_compaction_batch(sleeper.config, sleeper.state_store, table.info, jobs, run_id=run)
         except LeaseHeldError as e:
             raise SleeperError(f"this run lost its compaction lease between tasks: {e}") from e

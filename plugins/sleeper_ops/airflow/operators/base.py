@@ -1,6 +1,6 @@
 """The base of the Sleeper operators: the table, the connection, the "Sleeper table"
-link, the task's ``Stats`` and its OpenLineage facets (:mod:`sleeper_ops.airflow.lineage`).
-The operators themselves are in :mod:`sleeper_ops.airflow.operators`."""
+link, the task's ``Stats`` and its OpenLineage facets (:mod:`sleeper_ops.airflow.utils.openlineage`).
+The operators themselves are in :mod:`sleeper_ops.airflow.operators.compaction`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any, Collection, Optional, Sequence
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
-from sleeper_ops.airflow.assets import TaskStats
-from sleeper_ops.airflow.hook import SleeperHook
-from sleeper_ops.airflow.lineage import TaskLineage, operator_lineage
-from sleeper_ops.airflow.links import SleeperTableLink
+from sleeper_ops.airflow.assets.commits import TaskStats
+from sleeper_ops.airflow.hooks.sleeper import SleeperHook
+from sleeper_ops.airflow.links.sleeper import SleeperTableLink
+from sleeper_ops.airflow.utils.openlineage import TaskLineage, operator_lineage
 
 
 class _SleeperMixin:
@@ -22,7 +22,7 @@ class _SleeperMixin:
     sleeper_conn_id: str
     operator_extra_links: Collection[BaseOperatorLink] = (SleeperTableLink(),)
 
-    #: what the task read and wrote, noted while it ran (:mod:`sleeper_ops.airflow.lineage`)
+    #: what the task read and wrote, noted while it ran (:mod:`sleeper_ops.airflow.utils.openlineage`)
     lineage: Optional[TaskLineage] = None
 
     @cached_property
@@ -30,7 +30,7 @@ class _SleeperMixin:
         return SleeperHook(self.sleeper_conn_id)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """The table, the files read and the records written (:mod:`sleeper_ops.airflow.lineage`)."""
+        """The table, the files read and the records written (:mod:`sleeper_ops.airflow.utils.openlineage`)."""
         return operator_lineage(self.lineage)
 
     def traced(self, work: Any, lineage: Any) -> Any:

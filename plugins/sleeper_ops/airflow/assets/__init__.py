@@ -1,0 +1,1 @@
+"""Assets: the ``sleeper://`` URI (its handler and OpenLineage conversion) and the events a commit adds."""

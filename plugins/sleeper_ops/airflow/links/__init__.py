@@ -1,0 +1,1 @@
+"""Operator extra links: the table's status page."""

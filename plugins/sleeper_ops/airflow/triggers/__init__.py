@@ -1,0 +1,1 @@
+"""Triggers: what the triggerer polls while a sensor or a deferrable operator waits."""
