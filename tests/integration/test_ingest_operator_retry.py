@@ -17,7 +17,8 @@ import pytest
 
 from sleeper_ops import Sleeper
 from sleeper_ops.airflow.hooks.sleeper import SleeperHook
-from sleeper_ops.airflow.operators.compaction import SleeperIngestOperator, task_request_id
+from sleeper_ops.airflow.operators.base import task_request_id
+from sleeper_ops.airflow.operators.ingest import SleeperIngestOperator
 from sleeper_ops.io.storage import ObjectStore
 from statestore.client_writes import IdempotencyKeyReusedError
 from statestore.errors import CommitOutcomeUnknownError

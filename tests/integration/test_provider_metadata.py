@@ -12,11 +12,11 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from sleeper_ops import Sleeper
-from sleeper_ops.airflow.assets.sleeper import convert_asset_to_openlineage, sanitize_uri
+from sleeper_ops.airflow.assets.sleeper import convert_asset_to_openlineage, sanitize_uri, table_asset
 from sleeper_ops.airflow.get_provider_info import get_provider_info
 from sleeper_ops.airflow.hooks.sleeper import SleeperHook
 from sleeper_ops.airflow.links.sleeper import SleeperTableLink
-from sleeper_ops.airflow.operators.compaction import SleeperCompactionOperator, table_asset
+from sleeper_ops.airflow.operators.compaction import SleeperCompactionOperator
 from sleeper_ops.airflow.sensors.visible import SleeperVisibleSensor
 
 

@@ -145,7 +145,7 @@ def messages(records: list[logging.LogRecord]) -> list[str]:
 
 
 def test_finding_7_the_gc_dags_log_says_why_it_waited_as_the_cli_does(shared: Any, run: Run) -> None:
-    from sleeper_ops.airflow.operators.compaction import SleeperGcOperator
+    from sleeper_ops.airflow.operators.maintenance import SleeperGcOperator
 
     t = shared.table("t")
     for key in ("a", "b", "c"):
@@ -163,7 +163,7 @@ def test_finding_7_the_gc_dags_log_says_why_it_waited_as_the_cli_does(shared: An
 def test_finding_7_the_flush_dag_skips_an_offline_table_saying_so(shared: Any, run: Run) -> None:
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from sleeper_ops.airflow.operators.compaction import SleeperFlushOperator
+    from sleeper_ops.airflow.operators.maintenance import SleeperFlushOperator
 
     t = shared.table("t")
     t.write([{"key": "a", "count": 1}])

@@ -11,7 +11,10 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 PACKAGE = "sleeper-airflow"
-_OPERATORS = "sleeper_ops.airflow.operators.compaction"
+_PROVIDER = "sleeper_ops.airflow"
+_OPERATORS = ("base", "ingest", "maintenance", "compaction", "spark_compaction", "bulk_import", "emr", "export")
+_TRIGGERS = ("buffer", "visible", "import_input", "spark_service")
+_SENSORS = ("visible", "import_input")
 _HOOK = "sleeper_ops.airflow.hooks.sleeper"
 _ASSETS = "sleeper_ops.airflow.assets.sleeper"
 _TEXT: dict[str, Any] = {"type": ["string", "null"]}
@@ -42,6 +45,10 @@ def _version() -> str:
         return "0+unknown"
 
 
+def _modules(kind: str, names: tuple[str, ...]) -> list[str]:
+    return [f"{_PROVIDER}.{kind}.{name}" for name in names]
+
+
 def get_provider_info() -> dict[str, Any]:
     """The provider description Airflow validates against its provider_info schema."""
     return {
@@ -53,14 +60,9 @@ def get_provider_info() -> dict[str, Any]:
         "integrations": [{"integration-name": "Sleeper", "external-doc-url": "https://github.com/gchq/sleeper",
                           "tags": ["software"]}],
         "hooks": [{"integration-name": "Sleeper", "python-modules": [_HOOK]}],
-        "operators": [{"integration-name": "Sleeper", "python-modules": [_OPERATORS,
-                                                                         "sleeper_ops.airflow.operators.base",
-                                                                         "sleeper_ops.airflow.operators.export"]}],
-        "triggers": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.triggers.buffer",
-                                                                          "sleeper_ops.airflow.sensors.visible",
-                                                                          "sleeper_ops.airflow.sensors.import_input"]}],
-        "sensors": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.sensors.visible",
-                                                                         "sleeper_ops.airflow.sensors.import_input"]}],
+        "operators": [{"integration-name": "Sleeper", "python-modules": _modules("operators", _OPERATORS)}],
+        "triggers": [{"integration-name": "Sleeper", "python-modules": _modules("triggers", _TRIGGERS)}],
+        "sensors": [{"integration-name": "Sleeper", "python-modules": _modules("sensors", _SENSORS)}],
         "connection-types": [{
             "connection-type": "sleeper",
             "hook-class-name": f"{_HOOK}.SleeperHook",

@@ -1,6 +1,6 @@
 """What the Sleeper operators run: open Sleeper, take the lease, call the library.
 
-The operators (:mod:`sleeper_ops.airflow.operators.compaction`) are thin; each calls one function
+The operators (:mod:`sleeper_ops.airflow.operators`) are thin; each calls one function
 here with a way to open Sleeper (the hook's ``get_conn``). Each task:
 
 1. opens Sleeper: from the operator's Airflow connection, or from ``SLEEPER_HOME`` as

@@ -45,7 +45,7 @@ branches to ``run_local`` (in the worker) or ``run_spark`` (spark-submit of
 ``spark_apps/compaction.py`` in the ``spark`` pool) by the ``runner`` param, which
 defaults to the table's ``sleeper.table.compaction.runner``; it takes the run's lease
 as a setup task and ``report`` is its teardown, so the lease is released however the
-run ends. The tasks are the provider's own operators (:mod:`sleeper_ops.airflow.operators.compaction`), the
+run ends. The tasks are the provider's own operators (:mod:`sleeper_ops.airflow.operators`), the
 same a user puts in a DAG of their own. What each task does, exclusivity (one run per
 table per operation, through a lease in the state store) and skipping are described in
 :mod:`sleeper_ops.airflow.task_runner`.
@@ -267,7 +267,7 @@ def _compaction_schedule(table: TableInfo) -> Any:
     from airflow.timetables.assets import AssetOrTimeSchedule
     from airflow.timetables.trigger import CronTriggerTimetable
 
-    from sleeper_ops.airflow.operators.compaction import table_asset
+    from sleeper_ops.airflow.assets.sleeper import table_asset
 
     cron = schedule_of(table, "compaction")
     if cron is None:
@@ -302,7 +302,7 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
     from airflow.sdk import DAG
     from airflow.timetables.interval import CronDataIntervalTimetable
 
-    from sleeper_ops.airflow.operators import compaction as ops
+    from sleeper_ops.airflow.operators.bulk_import import SleeperBulkImportOperator
     from sleeper_ops.airflow.sensors.import_input import SleeperImportInputSensor
     from sleeper_ops.bulk_import.dated import BULK_IMPORT_START, BULK_IMPORT_WAIT_HOURS, import_start, wait_hours
 
@@ -355,8 +355,8 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
 
         run = emr_bulk_import_task(dag, table, sources=source, import_key=key, max_active_tis_per_dag=1)
     else:
-        run = ops.SleeperBulkImportOperator(task_id="bulk_import", dag=dag, table=table.name, source=source,
-                                            import_key=key, max_active_tis_per_dag=1, pool=SPARK_POOL,
+        run = SleeperBulkImportOperator(task_id="bulk_import", dag=dag, table=table.name, source=source,
+                                        import_key=key, max_active_tis_per_dag=1, pool=SPARK_POOL,
                                             deferrable=spark_deferrable(table))
     wait >> run
     return dag
@@ -376,27 +376,28 @@ def spark_deferrable(table: TableInfo) -> bool:
 
 
 def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
-    from sleeper_ops.airflow.operators import compaction as ops
+    from sleeper_ops.airflow.operators import ingest, maintenance
 
     if operation == "split":
-        ops.SleeperSplitOperator(task_id=operation, dag=dag, table=table.name)
+        maintenance.SleeperSplitOperator(task_id=operation, dag=dag, table=table.name)
     elif operation == "gc":
-        ops.SleeperGcOperator(task_id=operation, dag=dag, table=table.name, dry_run="{{ params.dry_run }}")
+        maintenance.SleeperGcOperator(task_id=operation, dag=dag, table=table.name, dry_run="{{ params.dry_run }}")
     elif operation == "flush":
-        ops.SleeperFlushOperator(task_id=operation, dag=dag, table=table.name)
+        maintenance.SleeperFlushOperator(task_id=operation, dag=dag, table=table.name)
     else:
-        ops.SleeperIngestBatcherOperator(task_id=operation, dag=dag, table=table.name)
+        ingest.SleeperIngestBatcherOperator(task_id=operation, dag=dag, table=table.name)
 
 
 def _compaction_tasks(dag: DAG, table: TableInfo) -> None:
     from sleeper_ops.airflow.operators import compaction as ops
+    from sleeper_ops.airflow.operators.spark_compaction import SleeperSparkCompactionOperator
 
     create = ops.SleeperCreateCompactionJobsOperator(task_id="create_jobs", dag=dag, table=table.name,
                                                      runner="{{ params.runner }}")
     run_local = ops.SleeperRunCompactionJobsOperator(task_id=task_runner.RUN_LOCAL_TASK, dag=dag, table=table.name)
-    run_spark = ops.SleeperSparkCompactionOperator(task_id=task_runner.RUN_SPARK_TASK, dag=dag, table=table.name,
-                                                   conn_id=SPARK_CONN_ID, pool=SPARK_POOL,
-                                                   deferrable=spark_deferrable(table))
+    run_spark = SleeperSparkCompactionOperator(task_id=task_runner.RUN_SPARK_TASK, dag=dag, table=table.name,
+                                               conn_id=SPARK_CONN_ID, pool=SPARK_POOL,
+                                               deferrable=spark_deferrable(table))
     report = ops.SleeperCompactionReportOperator(task_id="report", dag=dag, table=table.name)
     create >> [run_local, run_spark] >> report
     report.as_teardown(setups=create)

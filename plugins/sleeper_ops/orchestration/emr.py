@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sleeper_ops.airflow.assets.commits import table_asset
+from sleeper_ops.airflow.assets.sleeper import table_asset
 from sleeper_ops.spark.emr_serverless import job_request
 
 if TYPE_CHECKING:

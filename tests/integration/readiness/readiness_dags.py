@@ -8,7 +8,8 @@ from typing import Any
 
 from airflow.sdk import DAG, task
 
-from sleeper_ops.airflow.operators.compaction import SleeperIngestOperator, table_asset
+from sleeper_ops.airflow.assets.sleeper import table_asset
+from sleeper_ops.airflow.operators.ingest import SleeperIngestOperator
 from sleeper_ops.airflow.sensors.visible import SleeperVisibleSensor
 
 with DAG("upstream", schedule=None):

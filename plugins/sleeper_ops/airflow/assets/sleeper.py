@@ -1,4 +1,5 @@
-"""The ``sleeper`` asset URI scheme, for Airflow's providers manager (``asset-uris``).
+"""The ``sleeper`` assets: a table's asset and alias, and the URI scheme for Airflow's
+providers manager (``asset-uris``).
 
 A Sleeper asset is ``sleeper://<table>`` (files committed to the table) or
 ``sleeper://<table>/buffer`` (its write buffer passed a flush threshold).
@@ -17,6 +18,23 @@ from urllib.parse import SplitResult, urlsplit
 from statestore.catalog import table_name_problem
 
 _PATHS = ("", "/", "/buffer")
+
+
+def table_asset(table: str) -> Any:
+    """The Airflow asset ``sleeper://<table>``: updated whenever files are committed to
+    the table by ingest, the batcher or bulk import (the compaction DAG listens)."""
+    from airflow.sdk import Asset
+
+    return Asset(uri=f"sleeper://{table}", name=f"sleeper://{table}")
+
+
+def commits_alias(table: str) -> Any:
+    """The asset alias a committing operator declares; an event for :func:`table_asset`
+    is added through it only when the task committed files (a task that committed
+    nothing emits no event)."""
+    from airflow.sdk import AssetAlias
+
+    return AssetAlias(name=f"sleeper_commits_{table}")
 
 
 def sanitize_uri(uri: SplitResult) -> SplitResult:

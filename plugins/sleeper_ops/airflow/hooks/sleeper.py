@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from sleeper_ops.airflow.hooks.connection import EXTRA_KEYS, aws_conn_id_of, config_from_connection
+from sleeper_ops.airflow.hooks.connection import aws_conn_id_of, config_from_connection
 from sleeper_ops.config import SleeperConfig, default_home
 
 if TYPE_CHECKING:
@@ -114,5 +114,5 @@ def aws_settings(aws_conn_id: str) -> dict[str, Optional[str]]:
             "secret_key": frozen.secret_key if frozen is not None else None}
 
 
-__all__ = ["EXTRA_KEYS", "SleeperHook", "aws_settings", "connection_exists"]
+__all__ = ["SleeperHook", "aws_settings", "connection_exists"]
 

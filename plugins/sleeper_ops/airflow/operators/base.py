@@ -1,6 +1,6 @@
 """The base of the Sleeper operators: the table, the connection, the "Sleeper table"
 link, the task's ``Stats`` and its OpenLineage facets (:mod:`sleeper_ops.airflow.utils.openlineage`).
-The operators themselves are in :mod:`sleeper_ops.airflow.operators.compaction`."""
+The operators themselves are the other modules of :mod:`sleeper_ops.airflow.operators`."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any, Collection, Optional, Sequence
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
-from sleeper_ops.airflow.assets.commits import TaskStats
 from sleeper_ops.airflow.hooks.sleeper import SleeperHook
 from sleeper_ops.airflow.links.sleeper import SleeperTableLink
 from sleeper_ops.airflow.utils.openlineage import TaskLineage, operator_lineage
+from sleeper_ops.airflow.utils.stats import TaskStats
 
 
-class _SleeperMixin:
+class SleeperOperatorMixin:
     """The table and the connection every Sleeper operator takes."""
 
     table: str
@@ -44,7 +44,7 @@ class _SleeperMixin:
         return run
 
 
-class SleeperOperator(_SleeperMixin, BaseOperator):
+class SleeperOperator(SleeperOperatorMixin, BaseOperator):
     """Base of the one-task Sleeper operators.
 
     Args:

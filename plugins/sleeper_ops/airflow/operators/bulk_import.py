@@ -1,9 +1,8 @@
-"""The Sleeper operators that run on Spark: bulk import and a compaction batch, blocking
-or deferrable (re-exported by :mod:`sleeper_ops.airflow.operators.compaction`). The compaction
-batch's operator is built on the Spark provider's ``SparkSubmitOperator``, whose import
-(OpenLineage's client with it) costs about half a second of CPU: it lives in
-:mod:`sleeper_ops.airflow.operators.spark_compaction`, imported on first use of its name,
-so a DAG file or task that does not use it (every DAG but compaction) does not pay it.
+"""Bulk import on Spark: :class:`SleeperBulkImportOperator`, blocking or deferrable. (The
+compaction batch's Spark operator is :mod:`sleeper_ops.airflow.operators.spark_compaction`,
+a module of its own: its ``SparkSubmitOperator`` base, with OpenLineage's client, costs
+about half a second of CPU to import, which a DAG file or task that does not use it,
+every DAG but compaction, does not pay.)
 
 **Deferrable** (``deferrable=True``, or the table property
 ``sleeper.table.spark.deferrable=true`` in the generated DAGs): when the ``sleeper``
@@ -30,7 +29,7 @@ from sleeper_ops.airflow.assets.commits import (
     with_commit_outlets,
 )
 from sleeper_ops.airflow.operators.base import SleeperOperator
-from sleeper_ops.airflow.operators.spark_deferral import JOBS_FROM_CREATE_JOBS, service_for_deferral  # noqa: F401 - public here
+from sleeper_ops.airflow.operators.spark_deferral import service_for_deferral
 from sleeper_ops.airflow.triggers.spark_service import POLL_SECONDS, SparkServiceJobTrigger, ended_or_lost
 from sleeper_ops.airflow.utils.openlineage import note, spark_lineage_conf
 from sleeper_ops.errors import ConfigError
@@ -141,12 +140,3 @@ class SleeperBulkImportOperator(SleeperOperator):
                           extra=extra)
         return {"status": result.status, "import_key": result.import_key, "records": result.records,
                 "files": result.files_written, "seconds": result.seconds}
-
-
-def __getattr__(name: str) -> Any:
-    """``SleeperSparkCompactionOperator``, imported on first use (module docstring)."""
-    if name == "SleeperSparkCompactionOperator":
-        from sleeper_ops.airflow.operators.spark_compaction import SleeperSparkCompactionOperator
-
-        return SleeperSparkCompactionOperator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ one of them (or on a record count) before it reads:
     wait = SleeperVisibleSensor(task_id="wait", table="events",
                                 import_key="{{ dag_run.conf['import_key'] }}", deferrable=True)
 
-The condition (:func:`visible`) is checked with one small read of the state store:
+The condition (:func:`~sleeper_ops.airflow.triggers.visible.visible`) is checked with one small read of the state store:
 
 * ``import_key``: a bulk import of that key has committed into the table;
 * ``min_transaction``: the table's transaction number
@@ -18,79 +18,30 @@ The condition (:func:`visible`) is checked with one small read of the state stor
 Queries plan against the state store's current state (read-your-writes), so what the
 condition sees committed, every query started afterwards reads. With
 ``deferrable=True`` the sensor checks once and then hands the wait to
-:class:`SleeperVisibleTrigger` in the triggerer (no worker slot while waiting);
+:class:`~sleeper_ops.airflow.triggers.visible.SleeperVisibleTrigger` in the triggerer (no worker slot while waiting);
 otherwise it pokes like any sensor (``poke_interval``, ``timeout``, ``mode``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, AsyncIterator, Collection, Optional, Sequence, Union
+from typing import Any, Collection, Optional, Sequence, Union
 
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.bases.sensor import BaseSensorOperator
-from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from sleeper_ops.airflow.hooks.sleeper import SleeperHook
 from sleeper_ops.airflow.links.sleeper import SleeperTableLink
+from sleeper_ops.airflow.triggers.visible import SleeperVisibleTrigger, visible
 from sleeper_ops.errors import ConfigError
-
-if TYPE_CHECKING:
-    from sleeper_ops.api import Sleeper
 
 log = logging.getLogger(__name__)
 
 
 def _int(value: Union[int, str, None]) -> Optional[int]:
     return None if value is None or (isinstance(value, str) and not value.strip()) else int(value)
-
-
-def visible(sleeper: Sleeper, table: str, *, import_key: Optional[str] = None, min_transaction: Optional[int] = None,
-            min_records: Optional[int] = None) -> bool:
-    """Whether every condition given holds now (see the module docstring)."""
-    t = sleeper.table(table)
-    store, tid = t.sleeper.state_store, t.info.table_id
-    if import_key and t.already_imported(import_key) is None:
-        return False
-    if min_transaction is not None and store.transaction_number(tid) < min_transaction:
-        return False
-    return min_records is None or store.overview(tid, file_limit=0).records >= min_records
-
-
-class SleeperVisibleTrigger(BaseTrigger):
-    """Polls :func:`visible` every ``poll_seconds`` and fires ``{"status": "visible"}``
-    once it holds (a failed read is logged and polled again)."""
-
-    def __init__(self, *, table: str, import_key: Optional[str] = None, min_transaction: Optional[int] = None,
-                 min_records: Optional[int] = None, sleeper_conn_id: str = SleeperHook.default_conn_name,
-                 poll_seconds: float = 5.0) -> None:
-        super().__init__()
-        self.table, self.import_key, self.sleeper_conn_id = table, import_key, sleeper_conn_id
-        self.min_transaction, self.min_records, self.poll_seconds = min_transaction, min_records, float(poll_seconds)
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"table": self.table, "import_key": self.import_key, "min_transaction": self.min_transaction,
-                 "min_records": self.min_records, "sleeper_conn_id": self.sleeper_conn_id,
-                 "poll_seconds": self.poll_seconds})
-
-    def _check(self) -> bool:
-        with SleeperHook(self.sleeper_conn_id).get_conn() as sleeper:
-            return visible(sleeper, self.table, import_key=self.import_key, min_transaction=self.min_transaction,
-                           min_records=self.min_records)
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        while True:
-            try:
-                if await asyncio.to_thread(self._check):
-                    yield TriggerEvent({"status": "visible", "table": self.table})
-                    return
-            except Exception as e:  # a lost store: keep polling, say why
-                log.warning("table %s: cannot check what is visible: %s", self.table, e)
-            await asyncio.sleep(self.poll_seconds)
 
 
 class SleeperVisibleSensor(BaseSensorOperator):
