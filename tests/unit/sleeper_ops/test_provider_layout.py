@@ -47,9 +47,9 @@ def test_no_provider_module_re_exports_or_builds_names_of_another() -> None:
     for name, tree in _modules().items():
         if name in shims:
             continue
+        if "__getattr__" in _own_names(tree) and name not in old_packages:
+            problems.append(f"{name} has a module __getattr__")
         for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.name == "__getattr__" and name not in old_packages:
-                problems.append(f"{name} has a module __getattr__")
             if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
                                                     for t in node.targets):
                 foreign = sorted(set(ast.literal_eval(node.value)) - _own_names(tree))
@@ -61,3 +61,32 @@ def test_no_provider_module_re_exports_or_builds_names_of_another() -> None:
             if name not in shims and "noqa: F401" in path.read_text():
                 problems.append(f"{name} re-exports an import (noqa: F401)")
     assert problems == []
+
+
+def test_every_path_of_the_previous_release_warns_and_gives_the_same_object() -> None:
+    import importlib
+    import sys
+
+    import pytest
+
+    from sleeper_ops.airflow.moved import MOVED_MODULES, MOVED_NAMES
+
+    # the new modules first: Airflow's first import sends warnings to its logging, which pytest.warns would miss
+    news = {old: [importlib.import_module(home) for home in homes] for old, homes in MOVED_MODULES.items()}
+    for old, homes in MOVED_MODULES.items():
+        sys.modules.pop(old, None)
+        with pytest.warns(DeprecationWarning, match=f"{old} is deprecated .* import from {homes[0]}"):
+            shim = importlib.import_module(old)
+        modules = news[old]
+        assert shim.__all__, old
+        for name in shim.__all__:
+            home = next((m for m in modules if name in vars(m)), None)
+            assert home is not None and getattr(shim, name) is getattr(home, name), f"{old}.{name}"
+    for package, names in MOVED_NAMES.items():
+        module = importlib.import_module(package)
+        for name, home in names.items():
+            with pytest.warns(DeprecationWarning, match=f"{package}.{name} is deprecated .* from {home}"):
+                value = getattr(module, name)
+            assert value is getattr(importlib.import_module(home), name), f"{package}.{name}"
+        with pytest.raises(AttributeError, match="SleeperNoSuchThing"):
+            getattr(module, "SleeperNoSuchThing")  # noqa: B009 - the name is not there: that is the point

@@ -10,3 +10,8 @@ the task runner (:mod:`sleeper_ops.airflow.task_runner`):
 - ``emr``: :class:`SleeperEmrServerlessStartJobOperator` (bulk import on EMR Serverless);
 - ``export``: :class:`SleeperExportOperator`.
 """
+
+from sleeper_ops.airflow.moved import old_names
+
+#: the previous release's names of this path, with a DeprecationWarning (removed in the next release)
+__getattr__ = old_names(__name__)
