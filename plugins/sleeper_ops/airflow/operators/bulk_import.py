@@ -19,7 +19,7 @@ committed twice. Without a service (spark-submit), the task runs blocking and sa
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from sleeper_ops.airflow import task_runner
 from sleeper_ops.airflow.assets.commits import (
@@ -33,6 +33,9 @@ from sleeper_ops.airflow.operators.spark_deferral import service_for_deferral
 from sleeper_ops.airflow.triggers.spark_service import POLL_SECONDS, SparkServiceJobTrigger, ended_or_lost
 from sleeper_ops.airflow.utils.openlineage import note, spark_lineage_conf
 from sleeper_ops.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sleeper_ops.api import Table
 
 log = logging.getLogger(__name__)
 
@@ -83,26 +86,30 @@ class SleeperBulkImportOperator(SleeperOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         sources = self._sources()
         run_id = task_runner.run_label(context)
-        with self.hook.get_conn() as sleeper:
+
+        def bulk_import(table: Table) -> dict[str, Any]:
+            sleeper = table.sleeper
             assert sleeper.config is not None
             service = service_for_deferral(self, sleeper.config)
             if service is not None:
-                done = self._submit_and_defer(sleeper, service, sources, run_id, context)
+                done = self._submit_and_defer(table, service, sources, run_id, context)
                 return self._report(sleeper, done, sources, context)
             lineage_conf = spark_lineage_conf(context)  # the Spark job's OpenLineage parent, when switched on
             options: dict[str, Any] = {"conf": lineage_conf} if lineage_conf else {}
-            result = sleeper.table(self.table).bulk_import(sources, import_key=self.import_key or None, run_id=run_id,
-                                                           **options)
+            result = table.bulk_import(sources, import_key=self.import_key or None, run_id=run_id, **options)
             return self._report(sleeper, result, sources, context)
 
-    def _submit_and_defer(self, sleeper: Any, service: str, sources: list[str], run_id: str, context: Any) -> Any:
+        return task_runner.run_on_table("bulk_import", self.table, bulk_import, opener=self.hook.get_conn)
+
+    def _submit_and_defer(self, table: Table, service: str, sources: list[str], run_id: str, context: Any) -> Any:
         """Submit the import to ``service`` and defer; returns (the ``already imported``
         result) only when the key was imported before: nothing to wait for."""
         from sleeper_ops.bulk_import.sources import expand_sources
         from sleeper_ops.spark.service_client import bulk_import_request, submit_job
 
         key = self.import_key or task_import_key(context)
-        table = sleeper.table(self.table)
+        sleeper = table.sleeper
+        assert sleeper.config is not None  # as execute checked
         done = table.already_imported(key, sources)
         if done is not None:
             return done

@@ -38,11 +38,12 @@ class SleeperExportOperator(SleeperOperator):
         self.destination, self.export_key, self.where, self.runner = destination, export_key, where, runner
 
     def execute(self, context: Any) -> dict[str, Any]:
-        with self.hook.get_conn() as sleeper:
-            result = sleeper.table(self.table).export(self.destination, where=self.where or None,
-                                                      export_key=self.export_key or task_request_id(context),
-                                                      runner=self.runner,
-                                                      run_id=task_runner.run_label(context))
+        result = task_runner.run_on_table(
+            "export", self.table,
+            lambda t: t.export(self.destination, where=self.where or None,
+                               export_key=self.export_key or task_request_id(context), runner=self.runner,
+                               run_id=task_runner.run_label(context)),
+            opener=self.hook.get_conn)
         log.info("%s", result.summary())
         return {"written": result.written, "destination": result.destination,
                 "export_key": result.manifest.export_key, "transaction": result.manifest.transaction,

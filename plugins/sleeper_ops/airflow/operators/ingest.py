@@ -10,13 +10,16 @@ batcher over its queued requests. Both announce the files they commit on the tab
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from sleeper_ops.airflow import task_runner
 from sleeper_ops.airflow.assets.commits import commit_extra, emit_commit_event, key_range_of, with_commit_outlets
 from sleeper_ops.airflow.operators.base import SleeperOperator, task_request_id
 from sleeper_ops.airflow.utils.openlineage import note
 from sleeper_ops.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sleeper_ops.api import Table
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +51,21 @@ class SleeperIngestOperator(SleeperOperator):
         if not files:
             raise ConfigError(f"nothing to ingest into {self.table}: no files given")
         key = self.request_id or task_request_id(context)
-        with self.hook.get_conn() as sleeper:
-            result = sleeper.table(self.table).ingest(files, request_id=key)
+
+        def ingest(t: Table) -> tuple[Any, Optional[dict[str, Any]]]:
+            result = t.ingest(files, request_id=key)
             if result.repeat:
-                log.info("%s: a repeat of request id %s: job %s ingested these files already (%d records); "
-                         "nothing more stored", self.table, key, result.job_id, result.records)
-                return {"records": result.records, "files": [], "seconds": 0.0, "repeat": True, "job_id": result.job_id}
-            extra = commit_extra(sleeper, self.table, files=len(result.files), rows=result.records,
-                                 key_range=key_range_of(sleeper, self.table, result.files))
-            self.lineage = note(sleeper, self.table, inputs=files, rows=result.records, files=len(result.files))
+                return result, None
+            extra = commit_extra(t.sleeper, t.name, files=len(result.files), rows=result.records,
+                                 key_range=key_range_of(t.sleeper, t.name, result.files))
+            self.lineage = note(t.sleeper, t.name, inputs=files, rows=result.records, files=len(result.files))
+            return result, extra
+
+        result, extra = task_runner.run_on_table("ingest", self.table, ingest, opener=self.hook.get_conn)
+        if result.repeat:
+            log.info("%s: a repeat of request id %s: job %s ingested these files already (%d records); "
+                     "nothing more stored", self.table, key, result.job_id, result.records)
+            return {"records": result.records, "files": [], "seconds": 0.0, "repeat": True, "job_id": result.job_id}
         log.info("%s: ingested %d records from %d files into %d files in %.1f s", self.table, result.records,
                  len(files), len(result.files), result.seconds)
         emit_commit_event(self, context, self.table, files=len(result.files), rows=result.records, extra=extra)
