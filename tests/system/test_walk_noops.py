@@ -6,20 +6,19 @@ runs, with the output or log line the user reads checked."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import io
 import json
 import logging
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 import pytest
 
 import sleeper_ops.api
 from tests.unit.sleeper_ops.cli_runner import run_cli
+from tests.unit.sleeper_ops.operator_runner import execute_task
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
           "valueFields": [{"name": "count", "type": "LongType"}]}
@@ -106,11 +105,7 @@ def test_finding_7_flush_of_an_empty_buffer_says_why_nothing(run: Run) -> None:
 
 def _execute(operator: Any, shared: Any) -> Any:
     """Run an operator's ``execute`` as its DAG's task would, on ``shared``."""
-    operator.__dict__["hook"] = SimpleNamespace(get_conn=lambda: contextlib.nullcontext(shared))
-    ti = SimpleNamespace(dag_id=f"sleeper_t_{operator.task_id}", run_id="manual__walk", try_number=1,
-                         task_id=operator.task_id, map_index=-1)
-    events: Any = collections.defaultdict(lambda: SimpleNamespace(add=lambda *a, **k: None))
-    return operator.execute({"ti": ti, "run_id": "manual__walk", "outlet_events": events})
+    return execute_task(operator, shared, run_id="manual__walk")
 
 
 class ListHandler(logging.Handler):

@@ -4,9 +4,6 @@ operator, so a deleted table's DAG runs end skipped, not failed."""
 
 from __future__ import annotations
 
-import collections
-import contextlib
-from types import SimpleNamespace
 from typing import Any, Callable
 
 import pytest
@@ -19,17 +16,9 @@ from sleeper_ops.airflow.operators.bulk_import import SleeperBulkImportOperator
 from sleeper_ops.airflow.operators.export import SleeperExportOperator
 from sleeper_ops.airflow.operators.ingest import SleeperIngestOperator
 from sleeper_ops.airflow.operators.maintenance import SleeperSplitOperator
+from tests.unit.sleeper_ops.operator_runner import execute_task
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}], "valueFields": [{"name": "n", "type": "LongType"}]}
-
-
-def _execute(operator: Any, sleeper: Any) -> Any:
-    """Run an operator's ``execute`` as its DAG's task would, on ``sleeper``."""
-    operator.__dict__["hook"] = SimpleNamespace(get_conn=lambda: contextlib.nullcontext(sleeper))
-    ti = SimpleNamespace(dag_id=f"sleeper_gone_{operator.task_id}", run_id="manual__1", try_number=1,
-                         task_id=operator.task_id, map_index=-1)
-    events: Any = collections.defaultdict(lambda: SimpleNamespace(add=lambda *a, **k: None))
-    return operator.execute({"ti": ti, "run_id": "manual__1", "outlet_events": events})
 
 
 OPERATORS: dict[str, Callable[[], Any]] = {
@@ -49,4 +38,4 @@ def test_a_task_on_a_table_deleted_after_its_dag_was_built_skips_saying_why(slee
     sleeper.delete_table("gone")
     # Then the task skips, naming the table and why
     with pytest.raises(AirflowSkipException, match=r"table gone no longer exists \(deleted or renamed\)"):
-        _execute(operator, sleeper)
+        execute_task(operator, sleeper)
