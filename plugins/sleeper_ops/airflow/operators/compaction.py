@@ -46,9 +46,9 @@ class SleeperCompactionOperator(SleeperOperator):
 
     def execute(self, context: Any) -> str:
         runner = self.runner or None
-        return task_runner.run_exclusive("compaction", self.table, context,
-                                   self.traced(lambda t, run: t.compact(runner=runner, run_id=run), compaction_lineage),
-                                   failures=lambda report: report.count("failed"), opener=self.hook.get_conn)
+        work = self.traced(lambda t, run: t.compact(runner=runner, run_id=run), compaction_lineage)
+        return task_runner.run_exclusive("compaction", self.table, context, work,
+                                         failures=lambda report: report.count("failed"), opener=self.hook.get_conn)
 
 
 # ----- compaction across tasks: create_jobs -> run_local | run_spark -> report ----------------
@@ -101,4 +101,4 @@ class SleeperCompactionReportOperator(SleeperRunCompactionJobsOperator):
 
     def execute(self, context: Any) -> str:
         return task_runner.report_compaction(self.table, task_runner.jobs_from_json(self.jobs), context,
-                                       opener=self.hook.get_conn)
+                                             opener=self.hook.get_conn)

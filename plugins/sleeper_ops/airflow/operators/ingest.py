@@ -98,7 +98,7 @@ class SleeperIngestBatcherOperator(SleeperOperator):
 
         try:
             return task_runner.run_exclusive("ingest_batcher", self.table, context, run,
-                                       failures=lambda report: len(report.failed), opener=self.hook.get_conn)
+                                             failures=lambda report: len(report.failed), opener=self.hook.get_conn)
         finally:  # committed jobs' files are announced even when another job failed
             if reports:
                 emit_commit_event(self, context, self.table, files=sum(j.written for j in reports[0].committed),

@@ -36,10 +36,9 @@ class SleeperSplitOperator(SleeperOperator):
     """Split the table's leaf partitions that are over the splitting threshold."""
 
     def execute(self, context: Any) -> str:
-        return task_runner.run_exclusive("split", self.table, context,
-                                   self.traced(lambda t, run: t.split(run_id=run),
-                                               lambda t, report: note(t.sleeper, t.name, reads_table=True)),
-                                   opener=self.hook.get_conn)
+        work = self.traced(lambda t, run: t.split(run_id=run),
+                           lambda t, report: note(t.sleeper, t.name, reads_table=True))
+        return task_runner.run_exclusive("split", self.table, context, work, opener=self.hook.get_conn)
 
 
 class SleeperGcOperator(SleeperOperator):
@@ -59,10 +58,9 @@ class SleeperGcOperator(SleeperOperator):
 
     def execute(self, context: Any) -> str:
         dry_run = _as_bool(self.gc_dry_run)
-        return task_runner.run_exclusive("gc", self.table, context,
-                                   self.traced(lambda t, run: t.gc(dry_run=dry_run, explain=True),
-                                               lambda t, report: note(t.sleeper, t.name, reads_table=True)),
-                                   opener=self.hook.get_conn)
+        work = self.traced(lambda t, run: t.gc(dry_run=dry_run, explain=True),
+                           lambda t, report: note(t.sleeper, t.name, reads_table=True))
+        return task_runner.run_exclusive("gc", self.table, context, work, opener=self.hook.get_conn)
 
 
 class SleeperFlushOperator(SleeperOperator):
