@@ -13,8 +13,9 @@ naming the new path, until the next release removes it:
   ``__getattr__`` (:func:`old_names`), with a warning on each use.
 
 Old paths also live on where Airflow stored them: a trigger row in the metadata database
-names its class by path (``sleeper_ops.airflow.readiness.SleeperVisibleTrigger``), as a
-serialized DAG names its operators' extra link; both still import.
+names its class by path (``sleeper_ops.airflow.readiness.SleeperVisibleTrigger``), which
+still imports; a serialized DAG names its timetable by path, which
+:mod:`sleeper_ops.airflow.dated_timetable` keeps registered under the old name.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from sleeper_ops.airflow.dated_timetable import DatedImportTimetable as PreviousPathTimetable
 from sleeper_ops.orchestration.dag_factory import OPERATIONS, dag_id_for, table_dags_problem
 from sleeper_ops.orchestration.dated_timetable import DatedImportTimetable
 from sleeper_ops.web.rest import LazySleeper, create_app
@@ -159,5 +160,6 @@ class SleeperPlugin(AirflowPlugin):
         {"app": status_app, "url_prefix": STATUS_URL_PREFIX, "name": "Sleeper table status"},
     ]
     external_views: list[dict[str, Any]] = [dict(STATUS_EXTERNAL_VIEW)]
-    #: the dated bulk import DAG's timetable: Airflow serializes only timetables a plugin names
-    timetables = [DatedImportTimetable]
+    #: the dated bulk import DAG's timetable: Airflow serializes only timetables a plugin names (and
+    #: under the previous release's name, which the DAGs that release serialized give it)
+    timetables = [DatedImportTimetable, PreviousPathTimetable]

@@ -90,3 +90,21 @@ def test_every_path_of_the_previous_release_warns_and_gives_the_same_object() ->
             assert value is getattr(importlib.import_module(home), name), f"{package}.{name}"
         with pytest.raises(AttributeError, match="SleeperNoSuchThing"):
             getattr(module, "SleeperNoSuchThing")  # noqa: B009 - the name is not there: that is the point
+
+
+def test_a_dag_serialized_by_the_previous_release_still_finds_its_dated_timetable() -> None:
+    # Given the timetable a previous release serialized, under its path then
+    from datetime import UTC, datetime
+
+    from airflow._shared.module_loading import qualname  # what plugins_manager keys timetables by
+
+    from sleeper_ops.orchestration.dated_timetable import DatedImportTimetable
+    from sleeper_ops.orchestration.plugin import SleeperPlugin
+
+    old = "sleeper_ops.airflow.dated_timetable.DatedImportTimetable"
+    stored = DatedImportTimetable("@daily", "UTC", datetime(2026, 1, 1, tzinfo=UTC)).serialize()
+    # When Airflow looks the name up among the plugins' timetables (as decode_timetable does)
+    registered = {qualname(t): t for t in SleeperPlugin.timetables}
+    # Then it finds the same timetable, and it reads the stored form
+    assert old in registered, sorted(registered)
+    assert registered[old].deserialize(stored) == DatedImportTimetable.deserialize(stored)
