@@ -34,6 +34,8 @@ MODULES = (
 
 #: the first line of the file :func:`write_local_settings` writes (how it knows its own)
 MARK = "# Written by sleeper (sleeper_ops.orchestration.warm_imports); rewritten on each start."
+#: the first lines earlier releases wrote: their files are ours too, and rewritten
+PREVIOUS_MARKS = ("# Written by sleeper (sleeper_ops.airflow.warm_imports); rewritten on each start.",)
 
 LOCAL_SETTINGS = f'''{MARK}
 """Airflow imports this module in each of its processes: the ones that fork DAG parses
@@ -71,7 +73,7 @@ def write_local_settings(airflow_home: Path) -> bool:
     """Put ``airflow_local_settings.py`` in ``airflow_home/config`` (where Airflow looks
     for it), unless a file of the user's own is there; whether it was written."""
     path = Path(airflow_home) / "config" / "airflow_local_settings.py"
-    if path.exists() and not path.read_text().startswith(MARK):
+    if path.exists() and not path.read_text().startswith((MARK, *PREVIOUS_MARKS)):
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(LOCAL_SETTINGS)

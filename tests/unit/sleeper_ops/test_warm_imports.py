@@ -44,3 +44,13 @@ def test_the_settings_file_is_written_and_rewritten_but_a_users_own_is_kept(tmp_
     path.write_text("def task_policy(task):\n    pass\n")
     assert not write_local_settings(tmp_path)
     assert path.read_text() == "def task_policy(task):\n    pass\n"
+
+
+def test_the_settings_file_the_previous_release_wrote_is_rewritten_as_ours(tmp_path: Path) -> None:
+    # Given the file a home made by the previous release holds (its first line named the old module)
+    path = tmp_path / "config" / "airflow_local_settings.py"
+    path.parent.mkdir()
+    path.write_text("# Written by sleeper (sleeper_ops.airflow.warm_imports); rewritten on each start.\n"
+                    "from sleeper_ops.airflow.warm_imports import warm\n\nwarm()\n")
+    # When Airflow starts again, Then the file is ours and is rewritten
+    assert write_local_settings(tmp_path) and path.read_text() == LOCAL_SETTINGS
