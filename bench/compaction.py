@@ -269,7 +269,7 @@ def run_dag(home: Path, airflow_home: Path, table: str, timeout: float) -> dict[
     """``airflow dags test sleeper_<table>_compaction`` as a new process: its wall time,
     CPU time and peak RSS (``wait4``), and each task's state and duration as Airflow
     recorded them in its database."""
-    dag_id = f"sleeper_{table}_compaction"  # sleeper_ops.airflow.dag_factory.dag_id_for
+    dag_id = f"sleeper_{table}_compaction"  # sleeper_ops.orchestration.dag_factory.dag_id_for
     cmd = [str(Path(sys.executable).with_name("airflow")), "dags", "test", dag_id]
     try:
         p = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, *cmd], capture_output=True, text=True,

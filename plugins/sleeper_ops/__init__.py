@@ -3,7 +3,7 @@
 ``from sleeper_ops import Sleeper`` is the way in (:mod:`sleeper_ops.api`). The package
 imports fast and lazily: importing ``sleeper_ops`` itself loads nothing but
 :mod:`sleeper_ops.io.memory_pool`, which picks Arrow's memory pool (Airflow's
-providers manager imports ``sleeper_ops.airflow.provider`` at every start), and
+providers manager imports ``sleeper_ops.airflow.get_provider_info`` at every start), and
 Airflow, Spark, boto3 and psycopg are imported only by the modules that adapt them.
 """
 

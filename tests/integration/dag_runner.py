@@ -78,7 +78,7 @@ def _describe(dag) -> dict:  # type: ignore[no-untyped-def]
 def parse(folder: str) -> dict:
     from airflow.dag_processing.dagbag import DagBag
 
-    import sleeper_ops.airflow.dag_factory  # noqa: F401 - imported before timing, as a warm dag processor has it
+    import sleeper_ops.orchestration.dag_factory  # noqa: F401 - imported before timing, as a warm dag processor has it
 
     calls = _count_catalog_queries()
     started = time.perf_counter()
@@ -131,7 +131,7 @@ def serve(folder: str) -> None:
     import os
     import traceback
 
-    from sleeper_ops.airflow.dag_factory import clear_catalog_cache
+    from sleeper_ops.orchestration.dag_factory import clear_catalog_cache
 
     base, home = dict(os.environ), os.getcwd()
     given: set[str] = set()

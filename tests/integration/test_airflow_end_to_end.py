@@ -193,7 +193,7 @@ def test_the_programs_that_fork_dag_parses_and_tasks_import_sleepers_libraries_o
     """sleeper airflow's home carries the airflow_local_settings.py that warms the DAG
     processor and the scheduler (LocalExecutor), so their forks parse DAG files and run
     tasks without importing pyarrow, psycopg and the rest afresh
-    (sleeper_ops.airflow.warm_imports); the API server and the triggerer fork neither."""
+    (sleeper_ops.orchestration.warm_imports); the API server and the triggerer fork neither."""
     settings = airflow["home"] / "airflow" / "config" / "airflow_local_settings.py"
     assert "warm()" in settings.read_text()
     log = (airflow["home"] / "airflow" / "standalone.log").read_text()

@@ -148,7 +148,7 @@ def _child() -> None:  # pragma: no cover - runs in a subprocess
         warnings.simplefilter("ignore")
         from fastapi.testclient import TestClient
 
-    from sleeper_ops.airflow.plugin import sleeper
+    from sleeper_ops.orchestration.plugin import sleeper
 
     schema = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
               "valueFields": [{"name": "v", "type": "StringType"}]}

@@ -122,7 +122,7 @@ def _upload(aws: dict[str, Any], table: str, day: str, n_files: int = 3, n: int 
 
 def _task_and_context(sleeper: Sleeper, table: str, day: datetime) -> tuple[Any, dict[str, Any]]:
     """The dated DAG's ``bulk_import`` task, templates rendered for the run of ``day``."""
-    from sleeper_ops.airflow.dag_factory import build_dag
+    from sleeper_ops.orchestration.dag_factory import build_dag
 
     dag = build_dag(sleeper.table(table).info, "bulk_import")
     task = dag.get_task("bulk_import")

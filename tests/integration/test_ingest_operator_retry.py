@@ -16,8 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from sleeper_ops import Sleeper
-from sleeper_ops.airflow.hook import SleeperHook
-from sleeper_ops.airflow.operators import SleeperIngestOperator, task_request_id
+from sleeper_ops.airflow.hooks.sleeper import SleeperHook
+from sleeper_ops.airflow.operators.base import task_request_id
+from sleeper_ops.airflow.operators.ingest import SleeperIngestOperator
 from sleeper_ops.io.storage import ObjectStore
 from statestore.client_writes import IdempotencyKeyReusedError
 from statestore.errors import CommitOutcomeUnknownError
@@ -71,7 +72,7 @@ def test_an_export_task_retried_after_its_manifest_was_written_finds_its_own_exp
     """The export operator's key defaults to the task instance's too: a retry (the worker
     died after the manifest) answers "already exported" instead of failing on a
     destination holding "another" export."""
-    from sleeper_ops.airflow.export_operator import SleeperExportOperator
+    from sleeper_ops.airflow.operators.export import SleeperExportOperator
 
     sleeper = Sleeper(state_store=LostReply(), objects=ObjectStore(str(tmp_path / "data")))
     t = sleeper.create_table("events", SCHEMA, split_points=["m"])

@@ -79,12 +79,12 @@ def test_the_wheel_carries_migrations_spark_apps_dag_files_and_entry_points(whee
         for init in (REPO / root).rglob("__init__.py"):
             rel = init.relative_to(REPO / root).as_posix()
             assert f"{top}/{rel}" in names, f"{top}/{rel} is missing from the wheel"
-    assert {Path(n).name for n in names if n.startswith("sleeper_ops/airflow/dag_files/")} >= {
+    assert {Path(n).name for n in names if n.startswith("sleeper_ops/orchestration/dag_files/")} >= {
         p.name for p in (REPO / "dags").glob("sleeper_*.py")}
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "sleeper_ops.airflow.plugin:SleeperPlugin" in text
-    assert "sleeper_ops.airflow.provider:get_provider_info" in text
+    assert "sleeper_ops.orchestration.plugin:SleeperPlugin" in text
+    assert "sleeper_ops.airflow.get_provider_info:get_provider_info" in text
     assert "sleeper = sleeper_ops.cli:main" in text
     assert not any(n.startswith(("tests/", "bench/")) for n in names)
 
@@ -104,7 +104,7 @@ def test_installed_copy_creates_ingests_and_queries_outside_the_checkout(wheel: 
                   "import json, sleeper_ops, statestore\n"
                   "from statestore.postgres import MIGRATIONS_DIR\n"
                   "from sleeper_ops.spark.submit import spark_app_path\n"
-                  "from sleeper_ops.airflow.standalone import DAGS_FOLDER\n"
+                  "from sleeper_ops.orchestration.standalone import DAGS_FOLDER\n"
                   "print(json.dumps([sleeper_ops.__file__, statestore.__file__, str(MIGRATIONS_DIR),"
                   " str(spark_app_path()), str(DAGS_FOLDER)]))"], cwd=work, env=env)
     site = str(venv)

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sleeper_ops import Sleeper
-from sleeper_ops.airflow.connection import EXTRA_KEYS
+from sleeper_ops.airflow.hooks.connection import EXTRA_KEYS
 from sleeper_ops.config import SleeperConfig
 
 pytestmark = pytest.mark.integration
@@ -83,12 +83,12 @@ def test_providers_manager_lists_the_sleeper_provider(tmp_path: Path) -> None:
                           timeout=120)
     result = _result(proc)
     assert result["providers"] == ["sleeper-airflow"]
-    assert result["hook"] == "sleeper_ops.airflow.hook.SleeperHook"
+    assert result["hook"] == "sleeper_ops.airflow.hooks.sleeper.SleeperHook"
     assert result["hook_name"] == "Sleeper"
     assert {"host", "schema", "login", "password"} <= set(result["fields"])
     assert result["widgets"] == sorted(f"extra__sleeper__{k}" for k in EXTRA_KEYS)
     assert (result["asset_handler"], result["lineage"]) == ("sanitize_uri", "convert_asset_to_openlineage")
-    assert result["links"] == ["sleeper_ops.airflow.links.SleeperTableLink"]
+    assert result["links"] == ["sleeper_ops.airflow.links.sleeper.SleeperTableLink"]
 
 
 def _connection_json(pg_dsn: str, data_dir: Path) -> str:

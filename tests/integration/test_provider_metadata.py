@@ -12,12 +12,12 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from sleeper_ops import Sleeper
-from sleeper_ops.airflow.asset_uris import convert_asset_to_openlineage, sanitize_uri
-from sleeper_ops.airflow.hook import SleeperHook
-from sleeper_ops.airflow.links import SleeperTableLink
-from sleeper_ops.airflow.operators import SleeperCompactionOperator, table_asset
-from sleeper_ops.airflow.provider import get_provider_info
-from sleeper_ops.airflow.readiness import SleeperVisibleSensor
+from sleeper_ops.airflow.assets.sleeper import convert_asset_to_openlineage, sanitize_uri, table_asset
+from sleeper_ops.airflow.get_provider_info import get_provider_info
+from sleeper_ops.airflow.hooks.sleeper import SleeperHook
+from sleeper_ops.airflow.links.sleeper import SleeperTableLink
+from sleeper_ops.airflow.operators.compaction import SleeperCompactionOperator
+from sleeper_ops.airflow.sensors.visible import SleeperVisibleSensor
 
 
 @pytest.mark.parametrize("uri", ["sleeper://events", "sleeper://events/", "sleeper://my.table-2/buffer"])
@@ -54,7 +54,7 @@ def test_the_openlineage_dataset_of_an_asset_is_its_table_in_the_instance_namesp
 
 
 def test_every_sleeper_task_links_to_its_table_page() -> None:
-    assert "sleeper_ops.airflow.links.SleeperTableLink" in get_provider_info()["extra-links"]
+    assert "sleeper_ops.airflow.links.sleeper.SleeperTableLink" in get_provider_info()["extra-links"]
     assert get_provider_info()["asset-uris"][0]["schemes"] == ["sleeper"]
     for op in (SleeperCompactionOperator(task_id="c", table="events"),
                SleeperVisibleSensor(task_id="w", table="events", min_records=1)):
@@ -97,7 +97,7 @@ def _task_context() -> dict:
 def test_spark_jobs_get_the_openlineage_parent_only_when_switched_on(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.providers.common.compat.sdk import conf
 
-    from sleeper_ops.airflow.lineage import spark_lineage_conf
+    from sleeper_ops.airflow.utils.openlineage import spark_lineage_conf
 
     assert spark_lineage_conf(_task_context()) == {}, "off by default, as in the apache-spark provider"
     monkeypatch.setattr(conf, "getboolean", lambda section, key, fallback=False: key == "spark_inject_parent_job_info")

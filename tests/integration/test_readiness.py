@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sleeper_ops import Sleeper
-from sleeper_ops.airflow.readiness import SleeperVisibleTrigger, visible
+from sleeper_ops.airflow.triggers.visible import SleeperVisibleTrigger, visible
 from tests.integration import test_dags as dag_tests
 
 sleeper_home = dag_tests.sleeper_home

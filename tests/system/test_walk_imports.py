@@ -178,7 +178,7 @@ def test_finding_4_a_dated_import_runs_from_its_start_and_a_manual_run_before_it
     every one after it, and a manual run or a backfill of an earlier date has its tasks."""
     from airflow.serialization.serialized_objects import DagSerialization
 
-    from sleeper_ops.airflow.dag_factory import build_dag
+    from sleeper_ops.orchestration.dag_factory import build_dag
 
     schema = Schema.from_dict({"rowKeyFields": [{"name": "k", "type": "StringType"}]})
     table = TableInfo("tid", "t", schema, {"sleeper.table.bulk.import.source": "/raw/{{ ds }}/",

@@ -33,7 +33,7 @@ SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
 
 def test_finding_1_a_name_too_long_for_the_dag_tag_is_refused_in_one_line_and_one_that_fits_gets_every_dag(
         tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
-    from sleeper_ops.airflow.dag_factory import table_dags_problem
+    from sleeper_ops.orchestration.dag_factory import table_dags_problem
 
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps(SCHEMA))

@@ -6,20 +6,19 @@ runs, with the output or log line the user reads checked."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import io
 import json
 import logging
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 import pytest
 
 import sleeper_ops.api
 from tests.unit.sleeper_ops.cli_runner import run_cli
+from tests.unit.sleeper_ops.operator_runner import execute_task
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
           "valueFields": [{"name": "count", "type": "LongType"}]}
@@ -106,11 +105,7 @@ def test_finding_7_flush_of_an_empty_buffer_says_why_nothing(run: Run) -> None:
 
 def _execute(operator: Any, shared: Any) -> Any:
     """Run an operator's ``execute`` as its DAG's task would, on ``shared``."""
-    operator.__dict__["hook"] = SimpleNamespace(get_conn=lambda: contextlib.nullcontext(shared))
-    ti = SimpleNamespace(dag_id=f"sleeper_t_{operator.task_id}", run_id="manual__walk", try_number=1,
-                         task_id=operator.task_id, map_index=-1)
-    events: Any = collections.defaultdict(lambda: SimpleNamespace(add=lambda *a, **k: None))
-    return operator.execute({"ti": ti, "run_id": "manual__walk", "outlet_events": events})
+    return execute_task(operator, shared, run_id="manual__walk")
 
 
 class ListHandler(logging.Handler):
@@ -145,7 +140,7 @@ def messages(records: list[logging.LogRecord]) -> list[str]:
 
 
 def test_finding_7_the_gc_dags_log_says_why_it_waited_as_the_cli_does(shared: Any, run: Run) -> None:
-    from sleeper_ops.airflow.operators import SleeperGcOperator
+    from sleeper_ops.airflow.operators.maintenance import SleeperGcOperator
 
     t = shared.table("t")
     for key in ("a", "b", "c"):
@@ -154,7 +149,7 @@ def test_finding_7_the_gc_dags_log_says_why_it_waited_as_the_cli_does(shared: An
     t.compact()  # three files replaced: they wait out the GC delay
     _, cli_out, _ = run("gc", "t")
     assert "wait out" in cli_out, cli_out
-    with logged_at("sleeper_ops.airflow.tasks", logging.INFO) as logged:
+    with logged_at("sleeper_ops.airflow.task_runner", logging.INFO) as logged:
         summary = _execute(SleeperGcOperator(task_id="gc", table="t"), shared)
     assert "3 unreferenced files wait out the 15-minute GC delay" in summary, summary
     assert summary in messages(logged)
@@ -163,12 +158,12 @@ def test_finding_7_the_gc_dags_log_says_why_it_waited_as_the_cli_does(shared: An
 def test_finding_7_the_flush_dag_skips_an_offline_table_saying_so(shared: Any, run: Run) -> None:
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from sleeper_ops.airflow.operators import SleeperFlushOperator
+    from sleeper_ops.airflow.operators.maintenance import SleeperFlushOperator
 
     t = shared.table("t")
     t.write([{"key": "a", "count": 1}])
     assert run("table", "offline", "t")[0] == 0
-    with logged_at("sleeper_ops.airflow.tasks", logging.INFO) as logged, \
+    with logged_at("sleeper_ops.airflow.task_runner", logging.INFO) as logged, \
             pytest.raises(AirflowSkipException, match="table t is offline"):
         _execute(SleeperFlushOperator(task_id="flush", table="t"), shared)
     assert "table t is offline; skipping" in messages(logged)

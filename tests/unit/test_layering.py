@@ -41,11 +41,11 @@ def test_a_core_module_importing_an_adapter_breaks_the_contracts(tmp_path: Path)
         shutil.copytree(src, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / ".importlinter", tmp_path / ".importlinter")
     storage = tmp_path / "sleeper_ops" / "io" / "storage.py"
-    storage.write_text(storage.read_text() + "\n\ndef _bad() -> None:\n    import sleeper_ops.airflow.tasks\n")
+    storage.write_text(storage.read_text() + "\n\ndef _bad() -> None:\n    import sleeper_ops.airflow.task_runner\n")
     # When the contracts are checked against the copy, Then they fail and name the import
     proc = _lint_imports(tmp_path, pythonpath=str(tmp_path))
     assert proc.returncode != 0
-    assert "sleeper_ops.io.storage -> sleeper_ops.airflow.tasks" in proc.stdout
+    assert "sleeper_ops.io.storage -> sleeper_ops.airflow.task_runner" in proc.stdout
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:

@@ -1,49 +1,11 @@
-"""The ``sleeper`` asset URI scheme, for Airflow's providers manager (``asset-uris``).
-
-A Sleeper asset is ``sleeper://<table>`` (files committed to the table) or
-``sleeper://<table>/buffer`` (its write buffer passed a flush threshold).
-:func:`sanitize_uri` refuses anything else (no table, a name Sleeper would refuse,
-credentials, a port, a query, another path) with a ValueError saying why;
-:func:`convert_asset_to_openlineage` names the table's dataset as the operators'
-lineage does: namespace ``sleeper://<instance>`` (:mod:`sleeper_ops.instance`, of the
-``sleeper_default`` connection or ``SLEEPER_HOME``), name ``<table>``.
-"""
+"""Deprecated path, removed in the next release (:mod:`sleeper_ops.airflow.moved`): import
+from :mod:`sleeper_ops.airflow.assets.sleeper`."""
 
 from __future__ import annotations
 
-from typing import Any
-from urllib.parse import SplitResult, urlsplit
+from sleeper_ops.airflow.assets.sleeper import convert_asset_to_openlineage, namespace, sanitize_uri
+from sleeper_ops.airflow.moved import warn_moved
 
-from statestore.catalog import table_name_problem
+__all__ = ["convert_asset_to_openlineage", "namespace", "sanitize_uri"]
 
-_PATHS = ("", "/", "/buffer")
-
-
-def sanitize_uri(uri: SplitResult) -> SplitResult:
-    """``uri`` if it is a Sleeper asset URI (see the module docstring), else ValueError."""
-    table = uri.netloc
-    if not table:
-        raise ValueError("a sleeper:// asset URI names a table: sleeper://<table> or sleeper://<table>/buffer")
-    if "@" in table or ":" in table:
-        raise ValueError(f"a sleeper:// asset URI holds no credentials or port: {table!r}")
-    problem = table_name_problem(table)
-    if problem:
-        raise ValueError(f"sleeper://{table}: {problem}")
-    if uri.path not in _PATHS or uri.query or uri.fragment:
-        raise ValueError(f"sleeper://{table}{uri.path}: the only path is /buffer, and no query or fragment")
-    return uri
-
-
-def namespace(sleeper_conn_id: str = "sleeper_default") -> str:
-    """``sleeper://<instance>`` of the connection (or of ``SLEEPER_HOME``)."""
-    from sleeper_ops.airflow.hook import SleeperHook
-    from sleeper_ops.instance import instance_of
-
-    return f"sleeper://{instance_of(SleeperHook(sleeper_conn_id).get_config())}"
-
-
-def convert_asset_to_openlineage(asset: Any, lineage_context: Any = None) -> Any:
-    """The OpenLineage dataset of a Sleeper asset: its table's."""
-    from airflow.providers.common.compat.openlineage.facet import Dataset
-
-    return Dataset(namespace=namespace(), name=urlsplit(asset.uri).netloc)
+warn_moved(__name__)

@@ -1,81 +1,11 @@
-"""The Airflow provider face of the package (entry point ``apache_airflow_provider``).
-
-Airflow's providers manager calls :func:`get_provider_info` to learn the connection
-type ``sleeper`` (its hook, for the connection form and "Test"), the operators and the
-plugin. Importing this module imports nothing of Airflow.
-"""
+"""Deprecated path, removed in the next release (:mod:`sleeper_ops.airflow.moved`): import
+from :mod:`sleeper_ops.airflow.get_provider_info`."""
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from sleeper_ops.airflow.get_provider_info import PACKAGE, get_provider_info
+from sleeper_ops.airflow.moved import warn_moved
 
-PACKAGE = "sleeper-airflow"
-_OPERATORS = "sleeper_ops.airflow.operators"
-_HOOK = "sleeper_ops.airflow.hook"
-_ASSETS = "sleeper_ops.airflow.asset_uris"
-_TEXT: dict[str, Any] = {"type": ["string", "null"]}
-_SECRET: dict[str, Any] = {"type": ["string", "null"], "format": "password"}
-#: The extra fields of a ``sleeper`` connection (see :mod:`sleeper_ops.airflow.connection`).
-_CONN_FIELDS = (
-    ("object_store_uri", "Object store", "s3://bucket/prefix, or a local path", _TEXT),
-    ("endpoint_url", "S3 endpoint", "e.g. http://127.0.0.1:9000 for MinIO; empty for AWS", _TEXT),
-    ("region", "S3 region", "e.g. eu-west-2", _TEXT),
-    ("access_key", "S3 access key", "empty: the AWS credential chain", _TEXT),
-    ("secret_key", "S3 secret key", "empty: the AWS credential chain", _SECRET),
-    ("spark_master", "Spark master", "e.g. spark://host:7077; default local[*]", _TEXT),
-    ("spark_service", "Spark service", "e.g. http://127.0.0.1:8998 (sleeper cluster); empty: spark-submit", _TEXT),
-    ("home", "Sleeper home", "where relative paths and the embedded server live", _TEXT),
-    ("state_store", "State store", "postgres (the fields above) or dynamodb; default postgres", _TEXT),
-    ("dynamodb_table_prefix", "DynamoDB table prefix", "default sleeper-", _TEXT),
-    ("aws_conn_id", "AWS connection", "its region, endpoint and keys reach S3 and DynamoDB (dynamodb: "
-                                      "default aws_default)", _TEXT),
-    ("python_iterator_modules", "Python iterator modules", "comma-separated modules (with their submodules) "
-                                "tables' Python iterators may come from; default none", _TEXT),
-)
+__all__ = ["PACKAGE", "get_provider_info"]
 
-
-def _version() -> str:
-    try:
-        return version(PACKAGE)
-    except PackageNotFoundError:  # imported from a checkout that is not installed
-        return "0+unknown"
-
-
-def get_provider_info() -> dict[str, Any]:
-    """The provider description Airflow validates against its provider_info schema."""
-    return {
-        "package-name": PACKAGE,
-        "name": "Sleeper",
-        "description": "Sleeper tables on Airflow: a log-structured merge tree of sorted Parquet files with "
-                       "its metadata in a transactional state store.",
-        "versions": [_version()],
-        "integrations": [{"integration-name": "Sleeper", "external-doc-url": "https://github.com/gchq/sleeper",
-                          "tags": ["software"]}],
-        "hooks": [{"integration-name": "Sleeper", "python-modules": [_HOOK]}],
-        "operators": [{"integration-name": "Sleeper", "python-modules": [_OPERATORS,
-                                                                         "sleeper_ops.airflow.operator_base",
-                                                                         "sleeper_ops.airflow.export_operator"]}],
-        "triggers": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.triggers",
-                                                                          "sleeper_ops.airflow.readiness",
-                                                                          "sleeper_ops.airflow.import_wait"]}],
-        "sensors": [{"integration-name": "Sleeper", "python-modules": ["sleeper_ops.airflow.readiness",
-                                                                         "sleeper_ops.airflow.import_wait"]}],
-        "connection-types": [{
-            "connection-type": "sleeper",
-            "hook-class-name": f"{_HOOK}.SleeperHook",
-            "hook-name": "Sleeper",
-            "ui-field-behaviour": {
-                "hidden-fields": [],
-                "relabeling": {"host": "PostgreSQL host (empty: the embedded server)", "schema": "Database",
-                               "login": "PostgreSQL user", "password": "PostgreSQL password"},
-                "placeholders": {"schema": "sleeper", "port": "5432"},
-            },
-            "conn-fields": {name: {"label": label, "description": text, "schema": schema}
-                            for name, label, text, schema in _CONN_FIELDS},
-        }],
-        "asset-uris": [{"schemes": ["sleeper"], "handler": f"{_ASSETS}.sanitize_uri",
-                        "to_openlineage_converter": f"{_ASSETS}.convert_asset_to_openlineage"}],
-        "extra-links": ["sleeper_ops.airflow.links.SleeperTableLink"],
-        "plugins": [{"name": "sleeper", "plugin-class": "sleeper_ops.airflow.plugin.SleeperPlugin"}],
-    }
+warn_moved(__name__)

@@ -335,7 +335,7 @@ def ingest_request(ctx: click.Context, table_name: str, files: tuple[str, ...], 
 def airflow(ctx: click.Context, port: int, demo: bool, users: Optional[str]) -> None:
     """Run Airflow standalone with the Sleeper DAGs and plugin until Ctrl-C; prints every
     user's password once Airflow is ready."""
-    from sleeper_ops.airflow.standalone import run_standalone
+    from sleeper_ops.orchestration.standalone import run_standalone
 
     code = run_standalone(ctx.obj["home"], port=port, demo=demo, users=users, say=click.echo)
     if code:

@@ -202,7 +202,7 @@ def client_config(layout: ClusterLayout) -> dict[str, Any]:
                                  "region": layout.aws_region, "table_prefix": DYNAMODB_TABLE_PREFIX,
                                  "access_key": layout.aws_access_key, "secret_key": layout.aws_secret_key}
     else:
-        from sleeper_ops.airflow.connection import postgres_dsn
+        from sleeper_ops.airflow.hooks.connection import postgres_dsn
 
         pg = layout.postgres
         if pg is None:

@@ -41,8 +41,6 @@ from typing import Any, Iterator, Optional
 
 import tomli_w
 
-from sleeper_ops.airflow.standalone import DAGS_FOLDER, SPARK_POOL_SLOTS, airflow_batch, sqlalchemy_url, user_passwords
-from sleeper_ops.airflow.warm_imports import write_local_settings
 from sleeper_ops.cluster import environment as envs
 from sleeper_ops.cluster.processes import (
     clean_environment,
@@ -54,6 +52,14 @@ from sleeper_ops.cluster.processes import (
     wait_until,
 )
 from sleeper_ops.errors import ConfigError
+from sleeper_ops.orchestration.standalone import (
+    DAGS_FOLDER,
+    SPARK_POOL_SLOTS,
+    airflow_batch,
+    sqlalchemy_url,
+    user_passwords,
+)
+from sleeper_ops.orchestration.warm_imports import write_local_settings
 from sleeper_ops.spark.cluster import Piece, StandingCluster, free_port, standing_cluster
 
 HOST = "127.0.0.1"

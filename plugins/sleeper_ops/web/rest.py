@@ -2,7 +2,7 @@
 
 :func:`create_app` builds the app over a provider of the :class:`~sleeper_ops.Sleeper`
 to serve, from one router per resource (:mod:`sleeper_ops.web.routes`); the Airflow
-plugin (:mod:`sleeper_ops.airflow.plugin`) mounts it in the Airflow API server at
+plugin (:mod:`sleeper_ops.orchestration.plugin`) mounts it in the Airflow API server at
 ``/sleeper/api/v1`` with Airflow's authentication and per-table authorisation as
 ``auth_dependency``. Routes (``{t}`` is a table name):
 

@@ -2,7 +2,7 @@
 
 The apps themselves authenticate and authorise nothing: whoever mounts them passes an
 ``auth_dependency`` (the Airflow plugin passes one checking the request against the
-auth manager, :mod:`sleeper_ops.airflow.plugin`). That dependency runs after routing,
+auth manager, :mod:`sleeper_ops.orchestration.plugin`). That dependency runs after routing,
 before the route, and learns from :func:`access_of` what the request needs:
 
 * ``read`` for ``GET``/``HEAD``/``OPTIONS``, ``write`` for any other method;

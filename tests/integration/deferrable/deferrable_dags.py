@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG
 
-from sleeper_ops.airflow.operators import SleeperBulkImportOperator
+from sleeper_ops.airflow.operators.bulk_import import SleeperBulkImportOperator
 
 with DAG("deferred_import", schedule=None):
     SleeperBulkImportOperator(task_id="bulk", table="events", source="{{ dag_run.conf['source'] }}",

@@ -8,8 +8,9 @@ from typing import Any
 
 from airflow.sdk import DAG, task
 
-from sleeper_ops.airflow.operators import SleeperIngestOperator, table_asset
-from sleeper_ops.airflow.readiness import SleeperVisibleSensor
+from sleeper_ops.airflow.assets.sleeper import table_asset
+from sleeper_ops.airflow.operators.ingest import SleeperIngestOperator
+from sleeper_ops.airflow.sensors.visible import SleeperVisibleSensor
 
 with DAG("upstream", schedule=None):
     SleeperIngestOperator(task_id="ingest", table="events", files="{{ dag_run.conf['file'] }}")
@@ -20,7 +21,7 @@ with DAG("downstream", schedule=[table_asset("events")]):
 
     @task
     def read(**context: Any) -> int:
-        from sleeper_ops.airflow.tasks import open_sleeper
+        from sleeper_ops.airflow.task_runner import open_sleeper
 
         span = context["dag_run"].conf["key_range"]
         with open_sleeper() as sleeper:

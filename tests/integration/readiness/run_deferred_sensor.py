@@ -11,7 +11,7 @@ import threading
 from airflow.dag_processing.dagbag import DagBag
 
 from sleeper_ops import Sleeper
-from sleeper_ops.airflow.readiness import SleeperVisibleTrigger
+from sleeper_ops.airflow.triggers.visible import SleeperVisibleTrigger
 
 polls: list[bool] = []
 not_yet = threading.Event()

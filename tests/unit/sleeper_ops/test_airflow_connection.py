@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from sleeper_ops.airflow.connection import config_from_connection, postgres_dsn
+from sleeper_ops.airflow.hooks.connection import config_from_connection, postgres_dsn
 from sleeper_ops.errors import ConfigError
 
 
@@ -76,7 +76,7 @@ def test_an_endpoint_that_is_not_a_url_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_dynamodb_state_store_takes_region_endpoint_and_keys_from_the_aws_connection(tmp_path: Path) -> None:
-    from sleeper_ops.airflow.connection import aws_conn_id_of
+    from sleeper_ops.airflow.hooks.connection import aws_conn_id_of
 
     extra = {"state_store": "dynamodb", "object_store_uri": "s3://sleeper-data/data", "dynamodb_table_prefix": "t-"}
     aws = {"region": "eu-west-2", "endpoint_url": "http://127.0.0.1:5999", "access_key": "AK", "secret_key": "SK"}
@@ -107,7 +107,7 @@ def test_an_unknown_state_store_is_refused_naming_the_choices(tmp_path: Path) ->
 
 
 def test_no_aws_connection_is_read_unless_named_or_dynamodb() -> None:
-    from sleeper_ops.airflow.connection import aws_conn_id_of
+    from sleeper_ops.airflow.hooks.connection import aws_conn_id_of
 
     assert aws_conn_id_of({"object_store_uri": "s3://b/p"}) is None
     assert aws_conn_id_of({"aws_conn_id": "prod_aws"}) == "prod_aws"

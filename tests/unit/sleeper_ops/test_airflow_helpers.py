@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from sleeper_ops.airflow.dag_factory import dag_id_for, schedule_of, table_name_of
-from sleeper_ops.airflow.standalone import airflow_environment, port_free, spark_connection, sqlalchemy_url
-from sleeper_ops.airflow.tasks import chosen_runner, configured_home
+from sleeper_ops.airflow.task_runner import chosen_runner, configured_home
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
+from sleeper_ops.orchestration.dag_factory import dag_id_for, schedule_of, table_name_of
+from sleeper_ops.orchestration.standalone import airflow_environment, port_free, spark_connection, sqlalchemy_url
 from statestore.catalog import TableInfo
 from statestore.schema import Schema
 
@@ -91,7 +91,7 @@ def test_port_free_sees_a_listener() -> None:
 
 
 def test_users_are_checked_and_normalised_for_simple_auth_manager():
-    from sleeper_ops.airflow.standalone import parse_users
+    from sleeper_ops.orchestration.standalone import parse_users
 
     assert parse_users("admin:Admin, viewer:Viewer,ops:OP") == "admin:admin,viewer:viewer,ops:op"
     for bad, why in [("admin:admin,bob", "'bob' is not NAME:ROLE"), ("admin:admin,bob:boss", "'bob:boss'"),
@@ -101,7 +101,7 @@ def test_users_are_checked_and_normalised_for_simple_auth_manager():
 
 
 def test_the_users_reach_airflow_and_every_password_is_printed(tmp_path):
-    from sleeper_ops.airflow.standalone import (
+    from sleeper_ops.orchestration.standalone import (
         PASSWORDS_FILE,
         USERS_VARIABLE,
         airflow_environment,
@@ -123,7 +123,7 @@ def test_the_users_reach_airflow_and_every_password_is_printed(tmp_path):
 def test_the_airflow_settings_are_written_to_airflow_cfg_keeping_the_others(tmp_path):
     import configparser
 
-    from sleeper_ops.airflow.standalone import write_airflow_cfg
+    from sleeper_ops.orchestration.standalone import write_airflow_cfg
 
     (tmp_path / "airflow.cfg").write_text("[core]\ndags_folder = /old\nfernet_key = kept\n[webserver]\nx = 1\n")
     path = write_airflow_cfg(tmp_path, {"AIRFLOW__CORE__DAGS_FOLDER": "/repo/dags", "AIRFLOW_HOME": str(tmp_path),
@@ -140,7 +140,7 @@ def test_the_airflow_settings_are_written_to_airflow_cfg_keeping_the_others(tmp_
 def test_the_dated_dag_starts_at_the_tables_import_start_so_no_past_interval_runs_by_itself():
     from datetime import UTC, datetime, timedelta
 
-    from sleeper_ops.airflow.dag_factory import build_dag
+    from sleeper_ops.orchestration.dag_factory import build_dag
 
     start = datetime.now(UTC).replace(second=0, microsecond=0)  # the source set just now
     schema = Schema.from_dict({"rowKeyFields": [{"name": "k", "type": "StringType"}]})
@@ -168,8 +168,8 @@ def test_the_hook_reads_aws_settings_through_the_amazon_providers_aws_base_hook(
     region, endpoint and keys; DAG parsing reads the catalog from the connection."""
     import json
 
-    from sleeper_ops.airflow.dag_factory import catalog_source
-    from sleeper_ops.airflow.hook import SleeperHook, aws_settings
+    from sleeper_ops.airflow.hooks.sleeper import SleeperHook, aws_settings
+    from sleeper_ops.orchestration.dag_factory import catalog_source
 
     monkeypatch.delenv("SLEEPER_HOME", raising=False)
     monkeypatch.chdir(tmp_path)
@@ -194,8 +194,8 @@ def test_the_hook_reads_aws_settings_through_the_amazon_providers_aws_base_hook(
 def test_a_template_checked_when_set_renders_as_the_dated_dag_renders_it(template: str) -> None:
     """The set-time check (sleeper_ops.bulk_import.templates) renders what the dated DAG's
     own Jinja environment renders, on the same context."""
-    from sleeper_ops.airflow.dag_factory import build_dag
     from sleeper_ops.bulk_import.templates import render, sample_context
+    from sleeper_ops.orchestration.dag_factory import build_dag
 
     schema = Schema.from_dict({"rowKeyFields": [{"name": "k", "type": "StringType"}]})
     dag = build_dag(TableInfo("tid", "events", schema, {"sleeper.table.bulk.import.source": template}), "bulk_import")
@@ -208,8 +208,8 @@ def test_a_template_checked_when_set_renders_as_the_dated_dag_renders_it(templat
 def test_a_template_refused_when_set_fails_in_the_dated_dags_environment_too(template: str) -> None:
     import jinja2
 
-    from sleeper_ops.airflow.dag_factory import build_dag
     from sleeper_ops.bulk_import.templates import check_templates, sample_context
+    from sleeper_ops.orchestration.dag_factory import build_dag
 
     with pytest.raises(ConfigError):
         check_templates("events", {"sleeper.table.bulk.import.source": template})

@@ -1,4 +1,4 @@
-"""``sleeper_ops.airflow.cli_batch``: several ``airflow`` commands in one interpreter, in
+"""``sleeper_ops.orchestration.cli_batch``: several ``airflow`` commands in one interpreter, in
 order, stopping at the first that fails."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sleeper_ops.airflow.cli_batch import parse_commands
+from sleeper_ops.orchestration.cli_batch import parse_commands
 
 
 def test_each_argument_is_a_json_list_of_words() -> None:
@@ -28,7 +28,7 @@ def test_the_commands_run_in_order_and_the_first_failure_ends_the_batch(tmp_path
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     # "pools set" without its arguments is refused by Airflow's parser (exit status 2), so the
     # second version never runs
-    p = subprocess.run([sys.executable, "-m", "sleeper_ops.airflow.cli_batch", '["version"]',
+    p = subprocess.run([sys.executable, "-m", "sleeper_ops.orchestration.cli_batch", '["version"]',
                         '["pools", "set"]', '["version"]'], env=env, capture_output=True, text=True, timeout=120)
     out = p.stdout
     assert p.returncode == 2, out + p.stderr

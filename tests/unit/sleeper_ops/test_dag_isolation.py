@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sleeper_ops.airflow import dag_factory
+from sleeper_ops.orchestration import dag_factory
 from statestore.catalog import TableInfo
 from statestore.schema import Schema
 

@@ -21,8 +21,9 @@ pytest.importorskip("airflow")
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from sleeper_ops.airflow import import_wait
-from sleeper_ops.airflow.import_wait import ImportInputTrigger, SleeperImportInputSensor
+from sleeper_ops.airflow.sensors.import_input import SleeperImportInputSensor
+from sleeper_ops.airflow.triggers import import_input
+from sleeper_ops.airflow.triggers.import_input import ImportInputTrigger
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}], "valueFields": [{"name": "n", "type": "LongType"}]}
 WAIT = "sleeper.table.bulk.import.wait.hours"
@@ -83,7 +84,7 @@ def test_the_trigger_fires_ready_once_the_input_arrives(sleeper: Any, tmp_path: 
     sleeper.create_table("events", SCHEMA)
     day = tmp_path / "raw" / "2026-01-01"
     hook = _Hook(sleeper, lambda n: _write_day(day) if n == 3 else None)  # arrives before the third check
-    monkeypatch.setattr(import_wait, "SleeperHook", hook)
+    monkeypatch.setattr(import_input, "SleeperHook", hook)
     trigger = ImportInputTrigger(table="events", sources=[str(day)], import_key="k", deadline=time.time() + 60,
                                  poll_seconds=0)
     assert _events(trigger) == [{"status": "ready", "table": "events"}]
@@ -94,7 +95,7 @@ def test_the_trigger_gives_up_at_its_deadline_naming_what_is_missing(sleeper: An
                                                                      monkeypatch: Any) -> None:
     sleeper.create_table("events", SCHEMA)
     day = tmp_path / "raw" / "2026-01-01"
-    monkeypatch.setattr(import_wait, "SleeperHook", _Hook(sleeper, lambda n: None))
+    monkeypatch.setattr(import_input, "SleeperHook", _Hook(sleeper, lambda n: None))
     trigger = ImportInputTrigger(table="events", sources=[str(day)], import_key=None, deadline=time.time() - 1)
     assert _events(trigger) == [{"status": "timeout", "table": "events",
                                  "missing": [f"{day}: no input files (.parquet, .csv or .jsonl) found"]}]

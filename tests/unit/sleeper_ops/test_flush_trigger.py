@@ -14,7 +14,7 @@ from statestore.buffer import BufferStats
 
 pytest.importorskip("airflow")
 
-from sleeper_ops.airflow.triggers import BufferThresholdTrigger
+from sleeper_ops.airflow.triggers.buffer import BufferThresholdTrigger
 
 NOW = int(time.time() * 1000)  # the trigger measures ages against the clock
 
@@ -70,6 +70,6 @@ def test_a_lost_store_is_logged_and_watched_again(monkeypatch: Any) -> None:
 def test_the_trigger_serialises_with_its_thresholds() -> None:
     trigger = BufferThresholdTrigger(table="t", flush_records=5, flush_age_seconds=7, sleeper_conn_id="c")
     path, kwargs = trigger.serialize()
-    assert path == "sleeper_ops.airflow.triggers.BufferThresholdTrigger"
+    assert path == "sleeper_ops.airflow.triggers.buffer.BufferThresholdTrigger"
     again = BufferThresholdTrigger(**kwargs)
     assert (again.table, again.flush_records, again.flush_age_seconds, again.sleeper_conn_id) == ("t", 5, 7.0, "c")

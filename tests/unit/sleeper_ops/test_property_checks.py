@@ -147,7 +147,7 @@ def test_a_table_name_that_cannot_be_a_dag_id_is_refused_with_the_rule(sleeper, 
 @pytest.mark.parametrize("name", ["events", "Events-2024.v1", "a_b", "x" * 94])
 def test_a_table_name_that_is_taken_gives_every_dag_of_the_table(sleeper, name):
     """Airflow takes its DAG ids (250 characters) and its DAG tag ``table:<name>`` (100)."""
-    from sleeper_ops.airflow.dag_factory import table_dags_problem
+    from sleeper_ops.orchestration.dag_factory import table_dags_problem
 
     info = sleeper.create_table(name, SCHEMA, properties={
         "sleeper.table.bulk.import.source": "s3://raw/{{ ds }}/",

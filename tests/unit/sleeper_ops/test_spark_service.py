@@ -170,7 +170,7 @@ def test_spark_service_is_read_from_the_configuration_and_checked():
 
 
 def test_the_airflow_connection_extra_names_the_spark_service():
-    from sleeper_ops.airflow.connection import config_from_connection
+    from sleeper_ops.airflow.hooks.connection import config_from_connection
 
     c = config_from_connection(host=None, port=None, login=None, password=None, schema=None,
                                extra={"spark_service": "http://10.0.0.5:8998"}, default_home=Path("/h"))

@@ -149,7 +149,7 @@ def _client(sleeper, **kwargs):  # type: ignore[no-untyped-def]
 def test_walk_finding_1_a_table_whose_dags_cannot_be_built_is_marked_red_with_the_reason(sleeper) -> None:
     """Issue 34 finding 1: the page showed nothing wrong and linked to DAGs that did not
     exist. It asks the DAG factory's own check, as the Airflow plugin wires it."""
-    from sleeper_ops.airflow.dag_factory import table_dags_problem
+    from sleeper_ops.orchestration.dag_factory import table_dags_problem
 
     sleeper.create_table("events", SCHEMA)
     old = "t" * 150  # a name from before the rule (the state store takes any name)

@@ -1,5 +1,5 @@
 """The Airflow processes that fork DAG parses and tasks import Sleeper's libraries once
-(sleeper_ops.airflow.warm_imports); the running check is in test_airflow_end_to_end.py."""
+(sleeper_ops.orchestration.warm_imports); the running check is in test_airflow_end_to_end.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sleeper_ops.airflow.warm_imports import LOCAL_SETTINGS, MODULES, forks_parses_or_tasks, write_local_settings
+from sleeper_ops.orchestration.warm_imports import LOCAL_SETTINGS, MODULES, forks_parses_or_tasks, write_local_settings
 
 
 @pytest.mark.parametrize("argv,forks", [
@@ -26,7 +26,7 @@ def test_only_the_programs_that_fork_parses_or_tasks_are_warmed(argv: list[str],
 
 
 def test_warming_a_dag_processor_imports_the_libraries_and_nothing_of_airflow() -> None:
-    code = ("import sys\nfrom sleeper_ops.airflow.warm_imports import warm\n"
+    code = ("import sys\nfrom sleeper_ops.orchestration.warm_imports import warm\n"
             "print(warm(['/v/bin/airflow', 'api-server']))\n"
             "print(warm(['/v/bin/airflow', 'dag-processor']))\n"
             f"print(all(m in sys.modules for m in {MODULES!r}), "
@@ -44,3 +44,13 @@ def test_the_settings_file_is_written_and_rewritten_but_a_users_own_is_kept(tmp_
     path.write_text("def task_policy(task):\n    pass\n")
     assert not write_local_settings(tmp_path)
     assert path.read_text() == "def task_policy(task):\n    pass\n"
+
+
+def test_the_settings_file_the_previous_release_wrote_is_rewritten_as_ours(tmp_path: Path) -> None:
+    # Given the file a home made by the previous release holds (its first line named the old module)
+    path = tmp_path / "config" / "airflow_local_settings.py"
+    path.parent.mkdir()
+    path.write_text("# Written by sleeper (sleeper_ops.airflow.warm_imports); rewritten on each start.\n"
+                    "from sleeper_ops.airflow.warm_imports import warm\n\nwarm()\n")
+    # When Airflow starts again, Then the file is ours and is rewritten
+    assert write_local_settings(tmp_path) and path.read_text() == LOCAL_SETTINGS

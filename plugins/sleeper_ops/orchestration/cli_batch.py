@@ -1,6 +1,6 @@
 """Several ``airflow`` commands in one interpreter.
 
-``python -m sleeper_ops.airflow.cli_batch '["db", "migrate"]' '["pools", "set", ...]'``
+``python -m sleeper_ops.orchestration.cli_batch '["db", "migrate"]' '["pools", "set", ...]'``
 runs each argument (a JSON list: one command's words after ``airflow``) in turn, the
 way Airflow's own entry point (``airflow.__main__``) runs one: the default
 configuration written if it is missing, then the command's parser and function.
@@ -57,7 +57,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         commands = parse_commands(sys.argv[1:] if argv is None else argv)
     except ValueError as e:
-        print(f"sleeper_ops.airflow.cli_batch: {e}", file=sys.stderr)
+        print(f"sleeper_ops.orchestration.cli_batch: {e}", file=sys.stderr)
         return 2
     return run_commands(commands)
 

@@ -1,5 +1,5 @@
 """The dated bulk import task of a table on EMR Serverless: the amazon provider's
-``EmrServerlessStartJobOperator`` (as :mod:`sleeper_ops.airflow.emr_operator`, which
+``EmrServerlessStartJobOperator`` (as :mod:`sleeper_ops.airflow.operators.emr`, which
 reports a failed job's reason), deferrable, sending
 :func:`sleeper_ops.spark.emr_serverless.job_request`.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sleeper_ops.airflow.assets import table_asset
+from sleeper_ops.airflow.assets.sleeper import table_asset
 from sleeper_ops.spark.emr_serverless import job_request
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def emr_bulk_import_task(dag: DAG, table: TableInfo, *, sources: str, import_key
     ``EmrServerlessStartJobOperator`` (``deferrable=True``) of the job that imports
     ``sources`` (templated) under ``import_key`` (templated). It updates the table's
     asset when it succeeds."""
-    from sleeper_ops.airflow.emr_operator import SleeperEmrServerlessStartJobOperator
+    from sleeper_ops.airflow.operators.emr import SleeperEmrServerlessStartJobOperator
 
     request = job_request(table, sources=sources, import_key=import_key, run_id=RUN_ID_TEMPLATE)
     return SleeperEmrServerlessStartJobOperator(

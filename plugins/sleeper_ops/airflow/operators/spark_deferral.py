@@ -1,5 +1,5 @@
-"""What the Spark operators share (:mod:`sleeper_ops.airflow.spark_operators`,
-:mod:`sleeper_ops.airflow.spark_compaction_operator`): whether a task defers on the
+"""What the Spark operators share (:mod:`sleeper_ops.airflow.operators.bulk_import`,
+:mod:`sleeper_ops.airflow.operators.spark_compaction`): whether a task defers on the
 standing Spark service, and the compaction operators' default ``jobs``."""
 
 from __future__ import annotations

@@ -12,6 +12,10 @@ here with a way to open Sleeper (the hook's ``get_conn``). Each task:
    triggered by hand or is part of a backfill;
 5. calls the library and logs its report.
 
+Ingest, bulk import and export take no lease (each task commits its own work under its own
+idempotency or import key, and tasks of one table may run side by side): they go through
+steps 1, 2 and 5 (:func:`run_on_table`), so a vanished table skips them the same way.
+
 **A run that finds the lease held is skipped**: the task logs ``lease <name> held by
 <holder>`` and raises ``AirflowSkipException``, so it ends at once, its DAG run counts as
 successful (nothing failed: the work is being done by the holder) and the grid shows
@@ -36,7 +40,7 @@ import logging
 import os
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence, TypeVar, Union
 
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.maintenance.leases import OperationLease, lease_name
@@ -49,6 +53,7 @@ if TYPE_CHECKING:
 
 #: Opens a Sleeper for one task (the hook's ``get_conn``).
 Opener = Callable[[], "Sleeper"]
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +119,15 @@ def _open_table(sleeper: Sleeper, table_name: str, operation: str) -> Table:
 
 def _summary(report: Any) -> str:
     return report.summary() if hasattr(report, "summary") else str(report)
+
+
+def run_on_table(operation: str, table_name: str, work: Callable[[Table], T], *,
+                 opener: Opener = open_sleeper) -> T:
+    """``work(table)`` on the table as every task opens it, without a lease (steps 1, 2 and 5
+    of the module docstring), and its result. Skips (AirflowSkipException) when the table no
+    longer exists, or is offline and ``operation`` skips offline tables."""
+    with opener() as sleeper:
+        return work(_open_table(sleeper, table_name, operation))
 
 
 def run_exclusive(operation: str, table_name: str, context: dict[str, Any],

@@ -35,14 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from sleeper_ops.airflow.warm_imports import write_local_settings
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
+from sleeper_ops.orchestration.warm_imports import write_local_settings
 
 AIRFLOW_DATABASE = "airflow"
 DEFAULT_PORT = 8080
-#: ``dags/`` of the checkout, shipped in the wheel as the package ``sleeper_ops.airflow.dag_files``.
-DAGS_FOLDER = Path(str(importlib.resources.files("sleeper_ops.airflow.dag_files")))
+#: ``dags/`` of the checkout, shipped in the wheel as the package ``sleeper_ops.orchestration.dag_files``.
+DAGS_FOLDER = Path(str(importlib.resources.files("sleeper_ops.orchestration.dag_files")))
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 SPARK_POOL_SLOTS = 1
 STOP_TIMEOUT_SECONDS = 60.0
@@ -266,8 +266,8 @@ def wait_until_ready(port: int, airflow_home: Path, *, alive: Callable[[], bool]
 
 def airflow_batch(env: dict[str, str], *commands: list[str], log: Any, cwd: Optional[Path] = None) -> None:
     """Run ``airflow`` ``commands`` in order in one interpreter
-    (:mod:`sleeper_ops.airflow.cli_batch`); CalledProcessError when one fails."""
-    subprocess.run([sys.executable, "-m", "sleeper_ops.airflow.cli_batch", *(json.dumps(c) for c in commands)],
+    (:mod:`sleeper_ops.orchestration.cli_batch`); CalledProcessError when one fails."""
+    subprocess.run([sys.executable, "-m", "sleeper_ops.orchestration.cli_batch", *(json.dumps(c) for c in commands)],
                    env=env, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
 
 

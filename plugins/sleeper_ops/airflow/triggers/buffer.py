@@ -54,7 +54,7 @@ class BufferThresholdTrigger(BaseEventTrigger):
 
     def _stats(self) -> Any:
         """The buffer's stats now (a blocking read: run in a thread)."""
-        from sleeper_ops.airflow.hook import SleeperHook
+        from sleeper_ops.airflow.hooks.sleeper import SleeperHook
 
         with SleeperHook(self.sleeper_conn_id).get_conn() as sleeper:
             return sleeper.table(self.table).buffer_stats()

@@ -1,8 +1,8 @@
-"""A table's Airflow asset and the events a commit adds to it, and the Airflow ``Stats``
-metrics a Sleeper task emits.
+"""The events a commit adds to a table's Airflow asset (:func:`~sleeper_ops.airflow.assets.sleeper.table_asset`),
+through the alias a committing operator declares.
 
 Every event for ``sleeper://<table>`` carries extras a downstream DAG can wait on
-(:class:`~sleeper_ops.airflow.sensors.SleeperVisibleSensor`):
+(:class:`~sleeper_ops.airflow.sensors.visible.SleeperVisibleSensor`):
 
 =============  ====================================================================
 table          the table's name
@@ -14,40 +14,18 @@ key_range      ``{"field", "min", "max"}`` on the first row key field: the union
                leaf partitions the files went into (``max`` None: unbounded); absent
                when the operation does not report partitions (then: the whole table)
 =============  ====================================================================
-
-``Stats`` (StatsD or OpenTelemetry, as Airflow is configured), tagged ``table`` and
-``operator``: ``sleeper.rows`` and ``sleeper.files`` (counters, per commit),
-``sleeper.task_seconds`` (timing, per task) and ``sleeper.commit_retries`` (counter:
-commits this task's process tried again while the task ran).
 """
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
+from sleeper_ops.airflow.assets.sleeper import commits_alias, table_asset
+from sleeper_ops.airflow.utils.stats import stat
 from statestore.files import FileReference
-from statestore.retry import COMMIT_RETRIES
 
 if TYPE_CHECKING:
     from sleeper_ops.api import Sleeper
-
-
-def table_asset(table: str) -> Any:
-    """The Airflow asset ``sleeper://<table>``: updated whenever files are committed to
-    the table by ingest, the batcher or bulk import (the compaction DAG listens)."""
-    from airflow.sdk import Asset
-
-    return Asset(uri=f"sleeper://{table}", name=f"sleeper://{table}")
-
-
-def commits_alias(table: str) -> Any:
-    """The asset alias a committing operator declares; an event for :func:`table_asset`
-    is added through it only when the task committed files (a task that committed
-    nothing emits no event)."""
-    from airflow.sdk import AssetAlias
-
-    return AssetAlias(name=f"sleeper_commits_{table}")
 
 
 def with_commit_outlets(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -109,29 +87,3 @@ def emit_commit_event(operator: Any, context: Any, table: str, *, files: int, ro
     if not files or alias not in (operator.outlets or []):
         return
     context["outlet_events"][alias].add(table_asset(table), extra=extra or {"files": files, "rows": rows})
-
-
-def _tags(operator: Any, table: str) -> dict[str, str]:
-    return {"table": table, "operator": type(operator).__name__}
-
-
-def stat(operator: Any, table: str, name: str, count: int) -> None:
-    """Add ``count`` to the counter ``sleeper.<name>``."""
-    from airflow.providers.common.compat.sdk import Stats
-
-    if count:
-        Stats.incr(f"sleeper.{name}", count, tags=_tags(operator, table))
-
-
-class TaskStats:
-    """Times a task and counts the commit retries of its process meanwhile."""
-
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self.retries = COMMIT_RETRIES.total()
-
-    def emit(self, operator: Any, table: str) -> None:
-        from airflow.providers.common.compat.sdk import Stats
-
-        Stats.timing("sleeper.task_seconds", time.monotonic() - self.started, tags=_tags(operator, table))
-        stat(operator, table, "commit_retries", COMMIT_RETRIES.total() - self.retries)

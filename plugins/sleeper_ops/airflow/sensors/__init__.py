@@ -1,0 +1,1 @@
+"""Sensors: wait for data to be visible, or for a dated bulk import's input."""

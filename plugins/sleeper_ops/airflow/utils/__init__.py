@@ -1,0 +1,1 @@
+"""What the operators share that is not an operator: their OpenLineage facets."""
