@@ -54,7 +54,10 @@ class RetentionMixin(DynamoBase):
             return 0, 0
         newest = pointers[-1]
         history_from = now - retention_ms(catalog_info(self._table_item(table_id)))
-        base = max((p.n for p in pointers if p.time_ms <= history_from), default=0)
+        # strictly before: the state before a transaction committed as the retention began
+        # is retained (resolve_number refuses only a successor before it), so a snapshot
+        # made at that instant is too new a base to rebuild it from
+        base = max((p.n for p in pointers if p.time_ms < history_from), default=0)
         what = f"expire the transactions of table {table_id}"
         old_log = [it for it in d.query(what, "log", "table_id = :t AND n <= :n",
                                         {":t": s(table_id), ":n": n(min(newest.n - self.retention_margin, base - 1))},

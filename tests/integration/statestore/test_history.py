@@ -150,6 +150,40 @@ def test_dynamodb_expiry_keeps_the_snapshot_and_log_every_retained_state_needs(m
             store.close()
 
 
+def test_dynamodb_expiry_keeps_the_state_whose_successor_committed_as_the_retention_began(moto_endpoint_url,
+                                                                                         tmp_path):
+    """A snapshot made exactly as the retention began (its transaction committed at
+    ``now - retention``): the state before that transaction is still retained (its
+    successor is not before the retention), so expiry keeps what rebuilds it, as
+    PostgreSQL's pruning does (the newest row applied strictly before the retention)."""
+    from statestore.dynamodb import open_dynamodb, snapshots
+    from tests.integration.statestore.conftest import dynamodb_options
+
+    clock = ManualClock(1_800_000_000_000)
+    with use_clock(clock):
+        store = open_dynamodb(**dynamodb_options(moto_endpoint_url, tmp_path / "blobs"), snapshot_every=3,
+                              snapshot_seconds=10_000, retention_margin=0, retention_seconds=0)
+        try:
+            tid = new_table(store, **{"sleeper.table.history.retention.minutes": "60"})
+            states = {}
+            for i in range(12):  # a transaction a minute
+                clock.advance(MINUTE)
+                store.commit(tid, AddFiles((FileReference(f"f{i}", "L", i + 1),)))
+                states[store.transaction_number(tid)] = (clock.now_ms(), store.load_state(tid).canonical())
+            snap = [p for p in snapshots.all_pointers(store._dynamo, tid) if p.n in states][-2]
+            assert snap.time_ms == states[snap.n][0] and snap.n - 1 in states
+            now = snap.time_ms + 60 * MINUTE  # the retention begins as the snapshot's transaction commits
+            store.expire(tid, now_ms=now)
+            retained = [number for number in sorted(states)
+                        if number == max(states) or states[number + 1][0] >= now - 60 * MINUTE]
+            assert retained[0] == snap.n - 1
+            for number in retained:
+                got = resolve_as_of(store, tid, "t", number, retention=60 * MINUTE, now_ms=now)
+                assert got.state.canonical() == states[number][1], f"as of {number}"
+        finally:
+            store.close()
+
+
 def test_pruning_forgets_only_history_no_retained_state_needs(store: StateStore):
     tid = new_table(store, **{"sleeper.table.history.retention.minutes": "60"})
     after = _work(store, tid)
