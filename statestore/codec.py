@@ -19,9 +19,12 @@ wrote (pinned byte for byte by tests/unit/statestore/golden/):
   values, written as they are; ``Any`` is a key value (bytes as ``{"b64": ...}``,
   :func:`encode_value`).
 
-Reading takes the keys it knows and ignores others; a key that is missing takes the
-field's default (fields added later read from older records) and is an error for a
-field without one. Each class's encoder and decoder are generated once, on first use,
+Reading takes the keys it knows and ignores others, except for a class that sets
+``CODEC_STRICT``: its records refuse (``TypeError``) a key they do not know, as file
+references, job records and ingest requests always have (a record written by a later
+release is refused rather than rewritten without what it held). A key that is missing
+takes the field's default (fields added later read from older records) and is an error
+for a field without one. Each class's encoder and decoder are generated once, on first use,
 as plain functions (a dict literal; a constructor call), so they cost what hand-written
 ``to_dict``/``from_dict`` pairs did. :func:`row` and :func:`from_row` are the positional
 form (a snapshot's reference rows): the fields' values in declaration order.
@@ -222,8 +225,13 @@ def _compile(cls: type) -> _Codec:
                 f"(d[{k!r}] if {k!r} in d else {missing})"
         else:
             reads[f.name] = f"({_convert(f'_d{i}', f'd[{k!r}]', nullable)} if {k!r} in d else {missing})"
+    check = ""
+    if getattr(cls, "CODEC_STRICT", False):
+        ns["_known"] = frozenset([f.metadata.get(_KEY, f.name) for f in declared] + ([tag[0]] if tag else []))
+        check = ("    if not _known.issuperset(d):\n        raise TypeError(f'a {_cls.__name__} record has fields "
+                 "this release does not know: {sorted(set(d) - _known)} (written by a later release?)')\n")
     source = ("def encode(o):\n    d = {" + ", ".join(items) + "}\n" + "".join(later) + "    return d\n"
-              "def decode(d):\n    return _cls(" + ", ".join(reads[f.name] for f in declared) + ")\n")
+              "def decode(d):\n" + check + "    return _cls(" + ", ".join(reads[f.name] for f in declared) + ")\n")
     if all(reads[f.name].startswith(("d[", "d.get(")) and f.metadata.get(_KEY, f.name) == f.name for f in declared):
         # every value as it is, under its field's name: the keys are the arguments (the
         # common case, at C speed); a key the class does not know takes the long way
