@@ -9,7 +9,7 @@ its record is the last time its set of references changed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import Optional
 
 from statestore.codec import Record, omitted_at_default
 
@@ -33,7 +33,7 @@ class FileReference(Record):
             form of references written before deletes existed.
     """
 
-    CODEC_STRICT: ClassVar[bool] = True  # an unknown key is refused, as it always was
+    CODEC_STRICT = True  # an unknown key is refused, as it always was
 
     filename: str
     partition_id: str

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 from statestore.clock import now_ms
 from statestore.codec import Record
@@ -46,7 +46,7 @@ class IngestRequest(Record):
         last_error: why the last job holding the request failed.
     """
 
-    CODEC_STRICT: ClassVar[bool] = True  # an unknown key is refused, as it always was
+    CODEC_STRICT = True  # an unknown key is refused, as it always was
 
     request_id: str
     table_id: str

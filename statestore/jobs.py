@@ -16,7 +16,7 @@ be swept between its write and its commit.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from statestore.clock import now_ms
 from statestore.codec import Record
@@ -52,7 +52,7 @@ class JobRecord(Record):
             (:meth:`~statestore.store.StateStore.heartbeat_jobs`); never goes back.
     """
 
-    CODEC_STRICT: ClassVar[bool] = True  # an unknown key is refused, as it always was
+    CODEC_STRICT = True  # an unknown key is refused, as it always was
 
     table_id: str
     job_id: str

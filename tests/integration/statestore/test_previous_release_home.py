@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from statestore.history import RETENTION_PROPERTY as RETENTION
+from statestore.properties import HISTORY_RETENTION_MINUTES as RETENTION
 from tests.compat import record_home as rec
 from tests.compat.restore import load, recorded_homes, restore_dynamodb, restore_postgres
 
