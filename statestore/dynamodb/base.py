@@ -1,5 +1,8 @@
-"""What every role module of the DynamoDB store shares: the client, the blob store,
-the state cache, the retry policy, and the check that a table id is in the catalog."""
+"""The base of the DynamoDB store's parts still written as mixins (commits, group
+commit, jobs, ingest queue, client writes, write buffer, blob sweep, erasure): their
+client, blob store, cache and retry policy are the store's one
+:class:`~statestore.dynamodb.context.DynamoContext`, which the role objects
+(:mod:`.catalog`, :mod:`.leases`, :mod:`.history`, :mod:`.retention`) share too."""
 
 from __future__ import annotations
 
@@ -7,26 +10,37 @@ from typing import Any
 
 from statestore.dynamodb.blobs import BlobStore
 from statestore.dynamodb.cache import StateCache
-from statestore.dynamodb.connection import Dynamo, s
-from statestore.errors import TableNotFoundError
+from statestore.dynamodb.connection import Dynamo
+from statestore.dynamodb.context import DynamoContext
 from statestore.retry import Backoff
-from statestore.store import StateStore
+from statestore.role_defaults import StateReads
 
 
-class DynamoBase(StateStore):
-    """The parts :class:`~statestore.dynamodb.store.DynamoDBStateStore` is built on."""
+class DynamoBase(StateReads):
+    """The parts :class:`~statestore.dynamodb.table_commits.DynamoCommits` is built on,
+    read from the store's shared :attr:`context`."""
 
-    _dynamo: Dynamo
-    _blobs: BlobStore
-    _cache: StateCache
-    _backoff: Backoff
+    context: DynamoContext
+
+    @property
+    def _dynamo(self) -> Dynamo:
+        return self.context.dynamo
+
+    @property
+    def _blobs(self) -> BlobStore:
+        return self.context.blobs
+
+    @property
+    def _cache(self) -> StateCache:
+        return self.context.cache
+
+    @property
+    def _backoff(self) -> Backoff:
+        return self.context.backoff
 
     def _table_item(self, table_id: str) -> dict[str, Any]:
         """The catalog item of ``table_id``; raises TableNotFoundError."""
-        item = self._dynamo.get(f"look up table {table_id}", "catalog", {"pk": s(f"id#{table_id}")})
-        if item is None:
-            raise TableNotFoundError(f"no table with id {table_id}")
-        return item
+        return self.context.table_item(table_id)
 
     def _require_table_id(self, table_id: str) -> None:
-        self._table_item(table_id)
+        self.context.require_table_id(table_id)

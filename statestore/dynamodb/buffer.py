@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Collection, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Optional, Sequence
 
 from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_message
-from statestore.client_writes import ClientWrite
+from statestore.client_writes import ClientWrite, ClientWriteRecord
 from statestore.clock import now_ms
 from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.client_writes import key_put
@@ -60,7 +60,10 @@ def _seq_of(item: dict[str, Any]) -> int:
 class WriteBufferMixin(DynamoBase):
     """The write buffer part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
 
-    buffer_max_flush_entries = MAX_FLUSH_ENTRIES
+    buffer_max_flush_entries: Optional[int] = MAX_FLUSH_ENTRIES
+
+    if TYPE_CHECKING:  # the client writes part's (statestore.dynamodb.client_writes)
+        def client_write(self, table_id: str, request_id: str) -> Optional[ClientWriteRecord]: ...
 
     def _head(self, table_id: str) -> tuple[int, int]:
         """(held, flushes) of the table's buffer."""

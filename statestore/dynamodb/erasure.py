@@ -33,6 +33,7 @@ from statestore.dynamodb.catalog import table_info as catalog_info
 from statestore.dynamodb.connection import get_n, get_s, s
 from statestore.dynamodb.group_batch import PENDING, REQUESTS
 from statestore.dynamodb.log import decode
+from statestore.dynamodb.retention import DynamoRetention
 from statestore.errors import StateStoreUnavailableError
 from statestore.history import retention_ms
 from statestore.store import COMMIT_ID_RETENTION_MS
@@ -44,8 +45,7 @@ _STRAY_GOES = "with the state store's sweep of blobs nothing names (after its fl
 class ErasureMixin(DynamoBase):
     """The proof-of-erasure part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
 
-    retention_margin: int
-    retention_seconds: float
+    retention: DynamoRetention
     snapshot_every: int
     snapshot_seconds: float
 
@@ -93,7 +93,7 @@ class ErasureMixin(DynamoBase):
             if held:
                 nxt = pointers[i + 1] if i + 1 < len(pointers) else None
                 goes_ms = None if nxt is None else max(nxt.time_ms + history_ms,
-                                                       p.time_ms + int(self.retention_seconds * 1000))
+                                                       p.time_ms + int(self.retention.retention_seconds * 1000))
                 out.append(KeyRecord(f"snapshot {p.n} ({p.key}: tombstones {', '.join(str(t.number) for t in held)})",
                                      tuple(r for t in held for r in t.regions), None,
                                      "with expiry once a newer snapshot is older than the history retention",
@@ -130,13 +130,14 @@ class ErasureMixin(DynamoBase):
 
     def _log_item_goes(self, number: int, time_ms: int, pointers: list[snapshots.SnapshotPointer],
                   history_ms: int) -> tuple[str, Optional[int]]:
-        later = next((p for p in pointers if p.n >= number + max(1, self.retention_margin)), None)
-        text = (f"with expiry once a snapshot made {self.retention_margin}+ transactions later is older than the "
+        margin = self.retention.retention_margin
+        later = next((p for p in pointers if p.n >= number + max(1, margin)), None)
+        text = (f"with expiry once a snapshot made {margin}+ transactions later is older than the "
                 f"history retention (snapshots every {self.snapshot_every} transactions or "
                 f"{self.snapshot_seconds:g} s of commits)")
         if later is None:
             return text, None
-        return text, max(later.time_ms + history_ms, time_ms + int(self.retention_seconds * 1000))
+        return text, max(later.time_ms + history_ms, time_ms + int(self.retention.retention_seconds * 1000))
 
     @staticmethod
     def _tombstones_of(state: Any) -> list[Tombstone]:
