@@ -128,7 +128,7 @@ def test_a_committer_alone_in_the_log_joins_the_group_when_others_requests_are_p
     waiting = open_dynamodb(**options)
     waiting.commits._contention.seen(tid)  # it has met others: its commit is a request
     waiting.outcome_timeout_seconds = 15.0
-    monkeypatch.setattr(waiting, "_lead", lambda *a: (None, False))  # ...which it never leads itself
+    monkeypatch.setattr(waiting.commits, "_lead", lambda *a: (None, False))  # ...which it never leads itself
     calls = _requests_calls(alone)
     outcome: list[Any] = []
     thread = threading.Thread(target=lambda: outcome.append(
