@@ -1,46 +1,18 @@
-"""The base of the DynamoDB store's parts still written as mixins (commits, group
-commit, jobs, ingest queue, client writes, write buffer, blob sweep, erasure): their
-client, blob store, cache and retry policy are the store's one
-:class:`~statestore.dynamodb.context.DynamoContext`, which the role objects
-(:mod:`.catalog`, :mod:`.leases`, :mod:`.history`, :mod:`.retention`) share too."""
+"""The base of the parts :class:`~statestore.dynamodb.table_commits.DynamoCommits` is
+made of (commits, group commit, jobs, ingest queue, client writes, write buffer, blob
+sweep, erasure): each reads the client, blob store, cache and retry policy from the
+store's one :class:`~statestore.dynamodb.context.DynamoContext`, which the other role
+objects (:mod:`.catalog`, :mod:`.leases`, :mod:`.history`, :mod:`.retention`) share too."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from statestore.dynamodb.blobs import BlobStore
-from statestore.dynamodb.cache import StateCache
-from statestore.dynamodb.connection import Dynamo
 from statestore.dynamodb.context import DynamoContext
-from statestore.retry import Backoff
 from statestore.role_defaults import StateReads
 
 
 class DynamoBase(StateReads):
-    """The parts :class:`~statestore.dynamodb.table_commits.DynamoCommits` is built on,
-    read from the store's shared :attr:`context`."""
+    """What every part of :class:`~statestore.dynamodb.table_commits.DynamoCommits` is
+    built on: the shared :attr:`context`, and the reads a table-commits role may answer
+    from its whole state (:class:`~statestore.role_defaults.StateReads`)."""
 
     context: DynamoContext
-
-    @property
-    def _dynamo(self) -> Dynamo:
-        return self.context.dynamo
-
-    @property
-    def _blobs(self) -> BlobStore:
-        return self.context.blobs
-
-    @property
-    def _cache(self) -> StateCache:
-        return self.context.cache
-
-    @property
-    def _backoff(self) -> Backoff:
-        return self.context.backoff
-
-    def _table_item(self, table_id: str) -> dict[str, Any]:
-        """The catalog item of ``table_id``; raises TableNotFoundError."""
-        return self.context.table_item(table_id)
-
-    def _require_table_id(self, table_id: str) -> None:
-        self.context.require_table_id(table_id)

@@ -25,6 +25,18 @@ from statestore.errors import StateStoreUnavailableError
 from statestore.retry import Backoff
 
 
+def _delegated(owner: str, name: str) -> Any:
+    """A property reading and setting ``self.<owner>.<name>``: the store's options and
+    shared parts keep their names on the store while the role objects hold them."""
+    def get(self: Any) -> Any:
+        return getattr(getattr(self, owner), name)
+
+    def put(self: Any, value: Any) -> None:
+        setattr(getattr(self, owner), name, value)
+
+    return property(get, put, doc=f"``{owner}.{name}`` (settable)")
+
+
 class DynamoDBStateStore(ComposedStateStore):
     """The state store in DynamoDB and an object store (see the package docstring).
 
@@ -65,72 +77,18 @@ class DynamoDBStateStore(ComposedStateStore):
                          client_writes=commits,
                          table_history=DynamoHistory(context, self.retention, commits.delete_key_records))
 
-    # ----- the shared parts, for tools and tests ------------------------------------------
-    @property
-    def _dynamo(self) -> Dynamo:
-        return self.context.dynamo
-
-    @property
-    def _blobs(self) -> BlobStore:
-        return self.context.blobs
-
-    @property
-    def _cache(self) -> StateCache:
-        return self.context.cache
-
-    @property
-    def _backoff(self) -> Backoff:
-        return self.context.backoff
-
-    # ----- options (settable) -----------------------------------------------------------
-    @property
-    def outcome_timeout_seconds(self) -> float:
-        """How long a commit whose request was lost keeps trying to learn its outcome."""
-        return self.commits.outcome_timeout_seconds
-
-    @outcome_timeout_seconds.setter
-    def outcome_timeout_seconds(self, seconds: float) -> None:
-        self.commits.outcome_timeout_seconds = seconds
-
-    @property
-    def group_commit(self) -> bool:
-        return self.commits.group_commit
-
-    @group_commit.setter
-    def group_commit(self, on: bool) -> None:
-        self.commits.group_commit = on
-
-    @property
-    def snapshot_every(self) -> int:
-        return self.commits.snapshot_every
-
-    @snapshot_every.setter
-    def snapshot_every(self, count: int) -> None:
-        self.commits.snapshot_every = count
-
-    @property
-    def snapshot_seconds(self) -> float:
-        return self.commits.snapshot_seconds
-
-    @snapshot_seconds.setter
-    def snapshot_seconds(self, seconds: float) -> None:
-        self.commits.snapshot_seconds = seconds
-
-    @property
-    def retention_margin(self) -> int:
-        return self.retention.retention_margin
-
-    @retention_margin.setter
-    def retention_margin(self, count: int) -> None:
-        self.retention.retention_margin = count
-
-    @property
-    def retention_seconds(self) -> float:
-        return self.retention.retention_seconds
-
-    @retention_seconds.setter
-    def retention_seconds(self, seconds: float) -> None:
-        self.retention.retention_seconds = seconds
+    # ----- the shared parts (for tools and tests) and the options, settable ----------------
+    _dynamo: Dynamo = _delegated("context", "dynamo")
+    _blobs: BlobStore = _delegated("context", "blobs")
+    _cache: StateCache = _delegated("context", "cache")
+    _backoff: Backoff = _delegated("context", "backoff")
+    #: how long a commit whose request was lost keeps trying to learn its outcome
+    outcome_timeout_seconds: float = _delegated("commits", "outcome_timeout_seconds")
+    group_commit: bool = _delegated("commits", "group_commit")
+    snapshot_every: int = _delegated("commits", "snapshot_every")
+    snapshot_seconds: float = _delegated("commits", "snapshot_seconds")
+    retention_margin: int = _delegated("retention", "retention_margin")
+    retention_seconds: float = _delegated("retention", "retention_seconds")
 
     # ----- beyond the StateStore interface ------------------------------------------------
     def expire(self, table_id: str, *, now_ms: Optional[int] = None) -> tuple[int, int]:

@@ -117,9 +117,9 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
         books = Bookkeeping(commit_id or uuid.uuid4().hex, job, ingest_job_id, check_id=commit_id is not None,
                             buffer_seqs=tuple(buffer_seqs), client_write=client_write)
         encoded: Optional[EncodedTransaction] = None
-        job_encoded = None if job is None else encode_job(self._blobs, job)
+        job_encoded = None if job is None else encode_job(self.context.blobs, job)
         if self.group_commit and not buffer_seqs:
-            encoded = EncodedTransaction.of(table_id, transaction, self._blobs)
+            encoded = EncodedTransaction.of(table_id, transaction, self.context.blobs)
             if pending_size(encoded, job_encoded) <= MAX_PENDING_BYTES:
                 def others_pending() -> bool:
                     try:
@@ -143,7 +143,7 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
         commit id was applied before), or an error; with ``until_race``, :data:`_RACED`
         when its first try lost the race and nothing of it can have applied (its blobs
         are kept for the group commit that follows)."""
-        entry = self._cache.entry(table_id)
+        entry = self.context.cache.entry(table_id)
         deadline: Optional[float] = None  # set once a write may have applied without our hearing
         uncertain = False  # a try may have applied: a refusal from now on is no definite no
         conflicts = 0
@@ -179,14 +179,14 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
                             uncertain = True
                             books = replace(books, check_id=True)
                         conflicts += 1
-                        if conflicts >= self._backoff.max_attempts:
+                        if conflicts >= self.context.backoff.max_attempts:
                             if uncertain:
                                 raise CommitOutcomeUnknownError(
                                     f"{what}: a try's reply was lost and the retries kept conflicting "
                                     f"({conflicts} attempts), so whether it applied is unknown "
                                     f"(commit id {books.commit_id})")
                             raise CommitConflictError(f"{what}: the log kept moving on ({conflicts} attempts)")
-                        self._backoff.pause(conflicts)
+                        self.context.backoff.pause(conflicts)
                         COMMIT_RETRIES.add(table_id)
                         continue
                     if outcome:
@@ -201,7 +201,7 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
                 encoded = tried.get("encoded", encoded)
                 owned = [encoded.blob_key if encoded else None, job_encoded.blob_key if job_encoded else None]
                 if any(owned) and not uncertain and not outcome_unknown(e):
-                    delete_quietly(self._blobs, [k for k in owned if k], what)  # refused: never logged
+                    delete_quietly(self.context.blobs, [k for k in owned if k], what)  # refused: never logged
                 raise
 
     def _drop_unsaved_job_blob(self, job: JobRecord, key: str, what: str) -> None:
@@ -209,7 +209,7 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
         the stored record is it (the earlier try was this call's, whose reply was lost)."""
         try:
             if self._read_job(job.table_id, job.job_id).blob_key != key:
-                delete_quietly(self._blobs, [key], what)
+                delete_quietly(self.context.blobs, [key], what)
         except StateStoreUnavailableError as e:  # best effort: a leftover wastes space, nothing else
             log.warning("%s: spilled job record %s not checked: %s", what, key, e)
 
@@ -220,7 +220,7 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
         transaction was cancelled (try again). Notes in ``tried`` the body it encoded
         (``encoded``) and the blobs of the flushed entries it read (``flushed``)."""
         loaded = entry.n >= 0
-        tail = self._cache.refresh(table_id, entry)
+        tail = self.context.cache.refresh(table_id, entry)
         if loaded and tail and self.group_commit:
             self._contention.seen(table_id)  # others committed since this store's last read
         if any(t.commit_id == books.commit_id for t in tail):
@@ -232,14 +232,14 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
         tried["flushed"] = sorted({*tried.get("flushed", ()), *blobs})
         txn.validate(entry.state)
         if encoded is None:
-            encoded = EncodedTransaction.of(table_id, txn, self._blobs)
+            encoded = EncodedTransaction.of(table_id, txn, self.context.blobs)
             tried["encoded"] = encoded
         number = entry.n + 1
         summary = summary_attribute(txn, entry.state, books.job.job_id if books.job is not None else None)
         items = self._commit_items(table_id, number, encoded, books, job_rev, now_ms(), flushed_rows, job_encoded,
                                    summary, txn.number_in(entry.state))
         check_log_item(table_id, txn.TYPE, items[LOG]["Put"]["Item"])  # statestore.dynamodb.sizes
-        d = self._dynamo
+        d = self.context.dynamo
         what = f"commit {txn.TYPE} to table {table_id}"
         try:
             d.call(what, d.client.transact_write_items, TransactItems=items)
@@ -252,7 +252,7 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
                 raise
             failed = [i for i, c in enumerate(codes) if c not in ("None", "")]
             if TABLE in failed:
-                self._cache.forget(table_id)
+                self.context.cache.forget(table_id)
                 raise TableNotFoundError(f"no table with id {table_id}") from None
             if COMMIT_ID in failed and LOG not in failed:
                 return False
@@ -264,7 +264,7 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
             blobs = [*blobs, replaced_job_blob]
         if blobs:
             # the flushed entries' bytes, the replaced job record: nothing names them any more
-            delete_quietly(self._blobs, blobs, f"commit {txn.TYPE} to table {table_id}")
+            delete_quietly(self.context.blobs, blobs, f"commit {txn.TYPE} to table {table_id}")
         return True
 
     def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:
@@ -279,22 +279,22 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
         if not due():
             return
         try:
-            newest = snapshots.latest(self._dynamo, table_id)
+            newest = snapshots.latest(self.context.dynamo, table_id)
             if newest is not None and newest.n > entry.snapshot_n:
                 entry.snapshot_n, entry.snapshot_ms = newest.n, newest.time_ms
                 if not due():
                     return
-            snapshots.write(self._dynamo, self._blobs, table_id, entry.n, entry.state, now)
+            snapshots.write(self.context.dynamo, self.context.blobs, table_id, entry.n, entry.state, now)
             entry.snapshot_n, entry.snapshot_ms = entry.n, now
         except StateStoreUnavailableError as e:
             log.warning("snapshot %d of table %s not written: %s", entry.n, table_id, e)
 
     def _with_state(self, table_id: str, fn: Callable[[TableState], T]) -> T:
         """``fn`` of the table's current state (read-only, under the table's lock)."""
-        self._require_table_id(table_id)
-        entry = self._cache.entry(table_id)
+        self.context.require_table_id(table_id)
+        entry = self.context.cache.entry(table_id)
         with entry.lock:
-            self._cache.refresh(table_id, entry)
+            self.context.cache.refresh(table_id, entry)
             return fn(entry.state)
 
     def load_state(self, table_id: str) -> TableState:
@@ -303,10 +303,10 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
     def transaction_number(self, table_id: str) -> int:
         """See :meth:`StateStore.transaction_number`: the table's log number (the log
         after this store's cached number is read)."""
-        self._table_item(table_id)  # TableNotFoundError
-        entry = self._cache.entry(table_id)
+        self.context.table_item(table_id)  # TableNotFoundError
+        entry = self.context.cache.entry(table_id)
         with entry.lock:
-            self._cache.refresh(table_id, entry)
+            self.context.cache.refresh(table_id, entry)
             return int(entry.n)
 
     def changes_since(self, table_id: str, since: Any = None) -> TableChanges:
@@ -314,10 +314,10 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
         item and the log after this store's cached number are read (two small
         requests), and the rows the transactions after ``since`` touched are taken
         from the cache (the whole state when the cache does not remember them all)."""
-        info = catalog_info(self._table_item(table_id))
-        entry = self._cache.entry(table_id)
+        info = catalog_info(self.context.table_item(table_id))
+        entry = self.context.cache.entry(table_id)
         with entry.lock:
-            self._cache.refresh(table_id, entry)
+            self.context.cache.refresh(table_id, entry)
             token = ("dynamodb", entry.n)
             held = is_token_of(since, "dynamodb")
             touched = entry.touched_since(held[0]) if held else None
@@ -342,12 +342,12 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
 
     def snapshot(self, table_id: str) -> int:
         """Write a snapshot of the table's current state now; returns its transaction number."""
-        self._require_table_id(table_id)
-        entry = self._cache.entry(table_id)
+        self.context.require_table_id(table_id)
+        entry = self.context.cache.entry(table_id)
         with entry.lock:
-            self._cache.refresh(table_id, entry)
+            self.context.cache.refresh(table_id, entry)
             now = now_ms()
-            snapshots.write(self._dynamo, self._blobs, table_id, entry.n, entry.state, now)
+            snapshots.write(self.context.dynamo, self.context.blobs, table_id, entry.n, entry.state, now)
             entry.snapshot_n, entry.snapshot_ms = entry.n, now
             return entry.n
 
