@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 
 class BlobSweepMixin(WriteBufferMixin):
-    """The blob clean-up part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+    """The blob clean-up part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
 
     def sweep_blobs(self, table_id: str, *, older_than_ms: int, dry_run: bool = False) -> list[str]:
         """Delete the table's blobs that no item names and that were written before

@@ -58,7 +58,7 @@ def _seq_of(item: dict[str, Any]) -> int:
 
 
 class WriteBufferMixin(DynamoBase):
-    """The write buffer part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+    """The write buffer part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
 
     buffer_max_flush_entries: Optional[int] = MAX_FLUSH_ENTRIES
 

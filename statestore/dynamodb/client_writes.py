@@ -46,7 +46,7 @@ def _record(item: dict[str, Any]) -> ClientWriteRecord:
 
 
 class ClientWritesMixin(DynamoBase):
-    """The idempotency keys part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+    """The idempotency keys part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
 
     def client_write(self, table_id: str, request_id: str) -> Optional[ClientWriteRecord]:
         item = self.context.dynamo.get(f"read idempotency key {request_id!r} of table {table_id}", "items",

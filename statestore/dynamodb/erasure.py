@@ -43,7 +43,7 @@ _STRAY_GOES = "with the state store's sweep of blobs nothing names (after its fl
 
 
 class ErasureMixin(DynamoBase):
-    """The proof-of-erasure part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+    """The proof-of-erasure part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
 
     retention: DynamoRetention
     snapshot_every: int

@@ -4,12 +4,12 @@ and its snapshots.
 * Each log item carries its transaction's summary (``summary``, JSON without number
   and time, which the item's ``n`` and ``time_ms`` give), computed by the committer
   from the rows the transaction touched (:func:`summary_attribute`). So
-  :meth:`HistoryMixin.history` is one query of the log's newest items, bodies not read.
+  :meth:`DynamoHistory.history` is one query of the log's newest items, bodies not read.
   A summary counts toward its item's 400 KB (:mod:`statestore.dynamodb.sizes`), so it
   takes at most :data:`SUMMARY_LIMIT` bytes: a longer detail (a delete of thousands of
   keys) keeps its first ranges and says how many more there are ("... and 4,980
   more"); the transaction's body holds them all.
-* :meth:`HistoryMixin.state_as_of` loads the newest snapshot at or before the number
+* :meth:`DynamoHistory.state_as_of` loads the newest snapshot at or before the number
   asked for and applies the logged transactions up to it (bodies stored in the object
   store read from there): at most ``snapshot_every`` transactions past a snapshot.
 * Expiry (:meth:`~statestore.dynamodb.store.DynamoDBStateStore.expire`) keeps the

@@ -69,7 +69,7 @@ def _effective(r: IngestRequest, ends: dict[str, dict[str, Any]]) -> IngestReque
 
 
 class IngestQueueMixin(ClientWritesMixin):
-    """The ingest queue part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+    """The ingest queue part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
 
     def _batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
         d = self.context.dynamo

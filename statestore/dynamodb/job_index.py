@@ -52,7 +52,7 @@ def index_puts(table: str, stored: Optional[JobRecord], record: JobRecord) -> li
 
 
 class JobIndexMixin(DynamoBase):
-    """The bounded job reads of :class:`~statestore.dynamodb.store.DynamoDBStateStore`;
+    """The bounded job reads of :class:`~statestore.dynamodb.table_commits.DynamoCommits`;
     the subclass reads records (:meth:`_job_records`, and every one, once, :meth:`_all_jobs`)."""
 
     def _job_records(self, table_id: str, job_ids: list[str]) -> dict[str, JobRecord]:  # pragma: no cover

@@ -99,7 +99,7 @@ class StoredJob(NamedTuple):
 
 
 class JobsMixin(JobIndexMixin):
-    """The job records part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+    """The job records part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
 
     def _job_of(self, what: str, item: dict[str, Any]) -> StoredJob:
         """The stored job of ``item``, reading the item again while the blob it names
