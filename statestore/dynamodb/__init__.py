@@ -58,8 +58,12 @@ process's first read of a table costs a snapshot load. Modules, one per role:
 :mod:`~statestore.dynamodb.sizes`, :mod:`~statestore.dynamodb.blob_sweep`,
 :mod:`~statestore.dynamodb.catalog`,
 :mod:`~statestore.dynamodb.jobs`, :mod:`~statestore.dynamodb.leases`,
-:mod:`~statestore.dynamodb.ingest_queue` and :mod:`~statestore.dynamodb.store`
-(:class:`DynamoDBStateStore`, :func:`open_dynamodb`). boto3 is imported only in this
+:mod:`~statestore.dynamodb.ingest_queue`, :mod:`~statestore.dynamodb.history`,
+:mod:`~statestore.dynamodb.retention`, :mod:`~statestore.dynamodb.table_commits` (the
+object a commit and its bookkeeping go through), :mod:`~statestore.dynamodb.context`
+(what every role object shares) and :mod:`~statestore.dynamodb.store`
+(:class:`DynamoDBStateStore`, a :class:`~statestore.composed.ComposedStateStore` of
+those role objects, and :func:`open_dynamodb`). boto3 is imported only in this
 package.
 """
 

@@ -1,32 +1,18 @@
-"""What every role module of the DynamoDB store shares: the client, the blob store,
-the state cache, the retry policy, and the check that a table id is in the catalog."""
+"""The base of the parts :class:`~statestore.dynamodb.table_commits.DynamoCommits` is
+made of (commits, group commit, jobs, ingest queue, client writes, write buffer, blob
+sweep, erasure): each reads the client, blob store, cache and retry policy from the
+store's one :class:`~statestore.dynamodb.context.DynamoContext`, which the other role
+objects (:mod:`.catalog`, :mod:`.leases`, :mod:`.history`, :mod:`.retention`) share too."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from statestore.dynamodb.blobs import BlobStore
-from statestore.dynamodb.cache import StateCache
-from statestore.dynamodb.connection import Dynamo, s
-from statestore.errors import TableNotFoundError
-from statestore.retry import Backoff
-from statestore.store import StateStore
+from statestore.dynamodb.context import DynamoContext
+from statestore.role_defaults import StateReads
 
 
-class DynamoBase(StateStore):
-    """The parts :class:`~statestore.dynamodb.store.DynamoDBStateStore` is built on."""
+class DynamoBase(StateReads):
+    """What every part of :class:`~statestore.dynamodb.table_commits.DynamoCommits` is
+    built on: the shared :attr:`context`, and the reads a table-commits role may answer
+    from its whole state (:class:`~statestore.role_defaults.StateReads`)."""
 
-    _dynamo: Dynamo
-    _blobs: BlobStore
-    _cache: StateCache
-    _backoff: Backoff
-
-    def _table_item(self, table_id: str) -> dict[str, Any]:
-        """The catalog item of ``table_id``; raises TableNotFoundError."""
-        item = self._dynamo.get(f"look up table {table_id}", "catalog", {"pk": s(f"id#{table_id}")})
-        if item is None:
-            raise TableNotFoundError(f"no table with id {table_id}")
-        return item
-
-    def _require_table_id(self, table_id: str) -> None:
-        self._table_item(table_id)
+    context: DynamoContext

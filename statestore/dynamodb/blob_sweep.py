@@ -42,26 +42,27 @@ log = logging.getLogger(__name__)
 
 
 class BlobSweepMixin(WriteBufferMixin):
-    """The blob clean-up part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+    """The blob clean-up part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
 
     def sweep_blobs(self, table_id: str, *, older_than_ms: int, dry_run: bool = False) -> list[str]:
         """Delete the table's blobs that no item names and that were written before
         ``older_than_ms``; returns their keys (with ``dry_run``, the keys it would
         delete, deleting nothing). See the module docstring for what names a blob."""
-        self._require_table_id(table_id)
-        old = [k for p in table_blob_prefixes(table_id) for k, at in self._blobs.list(p) if 0 < at < older_than_ms]
+        self.context.require_table_id(table_id)
+        old = [k for p in table_blob_prefixes(table_id) for k, at in self.context.blobs.list(p)
+               if 0 < at < older_than_ms]
         if not old:
             return []
         named = self._named_blobs(table_id)
         stray = sorted(k for k in old if k not in named)
         if stray and not dry_run:
-            self._blobs.delete(stray)
+            self.context.blobs.delete(stray)
         return stray
 
     def _named_blobs(self, table_id: str) -> set[str]:
         """Every blob key an item of the table names (read in the order the module
         docstring gives)."""
-        d = self._dynamo
+        d = self.context.dynamo
         what = f"list the blobs named by table {table_id}"
         out: set[str] = set()
         for it in d.query(what, "requests", "table_id = :t AND begins_with(sk, :p)",
@@ -85,17 +86,17 @@ class BlobSweepMixin(WriteBufferMixin):
         Best effort: what is left goes to :meth:`sweep_blobs`."""
         try:
             if flushed and books.buffer_seqs and not self._entry_items(table_id, books.buffer_seqs, "sk"):
-                delete_quietly(self._blobs, list(flushed), what)
+                delete_quietly(self.context.blobs, list(flushed), what)
             if encoded is not None and encoded.blob_key and self._logged_body(table_id, books.commit_id) not in (
                     encoded.blob_key, ""):
-                delete_quietly(self._blobs, [encoded.blob_key], what)
+                delete_quietly(self.context.blobs, [encoded.blob_key], what)
         except StateStoreUnavailableError as e:
             log.warning("%s: blobs left to the sweep: %s", what, e)
 
     def _logged_body(self, table_id: str, commit_id: str) -> Optional[str]:
         """The body blob the log item of ``commit_id`` names (None: inline), or ""
         when that item is not found (then nothing is known, and nothing deleted)."""
-        d = self._dynamo
+        d = self.context.dynamo
         applied = d.get(f"look up commit {commit_id}", "items", {"table_id": s(table_id), "sk": s(f"c#{commit_id}")})
         number = None if applied is None else get_n(applied, "n")
         if number is None:

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Collection, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Optional, Sequence
 
 from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_message
-from statestore.client_writes import ClientWrite
+from statestore.client_writes import ClientWrite, ClientWriteRecord
 from statestore.clock import now_ms
 from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.client_writes import key_put
@@ -58,19 +58,22 @@ def _seq_of(item: dict[str, Any]) -> int:
 
 
 class WriteBufferMixin(DynamoBase):
-    """The write buffer part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+    """The write buffer part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
 
-    buffer_max_flush_entries = MAX_FLUSH_ENTRIES
+    buffer_max_flush_entries: Optional[int] = MAX_FLUSH_ENTRIES
+
+    if TYPE_CHECKING:  # the client writes part's (statestore.dynamodb.client_writes)
+        def client_write(self, table_id: str, request_id: str) -> Optional[ClientWriteRecord]: ...
 
     def _head(self, table_id: str) -> tuple[int, int]:
         """(held, flushes) of the table's buffer."""
-        item = self._dynamo.get(f"read the buffer head of table {table_id}", "items",
+        item = self.context.dynamo.get(f"read the buffer head of table {table_id}", "items",
                                 {"table_id": s(table_id), "sk": s(HEAD)})
         return (0, 0) if item is None else (get_n(item, "held") or 0, get_n(item, "flushes") or 0)
 
     def append_buffer(self, table_id: str, data: bytes, rows: int, *, max_rows: Optional[int] = None,
                       client_write: Optional[ClientWrite] = None) -> int:
-        d = self._dynamo
+        d = self.context.dynamo
         if client_write is not None:  # a repeat takes no number and stores nothing
             earlier = self.client_write(table_id, client_write.request_id)
             if earlier is not None:
@@ -87,7 +90,7 @@ class WriteBufferMixin(DynamoBase):
         blob = None
         if len(data) > INLINE_LIMIT:
             blob = f"{table_id}/buffer/{seq}-{write_id}.arrow"
-            self._blobs.put(blob, data)
+            self.context.blobs.put(blob, data)
             item["blob_key"] = s(blob)
         else:
             item["data"] = b(data)
@@ -104,7 +107,7 @@ class WriteBufferMixin(DynamoBase):
         if client_write is not None:  # the key, in the same transaction (statestore.dynamodb.client_writes)
             items.append(key_put(d.table("items"), table_id, client_write, seq, written_ms))
         what = f"write {rows} records to the buffer of table {table_id}"
-        with cleanup_on_refusal(self._blobs, [blob], what):
+        with cleanup_on_refusal(self.context.blobs, [blob], what):
             try:
                 d.call(what, d.client.transact_write_items, TransactItems=items)
             except Exception as e:
@@ -115,7 +118,7 @@ class WriteBufferMixin(DynamoBase):
                     earlier = self.client_write(table_id, client_write.request_id)
                     if earlier is not None:  # the key's first write: this one was refused whole
                         if blob is not None and earlier.seq != seq:
-                            delete_quietly(self._blobs, [blob], what)
+                            delete_quietly(self.context.blobs, [blob], what)
                         return earlier.answer_for(table_id, client_write).seq
                 if len(codes) >= 3 and codes[2] not in ("None", ""):
                     raise TableNotFoundError(f"no table with id {table_id}") from None
@@ -134,17 +137,17 @@ class WriteBufferMixin(DynamoBase):
             return True
         if codes or not outcome_unknown(e):
             return False
-        stored = self._dynamo.get(f"look for write {seq} of table {table_id}", "items", entry_key(table_id, seq))
+        stored = self.context.dynamo.get(f"look for write {seq} of table {table_id}", "items", entry_key(table_id, seq))
         return stored is not None and get_s(stored, "write_id") == write_id
 
     def _listed(self, table_id: str) -> list[dict[str, Any]]:
-        return list(self._dynamo.query(f"list the write buffer of table {table_id}", "items",
+        return list(self.context.dynamo.query(f"list the write buffer of table {table_id}", "items",
                                        "table_id = :t AND begins_with(sk, :b)", {":t": s(table_id), ":b": s("b#")},
                                        names={"#r": "rows"}, projection="sk, #r, written_ms, blob_key"))
 
     def _entry_items(self, table_id: str, seqs: Sequence[int], projection: str) -> dict[int, dict[str, Any]]:
         """The stored entries of ``seqs`` (missing ones left out), read consistently."""
-        d = self._dynamo
+        d = self.context.dynamo
         out: dict[int, dict[str, Any]] = {}
         table = d.table("items")
         keys = [entry_key(table_id, q) for q in dict.fromkeys(seqs)]
@@ -179,7 +182,7 @@ class WriteBufferMixin(DynamoBase):
             _, before = self._head(table_id)
             listed = self._listed(table_id)
             if not listed:
-                self._require_table_id(table_id)
+                self.context.require_table_id(table_id)
             chosen: list[dict[str, Any]] = []
             taken = 0
             for it in listed:
@@ -215,7 +218,7 @@ class WriteBufferMixin(DynamoBase):
                 data[q] = bytes(it["data"]["B"])
                 continue
             try:
-                data[q] = self._blobs.get(key)
+                data[q] = self.context.blobs.get(key)
             except StateStoreUnavailableError:
                 if q in self._entry_items(table_id, [q], "sk"):
                     raise
@@ -226,7 +229,7 @@ class WriteBufferMixin(DynamoBase):
         _, flushes = self._head(table_id)
         listed = self._listed(table_id)
         if not listed:
-            self._require_table_id(table_id)
+            self.context.require_table_id(table_id)
         times = [get_n(it, "written_ms") or 0 for it in listed]
         return BufferStats(len(listed), sum(get_n(it, "rows") or 0 for it in listed), min(times, default=None),
                            flushes)

@@ -25,9 +25,9 @@ from typing import Any, Mapping, Optional, Sequence
 from statestore.catalog import TableInfo
 from statestore.clock import now_ms
 from statestore.dynamodb import snapshots
-from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.blobs import table_blob_prefixes
 from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, n, s
+from statestore.dynamodb.context import DynamoContext
 from statestore.dynamodb.ingest_queue import MAX_TRANSACTION_ITEMS
 from statestore.dynamodb.log import EncodedTransaction
 from statestore.dynamodb.writes import cleanup_on_refusal
@@ -59,8 +59,12 @@ def table_info(item: dict[str, Any]) -> TableInfo:
                      json.loads(get_s(item, "properties") or "{}"))
 
 
-class CatalogMixin(DynamoBase):
-    """The table catalog part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+class DynamoCatalog:
+    """The :class:`~statestore.roles.TableCatalog` role of
+    :class:`~statestore.dynamodb.store.DynamoDBStateStore` (see the module docstring)."""
+
+    def __init__(self, context: DynamoContext) -> None:
+        self.context = context
 
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
                      properties: Optional[Mapping[str, str]] = None) -> TableInfo:
@@ -69,8 +73,8 @@ class CatalogMixin(DynamoBase):
         init = InitialisePartitions(tuple(partitions))
         init.validate(TableState())
         table_id = uuid.uuid4().hex
-        encoded = EncodedTransaction.of(table_id, init, self._blobs)
-        d = self._dynamo
+        encoded = EncodedTransaction.of(table_id, init, self.context.blobs)
+        d = self.context.dynamo
         catalog = d.table("catalog")
         items = [
             {"Put": {"TableName": catalog, "Item": {"pk": s(f"name#{name}"), "table_id": s(table_id)},
@@ -82,7 +86,7 @@ class CatalogMixin(DynamoBase):
                                                                        now_ms())}},
         ]
         what = f"create table {name!r}"
-        with cleanup_on_refusal(self._blobs, [encoded.blob_key], what):
+        with cleanup_on_refusal(self.context.blobs, [encoded.blob_key], what):
             try:
                 d.call(what, d.client.transact_write_items, TransactItems=items)
             except Exception as e:
@@ -95,7 +99,7 @@ class CatalogMixin(DynamoBase):
         return TableInfo(table_id, name, schema, props)
 
     def list_tables(self) -> list[TableInfo]:
-        d = self._dynamo
+        d = self.context.dynamo
         kwargs: dict[str, Any] = {"TableName": d.table("catalog"), "ConsistentRead": True,
                                   "FilterExpression": "begins_with(pk, :p)", "ExpressionAttributeValues": {
                                       ":p": s("id#")}}
@@ -111,10 +115,10 @@ class CatalogMixin(DynamoBase):
     def _get_item(self, name: str) -> dict[str, Any]:
         """The id item of the table called ``name``; raises TableNotFoundError."""
         for _ in range(5):
-            named = self._dynamo.get(f"look up table {name!r}", "catalog", {"pk": s(f"name#{name}")})
+            named = self.context.dynamo.get(f"look up table {name!r}", "catalog", {"pk": s(f"name#{name}")})
             if named is None:
                 break
-            item = self._dynamo.get(f"look up table {name!r}", "catalog",
+            item = self.context.dynamo.get(f"look up table {name!r}", "catalog",
                                     {"pk": s(f"id#{get_s(named, 'table_id')}")})
             if item is not None and get_s(item, "name") == name:
                 return item
@@ -127,8 +131,8 @@ class CatalogMixin(DynamoBase):
     def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo:
         props = validate_values(properties)
         check_backend_limits(props, PROPERTY_LIMITS, "DynamoDB")
-        d = self._dynamo
-        for attempt in range(self._backoff.max_attempts):
+        d = self.context.dynamo
+        for attempt in range(self.context.backoff.max_attempts):
             item = self._get_item(name)
             info = table_info(item)
             merged = apply_update(info.properties, props)
@@ -144,15 +148,15 @@ class CatalogMixin(DynamoBase):
             except Exception as e:
                 if not is_condition_failed(e):
                     raise
-                self._backoff.pause(attempt)  # changed meanwhile: read it again
+                self.context.backoff.pause(attempt)  # changed meanwhile: read it again
                 continue
             return TableInfo(info.table_id, info.name, info.schema, merged)
         raise TableNotFoundError(f"table {name!r} kept changing; properties not updated")
 
     def rename_table(self, old: str, new: str) -> TableInfo:
-        d = self._dynamo
+        d = self.context.dynamo
         catalog = d.table("catalog")
-        for attempt in range(self._backoff.max_attempts):
+        for attempt in range(self.context.backoff.max_attempts):
             item = self._get_item(old)
             info = table_info(item)
             if new == old:
@@ -178,7 +182,7 @@ class CatalogMixin(DynamoBase):
                     return TableInfo(info.table_id, new, info.schema, info.properties)
                 if codes[1] == "ConditionalCheckFailed":
                     raise TableExistsError(f"table {new!r} already exists") from None
-                self._backoff.pause(attempt)  # the old name changed meanwhile
+                self.context.backoff.pause(attempt)  # the old name changed meanwhile
                 continue
             return TableInfo(info.table_id, new, info.schema, info.properties)
         raise TableNotFoundError(f"table {old!r} kept changing; not renamed")
@@ -186,16 +190,16 @@ class CatalogMixin(DynamoBase):
     def _renamed(self, table_id: str, new: str) -> bool:
         """Whether the table is now called ``new`` (both catalog items say so)."""
         what = f"rename table {table_id} to {new!r} (check for our own earlier write)"
-        named = self._dynamo.get(what, "catalog", {"pk": s(f"name#{new}")})
+        named = self.context.dynamo.get(what, "catalog", {"pk": s(f"name#{new}")})
         if named is None or get_s(named, "table_id") != table_id:
             return False
-        item = self._dynamo.get(what, "catalog", {"pk": s(f"id#{table_id}")})
+        item = self.context.dynamo.get(what, "catalog", {"pk": s(f"id#{table_id}")})
         return item is not None and get_s(item, "name") == new
 
     def delete_table(self, name: str) -> TableInfo:
-        d = self._dynamo
+        d = self.context.dynamo
         catalog = d.table("catalog")
-        for attempt in range(self._backoff.max_attempts):
+        for attempt in range(self.context.backoff.max_attempts):
             item = self._get_item(name)
             info = table_info(item)
             items = [
@@ -211,12 +215,12 @@ class CatalogMixin(DynamoBase):
             except Exception as e:
                 if not cancellation_codes(e):
                     raise
-                if self._dynamo.get(f"delete table {name!r} (check for our own earlier write)", "catalog",
+                if self.context.dynamo.get(f"delete table {name!r} (check for our own earlier write)", "catalog",
                                     {"pk": item["pk"]}) is not None:
-                    self._backoff.pause(attempt)
+                    self.context.backoff.pause(attempt)
                     continue
                 # gone: deleted by a try of ours whose reply was lost (or by a racing delete)
-            self._cache.forget(info.table_id)
+            self.context.cache.forget(info.table_id)
             self._remove_state(info.table_id)
             return info
         raise TableNotFoundError(f"table {name!r} kept changing; not deleted")
@@ -226,12 +230,12 @@ class CatalogMixin(DynamoBase):
         blobs -- those its items named and every other blob under its prefixes (buffered
         writes, job records, leftovers of unknown outcomes: no sweep runs for a table no
         longer in the catalog)."""
-        d = self._dynamo
+        d = self.context.dynamo
         what = f"remove the state of deleted table {table_id}"
         keys = [get_s(it, "body_key") for it in d.query(what, "log", "table_id = :t", {":t": s(table_id)},
                                                         projection="body_key")]
         keys += [p.key for p in snapshots.all_pointers(d, table_id)]
         for role in ("log", "snapshots", "items", "requests"):  # requests: statestore.dynamodb.group_commit
             d.delete_partition(what, role, table_id)
-        keys += [k for prefix in table_blob_prefixes(table_id) for k, _ in self._blobs.list(prefix)]
-        self._blobs.delete(sorted({k for k in keys if k}))
+        keys += [k for prefix in table_blob_prefixes(table_id) for k, _ in self.context.blobs.list(prefix)]
+        self.context.blobs.delete(sorted({k for k in keys if k}))

@@ -46,13 +46,13 @@ def _record(item: dict[str, Any]) -> ClientWriteRecord:
 
 
 class ClientWritesMixin(DynamoBase):
-    """The idempotency keys part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+    """The idempotency keys part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
 
     def client_write(self, table_id: str, request_id: str) -> Optional[ClientWriteRecord]:
-        item = self._dynamo.get(f"read idempotency key {request_id!r} of table {table_id}", "items",
+        item = self.context.dynamo.get(f"read idempotency key {request_id!r} of table {table_id}", "items",
                                 key_item(table_id, request_id))
         if item is None:
-            self._require_table_id(table_id)
+            self.context.require_table_id(table_id)
         return None if item is None else _record(item)
 
     def earlier_write(self, table_id: str, write: ClientWrite) -> Optional[ClientWriteRecord]:
@@ -63,8 +63,8 @@ class ClientWritesMixin(DynamoBase):
         return None if earlier is None else earlier.answer_for(table_id, write)
 
     def prune_client_writes(self, table_id: str, before_ms: int) -> int:
-        self._require_table_id(table_id)
-        d = self._dynamo
+        self.context.require_table_id(table_id)
+        d = self.context.dynamo
         old = [key_item(table_id, str(get_s(it, "sk"))[len(PREFIX):]) for it in d.query(
             f"list idempotency keys of table {table_id}", "items", "table_id = :t AND begins_with(sk, :w)",
             {":t": s(table_id), ":w": s(PREFIX)}, projection="sk, written_ms")

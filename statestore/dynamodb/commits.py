@@ -59,7 +59,7 @@ class CommitsMixin(JobsMixin, IngestQueueMixin, WriteBufferMixin):
         Raises BookkeepingError when the bookkeeping does not hold.
         With ``buffer_seqs``, remembers the records and blobs of those entries in
         ``books`` terms: see :meth:`_flushed`."""
-        if books.check_id and self._dynamo.get(f"look up commit {books.commit_id}", "items",
+        if books.check_id and self.context.dynamo.get(f"look up commit {books.commit_id}", "items",
                                                commit_id_key(table_id, books.commit_id)) is not None:
             return True, None, None
         if books.client_write is not None and self.earlier_write(table_id, books.client_write) is not None:
@@ -89,7 +89,7 @@ class CommitsMixin(JobsMixin, IngestQueueMixin, WriteBufferMixin):
                       job_rev: Optional[int], now_ms: int, flushed_rows: int = 0,
                       job_encoded: Optional[EncodedJob] = None,
                       summary: Optional[dict[str, Any]] = None, number_in: int = 0) -> list[dict[str, Any]]:
-        d = self._dynamo
+        d = self.context.dynamo
         log_item = encoded.item(table_id, number, books.commit_id, now_ms)
         if summary is not None:
             log_item["summary"] = summary  # statestore.dynamodb.history

@@ -33,6 +33,7 @@ from statestore.dynamodb.catalog import table_info as catalog_info
 from statestore.dynamodb.connection import get_n, get_s, s
 from statestore.dynamodb.group_batch import PENDING, REQUESTS
 from statestore.dynamodb.log import decode
+from statestore.dynamodb.retention import DynamoRetention
 from statestore.errors import StateStoreUnavailableError
 from statestore.history import retention_ms
 from statestore.store import COMMIT_ID_RETENTION_MS
@@ -42,26 +43,25 @@ _STRAY_GOES = "with the state store's sweep of blobs nothing names (after its fl
 
 
 class ErasureMixin(DynamoBase):
-    """The proof-of-erasure part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+    """The proof-of-erasure part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
 
-    retention_margin: int
-    retention_seconds: float
+    retention: DynamoRetention
     snapshot_every: int
     snapshot_seconds: float
 
     def record_blobs(self, table_id: str) -> Iterator[RecordBlob]:
         """Every buffer blob of the table (see the module docstring)."""
-        self._require_table_id(table_id)
+        self.context.require_table_id(table_id)
         prefix = f"{table_id}/buffer/"
-        listed = self._blobs.list(prefix)
-        named = {k for k in (get_s(it, "blob_key") for it in self._dynamo.query(
+        listed = self.context.blobs.list(prefix)
+        named = {k for k in (get_s(it, "blob_key") for it in self.context.dynamo.query(
             f"list the write buffer of table {table_id}", "items", "table_id = :t AND begins_with(sk, :b)",
             {":t": s(table_id), ":b": s("b#")}, projection="sk, blob_key")) if k}
         for key, written_ms in listed:
             try:
-                data = self._blobs.get(key)
+                data = self.context.blobs.get(key)
             except StateStoreUnavailableError:
-                if any(k == key for k, _ in self._blobs.list(prefix)):
+                if any(k == key for k, _ in self.context.blobs.list(prefix)):
                     raise  # still there: unreadable, which is not "holds nothing"
                 continue  # deleted by its flush meanwhile
             yield RecordBlob(key, written_ms, data, key in named)
@@ -69,16 +69,16 @@ class ErasureMixin(DynamoBase):
     def delete_key_records(self, table_id: str, now_ms: int) -> list[KeyRecord]:
         """The live tombstones, delete log items, snapshots holding tombstones and stray
         bodies and snapshots of the table (see the module docstring)."""
-        info = catalog_info(self._table_item(table_id))
+        info = catalog_info(self.context.table_item(table_id))
         history_ms = retention_ms(info)
         _, live = self.tombstones(table_id)
         out = [KeyRecord(f"tombstone {t.number}", t.regions, t.where, TOMBSTONE_GOES) for t in live]
         # listed before the names are read (as the sweep does): a blob named meanwhile is not taken for a stray
         listed = [k for prefix in (f"transactions/{table_id}/", f"snapshots/{table_id}/")
-                  for k, _ in self._blobs.list(prefix)]
+                  for k, _ in self.context.blobs.list(prefix)]
         named = self._named_blobs(table_id)
-        pointers = snapshots.all_pointers(self._dynamo, table_id)
-        for it in self._dynamo.query(f"read the transaction log of table {table_id}", "log", "table_id = :t",
+        pointers = snapshots.all_pointers(self.context.dynamo, table_id)
+        for it in self.context.dynamo.query(f"read the transaction log of table {table_id}", "log", "table_id = :t",
                                      {":t": s(table_id)}):
             txn = self._delete_of(it)
             if txn is None:
@@ -89,11 +89,11 @@ class ErasureMixin(DynamoBase):
             out.append(KeyRecord(where, txn.regions, txn.where, *self._log_item_goes(number, time_ms, pointers,
                                                                                 history_ms)))
         for i, p in enumerate(pointers):
-            held = self._tombstones_of(snapshots.load(self._blobs, p))
+            held = self._tombstones_of(snapshots.load(self.context.blobs, p))
             if held:
                 nxt = pointers[i + 1] if i + 1 < len(pointers) else None
                 goes_ms = None if nxt is None else max(nxt.time_ms + history_ms,
-                                                       p.time_ms + int(self.retention_seconds * 1000))
+                                                       p.time_ms + int(self.retention.retention_seconds * 1000))
                 out.append(KeyRecord(f"snapshot {p.n} ({p.key}: tombstones {', '.join(str(t.number) for t in held)})",
                                      tuple(r for t in held for r in t.regions), None,
                                      "with expiry once a newer snapshot is older than the history retention",
@@ -109,7 +109,7 @@ class ErasureMixin(DynamoBase):
         """The delete a log item or a pending request carries (None: another transaction)."""
         if get_s(item, "type") != DeleteRecords.TYPE:
             return None
-        txn = decode(item, self._blobs)
+        txn = decode(item, self.context.blobs)
         assert isinstance(txn, DeleteRecords)
         return txn
 
@@ -117,7 +117,7 @@ class ErasureMixin(DynamoBase):
         """Group commit's pending requests of a delete (each holds its body until a
         leader decides it; an abandoned one until GC prunes it)."""
         out = []
-        for it in self._dynamo.query(f"list the pending commit requests of table {table_id}", REQUESTS,
+        for it in self.context.dynamo.query(f"list the pending commit requests of table {table_id}", REQUESTS,
                                      "table_id = :t AND begins_with(sk, :p)", {":t": s(table_id), ":p": s(PENDING)}):
             txn = self._delete_of(it)
             if txn is None:
@@ -130,13 +130,14 @@ class ErasureMixin(DynamoBase):
 
     def _log_item_goes(self, number: int, time_ms: int, pointers: list[snapshots.SnapshotPointer],
                   history_ms: int) -> tuple[str, Optional[int]]:
-        later = next((p for p in pointers if p.n >= number + max(1, self.retention_margin)), None)
-        text = (f"with expiry once a snapshot made {self.retention_margin}+ transactions later is older than the "
+        margin = self.retention.retention_margin
+        later = next((p for p in pointers if p.n >= number + max(1, margin)), None)
+        text = (f"with expiry once a snapshot made {margin}+ transactions later is older than the "
                 f"history retention (snapshots every {self.snapshot_every} transactions or "
                 f"{self.snapshot_seconds:g} s of commits)")
         if later is None:
             return text, None
-        return text, max(later.time_ms + history_ms, time_ms + int(self.retention_seconds * 1000))
+        return text, max(later.time_ms + history_ms, time_ms + int(self.retention.retention_seconds * 1000))
 
     @staticmethod
     def _tombstones_of(state: Any) -> list[Tombstone]:
@@ -148,7 +149,7 @@ class ErasureMixin(DynamoBase):
         out = []
         for key in stray:
             try:
-                data = self._blobs.get(key)
+                data = self.context.blobs.get(key)
             except StateStoreUnavailableError:
                 continue  # deleted meanwhile (expired, or its commit's cleanup)
             try:

@@ -160,7 +160,7 @@ class GroupCommitMixin(GroupRequestsMixin):
                 self._drop_unsaved_job_blob(books.job, job_encoded.blob_key, what)
                 owned.remove(job_encoded.blob_key)
         if owned:
-            delete_quietly(self._blobs, owned, what)  # a definite no: nothing logged names them
+            delete_quietly(self.context.blobs, owned, what)  # a definite no: nothing logged names them
         if verdict.kind == "before":
             return False
         if verdict.kind == "withdrawn":
@@ -213,7 +213,7 @@ class GroupCommitMixin(GroupRequestsMixin):
                         self._wait_hint[table_id] = 0.7 * self._wait_hint.get(table_id, waited) + 0.3 * waited
                         return self._settled(table_id, commit_id, verdict, there), uncertain
                     if not there:  # never written (a lost put), or a call with our id before us finished
-                        self._require_table_id(table_id)
+                        self.context.require_table_id(table_id)
                         put = True
                         continue
                 last = None
@@ -248,7 +248,7 @@ class GroupCommitMixin(GroupRequestsMixin):
         if decided is None:  # a lost race: read again
             self._leading.discard(table_id)
             COMMIT_RETRIES.add(table_id)
-            self._backoff.pause(1)
+            self.context.backoff.pause(1)
             return None, maybe
         self._leading.add(table_id)
         verdict = decided.get(commit_id)
@@ -260,20 +260,20 @@ class GroupCommitMixin(GroupRequestsMixin):
         wrote by commit id, or None when its transaction was cancelled (a lost race, or
         a retry of ours that ran into its own first try: the next reads say which); and
         whether that cancellation came after botocore retried (it may have applied)."""
-        entry = self._cache.entry(table_id)
+        entry = self.context.cache.entry(table_id)
         with entry.lock:
             if table_id not in self._leading or entry.n < 0:
                 # A store whose last batch went through validates on its own copy: a log item
                 # written since (by anyone) makes this batch's put of log item n + 1 fail its
                 # condition, which cancels the batch, ends the lead and reads the log again.
-                self._cache.refresh(table_id, entry)
+                self.context.cache.refresh(table_id, entry)
             keys: dict[str, dict[str, Any]] = {}
             told: list[dict[str, Any]] = []
             for r in pending:
                 keys[f"c#{r.commit_id}"] = commit_id_key(table_id, r.commit_id)
                 told.append(verdict_key(table_id, r.commit_id))
                 try:
-                    job = r.job(self._blobs)
+                    job = r.job(self.context.blobs)
                 except Exception:  # unreadable: choose() refuses it (or raises what it meets)
                     job = None
                 if job is not None:
@@ -281,7 +281,7 @@ class GroupCommitMixin(GroupRequestsMixin):
                 keyed = r.client_write()
                 if keyed is not None:
                     keys[f"w#{keyed.request_id}"] = key_item(table_id, keyed.request_id)
-            got = read_items(self._dynamo, table_id, {"items": list(keys.values()), REQUESTS: told})
+            got = read_items(self.context.dynamo, table_id, {"items": list(keys.values()), REQUESTS: told})
 
             def decide(r: Request, books: Bookkeeping, txn: Transaction, stored: StoredJob,
                        rows: TableState) -> Optional[Verdict]:
@@ -307,13 +307,13 @@ class GroupCommitMixin(GroupRequestsMixin):
 
             if self._isolating.get(table_id):  # one request a batch, oldest first (see _rejected)
                 pending = sorted(pending, key=lambda r: (r.t_ms, r.commit_id))[:1]
-            batch = choose(pending, got, self._blobs, entry.state, decide,
+            batch = choose(pending, got, self.context.blobs, entry.state, decide,
                            lambda it: self._job_of(f"read a job of table {table_id}", it))
             return self._write_batch(table_id, entry, batch)
 
     def _write_batch(self, table_id: str, entry: CachedTable,
                      batch: Batch) -> tuple[Optional[dict[str, Verdict]], bool]:
-        d = self._dynamo
+        d = self.context.dynamo
         requests_table = d.table(REQUESTS)
         now = self._now()
 
@@ -350,7 +350,7 @@ class GroupCommitMixin(GroupRequestsMixin):
             if not codes:
                 raise
             if batch.accepted and codes[TABLE] not in ("None", ""):
-                self._cache.forget(table_id)
+                self.context.cache.forget(table_id)
                 raise TableNotFoundError(f"no table with id {table_id}") from None
             return None, may_have_applied(e)
         isolating = self._isolating.pop(table_id, 0)
@@ -360,7 +360,7 @@ class GroupCommitMixin(GroupRequestsMixin):
         for a in batch.accepted:
             entry.apply(entry.n + 1, a.transaction)
         if replaced:  # the job records' replaced revisions: nothing names them any more
-            delete_quietly(self._blobs, replaced, f"commit a batch to table {table_id}")
+            delete_quietly(self.context.blobs, replaced, f"commit a batch to table {table_id}")
         self._last_batch[table_id] = len(batch)
         if batch.accepted:
             self._maybe_snapshot(table_id, entry)

@@ -41,7 +41,7 @@ class GroupRequestsMixin(CommitsMixin):
         """Put the request unless an item of its commit id is there already (ours, put
         by an earlier try of this put, or another call's with the same id: the polls
         tell which)."""
-        d = self._dynamo
+        d = self.context.dynamo
         try:
             d.call(f"{what}: request", d.client.put_item, TableName=d.table(REQUESTS), Item=item,
                    ConditionExpression="attribute_not_exists(sk)")
@@ -50,7 +50,7 @@ class GroupRequestsMixin(CommitsMixin):
                 raise
 
     def _pending(self, table_id: str) -> list[Request]:
-        return [Request.of(it) for it in self._dynamo.query(
+        return [Request.of(it) for it in self.context.dynamo.query(
             f"read the pending commits of table {table_id}", REQUESTS, "table_id = :t AND begins_with(sk, :p)",
             {":t": s(table_id), ":p": s(PENDING)}, limit=MAX_REQUESTS)]
 
@@ -58,7 +58,7 @@ class GroupRequestsMixin(CommitsMixin):
         """The verdict of this call's request (None: none yet), and whether its pending
         item is there (with a verdict: a retried put's stale re-creation)."""
         mine = [verdict_key(table_id, commit_id), pending_key(table_id, commit_id)]
-        got = read_items(self._dynamo, table_id, {"items": [commit_id_key(table_id, commit_id)], REQUESTS: mine})
+        got = read_items(self.context.dynamo, table_id, {"items": [commit_id_key(table_id, commit_id)], REQUESTS: mine})
         pending = got.get(f"{PENDING}{commit_id}")
         ours = pending is not None and get_s(pending, "nonce") == nonce
         applied = got.get(f"c#{commit_id}")
@@ -71,7 +71,7 @@ class GroupRequestsMixin(CommitsMixin):
 
     def _delete_pending(self, table_id: str, commit_id: str, nonce: str) -> None:
         """Delete this call's pending item if it is there (a failed condition: it is not)."""
-        d = self._dynamo
+        d = self.context.dynamo
         try:
             d.call(f"withdraw commit {commit_id} of table {table_id}", d.client.delete_item,
                    TableName=d.table(REQUESTS), Key=pending_key(table_id, commit_id),
@@ -88,7 +88,7 @@ class GroupRequestsMixin(CommitsMixin):
             if stale:
                 self._delete_pending(table_id, commit_id, verdict.nonce)
             if verdict.kind != "applied":
-                d = self._dynamo
+                d = self.context.dynamo
                 d.call(f"clear the verdict of commit {commit_id}", d.client.delete_item, TableName=d.table(REQUESTS),
                        Key=verdict_key(table_id, commit_id))
         except StateStoreUnavailableError as e:

@@ -4,12 +4,12 @@ and its snapshots.
 * Each log item carries its transaction's summary (``summary``, JSON without number
   and time, which the item's ``n`` and ``time_ms`` give), computed by the committer
   from the rows the transaction touched (:func:`summary_attribute`). So
-  :meth:`HistoryMixin.history` is one query of the log's newest items, bodies not read.
+  :meth:`DynamoHistory.history` is one query of the log's newest items, bodies not read.
   A summary counts toward its item's 400 KB (:mod:`statestore.dynamodb.sizes`), so it
   takes at most :data:`SUMMARY_LIMIT` bytes: a longer detail (a delete of thousands of
   keys) keeps its first ranges and says how many more there are ("... and 4,980
   more"); the transaction's body holds them all.
-* :meth:`HistoryMixin.state_as_of` loads the newest snapshot at or before the number
+* :meth:`DynamoHistory.state_as_of` loads the newest snapshot at or before the number
   asked for and applies the logged transactions up to it (bodies stored in the object
   store read from there): at most ``snapshot_every`` transactions past a snapshot.
 * Expiry (:meth:`~statestore.dynamodb.store.DynamoDBStateStore.expire`) keeps the
@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from statestore.dynamodb import snapshots
-from statestore.dynamodb.base import DynamoBase
-from statestore.dynamodb.blobs import BlobStore
 from statestore.dynamodb.connection import get_n, get_s, n, s
+from statestore.dynamodb.context import DynamoContext
 from statestore.dynamodb.log import decode
 from statestore.history import HistoryError, fragment_of, summarise
 from statestore.state import TableState
 from statestore.summaries import TransactionSummary
 from statestore.transactions import DeleteRecords, Transaction
+
+if TYPE_CHECKING:
+    from statestore.deletes import KeyRecord
 
 _PROJECTION = "n, time_ms, #k, summary"
 _NAMES = {"#k": "type"}
@@ -104,20 +106,35 @@ def _summary(item: dict[str, Any]) -> TransactionSummary:
     return TransactionSummary.from_dict({**json.loads(raw), "number": number, "time_ms": time_ms})
 
 
-class HistoryMixin(DynamoBase):
-    """The history part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+class Expiry(Protocol):
+    """What :meth:`DynamoHistory.prune_history` runs
+    (:class:`~statestore.dynamodb.retention.DynamoRetention`)."""
 
-    _blobs: BlobStore
+    def expire(self, table_id: str, *, now_ms: Optional[int] = None) -> tuple[int, int]: ...
+
+
+class DynamoHistory:
+    """The :class:`~statestore.roles.History` role of
+    :class:`~statestore.dynamodb.store.DynamoDBStateStore` (see the module docstring):
+    :meth:`prune_history` is the retention's expiry as at a time, and the records
+    holding a delete's keys are found by ``key_records`` (the erasure part,
+    :mod:`statestore.dynamodb.erasure`, which reads what the blob sweep reads)."""
+
+    def __init__(self, context: DynamoContext, retention: Expiry,
+                 key_records: Callable[[str, int], list[KeyRecord]]) -> None:
+        self.context = context
+        self.retention = retention
+        self._key_records = key_records
 
     def history(self, table_id: str, *, limit: int = 20, upto: Optional[int] = None) -> list[TransactionSummary]:
-        self._require_table_id(table_id)
+        self.context.require_table_id(table_id)
         if limit <= 0:
             return []
         cond, values = "table_id = :t", {":t": s(table_id)}
         if upto is not None:
             cond, values = "table_id = :t AND n <= :n", {":t": s(table_id), ":n": n(upto)}
         out = []
-        for it in self._dynamo.query(f"read the history of table {table_id}", "log", cond, values, forward=False,
+        for it in self.context.dynamo.query(f"read the history of table {table_id}", "log", cond, values, forward=False,
                                      limit=limit, names=_NAMES, projection=_PROJECTION):
             out.append(_summary(it))
             if len(out) >= limit:
@@ -125,7 +142,7 @@ class HistoryMixin(DynamoBase):
         return out
 
     def history_after(self, table_id: str, number: int) -> Optional[TransactionSummary]:
-        for it in self._dynamo.query(f"read the history of table {table_id}", "log", "table_id = :t AND n > :n",
+        for it in self.context.dynamo.query(f"read the history of table {table_id}", "log", "table_id = :t AND n > :n",
                                      {":t": s(table_id), ":n": n(number)}, limit=1, names=_NAMES,
                                      projection=_PROJECTION):
             return _summary(it)
@@ -133,10 +150,11 @@ class HistoryMixin(DynamoBase):
 
     def number_at(self, table_id: str, time_ms: int) -> Optional[int]:
         """Reads the log from the newest snapshot made at or before ``time_ms``."""
-        self._require_table_id(table_id)
-        start = max((p.n for p in snapshots.all_pointers(self._dynamo, table_id) if p.time_ms <= time_ms), default=0)
+        self.context.require_table_id(table_id)
+        start = max((p.n for p in snapshots.all_pointers(self.context.dynamo, table_id) if p.time_ms <= time_ms),
+                    default=0)
         found = None
-        for it in self._dynamo.query(f"find a transaction of table {table_id} by time", "log",
+        for it in self.context.dynamo.query(f"find a transaction of table {table_id} by time", "log",
                                      "table_id = :t AND n >= :n", {":t": s(table_id), ":n": n(start)},
                                      projection="n, time_ms"):
             if (get_n(it, "time_ms") or 0) <= time_ms:
@@ -144,20 +162,27 @@ class HistoryMixin(DynamoBase):
         return found
 
     def state_as_of(self, table_id: str, number: int) -> TableState:
-        self._require_table_id(table_id)
+        self.context.require_table_id(table_id)
         what = f"read table {table_id} as of transaction {number}"
         pointer = None
-        for it in self._dynamo.query(what, "snapshots", "table_id = :t AND n <= :n",
+        for it in self.context.dynamo.query(what, "snapshots", "table_id = :t AND n <= :n",
                                      {":t": s(table_id), ":n": n(number)}, forward=False, limit=1):
             pointer = snapshots.SnapshotPointer.of(it)
             break
         start = 0 if pointer is None else pointer.n
-        items = list(self._dynamo.query(what, "log", "table_id = :t AND n BETWEEN :a AND :b",
+        items = list(self.context.dynamo.query(what, "log", "table_id = :t AND n BETWEEN :a AND :b",
                                         {":t": s(table_id), ":a": n(start + 1), ":b": n(number)}))
         numbers = [get_n(it, "n") for it in items]
         if numbers != list(range(start + 1, number + 1)):
             raise HistoryError(f"table {table_id} has no transaction {number} in its history")
-        state = TableState() if pointer is None else snapshots.load(self._blobs, pointer)
+        state = TableState() if pointer is None else snapshots.load(self.context.blobs, pointer)
         for it in items:
-            decode(it, self._blobs).apply(state)
+            decode(it, self.context.blobs).apply(state)
         return state
+
+    def prune_history(self, table_id: str, now: int) -> int:
+        """See :meth:`StateStore.prune_history`: the retention's expiry as at ``now``."""
+        return sum(self.retention.expire(table_id, now_ms=now))
+
+    def delete_key_records(self, table_id: str, now_ms: int) -> list[KeyRecord]:
+        return self._key_records(table_id, now_ms)

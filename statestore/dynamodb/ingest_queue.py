@@ -69,10 +69,10 @@ def _effective(r: IngestRequest, ends: dict[str, dict[str, Any]]) -> IngestReque
 
 
 class IngestQueueMixin(ClientWritesMixin):
-    """The ingest queue part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+    """The ingest queue part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
 
     def _batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        d = self._dynamo
+        d = self.context.dynamo
         table = d.table("items")
         out: list[dict[str, Any]] = []
         for i in range(0, len(keys), 100):
@@ -94,7 +94,7 @@ class IngestQueueMixin(ClientWritesMixin):
     def _raw_requests(self, table_id: str, job_id: Optional[str] = None) -> list[tuple[IngestRequest, int]]:
         """The request items of a table (only those saying assigned to ``job_id``, if
         given), with their revisions."""
-        items = self._dynamo.query(f"read the ingest requests of table {table_id}", "items",
+        items = self.context.dynamo.query(f"read the ingest requests of table {table_id}", "items",
                                    "table_id = :t AND begins_with(sk, :r)", {":t": s(table_id), ":r": s("r#")})
         out = [(_request(it), get_n(it, "rev") or 0) for it in items]
         if job_id is not None:
@@ -111,10 +111,10 @@ class IngestQueueMixin(ClientWritesMixin):
     def add_ingest_requests(self, table_id: str, requests: Sequence[IngestRequest], *,
                             client_write: Optional[ClientWrite] = None) -> Optional[ClientWriteRecord]:
         new = check_new_requests(table_id, requests)
-        self._require_table_id(table_id)
+        self.context.require_table_id(table_id)
         if client_write is not None:
             return self._add_keyed_requests(table_id, new, client_write)
-        d = self._dynamo
+        d = self.context.dynamo
         table = d.table("items")
         done: list[IngestRequest] = []
         for i in range(0, len(new), MAX_TRANSACTION_ITEMS):
@@ -152,7 +152,7 @@ class IngestQueueMixin(ClientWritesMixin):
         earlier = self.earlier_write(table_id, write)
         if earlier is not None:
             return earlier
-        d = self._dynamo
+        d = self.context.dynamo
         table = d.table("items")
         items = [key_put(table, table_id, write, 0, now_ms())]
         items += [{"Put": {"TableName": table, "Item": _request_item(r, 1),
@@ -191,11 +191,11 @@ class IngestQueueMixin(ClientWritesMixin):
         if len(ids) > MAX_TRANSACTION_ITEMS:
             raise IngestRequestError(f"at most {MAX_TRANSACTION_ITEMS} ingest requests can be assigned to one job "
                                      f"on DynamoDB, not {len(ids)}")
-        self._require_table_id(table_id)
+        self.context.require_table_id(table_id)
         if not ids or self._ends(table_id, {job_id}):
             return not ids  # a job that has ended takes no new requests
-        d = self._dynamo
-        for attempt in range(self._backoff.max_attempts):
+        d = self.context.dynamo
+        for attempt in range(self.context.backoff.max_attempts):
             items = self._batch_get([request_key(table_id, i) for i in ids])
             if len(items) != len(ids):
                 return False
@@ -219,16 +219,16 @@ class IngestQueueMixin(ClientWritesMixin):
                     # another assignment came first -- or a try of ours whose reply was lost
                     return self._stored_as(table_id, [r for r, _ in now], e, lambda r, mine, rev: (
                         r.status == "assigned" and r.job_id == job_id))
-                self._backoff.pause(attempt)  # a transaction conflict: look again
+                self.context.backoff.pause(attempt)  # a transaction conflict: look again
         return False
 
     def finish_ingest_job(self, table_id: str, job_id: str, ok: bool, error: Optional[str] = None, *,
                           max_attempts: Optional[int] = None) -> int:
-        self._require_table_id(table_id)
+        self.context.require_table_id(table_id)
         count = self._assigned_to(table_id, job_id)
         if not count:
             return 0
-        d = self._dynamo
+        d = self.context.dynamo
         try:
             d.call(f"end ingest job {job_id}", d.client.put_item,
                 TableName=d.table("items"), Item=ended_item(table_id, job_id, ok, error, max_attempts),
@@ -243,7 +243,7 @@ class IngestQueueMixin(ClientWritesMixin):
                              limit: Optional[int] = 1000) -> list[IngestRequest]:
         if status is not None and status not in INGEST_REQUEST_STATUSES:
             raise IngestRequestError(f"unknown ingest request status {status!r}")
-        self._require_table_id(table_id)
+        self.context.require_table_id(table_id)
         raw = [r for r, _ in self._raw_requests(table_id)]
         ends = self._ends(table_id, {r.job_id for r in raw if r.status == "assigned" and r.job_id})
         out = [e for e in (_effective(r, ends) for r in raw) if status is None or e.status == status]

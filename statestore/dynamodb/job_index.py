@@ -52,7 +52,7 @@ def index_puts(table: str, stored: Optional[JobRecord], record: JobRecord) -> li
 
 
 class JobIndexMixin(DynamoBase):
-    """The bounded job reads of :class:`~statestore.dynamodb.store.DynamoDBStateStore`;
+    """The bounded job reads of :class:`~statestore.dynamodb.table_commits.DynamoCommits`;
     the subclass reads records (:meth:`_job_records`, and every one, once, :meth:`_all_jobs`)."""
 
     def _job_records(self, table_id: str, job_ids: list[str]) -> dict[str, JobRecord]:  # pragma: no cover
@@ -63,7 +63,7 @@ class JobIndexMixin(DynamoBase):
 
     def _ensure_indexed(self, table_id: str) -> None:
         """Index the table's jobs saved before the index existed, once."""
-        d = self._dynamo
+        d = self.context.dynamo
         if d.get(f"read the job index marker of table {table_id}", "items",
                  {"table_id": s(table_id), "sk": s(MARKER)}) is not None:
             return
@@ -87,9 +87,9 @@ class JobIndexMixin(DynamoBase):
     def open_jobs(self, table_id: str) -> list[JobRecord]:
         """The table's jobs not yet final, reading only their records (see
         :meth:`statestore.store.StateStore.open_jobs`)."""
-        self._require_table_id(table_id)
+        self.context.require_table_id(table_id)
         self._ensure_indexed(table_id)
-        d = self._dynamo
+        d = self.context.dynamo
         entries = {str(get_s(it, "sk"))[len(OPEN):]: get_s(it, "token") or "" for it in d.query(
             f"list the open jobs of table {table_id}", "items", "table_id = :t AND begins_with(sk, :o)",
             {":t": s(table_id), ":o": s(OPEN)})}
@@ -123,7 +123,7 @@ class JobIndexMixin(DynamoBase):
         return out if limit is None else out[:max(0, limit)]
 
     def _time_pages(self, table_id: str, page: int) -> Iterator[list[str]]:
-        d = self._dynamo
+        d = self.context.dynamo
         kwargs: dict[str, Any] = {"TableName": d.table("items"), "ConsistentRead": True, "ScanIndexForward": False,
                                   "KeyConditionExpression": "table_id = :t AND begins_with(sk, :p)",
                                   "ExpressionAttributeValues": {":t": s(table_id), ":p": s(BY_TIME)}, "Limit": page}

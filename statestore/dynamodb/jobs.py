@@ -99,46 +99,46 @@ class StoredJob(NamedTuple):
 
 
 class JobsMixin(JobIndexMixin):
-    """The job records part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+    """The job records part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
 
     def _job_of(self, what: str, item: dict[str, Any]) -> StoredJob:
         """The stored job of ``item``, reading the item again while the blob it names
         was replaced meanwhile."""
         for _ in range(_REREADS):
             try:
-                return StoredJob(job_from_item(item, self._blobs), get_n(item, "rev"), record_blob(item))
+                return StoredJob(job_from_item(item, self.context.blobs), get_n(item, "rev"), record_blob(item))
             except StateStoreUnavailableError:
-                again = self._dynamo.get(what, "items", {"table_id": item["table_id"], "sk": item["sk"]})
+                again = self.context.dynamo.get(what, "items", {"table_id": item["table_id"], "sk": item["sk"]})
                 if again is None:
                     return StoredJob(None, None, None)
                 if record_blob(again) == record_blob(item):
                     raise
                 item = again
-        return StoredJob(job_from_item(item, self._blobs), get_n(item, "rev"), record_blob(item))
+        return StoredJob(job_from_item(item, self.context.blobs), get_n(item, "rev"), record_blob(item))
 
     def _read_job(self, table_id: str, job_id: str) -> StoredJob:
         """The stored record of a job, its revision and its blob (all None: none stored)."""
         what = f"read job {job_id} of table {table_id}"
-        item = self._dynamo.get(what, "items", job_key(table_id, job_id))
+        item = self.context.dynamo.get(what, "items", job_key(table_id, job_id))
         if item is None:
             return StoredJob(None, None, None)
         return self._job_of(what, item)
 
     def put_job(self, record: JobRecord) -> None:
-        self._require_table_id(record.table_id)
-        d = self._dynamo
+        self.context.require_table_id(record.table_id)
+        d = self.context.dynamo
         what = f"save job {record.job_id}"
         encoded: Optional[EncodedJob] = None
-        with cleanup_on_refusal(self._blobs, [None], what) as owned:
-            for attempt in range(self._backoff.max_attempts):
+        with cleanup_on_refusal(self.context.blobs, [None], what) as owned:
+            for attempt in range(self.context.backoff.max_attempts):
                 stored = self._read_job(record.table_id, record.job_id)
                 if stored.record is not None and not saves_over(stored.record, record):
                     if encoded is not None and encoded.blob_key and stored.blob_key != encoded.blob_key:
-                        delete_quietly(self._blobs, [encoded.blob_key], what)  # not saved: never named
+                        delete_quietly(self.context.blobs, [encoded.blob_key], what)  # not saved: never named
                     return
                 if encoded is None:
                     beat = stored.record.heartbeat_ms if stored.record is not None else None
-                    encoded = encode_job(self._blobs, record if beat is None else record.beating(beat))
+                    encoded = encode_job(self.context.blobs, record if beat is None else record.beating(beat))
                     owned.append(encoded.blob_key)
                 if stored.blob_key is not None and stored.blob_key == encoded.blob_key:
                     return  # a try of ours whose reply was lost
@@ -152,18 +152,18 @@ class JobsMixin(JobIndexMixin):
                 except Exception as e:
                     if not is_condition_failed(e) and cancellation_codes(e)[:1] != ["ConditionalCheckFailed"]:
                         raise
-                    self._backoff.pause(attempt)
+                    self.context.backoff.pause(attempt)
                     continue
                 if stored.blob_key:
-                    delete_quietly(self._blobs, [stored.blob_key], what)  # the replaced revision's record
+                    delete_quietly(self.context.blobs, [stored.blob_key], what)  # the replaced revision's record
                 return
             raise CommitConflictError(f"job {record.job_id} of table {record.table_id}: saves kept racing")
 
     def heartbeat_jobs(self, table_id: str, job_ids: Sequence[str], at_ms: int) -> int:
         """See :meth:`StateStore.heartbeat_jobs`: one conditional UpdateItem per job of
         the ``heartbeat_ms`` attribute beside the record (a job item only; never back)."""
-        self._require_table_id(table_id)
-        d = self._dynamo
+        self.context.require_table_id(table_id)
+        d = self.context.dynamo
         beaten = 0
         for job_id in dict.fromkeys(job_ids):
             try:
@@ -185,13 +185,13 @@ class JobsMixin(JobIndexMixin):
     def _all_jobs(self, table_id: str) -> list[JobRecord]:
         """Every job record of the table (indexing a table of an earlier version, once)."""
         what = f"read every job of table {table_id}"
-        jobs = (self._job_of(what, it).record for it in self._dynamo.query(
+        jobs = (self._job_of(what, it).record for it in self.context.dynamo.query(
             what, "items", "table_id = :t AND begins_with(sk, :j)", {":t": s(table_id), ":j": s("j#")}))
         return [j for j in jobs if j is not None]
 
     def _job_records(self, table_id: str, job_ids: list[str]) -> dict[str, JobRecord]:
         """The stored records of ``job_ids`` (missing ones left out), read consistently."""
-        d = self._dynamo
+        d = self.context.dynamo
         table = d.table("items")
         out: dict[str, JobRecord] = {}
         keys = [job_key(table_id, j) for j in dict.fromkeys(job_ids)]
@@ -215,7 +215,7 @@ class JobsMixin(JobIndexMixin):
         only their records (:mod:`statestore.dynamodb.job_index`). A table not in the
         catalog (deleted) has none."""
         try:
-            self._require_table_id(table_id)
+            self.context.require_table_id(table_id)
         except TableNotFoundError:
             return []
         jobs = self.newest_jobs(table_id, kind, limit)

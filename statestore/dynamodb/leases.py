@@ -7,18 +7,22 @@ from __future__ import annotations
 from typing import Optional
 
 from statestore.clock import now_ms
-from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.connection import get_n, get_s, is_condition_failed, n, s
+from statestore.dynamodb.context import DynamoContext
 from statestore.leases import Lease
 
 
-class LeasesMixin(DynamoBase):
-    """The leases part of :class:`~statestore.dynamodb.store.DynamoDBStateStore`."""
+class DynamoLeases:
+    """The :class:`~statestore.roles.Leases` role of
+    :class:`~statestore.dynamodb.store.DynamoDBStateStore` (see the module docstring)."""
+
+    def __init__(self, context: DynamoContext) -> None:
+        self.context = context
 
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> Optional[Lease]:
         now = now_ms()
         lease = Lease(name, holder, now + int(ttl_seconds * 1000))
-        d = self._dynamo
+        d = self.context.dynamo
         try:
             d.call(f"take lease {name!r}", d.client.put_item,
                 TableName=d.table("leases"), Item={"name": s(name), "holder": s(holder), "expires_ms": n(
@@ -33,7 +37,7 @@ class LeasesMixin(DynamoBase):
         return lease
 
     def release_lease(self, name: str, holder: str) -> bool:
-        d = self._dynamo
+        d = self.context.dynamo
         try:
             d.call(f"release lease {name!r}", d.client.delete_item,
                 TableName=d.table("leases"), Key={"name": s(name)}, ConditionExpression="holder = :h",
@@ -45,7 +49,7 @@ class LeasesMixin(DynamoBase):
         return True
 
     def get_lease(self, name: str) -> Optional[Lease]:
-        item = self._dynamo.get(f"read lease {name!r}", "leases", {"name": s(name)})
+        item = self.context.dynamo.get(f"read lease {name!r}", "leases", {"name": s(name)})
         if item is None:
             return None
         lease = Lease(name, get_s(item, "holder") or "", get_n(item, "expires_ms") or 0)

@@ -8,23 +8,26 @@ from typing import Optional
 
 from statestore import clock
 from statestore.dynamodb import snapshots
-from statestore.dynamodb.base import DynamoBase
 from statestore.dynamodb.catalog import table_info as catalog_info
 from statestore.dynamodb.connection import n, s
+from statestore.dynamodb.context import DynamoContext
 from statestore.dynamodb.group_batch import prune_requests
 from statestore.history import retention_ms
 
 
-class RetentionMixin(DynamoBase):
-    """Pruning and expiry (see the module docstring)."""
+class DynamoRetention:
+    """Pruning and expiry (see the module docstring). :attr:`retention_margin` and
+    :attr:`retention_seconds` are the store's options of those names (settable)."""
 
-    retention_margin: int
-    retention_seconds: float
+    def __init__(self, context: DynamoContext, *, retention_margin: int, retention_seconds: float) -> None:
+        self.context = context
+        self.retention_margin = retention_margin
+        self.retention_seconds = retention_seconds
 
     def prune_commit_ids(self, table_id: str, before_ms: int) -> int:
         """See :meth:`StateStore.prune_commit_ids`; also applies :meth:`expire`."""
-        self._require_table_id(table_id)
-        d = self._dynamo
+        self.context.require_table_id(table_id)
+        d = self.context.dynamo
         old = [it for it in d.query(f"list the commit ids of table {table_id}", "items",
                                     "table_id = :t AND begins_with(sk, :c)", {":t": s(table_id), ":c": s("c#")})
                if int(it["applied_ms"]["N"]) < before_ms]
@@ -33,10 +36,6 @@ class RetentionMixin(DynamoBase):
         prune_requests(d, table_id, before_ms)  # statestore.dynamodb.group_commit
         self.expire(table_id)
         return len(old)
-
-    def prune_history(self, table_id: str, now: int) -> int:
-        """See :meth:`StateStore.prune_history`: :meth:`expire` as at ``now``."""
-        return sum(self.expire(table_id, now_ms=now))
 
     def expire(self, table_id: str, *, now_ms: Optional[int] = None) -> tuple[int, int]:
         """Delete the table's transactions numbered at or below the newest snapshot's
@@ -48,12 +47,12 @@ class RetentionMixin(DynamoBase):
         holding an older state reload from the newest snapshot when they find the gap."""
         now = clock.now_ms() if now_ms is None else now_ms
         cutoff_ms = now - int(self.retention_seconds * 1000)
-        d = self._dynamo
+        d = self.context.dynamo
         pointers = snapshots.all_pointers(d, table_id)
         if not pointers:
             return 0, 0
         newest = pointers[-1]
-        history_from = now - retention_ms(catalog_info(self._table_item(table_id)))
+        history_from = now - retention_ms(catalog_info(self.context.table_item(table_id)))
         # strictly before: the state before a transaction committed as the retention began
         # is retained (resolve_number refuses only a successor before it), so a snapshot
         # made at that instant is too new a base to rebuild it from
@@ -64,8 +63,8 @@ class RetentionMixin(DynamoBase):
                                         projection="table_id, n, time_ms, body_key")
                    if int(it["time_ms"]["N"]) < cutoff_ms]
         d.batch_delete(what, "log", [{"table_id": it["table_id"], "n": it["n"]} for it in old_log])
-        self._blobs.delete([it["body_key"]["S"] for it in old_log if "body_key" in it])
+        self.context.blobs.delete([it["body_key"]["S"] for it in old_log if "body_key" in it])
         old_snaps = [p for p in pointers[:-1] if p.time_ms < cutoff_ms and p.n < base]
         d.batch_delete(what, "snapshots", [{"table_id": s(table_id), "n": n(p.n)} for p in old_snaps])
-        self._blobs.delete([p.key for p in old_snaps])
+        self.context.blobs.delete([p.key for p in old_snaps])
         return len(old_log), len(old_snaps)

@@ -21,7 +21,7 @@ import pytest
 from statestore import AddFiles, FileReference, Schema, partitions_from_split_points
 from statestore.dynamodb import open_dynamodb
 from statestore.dynamodb.log import EncodedTransaction
-from statestore.dynamodb.store import _Retry
+from statestore.dynamodb.table_commits import _Retry
 from statestore.errors import CommitConflictError, CommitOutcomeUnknownError, PropertyError
 from statestore.ingest_requests import IngestRequest
 from statestore.jobs import JobRecord
@@ -131,10 +131,12 @@ def test_a_commit_that_keeps_conflicting_after_a_lost_reply_is_unknown_not_refus
     tid = store.create_table("conflicts", SCHEMA, parts).table_id
     leaf = sorted(p.id for p in parts if p.is_leaf)[0]
     monkeypatch.setattr(store._backoff, "pause", lambda attempt: None)
-    monkeypatch.setattr(store, "_commit_attempt", lambda *a: _Retry(EncodedTransaction("AddFiles", b"", None), True))
+    monkeypatch.setattr(store.commits, "_commit_attempt",
+                        lambda *a: _Retry(EncodedTransaction("AddFiles", b"", None), True))
     with pytest.raises(CommitOutcomeUnknownError):
         store.commit(tid, AddFiles((FileReference("f.parquet", leaf, 1),)))
-    monkeypatch.setattr(store, "_commit_attempt", lambda *a: _Retry(EncodedTransaction("AddFiles", b"", None), False))
+    monkeypatch.setattr(store.commits, "_commit_attempt",
+                        lambda *a: _Retry(EncodedTransaction("AddFiles", b"", None), False))
     with pytest.raises(CommitConflictError):
         store.commit(tid, AddFiles((FileReference("f.parquet", leaf, 1),)))
 
