@@ -8,9 +8,10 @@ from typing import Collection, Iterator, Optional, Sequence
 
 from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, RecordBlob, full_message
 from statestore.client_writes import ClientWrite, ClientWriteRecord
+from statestore.clock import now_ms
 from statestore.errors import BufferFullError
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
-from statestore.jobs import JobRecord, now_ms, saves_over
+from statestore.jobs import JobRecord, saves_over
 from statestore.memory_tables import MemoryTables
 
 

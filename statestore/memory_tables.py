@@ -14,9 +14,10 @@ from typing import Optional
 from statestore.buffer import BufferEntry
 from statestore.catalog import TableInfo
 from statestore.client_writes import ClientWrite, ClientWriteRecord
+from statestore.clock import now_ms
 from statestore.errors import TableNotFoundError
 from statestore.ingest_requests import IngestRequest
-from statestore.jobs import JobRecord, now_ms
+from statestore.jobs import JobRecord
 from statestore.leases import Lease
 from statestore.state import TableState
 from statestore.summaries import TransactionSummary

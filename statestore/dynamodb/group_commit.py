@@ -136,10 +136,6 @@ class GroupCommitMixin(GroupRequestsMixin):
     def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:
         raise NotImplementedError
 
-    def _now(self) -> int:
-        """The store's clock in milliseconds (the log items' ``time_ms``)."""
-        return now_ms()
-
     def _drop_unsaved_job_blob(self, job: Any, key: str, what: str) -> None:
         raise NotImplementedError
 
@@ -150,7 +146,7 @@ class GroupCommitMixin(GroupRequestsMixin):
         commit id was applied before), or the error a single commit would raise."""
         what = f"commit {txn.TYPE} to table {table_id}"
         nonce = uuid.uuid4().hex
-        item = pending_item(table_id, encoded, books, job_encoded, nonce, self._now())
+        item = pending_item(table_id, encoded, books, job_encoded, nonce, now_ms())
         verdict, uncertain = self._await_verdict(table_id, item, books.commit_id, nonce, what)
         if verdict.kind == "applied":
             return not uncertain  # as a single commit: False when found applied after a lost reply
@@ -315,7 +311,7 @@ class GroupCommitMixin(GroupRequestsMixin):
                      batch: Batch) -> tuple[Optional[dict[str, Verdict]], bool]:
         d = self.context.dynamo
         requests_table = d.table(REQUESTS)
-        now = self._now()
+        now = now_ms()
 
         def unpend(r: Request) -> dict[str, Any]:
             return {"Delete": {"TableName": requests_table, "Key": pending_key(table_id, r.commit_id),

@@ -16,6 +16,7 @@ from psycopg import IsolationLevel
 
 from statestore.changes import TableChanges
 from statestore.client_writes import ClientWrite, IdempotencyKeyReusedError
+from statestore.clock import now_ms
 from statestore.deletes import Tombstone
 from statestore.errors import (
     CommitOutcomeUnknownError,
@@ -25,7 +26,7 @@ from statestore.errors import (
     TransactionError,
 )
 from statestore.files import FileReference, FileStatus
-from statestore.jobs import JobRecord, now_ms
+from statestore.jobs import JobRecord
 from statestore.overview import DEFAULT_FILE_SAMPLE, TableOverview
 from statestore.partitions import Partition
 from statestore.postgres.changes import CHANGE_RETENTION_MS, PostgresChanges, prune_changes

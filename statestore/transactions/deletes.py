@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
+from statestore.clock import now_ms
 from statestore.deletes import Tombstone
 from statestore.errors import TransactionError
 from statestore.region import Region
 from statestore.state import TableState
-from statestore.transactions.base import Touches, Transaction, now_ms
+from statestore.transactions.base import Touches, Transaction
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import random
 import sys
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -40,6 +39,7 @@ import pyarrow.parquet as pq
 import pytest
 import tomli_w
 
+from statestore.clock import now_ms
 from tests.faults.aws_proxy import FaultProxy
 from tests.faults.commit_proxy import CommitDroppingProxy
 from tests.integration.statestore.conftest import moto_with_bucket
@@ -225,8 +225,8 @@ def test_a_spark_job_whose_state_store_write_is_faulted_and_run_again_loses_and_
             lost |= set(expected) - set(exported)
             stray = sorted({p.name for p in dest.iterdir()} - {"_manifest.json", *(f.key for f in m.files)})
         else:
-            t.gc(now_ms=int(time.time() * 1000) + DAYS_AHEAD_MS)
-            t.gc(now_ms=int(time.time() * 1000) + DAYS_AHEAD_MS, orphans=True)
+            t.gc(now_ms=now_ms() + DAYS_AHEAD_MS)
+            t.gc(now_ms=now_ms() + DAYS_AHEAD_MS, orphans=True)
             tracked = set(t.state().files)
             stray = sorted(o.key for o in s.objects.list(t.info.table_id)
                            if o.key.endswith(".parquet") and o.key not in tracked)

@@ -17,7 +17,7 @@ import pytest
 
 from sleeper_ops import Sleeper
 from sleeper_ops.io.storage import ObjectStore
-from statestore.jobs import now_ms
+from statestore.clock import now_ms
 from statestore.postgres import PostgresStateStore
 from tests.integration import write_buffer_workers as workers
 

@@ -13,8 +13,8 @@ import pytest
 
 from statestore import StateStore
 from statestore.client_writes import ClientWrite, IdempotencyKeyReusedError, digest_of
+from statestore.clock import now_ms
 from statestore.ingest_requests import IngestRequest
-from statestore.jobs import now_ms
 from tests.integration.statestore.test_behaviour import new_table
 
 

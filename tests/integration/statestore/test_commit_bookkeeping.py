@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from statestore import AddFiles, FileReference, StateStore
+from statestore.clock import now_ms
 from statestore.errors import BookkeepingError, FileReferenceError, TransactionError
 from statestore.ingest_requests import IngestRequest
-from statestore.jobs import JobRecord, now_ms
+from statestore.jobs import JobRecord
 from tests.integration.statestore.test_behaviour import new_table
 
 
