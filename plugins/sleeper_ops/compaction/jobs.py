@@ -217,10 +217,15 @@ def create_compaction_jobs(state_store: StateStore, table: TableInfo, *, run_id:
 
 
 def _holds_overdue_deletes(state: TableState, ref: FileReference, before_ms: int) -> bool:
-    """Whether a tombstone made before ``before_ms`` covers ``ref`` and meets its partition."""
+    """Whether a tombstone made before ``before_ms`` covers ``ref``'s file and may meet its
+    records: those of its partition, or, for a reference to part of a file (after a
+    split), of any range, since the file may still hold records of ranges whose
+    references were already rewritten; it lives, and holds them, until this reference
+    is rewritten too."""
     region = state.partitions[ref.partition_id].region
     return any(t.covers_file(ref.delete_horizon) and t.created_ms <= before_ms
-               and any(r.overlaps(region) for r in t.regions) for t in state.tombstones.values())
+               and (not ref.whole_file or any(r.overlaps(region) for r in t.regions))
+               for t in state.tombstones.values())
 
 
 def aged_files(objects: Optional[ObjectStore], table: TableInfo, state: TableState, now: int) -> frozenset[str]:

@@ -247,3 +247,25 @@ def test_a_job_silent_for_the_abandon_time_is_fenced_and_holds_no_tombstone(slee
     with pytest.raises(BookkeepingError, match="declared abandoned"):
         _commit_import(sleeper, t, rec, out, horizon)
     assert keys(t) == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+
+
+def test_a_file_split_between_leaves_is_rewritten_by_every_leaf_once_a_delete_of_its_records_is_overdue(
+        sleeper) -> None:  # type: ignore[no-untyped-def]
+    """Found by the erasure oracle (a CI run): a file written before a split is referenced
+    from both new leaves, each reading its own range. A delete of keys in the left leaf's
+    range made the left leaf rewrite its part, but the right leaf's reference, whose range
+    the delete does not meet, kept the whole file alive: its deleted records stayed on
+    disk, unreadable, and the erasure report could never come clean."""
+    t = sleeper.create_table("split", SCHEMA, properties={"sleeper.table.partition.splitting.threshold": "100"})
+    t.ingest(_rows(0, 300))
+    (old,) = t.state().files
+    t.split()
+    assert sum(1 for p in t.state().partitions.values() if p.is_leaf) == 2
+    t.delete(ranges=[(10, 20)])
+    t.sleeper.set_properties("split", {"sleeper.table.delete.purge.hours": "0"})
+    t.compact(runner="local")
+    assert old not in {r.filename for r in t.state().references.values()}, \
+        "a leaf still references the file that holds the deleted records"
+    t.gc(now_ms=FAR_FUTURE)
+    assert t.erasure_report(ranges=[(10, 20)]).clean
+    assert keys(t) == [k for k in range(300) if not 10 <= k < 20]
