@@ -56,9 +56,12 @@ def _env(airflow_home: Optional[Path], sleeper_home: Optional[Path], **extra: st
 
 
 def _result(proc: subprocess.CompletedProcess[str]) -> Any:
+    """The JSON after the last ``RESULT `` line start. Parsed up to the object's end: a
+    log line another process of the run wrote to the same pipe can land right after it,
+    before the newline (seen once in CI)."""
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.JSONDecoder().raw_decode(line, len("RESULT "))[0]
     raise AssertionError(f"the Airflow subprocess gave no result (exit {proc.returncode}):\n"
                          f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
 
