@@ -1,5 +1,6 @@
-"""Helpers of the tests that start ``sleeper cluster`` (tests/integration/test_cluster_shape.py
-starts it as a user does, tests/system/test_cluster.py in process to kill its pieces): a
+"""Helpers of the tests of ``sleeper cluster`` (tests/system/test_cluster.py starts it in
+process, to kill its pieces; tests/integration/test_cluster_cli.py runs the command on a
+stand-in): a
 work folder the embedded PostgreSQL can use, Airflow's REST API with a token, polling with
 a deadline, and the check that nothing the cluster started is left."""
 

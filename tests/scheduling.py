@@ -53,7 +53,6 @@ SECONDS: dict[str, float] = {
     "tests/integration/test_fault_matrix_mixed.py": 60,
     "tests/integration/test_spark_compaction.py": 130,
     "spark-session": 170,
-    "tests/integration/test_cluster_shape.py": 120,
     "tests/integration/test_install.py": 110,
     "tests/integration/test_cli_postgres.py": 100,
     "tests/integration/test_deletes_walkthrough.py": 90,

@@ -26,6 +26,16 @@ record and every imported record is in the table exactly once, every date was im
 by one committed job, and the bucket holds exactly the files the table references
 (history retention 0). The timeline of each kill and of what recovered it is printed.
 
+Before that, on the same cluster, the shape as a user meets it: the Celery workers work
+in folders of their own, and no process of the cluster takes the Sleeper home or state
+store that the shell that started it names (a decoy, unreachable); a table created and
+written with the CLI against the cluster's stores, flushed by its DAG run through
+Airflow's REST API on a Celery worker (which has no Sleeper files and no
+``SLEEPER_HOME``: everything from the ``sleeper_default`` and ``aws_default``
+connections), reads back exactly. (``sleeper cluster``'s Ctrl-C is
+tests/integration/test_cluster_cli.py's; that stopping the cluster leaves no process,
+this module's fixture's.)
+
 Then, on the same cluster, a table on EMR Serverless: its dated import defers to the
 cluster's triggerer (the provider's trigger, polling moto's EMR through ``aws_default``)
 and resumes on a worker; the task's log is read back over REST from the bucket.
@@ -33,9 +43,13 @@ and resumes on a worker; the task's log is read back over REST from the bucket.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -85,6 +99,9 @@ PROPERTIES = {
     "sleeper.table.schedule.ingest_batcher": "none",
 }
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "StringType"}], "valueFields": [{"name": "n", "type": "LongType"}]}
+DECOY_DSN = "postgresql://nobody@127.0.0.1:9/none"
+SHAPE_TABLE = "shape"
+SHAPE_RECORDS = [{"key": f"k{i:04d}", "n": i} for i in range(500)]
 
 
 @pytest.fixture(scope="module")
@@ -98,13 +115,36 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
         work = cluster_work_dir(tmp_path_factory, "cluster-kills")
         started = time.monotonic()
-        with running_cluster(work / "w", state_store="dynamodb", api_port=free_port(), spark=True,
-                             timeout=240.0, task_heartbeat_timeout=HEARTBEAT_TIMEOUT) as c:
+        with contextlib.ExitStack() as stack:
+            with _shell_naming_a_decoy_sleeper(work / "decoy"):
+                c = stack.enter_context(running_cluster(work / "w", state_store="dynamodb", api_port=free_port(),
+                                                        spark=True, timeout=240.0,
+                                                        task_heartbeat_timeout=HEARTBEAT_TIMEOUT))
             print(f"cluster ready in {time.monotonic() - started:.1f} s")
             yield c
         left = processes_using(str(work / "w"))
         assert left == [], f"processes left behind by the cluster: {left}"
         shutil.rmtree(work, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _shell_naming_a_decoy_sleeper(decoy: Path) -> Iterator[None]:
+    """The environment of a user's shell that names a Sleeper of its own (unreachable), for
+    the cluster's start: no cluster process may take it (a DAG parse or a task that did
+    would fail on its state store). Restored after: this process, the tests' client, uses
+    the cluster's client home alone."""
+    decoy.mkdir()
+    (decoy / "sleeper.toml").write_text(f'[state_store]\ndsn = "{DECOY_DSN}"\n')
+    shell = {name: os.environ.get(name) for name in ("SLEEPER_HOME", "SLEEPER_STATE_STORE_DSN")}
+    os.environ.update(SLEEPER_HOME=str(decoy), SLEEPER_STATE_STORE_DSN=DECOY_DSN)
+    try:
+        yield
+    finally:
+        for name, value in shell.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _aws_client(layout: Any, service: str) -> Any:
@@ -129,6 +169,61 @@ def _runs(client: httpx.Client, op: str, **params: Any) -> list[dict[str, Any]]:
     r = client.get(f"/api/v2/dags/sleeper_{TABLE}_{op}/dagRuns", params={"limit": 1000, **params})
     assert r.status_code == 200, r.text
     return list(r.json()["dag_runs"])
+
+
+def test_the_celery_workers_work_in_folders_of_their_own_and_no_process_takes_the_shells_sleeper(cluster):
+    for worker in ("worker-1", "worker-2"):
+        pid = cluster.piece(f"airflow {worker}").process.pid
+        assert os.readlink(f"/proc/{pid}/cwd") == cluster.layout.homes[worker]
+        assert Path(cluster.layout.homes[worker]).name == worker
+    decoy = str(Path(cluster.work).parent / "decoy")
+    pieces = cluster.pieces + (cluster.spark.pieces if cluster.spark is not None else [])
+    environ = {p.name: Path(f"/proc/{p.process.pid}/environ").read_bytes().decode(errors="replace") for p in pieces}
+    took = [name for name, env in environ.items() if decoy in env or DECOY_DSN in env]
+    assert len(pieces) >= 10 and took == [], f"cluster processes took the shell's SLEEPER_HOME or state store: {took}"
+
+
+def _sleeper(home: Path, *args: str) -> str:
+    """``sleeper ARGS`` as a user runs it on the cluster's client home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLEEPER_", "AIRFLOW"))}
+    env.update(SLEEPER_HOME=str(home), AWS_EC2_METADATA_DISABLED="true")
+    p = subprocess.run([str(Path(sys.executable).with_name("sleeper")), *args], env=env, cwd=home,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f"sleeper {' '.join(args)}: exit {p.returncode}: {p.stderr}"
+    return p.stdout
+
+
+def test_a_dag_run_on_a_celery_worker_flushes_cli_writes_into_the_dynamodb_cluster(cluster):
+    home = cluster.client_home
+    (home / "schema.json").write_text(json.dumps(SCHEMA))
+    (home / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in SHAPE_RECORDS))
+    manual_only = [arg for op in ("flush", "split", "compaction", "gc", "ingest_batcher")
+                   for arg in ("--property", f"sleeper.table.schedule.{op}=none")]
+    _sleeper(home, "table", "create", SHAPE_TABLE, "--schema", str(home / "schema.json"), *manual_only)
+    _sleeper(home, "write", SHAPE_TABLE, str(home / "records.jsonl"))
+    assert _sleeper(home, "query", SHAPE_TABLE, "--range", '""', "null", "--no-buffer") == ""  # only buffered yet
+
+    dag_id = f"sleeper_{SHAPE_TABLE}_flush"
+    client = airflow_client(cluster.layout.api_url, cluster.admin_password)
+    try:
+        poll(lambda: client.get(f"/api/v2/dags/{dag_id}").status_code == 200, f"the {dag_id} DAG", 120)
+        r = client.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None})
+        assert r.status_code == 200, r.text
+        run_id = r.json()["dag_run_id"]
+        state = poll(lambda: (s := client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}").json()["state"]) in (
+            "success", "failed") and s, f"run {run_id} to end", 120)
+        ti = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/flush").json()
+    finally:
+        client.close()
+    assert state == "success", ti
+    assert ti["executor"] in (None, "CeleryExecutor") and ti["queue"] == "default", ti
+    worker_logs = [p for w in ("worker-1", "worker-2")
+                   for p in Path(cluster.layout.homes[w]).rglob(f"dag_id={dag_id}/**/*.log")]
+    assert len(worker_logs) == 1, f"the flush task's log is not in exactly one Celery worker's folder: {worker_logs}"
+
+    lines = _sleeper(home, "query", SHAPE_TABLE, "--range", '""', "null", "--no-buffer").splitlines()
+    assert sorted((json.loads(line)["key"], json.loads(line)["n"]) for line in lines) == \
+        [(r["key"], r["n"]) for r in SHAPE_RECORDS]
 
 
 def test_records_and_dates_land_exactly_once_through_a_worker_an_executor_and_the_scheduler_killed(cluster):
