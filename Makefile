@@ -95,12 +95,14 @@ check: install
 	rm -f $$mypylog $$mypylog.rc; echo "make check: $$(( $$(date +%s) - start )) s, exit $$rc"; exit $$rc
 
 # make test with each test's CPU seconds (its own and its child processes') written to
-# test-cpu.jsonl and summed per module at the end: where the suite's time goes.
+# test-cpu.jsonl and summed per module at the end, then every process of the run sampled
+# (servers and daemons too) summed per program: where the suite's time goes.
 test-profile: export SLEEPER_TEST_CPU := $(CURDIR)/test-cpu.jsonl
 test-profile:
-	rm -f test-cpu.jsonl
+	rm -f test-cpu.jsonl test-cpu.jsonl.processes
 	-$(MAKE) --no-print-directory test
 	$(BIN)/python -m tests.cpu_profile test-cpu.jsonl
+	$(BIN)/python -m tests.process_profile test-cpu.jsonl.processes
 
 bench: install
 	$(BIN)/python bench/ingest.py

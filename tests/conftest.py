@@ -27,7 +27,7 @@ from typing import Iterator
 
 import pytest
 
-from tests import cpu_profile, spark_cds
+from tests import cpu_profile, process_profile, spark_cds
 from tests.pg_pool import DatabasePool, create_database, drop_database
 
 PG_DSN_ENV = "SLEEPER_TEST_PG_DSN"
@@ -54,6 +54,7 @@ JAVA_BASE_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 if "JAVA_TOOL_OPTIONS" not in os.environ:
     os.environ["JAVA_TOOL_OPTIONS"] = spark_cds.java_options(JAVA_BASE_OPTIONS, spark_cds.archive_path())
 _CDS_MAKER = pytest.StashKey[threading.Thread]()
+_PROCESS_SAMPLER = pytest.StashKey[process_profile.ProcessSampler]()
 
 
 #: the seed of every hypothesis test in a run: chosen once per run (or given), printed in the
@@ -86,7 +87,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("hypothesis_seed", None) is None:
         os.environ.setdefault(HYPOTHESIS_SEED_ENV, str(random.randrange(2 ** 32)))
         config.option.hypothesis_seed = int(os.environ[HYPOTHESIS_SEED_ENV])
-    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+    if hasattr(config, "workerinput"):
+        return
+    sampler = process_profile.start(os.environ.get(cpu_profile.ENV))
+    if sampler is not None:
+        config.stash[_PROCESS_SAMPLER] = sampler
+    if not config.getoption("numprocesses", None):
         return
     archive = spark_cds.archive_path()
     if archive is not None and not archive.exists() and str(archive) in os.environ.get("JAVA_TOOL_OPTIONS", ""):
@@ -99,6 +105,9 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    sampler = config.stash.get(_PROCESS_SAMPLER, None)
+    if sampler is not None:
+        sampler.stop()
     maker = config.stash.get(_CDS_MAKER, None)
     if maker is not None:
         maker.join(timeout=300)  # its job is seconds from done by the end of a run
