@@ -3,9 +3,11 @@
 The maintenance DAGs (split, compaction, GC, ingest batcher, flush) allow every run type
 but backfill (``allowed_run_types``), so Airflow itself refuses a backfill and creates no
 run. Its answer names only the DAG (``Dag with dag_id: '...' does not allow backfill
-runs``). :class:`BackfillRefusalMiddleware`, which the Sleeper plugin installs in the API
-server, replaces that ``detail`` of a ``400`` from ``POST /api/v2/backfills`` and
-``POST /api/v2/backfills/dry_run`` (what the UI's backfill dialog calls) with
+runs``; for a DAG without a schedule, ``... has a non-periodic schedule that does not
+support backfills``, a ``422``, which the dry run checks first).
+:class:`BackfillRefusalMiddleware`, which the Sleeper plugin installs in the API server,
+replaces that ``detail`` of the answer of ``POST /api/v2/backfills`` and ``POST
+/api/v2/backfills/dry_run`` (what the UI's backfill dialog calls), keeping its status, with
 :func:`sleeper_ops.orchestration.dag_problems.backfill_refusal`: which DAG, that
 maintenance works on the table's current state, and to trigger a run now instead. Every
 other request and answer passes untouched, and so does the refusal of any other DAG.
@@ -23,8 +25,12 @@ from sleeper_ops.orchestration.dag_problems import backfill_refusal
 Message = MutableMapping[str, Any]
 Send = Callable[[Message], Awaitable[None]]
 PATHS = ("/api/v2/backfills", "/api/v2/backfills/dry_run")
-#: Airflow's answer (``airflow.models.backfill``'s ``DagRunTypeNotAllowed``)
-AIRFLOW_REFUSAL = re.compile(r"^Dag with dag_id: '([^']+)' does not allow backfill runs$")
+#: Airflow's refusals (``airflow.models.backfill``): ``DagRunTypeNotAllowed`` (400), and for a DAG
+#: with no schedule (``sleeper.table.schedule.<operation>=none``) ``DagNonPeriodicScheduleException``
+#: (422), which the dry run checks first
+AIRFLOW_REFUSALS = (re.compile(r"^Dag with dag_id: '([^']+)' does not allow backfill runs$"),
+                    re.compile(r"^(\S+) has a non-periodic schedule that does not support backfills$"))
+STATUSES = (400, 422)
 
 
 def refusal_for(dag_id: str) -> Optional[str]:
@@ -44,14 +50,14 @@ def rewritten(body: bytes) -> Optional[bytes]:
     except ValueError:
         return None
     detail = answer.get("detail") if isinstance(answer, dict) else None
-    match = AIRFLOW_REFUSAL.match(detail) if isinstance(detail, str) else None
-    refusal = refusal_for(match.group(1)) if match else None
+    matches = [m for m in (p.match(detail) for p in AIRFLOW_REFUSALS) if m] if isinstance(detail, str) else []
+    refusal = refusal_for(matches[0].group(1)) if matches else None
     return None if refusal is None else json.dumps({**answer, "detail": refusal}).encode()
 
 
 class BackfillRefusalMiddleware:
-    """ASGI middleware (see the module docstring): holds back only the answers of
-    :data:`PATHS` to ``POST``, to rewrite a ``400``."""
+    """ASGI middleware (see the module docstring): holds back only the ``400`` and ``422``
+    answers of :data:`PATHS` to ``POST``, to rewrite them (the status is kept)."""
 
     def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
         self.app = app
@@ -64,7 +70,7 @@ class BackfillRefusalMiddleware:
         chunks: list[bytes] = []
 
         async def hold(message: Message) -> None:
-            if message["type"] == "http.response.start" and message.get("status") == 400:
+            if message["type"] == "http.response.start" and message.get("status") in STATUSES:
                 start.update(message)  # held until the body is known
                 return
             if not start or message["type"] != "http.response.body":

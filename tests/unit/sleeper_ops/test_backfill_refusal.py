@@ -62,6 +62,13 @@ def test_the_api_answers_the_refusal_in_place_of_airflows_bare_message(path: str
     assert int(r.headers["content-length"]) == len(r.content)
 
 
+def test_the_refusal_of_a_dag_without_a_schedule_is_rewritten_too() -> None:
+    """A DAG whose schedule is ``none``: Airflow's dry run says it is not periodic (422)."""
+    airflow_says = "sleeper_events_gc has a non-periodic schedule that does not support backfills"
+    r = _client(airflow_says, status=422).post("/api/v2/backfills/dry_run", json={})
+    assert r.status_code == 422 and r.json() == {"detail": backfill_refusal("sleeper_events_gc", "events", "gc")}
+
+
 def test_other_answers_pass_untouched() -> None:
     mine = AIRFLOW_SAYS.format("my_dag")
     assert _client(mine).post("/api/v2/backfills", json={}).json() == {"detail": mine}
