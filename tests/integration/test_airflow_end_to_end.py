@@ -320,14 +320,41 @@ def test_bulk_import_dates_backfilled_through_the_airflow_api_come_back_exactly_
 
 def test_a_maintenance_dag_refuses_a_backfill_over_the_airflow_api(airflow: dict[str, Any]) -> None:
     """Maintenance runs now, on state as it is: Airflow itself refuses to backfill them
-    (``allowed_run_types``), and no run is created."""
+    (``allowed_run_types``), no run is created, and the answer says why in one line (the
+    Sleeper plugin's middleware), for the backfill and for its dry run (the UI's dialog)."""
+    from sleeper_ops.orchestration.dag_problems import backfill_refusal
+
     dag_id = "sleeper_events_compaction"
+    dates = {"dag_id": dag_id, "from_date": f"{DAYS[0]}T00:00:00Z", "to_date": f"{DAYS[-1]}T00:00:00Z"}
     with _client(airflow) as c:
-        r = c.post("/api/v2/backfills", json={"dag_id": dag_id, "from_date": f"{DAYS[0]}T00:00:00Z",
-                                              "to_date": f"{DAYS[-1]}T00:00:00Z"})
-        assert r.status_code >= 400 and "backfill" in r.text.lower(), (r.status_code, r.text)
+        for path in ("/api/v2/backfills", "/api/v2/backfills/dry_run"):
+            r = c.post(path, json=dates)
+            # 400: backfills not allowed; the dry run first finds no schedule (events' schedules are none): 422
+            assert r.status_code in (400, 422), (path, r.status_code, r.text)
+            assert r.json()["detail"] == backfill_refusal(dag_id, "events", "compaction"), (path, r.text)
         runs = c.get(f"/api/v2/dags/{dag_id}/dagRuns", params={"run_type": "backfill"}).json()["dag_runs"]
         assert runs == []
+
+
+def test_sleeper_default_is_a_connection_the_api_lists_and_its_test_reaches_the_state_store(
+        airflow: dict[str, Any]) -> None:
+    """``sleeper airflow`` writes ``sleeper_default`` (naming its home) into Airflow's
+    database and enables the connection test: Airflow's documented Test
+    (``POST /api/v2/connections/test``) answers true; a connection that cannot open
+    Sleeper answers false in one line."""
+    home: Path = airflow["home"]
+    with _client(airflow) as c:
+        r = c.get("/api/v2/connections/sleeper_default")
+        assert r.status_code == 200, r.text
+        assert r.json()["conn_type"] == "sleeper" and json.loads(r.json()["extra"]) == {"config_home": str(home)}
+        r = c.post("/api/v2/connections/test", json={"connection_id": "sleeper_default", "conn_type": "sleeper"})
+        assert r.status_code == 200, r.text
+        assert r.json()["status"] is True and "Sleeper tables" in r.json()["message"], r.json()
+        r = c.post("/api/v2/connections/test", json={"connection_id": "sleeper_elsewhere", "conn_type": "sleeper",
+                                                      "extra": json.dumps({"config_home": str(home / "none")})})
+        assert r.status_code == 200 and r.json()["status"] is False, r.text
+        assert "has no sleeper.toml" in r.json()["message"] and "\n" not in r.json()["message"], r.json()
+    assert "connection sleeper_default created" in (home / "airflow" / "standalone.log").read_text()
 
 
 def test_the_flush_dag_runs_when_the_buffer_passes_its_threshold(airflow: dict[str, Any]) -> None:

@@ -93,7 +93,7 @@ def test_metrics_match_the_table_after_ingest_writes_compaction_and_gc(sleeper: 
         got = check(client, sleeper)
         assert got[("sleeper_records", "events")] == 207 and got[("sleeper_gc_files_pending", "events")] > 0
         assert got[("sleeper_compaction_jobs_pending", "events")] == 0
-        assert got[("sleeper_jobs_failed_total", "events")] == 0
+        assert got[("sleeper_recent_jobs_failed", "events")] == 0
 
         events.gc(now_ms=int(time.time() * 1000) + 3600_000)  # once the GC delay has passed
         got = check(client, sleeper)

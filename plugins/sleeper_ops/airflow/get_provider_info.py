@@ -21,6 +21,8 @@ _TEXT: dict[str, Any] = {"type": ["string", "null"]}
 _SECRET: dict[str, Any] = {"type": ["string", "null"], "format": "password"}
 #: The extra fields of a ``sleeper`` connection (see :mod:`sleeper_ops.airflow.hooks.connection`).
 _CONN_FIELDS = (
+    ("config_home", "Sleeper home (sleeper.toml)", "open the Sleeper this home's sleeper.toml configures, as "
+                    "SLEEPER_HOME does; leave every other field empty", _TEXT),
     ("object_store_uri", "Object store", "s3://bucket/prefix, or a local path", _TEXT),
     ("endpoint_url", "S3 endpoint", "e.g. http://127.0.0.1:9000 for MinIO; empty for AWS", _TEXT),
     ("region", "S3 region", "e.g. eu-west-2", _TEXT),

@@ -3,7 +3,7 @@
 The operators (:mod:`sleeper_ops.airflow.operators`) are thin; each calls one function
 here with a way to open Sleeper (the hook's ``get_conn``). Each task:
 
-1. opens Sleeper: from the operator's Airflow connection, or from ``SLEEPER_HOME`` as
+1. opens Sleeper: from the operator's Airflow connection, or (the default connection only) from ``SLEEPER_HOME`` as
    the worker sees it (:func:`configured_home`) when there is no such connection;
 2. finds its table by name; a table deleted or renamed since the DAG was parsed is skipped;
 3. splitting, compaction, GC and flush skip offline tables (ingest batching still runs);

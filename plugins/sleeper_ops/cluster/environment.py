@@ -10,7 +10,11 @@ Roles and what each is given (besides ``AIRFLOW_HOME`` and ``HOME``, its own fol
   component must share (JWT, API secret key, Fernet key) and the connections
   ``sleeper_default`` (state store, object store, Spark service), ``aws_default``
   (region, endpoint, keys of S3 and DynamoDB) and ``sleeper_spark`` (the Spark master),
-  each as an ``AIRFLOW_CONN_*`` variable in Airflow's JSON form; task logs written to
+  each as an ``AIRFLOW_CONN_*`` variable in Airflow's JSON form (``sleeper cluster`` also
+  writes ``sleeper_default`` into the metadata database, :func:`connection_init_command`,
+  so the UI lists it and the REST API reads it; the variable, read first, holds the same
+  fields); the connection test enabled (``[core] test_connection``, the connection's
+  Test button and ``POST /api/v2/connections/test``); task logs written to
   the bucket (``s3://<bucket>/airflow-logs``, Airflow's remote logging through
   ``aws_default``), so the API server shows the log of a task that ran on any worker
   (the processes share no log folder, and on one machine each worker serves its logs on
@@ -124,6 +128,14 @@ def sleeper_connection(layout: ClusterLayout) -> dict[str, Any]:
     return conn
 
 
+def connection_init_command(layout: ClusterLayout) -> list[str]:
+    """The cli_batch command writing :func:`sleeper_connection` as ``sleeper_default`` into
+    the metadata database (:mod:`sleeper_ops.orchestration.connections`)."""
+    from sleeper_ops.orchestration.connections import connection_command
+
+    return connection_command(sleeper_connection(layout), "sleeper cluster")
+
+
 def aws_connection(layout: ClusterLayout) -> dict[str, Any]:
     """The ``aws_default`` connection: keys as login and password, region and endpoint."""
     return {"conn_type": "aws", "login": layout.aws_access_key, "password": layout.aws_secret_key,
@@ -148,6 +160,7 @@ def process_environment(layout: ClusterLayout, role: str) -> dict[str, str]:
         "AIRFLOW__API_AUTH__JWT_SECRET": layout.jwt_secret,
         "AIRFLOW__API__SECRET_KEY": layout.api_secret_key,
         "AIRFLOW__CORE__FERNET_KEY": layout.fernet_key,
+        "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
         SLEEPER_CONN: json.dumps(sleeper_connection(layout)),
         AWS_CONN: json.dumps(aws_connection(layout)),
         SPARK_CONN: json.dumps({"conn_type": "spark", "host": layout.spark_master}),

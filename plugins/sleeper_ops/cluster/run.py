@@ -57,8 +57,8 @@ from sleeper_ops.orchestration.standalone import (
     SPARK_POOL_SLOTS,
     airflow_batch,
     sqlalchemy_url,
-    user_passwords,
 )
+from sleeper_ops.orchestration.users import user_passwords
 from sleeper_ops.orchestration.warm_imports import write_local_settings
 from sleeper_ops.spark.cluster import Piece, StandingCluster, free_port, standing_cluster
 
@@ -207,9 +207,9 @@ def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int 
             Path(home).mkdir(parents=True, exist_ok=True)
             write_local_settings(Path(home))  # DAG parses and tasks fork with their imports made
         init_env = {**base, **envs.process_environment(layout, "scheduler")}
-        with open(work / "airflow-init.log", "wb") as log:  # one interpreter for both commands
+        with open(work / "airflow-init.log", "wb") as log:  # one interpreter for the three commands
             airflow_batch(init_env, ["db", "migrate"], ["pools", "set", "spark", str(SPARK_POOL_SLOTS), "Spark jobs"],
-                          log=log, cwd=Path(layout.homes["scheduler"]))
+                          envs.connection_init_command(layout), log=log, cwd=Path(layout.homes["scheduler"]))
         for role in envs.ROLES:
             env = {**base, **envs.process_environment(layout, role)}
             url = layout.api_url if role == "api-server" else layout.broker_url if role in envs.WORKER_ROLES else ""

@@ -10,6 +10,11 @@ Every ``airflow`` command is a new interpreter that imports Airflow and its prov
 cluster`` prepare the metadata database with two of them (migrate it, then create the
 ``spark`` pool), so they run both here and pay the import once.
 
+One command is Sleeper's own: ``["sleeper-connection", conn_id, fields, writer]`` writes a
+connection into the metadata database the batch has just migrated
+(:func:`sleeper_ops.orchestration.connections.run`), so ``sleeper airflow`` and ``sleeper
+cluster`` create ``sleeper_default`` without a third interpreter.
+
 Guarantees: the commands run in the order given; the first that fails ends the batch
 with its exit status (or 1 when it raised), and the commands after it do not run.
 """
@@ -40,9 +45,15 @@ def run_commands(commands: Sequence[Sequence[str]]) -> int:
     from airflow.cli import cli_parser
     from airflow.configuration import write_default_airflow_configuration_if_needed
 
+    from sleeper_ops.orchestration import connections
+
     write_default_airflow_configuration_if_needed()
     parser = cli_parser.get_parser()
     for words in commands:
+        if words[0] == connections.COMMAND:
+            print(f"--- {words[0]} {words[1]}", flush=True)
+            connections.run(*words[1:])
+            continue
         print(f"--- airflow {' '.join(words)}", flush=True)
         try:
             args = parser.parse_args(list(words))

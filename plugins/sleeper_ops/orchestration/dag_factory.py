@@ -32,7 +32,8 @@ fills past dates. The ``export`` DAG is dated the same way (``sleeper.table.sche
 default ``@daily``): its destination is ``sleeper.table.export.destination`` rendered on
 the interval and its export key the table id plus the interval's start, so a retried
 or backfilled date answers "already exported" and writes nothing
-(:mod:`sleeper_ops.query.export`). The maintenance DAGs refuse backfill runs (``allowed_run_types``).
+(:mod:`sleeper_ops.query.export`). The maintenance DAGs refuse backfill runs (``allowed_run_types``),
+saying why in one line (:func:`~sleeper_ops.orchestration.dag_problems.backfill_refusal`; the DAG's doc, the API).
 
 Schedules come from the table property ``sleeper.table.schedule.<operation>`` (a cron
 expression or preset; ``none``: manual runs only); the compaction DAG also runs when
@@ -78,7 +79,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from sleeper_ops.airflow import task_runner
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
-from sleeper_ops.orchestration.dag_problems import build_each, build_problem
+from sleeper_ops.orchestration.dag_problems import backfill_refusal, build_each, build_problem
 from statestore.properties import (
     BULK_IMPORT_PLATFORM,
     BULK_IMPORT_SOURCE,
@@ -255,7 +256,8 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
         tags=[TAG, operation, f"table:{table.name}"],
         doc_md=f"Sleeper **{operation}** of table `{table.name}` (id `{table.table_id}`). "
                f"Schedule: property `sleeper.table.schedule.{operation}`. One run at a time per table and "
-               f"operation (lease `{table.table_id}/{operation}`); a run finding it held is skipped.",
+               f"operation (lease `{table.table_id}/{operation}`); a run finding it held is skipped. "
+               + backfill_refusal(dag_id_for(table.name, operation), table.name, operation) + ".",
         default_args={"owner": "sleeper", "retries": 0},
     )
     if operation == "compaction":

@@ -99,3 +99,13 @@ def stand_in_dag(operation: str, problems: list[str]) -> DAG:
 
     return DAG(STAND_IN_PREFIX + operation, schedule=Unbuildable(), tags=["sleeper", operation],
                description=f"stands for the Sleeper {operation} DAGs that cannot be built; never loaded")
+
+
+def backfill_refusal(dag_id: str, table_name: str, operation: str) -> str:
+    """Why the maintenance DAG ``dag_id`` (``operation`` of ``table_name``) refuses a
+    backfill, and what to do instead, in one line. Airflow refuses it (the DAG's
+    ``allowed_run_types``); :mod:`sleeper_ops.orchestration.backfills` answers this line
+    in place of Airflow's bare one."""
+    return (f"{dag_id} is not backfilled: Sleeper's {operation} of table {table_name} works on the table's "
+            f"current state, not on past dates, so a backfill would only repeat a run of now; trigger a run now "
+            f"instead (the Trigger button, or POST /api/v2/dags/{dag_id}/dagRuns)")

@@ -34,6 +34,10 @@ needs general DAG read access, a table's page read access to that table's DAGs),
 linked from the UI's navigation as an external view. The page marks a table whose DAGs
 cannot be built with the DAG factory's own check (:func:`~sleeper_ops.orchestration.dag_factory.table_dags_problem`).
 
+It installs :class:`~sleeper_ops.orchestration.backfills.BackfillRefusalMiddleware` in the
+API server: a backfill of a maintenance DAG, which Airflow refuses, is answered with one
+line saying why and what to do instead.
+
 It registers the dated bulk import DAG's timetable
 (:class:`~sleeper_ops.orchestration.dated_timetable.DatedImportTimetable`), which Airflow
 serializes only when a plugin names it.
@@ -51,6 +55,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from sleeper_ops.airflow.dated_timetable import DatedImportTimetable as PreviousPathTimetable
+from sleeper_ops.orchestration.backfills import BackfillRefusalMiddleware
 from sleeper_ops.orchestration.dag_factory import OPERATIONS, dag_id_for, table_dags_problem
 from sleeper_ops.orchestration.dated_timetable import DatedImportTimetable
 from sleeper_ops.web.rest import LazySleeper, create_app
@@ -159,6 +164,9 @@ class SleeperPlugin(AirflowPlugin):
         {"app": rest_app, "url_prefix": URL_PREFIX, "name": "Sleeper REST API"},
         {"app": status_app, "url_prefix": STATUS_URL_PREFIX, "name": "Sleeper table status"},
     ]
+    #: a maintenance DAG's backfill refused in one line saying why (sleeper_ops.orchestration.backfills)
+    fastapi_root_middlewares = [{"middleware": BackfillRefusalMiddleware, "args": [], "kwargs": {},
+                                 "name": "Sleeper backfill refusal"}]
     external_views: list[dict[str, Any]] = [dict(STATUS_EXTERNAL_VIEW)]
     #: the dated bulk import DAG's timetable: Airflow serializes only timetables a plugin names (and
     #: under the previous release's name, which the DAGs that release serialized give it)

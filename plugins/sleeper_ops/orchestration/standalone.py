@@ -8,7 +8,10 @@
 * ``airflow standalone`` (scheduler, DAG processor, triggerer, API server) listening on
   127.0.0.1 only, ``AIRFLOW_HOME`` from ``sleeper.toml``, the repository's ``dags/``,
   no example DAGs, the Sleeper plugin (REST API, status page) loaded, the ``spark``
-  pool and the ``sleeper_spark`` connection (the configured Spark master);
+  pool, the ``sleeper_spark`` connection (the configured Spark master) and the
+  ``sleeper_default`` connection naming this home
+  (:func:`~sleeper_ops.orchestration.connections.standalone_connection`; one you created
+  yourself is kept), with the connection Test button enabled (``[core] test_connection``);
 * if the catalog has no table yet, a small ``demo`` table so there are DAGs to see.
 
 Every Airflow process gets ``SLEEPER_HOME`` and ``SLEEPER_STATE_STORE_DSN``, so DAG
@@ -37,48 +40,18 @@ from typing import Any, Callable, Optional
 
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
+from sleeper_ops.orchestration.connections import connection_command, standalone_connection
+from sleeper_ops.orchestration.users import USERS_VARIABLE, other_users_line, parse_users, user_passwords
 from sleeper_ops.orchestration.warm_imports import write_local_settings
 
 AIRFLOW_DATABASE = "airflow"
 DEFAULT_PORT = 8080
 #: ``dags/`` of the checkout, shipped in the wheel as the package ``sleeper_ops.orchestration.dag_files``.
 DAGS_FOLDER = Path(str(importlib.resources.files("sleeper_ops.orchestration.dag_files")))
-PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 SPARK_POOL_SLOTS = 1
 STOP_TIMEOUT_SECONDS = 60.0
 
 Say = Callable[[str], None]
-#: SimpleAuthManager's roles, least to most.
-ROLES = ("viewer", "user", "op", "admin")
-USERS_VARIABLE = "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"
-
-
-def parse_users(spec: str) -> str:
-    """``admin:Admin,viewer:Viewer`` checked and normalised (``admin:admin,viewer:viewer``)
-    for SimpleAuthManager: each ``name:role`` with a role of :data:`ROLES`, names unique,
-    and ``admin:admin`` among them (start-up signs in as ``admin`` to know Airflow is
-    ready). Raises ConfigError naming the rule."""
-    users: dict[str, str] = {}
-    for part in spec.split(","):
-        name, sep, role = part.strip().partition(":")
-        if not sep or not name or role.lower() not in ROLES or ":" in role:
-            raise ConfigError(f"--users: {part.strip()!r} is not NAME:ROLE with ROLE one of {', '.join(ROLES)}")
-        if name in users:
-            raise ConfigError(f"--users: user {name!r} is named twice")
-        users[name] = role.lower()
-    if users.get("admin") != "admin":
-        raise ConfigError("--users must include admin:admin (start-up signs in as admin to check Airflow is ready)")
-    return ",".join(f"{n}:{r}" for n, r in users.items())
-
-
-def user_passwords(airflow_home: Path) -> dict[str, str]:
-    """Every user's generated password, from SimpleAuthManager's passwords file (empty if
-    it is not there yet)."""
-    try:
-        data = json.loads((airflow_home / PASSWORDS_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
 def sqlalchemy_url(dsn: str, database: str) -> str:
@@ -127,6 +100,7 @@ def airflow_environment(config: SleeperConfig, *, state_dsn: str, metadata_url: 
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",  # the connection's Test button (default Disabled: 403)
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(port),
@@ -357,7 +331,9 @@ def _run(config: SleeperConfig, *, port: int, demo: bool, users: Optional[str], 
             say("migrating the Airflow database ...")
             airflow_batch(env, ["db", "migrate"],
                           ["pools", "set", "spark", str(SPARK_POOL_SLOTS), "spark-submit runs of Sleeper DAGs"],
-                          log=log)
+                          connection_command(standalone_connection(config), "sleeper airflow"), log=log)
+            say(f"connection sleeper_default: the Sleeper of {config.home} (one you created is kept; the log says "
+                "which)")
             # after Airflow's first command has generated airflow.cfg with its secrets (the JWT
             # secret every component must share), never before
             cfg = write_airflow_cfg(config.airflow_home, env)
@@ -388,16 +364,6 @@ def _run(config: SleeperConfig, *, port: int, demo: bool, users: Optional[str], 
         code = proc.returncode
         say("Airflow stopped" + ("" if code in (0, -signal.SIGINT, -signal.SIGTERM, None) else f" (exit {code})"))
     return 0 if code in (0, -signal.SIGINT, -signal.SIGTERM, None) else int(code)
-
-
-def other_users_line(airflow_home: Path, shown: str) -> str:
-    """``other users: viewer password Y; ops password Z (in <file>)``: the generated
-    passwords of every user but ``shown``, or ``""`` when there is none."""
-    found = {name: password for name, password in user_passwords(airflow_home).items() if name != shown}
-    if not found:
-        return ""
-    listed = "; ".join(f"{name} password {password}" for name, password in found.items())
-    return f"other users: {listed} (in {airflow_home / PASSWORDS_FILE})"
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:

@@ -2,6 +2,11 @@
 table's figures (:mod:`sleeper_ops.metrics`) in the Prometheus text format, one sample per
 table labelled ``table``.
 
+A metric is a counter only when its value never goes down (Prometheus' ``rate`` and
+``increase`` read a drop as a restart): here only the commit retries, counted by this
+process since it started. Every other figure, including those counted within a bounded
+window of records, is a gauge, and no gauge carries a counter's ``_total`` suffix.
+
 =================================  =====================================================
 sleeper_records                    records in the table's files (not the buffer)
 sleeper_records_approximate        1 when sleeper_records includes estimated counts, else 0 (exact)
@@ -12,7 +17,8 @@ sleeper_buffer_records             records in the write buffer
 sleeper_buffer_oldest_seconds      age of the oldest buffered write (0: empty)
 sleeper_ingest_requests_pending    queued ingest requests no job has taken
 sleeper_compaction_jobs_pending    compaction jobs created, started or finished, not committed
-sleeper_jobs_failed_total          failed jobs among the newest job records
+sleeper_recent_jobs_failed         failed jobs among the newest job records (a gauge: it goes
+                                   down as newer records push failures out of the window)
 sleeper_gc_files_pending           files with no reference, awaiting garbage collection
 sleeper_commit_retries_total       commits tried again, in this server process since it started
 =================================  =====================================================
@@ -41,7 +47,8 @@ METRICS: dict[str, tuple[str, str, bool]] = {
     "buffer_oldest_seconds": ("sleeper_buffer_oldest_seconds", "Age of the oldest buffered write", False),
     "ingest_requests_pending": ("sleeper_ingest_requests_pending", "Ingest requests no job has taken", False),
     "compaction_jobs_pending": ("sleeper_compaction_jobs_pending", "Compaction jobs not yet committed", False),
-    "jobs_failed": ("sleeper_jobs_failed", "Failed jobs among the newest job records", True),
+    "jobs_failed": ("sleeper_recent_jobs_failed", "Failed jobs among the newest 10,000 job records of the table",
+                    False),
     "gc_files_pending": ("sleeper_gc_files_pending", "Files awaiting garbage collection", False),
     "commit_retries": ("sleeper_commit_retries", "Commits tried again by this process since it started", True),
 }

@@ -8,6 +8,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from sleeper_ops.airflow.hooks.connection import config_from_connection, postgres_dsn
+from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
 
 
@@ -111,3 +112,29 @@ def test_no_aws_connection_is_read_unless_named_or_dynamodb() -> None:
 
     assert aws_conn_id_of({"object_store_uri": "s3://b/p"}) is None
     assert aws_conn_id_of({"aws_conn_id": "prod_aws"}) == "prod_aws"
+
+
+def test_a_connection_naming_a_config_home_opens_the_sleeper_its_sleeper_toml_configures(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "sleeper.toml").write_text('[object_store]\nuri = "/srv/lake"\n[spark]\nmaster = "local[3]"\n'
+                                       '[iterators]\npython_modules = ["mine"]\n')
+    cfg = config_from_connection(host=None, port=None, login=None, password=None, schema=None,
+                                 extra={"config_home": str(home)}, default_home=tmp_path / "elsewhere")
+    assert cfg == SleeperConfig.load(home, create=False)
+    assert (cfg.home, cfg.object_store_uri, cfg.spark_master) == (home, "/srv/lake", "local[3]")
+
+
+def test_a_config_home_with_other_fields_is_refused_in_one_line_naming_them(tmp_path: Path) -> None:
+    (tmp_path / "sleeper.toml").write_text("")
+    with pytest.raises(ConfigError, match=r"^config_home .* also sets host, object_store_uri") as e:
+        config_from_connection(host="db", port=None, login=None, password=None, schema=None,
+                               extra={"config_home": str(tmp_path), "object_store_uri": "/x"}, default_home=tmp_path)
+    assert "\n" not in str(e.value)
+
+
+def test_a_config_home_without_a_sleeper_toml_is_refused_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=f"config_home {tmp_path}"):
+        config_from_connection(host=None, port=None, login=None, password=None, schema=None,
+                               extra={"config_home": str(tmp_path)}, default_home=tmp_path)
+    assert not (tmp_path / "sleeper.toml").exists(), "never creates one"

@@ -91,7 +91,7 @@ def test_port_free_sees_a_listener() -> None:
 
 
 def test_users_are_checked_and_normalised_for_simple_auth_manager():
-    from sleeper_ops.orchestration.standalone import parse_users
+    from sleeper_ops.orchestration.users import parse_users
 
     assert parse_users("admin:Admin, viewer:Viewer,ops:OP") == "admin:admin,viewer:viewer,ops:op"
     for bad, why in [("admin:admin,bob", "'bob' is not NAME:ROLE"), ("admin:admin,bob:boss", "'bob:boss'"),
@@ -101,12 +101,8 @@ def test_users_are_checked_and_normalised_for_simple_auth_manager():
 
 
 def test_the_users_reach_airflow_and_every_password_is_printed(tmp_path):
-    from sleeper_ops.orchestration.standalone import (
-        PASSWORDS_FILE,
-        USERS_VARIABLE,
-        airflow_environment,
-        other_users_line,
-    )
+    from sleeper_ops.orchestration.standalone import airflow_environment
+    from sleeper_ops.orchestration.users import PASSWORDS_FILE, USERS_VARIABLE, other_users_line
 
     config = SleeperConfig.load(tmp_path)
     env = airflow_environment(config, state_dsn="host=x", metadata_url="postgresql+psycopg://x/airflow", port=8080,

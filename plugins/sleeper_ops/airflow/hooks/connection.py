@@ -10,6 +10,10 @@ Fields of the connection:
 * extra (JSON object), every key optional:
 
   ====================  ==================================================================
+  ``config_home``       a Sleeper home: the connection opens the Sleeper its ``sleeper.toml``
+                        configures, exactly as ``SLEEPER_HOME`` would (the file must exist;
+                        no other field or key may then be set). ``sleeper airflow`` writes
+                        ``sleeper_default`` this way, holding no secret of its own
   ``state_store``       ``postgres`` (default) or ``dynamodb``
   ``dynamodb_table_prefix``  names of the DynamoDB tables (default ``sleeper-``)
   ``aws_conn_id``       an Airflow AWS connection (``dynamodb``: default ``aws_default``)
@@ -44,8 +48,8 @@ from urllib.parse import quote, urlsplit
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
 
-EXTRA_KEYS = ("object_store_uri", "endpoint_url", "region", "access_key", "secret_key", "spark_master", "spark_service",
-              "home", "state_store", "dynamodb_table_prefix", "aws_conn_id", "python_iterator_modules")
+EXTRA_KEYS = ("config_home", "object_store_uri", "endpoint_url", "region", "access_key", "secret_key", "spark_master",
+              "spark_service", "home", "state_store", "dynamodb_table_prefix", "aws_conn_id", "python_iterator_modules")
 #: the settings an AWS connection gives (see the module docstring)
 AWS_KEYS = ("region", "endpoint_url", "access_key", "secret_key")
 STATE_STORES = ("postgres", "dynamodb")
@@ -88,6 +92,9 @@ def config_from_connection(*, host: Optional[str], port: Optional[int], login: O
     if unknown:
         raise ConfigError(f"unknown keys {', '.join(unknown)} in the extra of the Sleeper connection; "
                           f"expected some of {', '.join(EXTRA_KEYS)}")
+    if extra.get("config_home"):
+        return _from_config_home(str(extra["config_home"]), extra,
+                                 {"host": host, "port": port, "login": login, "password": password, "schema": schema})
     backend = str(extra.get("state_store") or "postgres")
     if backend not in STATE_STORES:
         raise ConfigError(f"state_store {backend!r} in the extra of the Sleeper connection is not one of "
@@ -120,3 +127,15 @@ def config_from_connection(*, host: Optional[str], port: Optional[int], login: O
     if modules is not None:
         raw["iterators"] = {"python_modules": modules}
     return SleeperConfig.from_dict(home.absolute(), raw)
+
+
+def _from_config_home(home: str, extra: Mapping[str, Any], fields: Mapping[str, Any]) -> SleeperConfig:
+    """The configuration of ``home/sleeper.toml``; ConfigError (one line) when the connection
+    sets anything else, or the file is missing (it is never created here)."""
+    others = [k for k, v in fields.items() if v not in (None, "")] + sorted(k for k in extra if k != "config_home")
+    if others:
+        raise ConfigError(f"config_home {home} of the Sleeper connection takes every setting from its sleeper.toml, "
+                          f"but the connection also sets {', '.join(others)}: remove them, or config_home")
+    if not (Path(home) / "sleeper.toml").is_file():
+        raise ConfigError(f"config_home {home} of the Sleeper connection has no sleeper.toml")
+    return SleeperConfig.load(Path(home), create=False)

@@ -6,8 +6,8 @@ tasks as the generated DAG runs it (``create_jobs`` -> ``run_local`` | ``run_spa
     compact = SleeperCompactionOperator(task_id="compact", table="events")
 
 Every operator opens Sleeper through :class:`~sleeper_ops.airflow.hooks.sleeper.SleeperHook`
-(``sleeper_conn_id``, default ``sleeper_default``; ``SLEEPER_HOME`` when that connection
-does not exist) and calls :mod:`sleeper_ops.airflow.task_runner`, which holds the behaviour:
+(``sleeper_conn_id``, default ``sleeper_default``; ``SLEEPER_HOME`` when that default connection
+does not exist, any other missing id fails) and calls :mod:`sleeper_ops.airflow.task_runner`, which holds the behaviour:
 maintenance takes the table's lease for its operation (one run per table and
 operation at a time, across DAGs, backfills and the CLI; a task finding it held is
 skipped and names the holder), offline tables are skipped by split, compaction, GC and flush,

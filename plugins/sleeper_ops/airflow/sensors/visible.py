@@ -20,6 +20,10 @@ condition sees committed, every query started afterwards reads. With
 ``deferrable=True`` the sensor checks once and then hands the wait to
 :class:`~sleeper_ops.airflow.triggers.visible.SleeperVisibleTrigger` in the triggerer (no worker slot while waiting);
 otherwise it pokes like any sensor (``poke_interval``, ``timeout``, ``mode``).
+
+A table that does not exist (deleted, renamed, misspelt) fails the task at once, without
+retries, in one line naming the table and the connection
+(:func:`~sleeper_ops.airflow.triggers.visible.unknown_table`), deferred or not.
 """
 
 from __future__ import annotations
@@ -31,11 +35,13 @@ from typing import Any, Collection, Optional, Sequence, Union
 
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.bases.sensor import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 from sleeper_ops.airflow.hooks.sleeper import SleeperHook
 from sleeper_ops.airflow.links.sleeper import SleeperTableLink
-from sleeper_ops.airflow.triggers.visible import SleeperVisibleTrigger, visible
+from sleeper_ops.airflow.triggers.visible import SleeperVisibleTrigger, unknown_table, visible
 from sleeper_ops.errors import ConfigError
+from statestore.errors import TableNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +87,10 @@ class SleeperVisibleSensor(BaseSensorOperator):
 
     def poke(self, context: Any) -> bool:
         with self.hook.get_conn() as sleeper:
-            ok = visible(sleeper, self.table, **self._conditions())
+            try:
+                ok = visible(sleeper, self.table, **self._conditions())
+            except TableNotFoundError:
+                raise AirflowFailException(unknown_table(self.table, self.sleeper_conn_id)) from None
         log.info("table %s: %s %s", self.table, "visible:" if ok else "not yet visible:", self._conditions())
         return ok
 
@@ -94,4 +103,6 @@ class SleeperVisibleSensor(BaseSensorOperator):
                    timeout=timedelta(seconds=float(self.timeout)) if self.timeout else None)
 
     def execute_complete(self, context: Any, event: Optional[dict[str, Any]] = None) -> None:
+        if event is not None and event.get("status") == "error":
+            raise AirflowFailException(str(event.get("message")))
         log.info("table %s: visible (%s)", self.table, event)

@@ -8,6 +8,10 @@ The condition (:func:`visible`) is checked with one small read of the state stor
   (:meth:`statestore.store.StateStore.transaction_number`) has reached it;
 * ``min_records``: the table's files hold at least that many records (from its
   overview: partition counts, not files).
+
+A table that does not exist is not waited for: :func:`visible` raises
+``TableNotFoundError``, the trigger then fires ``{"status": "error", "message": ...}``
+(:func:`unknown_table`) and ends, and the sensor fails the task in that one line.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from sleeper_ops.airflow.hooks.sleeper import SleeperHook
+from statestore.errors import TableNotFoundError
 
 if TYPE_CHECKING:
     from sleeper_ops.api import Sleeper
@@ -38,9 +43,16 @@ def visible(sleeper: Sleeper, table: str, *, import_key: Optional[str] = None, m
     return min_records is None or store.overview(tid, file_limit=0).records >= min_records
 
 
+def unknown_table(table: str, sleeper_conn_id: str) -> str:
+    """The one line a wait on a table that does not exist fails with."""
+    return (f"table {table} does not exist in the Sleeper of connection {sleeper_conn_id!r} "
+            "(deleted, renamed or misspelt): nothing to wait for")
+
+
 class SleeperVisibleTrigger(BaseTrigger):
     """Polls :func:`visible` every ``poll_seconds`` and fires ``{"status": "visible"}``
-    once it holds (a failed read is logged and polled again)."""
+    once it holds (a failed read is logged and polled again); fires ``{"status":
+    "error", "message": ...}`` and ends if the table does not exist."""
 
     def __init__(self, *, table: str, import_key: Optional[str] = None, min_transaction: Optional[int] = None,
                  min_records: Optional[int] = None, sleeper_conn_id: str = SleeperHook.default_conn_name,
@@ -66,6 +78,10 @@ class SleeperVisibleTrigger(BaseTrigger):
                 if await asyncio.to_thread(self._check):
                     yield TriggerEvent({"status": "visible", "table": self.table})
                     return
+            except TableNotFoundError:
+                yield TriggerEvent({"status": "error", "table": self.table,
+                                    "message": unknown_table(self.table, self.sleeper_conn_id)})
+                return
             except Exception as e:  # a lost store: keep polling, say why
                 log.warning("table %s: cannot check what is visible: %s", self.table, e)
             await asyncio.sleep(self.poll_seconds)
