@@ -206,6 +206,13 @@ def test_a_dag_run_on_a_celery_worker_flushes_cli_writes_into_the_dynamodb_clust
     dag_id = f"sleeper_{SHAPE_TABLE}_flush"
     client = airflow_client(cluster.layout.api_url, cluster.admin_password)
     try:
+        # the connection the workers use is one the UI lists and its Test button reaches
+        r = client.get("/api/v2/connections/sleeper_default")
+        assert r.status_code == 200 and r.json()["conn_type"] == "sleeper", r.text
+        form = {k: v for k, v in r.json().items() if v is not None and k in (
+            "connection_id", "conn_type", "host", "login", "password", "schema", "port", "extra")}
+        r = client.post("/api/v2/connections/test", json=form)  # what the UI's Test button sends
+        assert r.status_code == 200 and r.json()["status"] is True, r.text
         poll(lambda: client.get(f"/api/v2/dags/{dag_id}").status_code == 200, f"the {dag_id} DAG", 120)
         r = client.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None})
         assert r.status_code == 200, r.text
