@@ -59,8 +59,11 @@ process's first read of a table costs a snapshot load. Modules, one per role:
 :mod:`~statestore.dynamodb.catalog`,
 :mod:`~statestore.dynamodb.jobs`, :mod:`~statestore.dynamodb.leases`,
 :mod:`~statestore.dynamodb.ingest_queue`, :mod:`~statestore.dynamodb.history`,
-:mod:`~statestore.dynamodb.retention`, :mod:`~statestore.dynamodb.table_commits` (the
-object a commit and its bookkeeping go through), :mod:`~statestore.dynamodb.context`
+:mod:`~statestore.dynamodb.retention`, :mod:`~statestore.dynamodb.client_writes`,
+:mod:`~statestore.dynamodb.buffer`, :mod:`~statestore.dynamodb.snapshot_policy`,
+:mod:`~statestore.dynamodb.erasure`, :mod:`~statestore.dynamodb.table_commits` (the
+object a commit goes through, built over the roles whose items its one transaction
+carries), :mod:`~statestore.dynamodb.context`
 (what every role object shares) and :mod:`~statestore.dynamodb.store`
 (:class:`DynamoDBStateStore`, a :class:`~statestore.composed.ComposedStateStore` of
 those role objects, and :func:`open_dynamodb`). boto3 is imported only in this

@@ -12,14 +12,14 @@ A table's blobs live under four prefixes, each blob named by one kind of item:
 
 Every blob is written before the item that names it, and the writer deletes it when
 the store answers a definite no; after an unknown outcome (or when a best-effort delete
-fails) it stays behind, named by nothing. :meth:`BlobSweepMixin.sweep_blobs` deletes
+fails) it stays behind, named by nothing. :meth:`DynamoBlobSweep.sweep_blobs` deletes
 those once they are older than a floor (GC passes its orphan grace: a blob younger than
 that may belong to a write still under way, whose item is yet to come). It lists the
 blobs first and reads the names after, pending requests before the log and the job
 records (a leader moves a request's names from the one to the others in one
 transaction), so a blob is never taken for unnamed while its name moves.
 
-:meth:`BlobSweepMixin._settle_found_applied` is the commit's own clean-up when a retry
+:meth:`DynamoBlobSweep.settle_found_applied` is the commit's own clean-up when a retry
 finds its commit applied (a lost reply): the flushed entries' blobs go once none of the
 entries is buffered (the applied commit removed them), and a body spilled by this call
 goes unless the applied log item names it (a try of this call logged it).
@@ -32,8 +32,9 @@ from typing import Any, Optional, Sequence
 
 from statestore.bookkeeping import Bookkeeping
 from statestore.dynamodb.blobs import table_blob_prefixes
-from statestore.dynamodb.buffer import WriteBufferMixin
+from statestore.dynamodb.buffer import DynamoWriteBuffer
 from statestore.dynamodb.connection import get_n, get_s, n, s
+from statestore.dynamodb.context import DynamoContext
 from statestore.dynamodb.log import EncodedTransaction
 from statestore.dynamodb.writes import delete_quietly
 from statestore.errors import StateStoreUnavailableError
@@ -41,8 +42,16 @@ from statestore.errors import StateStoreUnavailableError
 log = logging.getLogger(__name__)
 
 
-class BlobSweepMixin(WriteBufferMixin):
-    """The blob clean-up part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
+class DynamoBlobSweep:
+    """The blob clean-up of :class:`~statestore.dynamodb.table_commits.DynamoCommits` (its
+    :meth:`sweep_blobs`, and a commit's clean-up after a lost reply) and the names the
+    proof of erasure reads (:meth:`named_blobs`), over the store's one
+    :class:`~statestore.dynamodb.context.DynamoContext`; reads the write buffer's
+    entries through ``buffer``."""
+
+    def __init__(self, context: DynamoContext, buffer: DynamoWriteBuffer) -> None:
+        self.context = context
+        self.buffer = buffer
 
     def sweep_blobs(self, table_id: str, *, older_than_ms: int, dry_run: bool = False) -> list[str]:
         """Delete the table's blobs that no item names and that were written before
@@ -53,13 +62,13 @@ class BlobSweepMixin(WriteBufferMixin):
                if 0 < at < older_than_ms]
         if not old:
             return []
-        named = self._named_blobs(table_id)
+        named = self.named_blobs(table_id)
         stray = sorted(k for k in old if k not in named)
         if stray and not dry_run:
             self.context.blobs.delete(stray)
         return stray
 
-    def _named_blobs(self, table_id: str) -> set[str]:
+    def named_blobs(self, table_id: str) -> set[str]:
         """Every blob key an item of the table names (read in the order the module
         docstring gives)."""
         d = self.context.dynamo
@@ -78,22 +87,22 @@ class BlobSweepMixin(WriteBufferMixin):
             what, "snapshots", "table_id = :t", {":t": s(table_id)}, names={"#k": "key"}, projection="#k")) if k)
         return out
 
-    def _settle_found_applied(self, table_id: str, books: Bookkeeping, encoded: Optional[EncodedTransaction],
+    def settle_found_applied(self, table_id: str, books: Bookkeeping, encoded: Optional[EncodedTransaction],
                               flushed: Sequence[str], what: str) -> None:
         """After a retry found the commit applied: delete the flushed entries' blobs
         (``flushed``, read by an earlier try) once none of ``books.buffer_seqs`` is
         buffered, and the body this call spilled unless the applied log item names it.
         Best effort: what is left goes to :meth:`sweep_blobs`."""
         try:
-            if flushed and books.buffer_seqs and not self._entry_items(table_id, books.buffer_seqs, "sk"):
+            if flushed and books.buffer_seqs and not self.buffer.entry_items(table_id, books.buffer_seqs, "sk"):
                 delete_quietly(self.context.blobs, list(flushed), what)
-            if encoded is not None and encoded.blob_key and self._logged_body(table_id, books.commit_id) not in (
+            if encoded is not None and encoded.blob_key and self.logged_body(table_id, books.commit_id) not in (
                     encoded.blob_key, ""):
                 delete_quietly(self.context.blobs, [encoded.blob_key], what)
         except StateStoreUnavailableError as e:
             log.warning("%s: blobs left to the sweep: %s", what, e)
 
-    def _logged_body(self, table_id: str, commit_id: str) -> Optional[str]:
+    def logged_body(self, table_id: str, commit_id: str) -> Optional[str]:
         """The body blob the log item of ``commit_id`` names (None: inline), or ""
         when that item is not found (then nothing is known, and nothing deleted)."""
         d = self.context.dynamo

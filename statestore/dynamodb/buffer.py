@@ -18,27 +18,32 @@ down), the write looks for its own entry and, found, succeeds; its blob is delet
 after a definite refusal (buffer full, table gone: :mod:`statestore.dynamodb.writes`).
 A flush's commit deletes its entries (each conditional on existing) and updates the
 head in the same TransactWriteItems as its log entry
-(:mod:`statestore.dynamodb.commits`), so one flush commit holds at most
+(:mod:`statestore.dynamodb.commits`, which takes those items from
+:meth:`DynamoWriteBuffer.flush_items`), so one flush commit holds at most
 :data:`MAX_FLUSH_ENTRIES` entries (a transaction has at most 100 items).
 
 A read lists the entries between two reads of the head; if ``flushes`` moved, or an
 entry's bytes are gone when fetched (its entry gone too: a flush committed it and then
 deleted its blob), it reads again, so the list and the count it returns hold at one
 instant. A blob that cannot be read while its entry is still buffered is an error.
+
+:class:`DynamoWriteBuffer` is the store's write buffer role, with the record blobs the
+proof of erasure reads (:meth:`DynamoWriteBuffer.record_blobs`, see
+:mod:`statestore.dynamodb.erasure`).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Collection, Optional, Sequence
+from typing import Any, Collection, Iterator, Optional, Sequence
 
-from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, full_message
-from statestore.client_writes import ClientWrite, ClientWriteRecord
+from statestore.buffer import BufferEntry, BufferSnapshot, BufferStats, RecordBlob, full_message
+from statestore.client_writes import ClientWrite
 from statestore.clock import now_ms
-from statestore.dynamodb.base import DynamoBase
-from statestore.dynamodb.client_writes import key_put
+from statestore.dynamodb.client_writes import DynamoClientWrites
 from statestore.dynamodb.connection import b, cancellation_codes, get_n, get_s, n, s
+from statestore.dynamodb.context import DynamoContext
 from statestore.dynamodb.writes import cleanup_on_refusal, delete_quietly, outcome_unknown
 from statestore.errors import BufferFullError, StateStoreUnavailableError, TableNotFoundError
 
@@ -57,13 +62,29 @@ def _seq_of(item: dict[str, Any]) -> int:
     return int(str(get_s(item, "sk"))[2:])
 
 
-class WriteBufferMixin(DynamoBase):
-    """The write buffer part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
+class DynamoWriteBuffer:
+    """The write buffer role (:class:`~statestore.roles.WriteBuffer`) over the store's one
+    :class:`~statestore.dynamodb.context.DynamoContext`; a keyed write stores its key
+    through ``client_writes`` in the write's one transaction."""
 
     buffer_max_flush_entries: Optional[int] = MAX_FLUSH_ENTRIES
 
-    if TYPE_CHECKING:  # the client writes part's (statestore.dynamodb.client_writes)
-        def client_write(self, table_id: str, request_id: str) -> Optional[ClientWriteRecord]: ...
+    def __init__(self, context: DynamoContext, client_writes: DynamoClientWrites) -> None:
+        self.context = context
+        self.client_writes = client_writes
+
+    def flush_items(self, table_id: str, seqs: Sequence[int], rows: int) -> list[dict[str, Any]]:
+        """The TransactWriteItems items of a flush's commit: the deletion of each entry of
+        ``seqs`` (in order, each refused unless the entry is buffered) and the head's
+        update taking the flushed ``rows`` off ``held`` and counting the flush."""
+        d = self.context.dynamo
+        items: list[dict[str, Any]] = [
+            {"Delete": {"TableName": d.table("items"), "Key": entry_key(table_id, q),
+                        "ConditionExpression": "attribute_exists(sk)"}} for q in sorted(set(seqs))]
+        items.append({"Update": {"TableName": d.table("items"), "Key": {"table_id": s(table_id), "sk": s(HEAD)},
+                                 "UpdateExpression": "ADD held :r, flushes :one",
+                                 "ExpressionAttributeValues": {":r": n(-rows), ":one": n(1)}}})
+        return items
 
     def _head(self, table_id: str) -> tuple[int, int]:
         """(held, flushes) of the table's buffer."""
@@ -75,7 +96,7 @@ class WriteBufferMixin(DynamoBase):
                       client_write: Optional[ClientWrite] = None) -> int:
         d = self.context.dynamo
         if client_write is not None:  # a repeat takes no number and stores nothing
-            earlier = self.client_write(table_id, client_write.request_id)
+            earlier = self.client_writes.client_write(table_id, client_write.request_id)
             if earlier is not None:
                 return earlier.answer_for(table_id, client_write).seq
         if max_rows is not None and rows > max_rows:
@@ -105,7 +126,7 @@ class WriteBufferMixin(DynamoBase):
                  {"ConditionCheck": {"TableName": d.table("catalog"), "Key": {"pk": s(f"id#{table_id}")},
                                      "ConditionExpression": "attribute_exists(pk)"}}]
         if client_write is not None:  # the key, in the same transaction (statestore.dynamodb.client_writes)
-            items.append(key_put(d.table("items"), table_id, client_write, seq, written_ms))
+            items.append(self.client_writes.key_put(table_id, client_write, seq, written_ms))
         what = f"write {rows} records to the buffer of table {table_id}"
         with cleanup_on_refusal(self.context.blobs, [blob], what):
             try:
@@ -115,7 +136,7 @@ class WriteBufferMixin(DynamoBase):
                     return seq
                 codes = cancellation_codes(e)
                 if client_write is not None and codes[3:4] == ["ConditionalCheckFailed"]:
-                    earlier = self.client_write(table_id, client_write.request_id)
+                    earlier = self.client_writes.client_write(table_id, client_write.request_id)
                     if earlier is not None:  # the key's first write: this one was refused whole
                         if blob is not None and earlier.seq != seq:
                             delete_quietly(self.context.blobs, [blob], what)
@@ -145,7 +166,7 @@ class WriteBufferMixin(DynamoBase):
                                        "table_id = :t AND begins_with(sk, :b)", {":t": s(table_id), ":b": s("b#")},
                                        names={"#r": "rows"}, projection="sk, #r, written_ms, blob_key"))
 
-    def _entry_items(self, table_id: str, seqs: Sequence[int], projection: str) -> dict[int, dict[str, Any]]:
+    def entry_items(self, table_id: str, seqs: Sequence[int], projection: str) -> dict[int, dict[str, Any]]:
         """The stored entries of ``seqs`` (missing ones left out), read consistently."""
         d = self.context.dynamo
         out: dict[int, dict[str, Any]] = {}
@@ -167,10 +188,10 @@ class WriteBufferMixin(DynamoBase):
                 time.sleep(0.05 * 2 ** attempt)
         return out
 
-    def _buffered_rows(self, table_id: str, seqs: Sequence[int]) -> Optional[tuple[int, list[str]]]:
+    def buffered_rows(self, table_id: str, seqs: Sequence[int]) -> Optional[tuple[int, list[str]]]:
         """The records of the entries ``seqs`` and their blob keys, or None when any of
         them is no longer buffered."""
-        items = self._entry_items(table_id, seqs, "sk, #r, blob_key")
+        items = self.entry_items(table_id, seqs, "sk, #r, blob_key")
         if len(items) != len(set(seqs)):
             return None
         return (sum(get_n(it, "rows") or 0 for it in items.values()),
@@ -196,7 +217,7 @@ class WriteBufferMixin(DynamoBase):
             wanted = [_seq_of(it) for it in chosen if _seq_of(it) not in skip_data]
             data: dict[int, bytes] = {}
             if wanted:
-                got = self._entry_items(table_id, wanted, "sk, #d, blob_key")
+                got = self.entry_items(table_id, wanted, "sk, #d, blob_key")
                 if len(got) != len(wanted):
                     continue  # a flush took some: read again
                 if not self._read_data(table_id, got, data):
@@ -220,7 +241,7 @@ class WriteBufferMixin(DynamoBase):
             try:
                 data[q] = self.context.blobs.get(key)
             except StateStoreUnavailableError:
-                if q in self._entry_items(table_id, [q], "sk"):
+                if q in self.entry_items(table_id, [q], "sk"):
                     raise
                 return False
         return True
@@ -233,3 +254,25 @@ class WriteBufferMixin(DynamoBase):
         times = [get_n(it, "written_ms") or 0 for it in listed]
         return BufferStats(len(listed), sum(get_n(it, "rows") or 0 for it in listed), min(times, default=None),
                            flushes)
+
+    def buffer_high_water(self, table_id: str) -> int:
+        """See :meth:`StateStore.buffer_high_water`."""
+        return max(self.read_buffer(table_id).seqs, default=0)
+
+    def record_blobs(self, table_id: str) -> Iterator[RecordBlob]:
+        """Every buffer blob of the table, named by a live entry or not (see
+        :mod:`statestore.dynamodb.erasure`)."""
+        self.context.require_table_id(table_id)
+        prefix = f"{table_id}/buffer/"
+        listed = self.context.blobs.list(prefix)
+        named = {k for k in (get_s(it, "blob_key") for it in self.context.dynamo.query(
+            f"list the write buffer of table {table_id}", "items", "table_id = :t AND begins_with(sk, :b)",
+            {":t": s(table_id), ":b": s("b#")}, projection="sk, blob_key")) if k}
+        for key, written_ms in listed:
+            try:
+                data = self.context.blobs.get(key)
+            except StateStoreUnavailableError:
+                if any(k == key for k, _ in self.context.blobs.list(prefix)):
+                    raise  # still there: unreadable, which is not "holds nothing"
+                continue  # deleted by its flush meanwhile
+            yield RecordBlob(key, written_ms, data, key in named)

@@ -23,7 +23,11 @@ and writes, in one TransactWriteItems:
    writes it in the batch (:mod:`statestore.dynamodb.group_commit`).
 
 So the data and the bookkeeping apply together or not at all, in at most 5 items plus a
-flush's entries.
+flush's entries. :class:`CommitItems` reads the bookkeeping and builds those items; the
+items 3 to 6 come from the roles that own them (:class:`~.jobs.DynamoJobs`,
+:class:`~.ingest_queue.DynamoIngestQueue`, :class:`~.buffer.DynamoWriteBuffer`,
+:class:`~.client_writes.DynamoClientWrites`), and the one TransactWriteItems is
+written by the commit (:mod:`.table_commits`, or a leader's batch, :mod:`.group_commit`).
 """
 
 from __future__ import annotations
@@ -31,11 +35,12 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from statestore.bookkeeping import Bookkeeping
-from statestore.dynamodb.buffer import HEAD, WriteBufferMixin, entry_key
-from statestore.dynamodb.client_writes import key_put
+from statestore.dynamodb.buffer import DynamoWriteBuffer
+from statestore.dynamodb.client_writes import DynamoClientWrites
 from statestore.dynamodb.connection import n, s
-from statestore.dynamodb.ingest_queue import IngestQueueMixin, ended_item
-from statestore.dynamodb.jobs import EncodedJob, JobsMixin, job_put
+from statestore.dynamodb.context import DynamoContext
+from statestore.dynamodb.ingest_queue import DynamoIngestQueue
+from statestore.dynamodb.jobs import DynamoJobs, EncodedJob
 from statestore.dynamodb.log import EncodedTransaction
 from statestore.errors import BookkeepingError
 from statestore.jobs import check_job_bookkeeping
@@ -44,51 +49,61 @@ from statestore.jobs import check_job_bookkeeping
 LOG, TABLE, COMMIT_ID = range(3)
 
 
-
-
 def commit_id_key(table_id: str, commit_id: str) -> dict[str, Any]:
     return {"table_id": s(table_id), "sk": s(f"c#{commit_id}")}
 
 
-class CommitsMixin(JobsMixin, IngestQueueMixin, WriteBufferMixin):
-    """The bookkeeping reads and the writes of a commit."""
+class CommitItems:
+    """The bookkeeping reads and the items of a commit, over the store's one
+    :class:`~statestore.dynamodb.context.DynamoContext` and the roles whose items a
+    commit carries."""
 
-    def _check_bookkeeping(self, table_id: str, books: Bookkeeping) -> tuple[bool, Optional[int], Optional[str]]:
+    def __init__(self, context: DynamoContext, jobs: DynamoJobs, ingest_queue: DynamoIngestQueue,
+                 write_buffer: DynamoWriteBuffer, client_writes: DynamoClientWrites) -> None:
+        self.context = context
+        self.jobs = jobs
+        self.ingest_queue = ingest_queue
+        self.write_buffer = write_buffer
+        self.client_writes = client_writes
+
+    def check_bookkeeping(self, table_id: str, books: Bookkeeping) -> tuple[bool, Optional[int], Optional[str]]:
         """Whether the commit was applied already, the revision of its job's record
         (None: none stored) and the blob holding that record (None: inline or none).
         Raises BookkeepingError when the bookkeeping does not hold.
         With ``buffer_seqs``, remembers the records and blobs of those entries in
-        ``books`` terms: see :meth:`_flushed`."""
+        ``books`` terms: see :meth:`flushed`."""
         if books.check_id and self.context.dynamo.get(f"look up commit {books.commit_id}", "items",
                                                commit_id_key(table_id, books.commit_id)) is not None:
             return True, None, None
-        if books.client_write is not None and self.earlier_write(table_id, books.client_write) is not None:
+        write = books.client_write
+        if write is not None and self.client_writes.earlier_write(table_id, write) is not None:
             return True, None, None
         rev = blob = None
         if books.job is not None:
-            stored, rev, blob = self._read_job(table_id, books.job.job_id)
+            stored, rev, blob = self.jobs.read_job(table_id, books.job.job_id)
             if (books.check_id and stored is not None and stored.status == "committed"
                     and stored.outputs == books.job.outputs):
                 return True, None, None  # the job's record is this commit's ledger entry
             check_job_bookkeeping(stored, books.job)
-        if books.ingest_job_id is not None and not self._assigned_to(table_id, books.ingest_job_id):
+        if books.ingest_job_id is not None and not self.ingest_queue.assigned_to(table_id, books.ingest_job_id):
             raise BookkeepingError(f"no ingest request of table {table_id} is assigned to job "
                                    f"{books.ingest_job_id} any more")
         return False, rev, blob
 
-    def _flushed(self, table_id: str, books: Bookkeeping) -> tuple[int, list[str]]:
+    def flushed(self, table_id: str, books: Bookkeeping) -> tuple[int, list[str]]:
         """The records and blob keys of the flush's entries; BookkeepingError when any
         is gone (another flush took it)."""
-        found = self._buffered_rows(table_id, books.buffer_seqs)
+        found = self.write_buffer.buffered_rows(table_id, books.buffer_seqs)
         if found is None:
             raise BookkeepingError(f"write buffer entries of table {table_id} named by this flush are no longer "
                                    "buffered (flushed by another flush)")
         return found
 
-    def _commit_items(self, table_id: str, number: int, encoded: EncodedTransaction, books: Bookkeeping,
-                      job_rev: Optional[int], now_ms: int, flushed_rows: int = 0,
-                      job_encoded: Optional[EncodedJob] = None,
-                      summary: Optional[dict[str, Any]] = None, number_in: int = 0) -> list[dict[str, Any]]:
+    def items(self, table_id: str, number: int, encoded: EncodedTransaction, books: Bookkeeping,
+              job_rev: Optional[int], now_ms: int, flushed_rows: int = 0, job_encoded: Optional[EncodedJob] = None,
+              summary: Optional[dict[str, Any]] = None, number_in: int = 0) -> list[dict[str, Any]]:
+        """The items of a commit's TransactWriteItems logging ``encoded`` as transaction
+        ``number`` (see the module docstring for what they are, in this order)."""
         d = self.context.dynamo
         log_item = encoded.item(table_id, number, books.commit_id, now_ms)
         if summary is not None:
@@ -104,18 +119,11 @@ class CommitsMixin(JobsMixin, IngestQueueMixin, WriteBufferMixin):
         ]
         if books.job is not None:
             assert job_encoded is not None
-            items.append({"Put": job_put(d.table("items"), books.job, job_rev, job_encoded)})
+            items.append(self.jobs.record_put(books.job, job_rev, job_encoded))
         if books.ingest_job_id is not None:
-            items.append({"Put": {"TableName": d.table("items"),
-                                  "Item": ended_item(table_id, books.ingest_job_id, True),
-                                  "ConditionExpression": "attribute_not_exists(sk)"}})
+            items.append(self.ingest_queue.ended_put(table_id, books.ingest_job_id))
         if books.buffer_seqs:
-            for q in sorted(set(books.buffer_seqs)):
-                items.append({"Delete": {"TableName": d.table("items"), "Key": entry_key(table_id, q),
-                                         "ConditionExpression": "attribute_exists(sk)"}})
-            items.append({"Update": {"TableName": d.table("items"), "Key": {"table_id": s(table_id), "sk": s(HEAD)},
-                                     "UpdateExpression": "ADD held :r, flushes :one",
-                                     "ExpressionAttributeValues": {":r": n(-flushed_rows), ":one": n(1)}}})
+            items += self.write_buffer.flush_items(table_id, books.buffer_seqs, flushed_rows)
         if books.client_write is not None:
-            items.append(key_put(d.table("items"), table_id, books.client_write, number_in, now_ms))
+            items.append(self.client_writes.key_put(table_id, books.client_write, number_in, now_ms))
         return items

@@ -5,7 +5,8 @@
 * **Record blobs**: every object under ``<table_id>/buffer/`` in the blob store, named by
   a live buffer entry or not (a stray: a flush whose reply was lost, a failed write or
   best-effort delete). Listed, then read; a blob gone in between (its flush deleted it)
-  holds nothing and is skipped.
+  holds nothing and is skipped. The write buffer role lists them
+  (:meth:`DynamoWriteBuffer.record_blobs <statestore.dynamodb.buffer.DynamoWriteBuffer.record_blobs>`).
 * **Records holding a delete's keys**: the live tombstones; each log item of a delete
   (its body, inline or spilled under ``transactions/<table_id>/``); each group commit
   request of a delete still pending (until decided, or pruned by GC after the commit
@@ -17,23 +18,27 @@
   newer snapshot) is older than the table's history retention, and the item is older
   than ``retention_seconds``. Snapshots are made by committers, so that needs commits
   after the delete's tombstone is dropped.
+
+:class:`DynamoErasure` finds the records holding a delete's keys; the history role
+answers :meth:`~statestore.store.StateStore.delete_key_records` with it.
 """
 
 from __future__ import annotations
 
 import json
 import zlib
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
-from statestore.buffer import RecordBlob
 from statestore.deletes import TOMBSTONE_GOES, KeyRecord, Tombstone
 from statestore.dynamodb import snapshots
-from statestore.dynamodb.base import DynamoBase
+from statestore.dynamodb.blob_sweep import DynamoBlobSweep
 from statestore.dynamodb.catalog import table_info as catalog_info
 from statestore.dynamodb.connection import get_n, get_s, s
+from statestore.dynamodb.context import DynamoContext
 from statestore.dynamodb.group_batch import PENDING, REQUESTS
 from statestore.dynamodb.log import decode
 from statestore.dynamodb.retention import DynamoRetention
+from statestore.dynamodb.table_commits import DynamoCommits
 from statestore.errors import StateStoreUnavailableError
 from statestore.history import retention_ms
 from statestore.store import COMMIT_ID_RETENTION_MS
@@ -42,41 +47,30 @@ from statestore.transactions import DeleteRecords, transaction_from_dict
 _STRAY_GOES = "with the state store's sweep of blobs nothing names (after its floor)"
 
 
-class ErasureMixin(DynamoBase):
-    """The proof-of-erasure part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
+class DynamoErasure:
+    """The records holding a delete's keys, over the store's one
+    :class:`~statestore.dynamodb.context.DynamoContext`: the live tombstones and the
+    snapshot options come from ``commits``, the names of blobs from ``sweep``, and when
+    log items and snapshots go from ``retention``."""
 
-    retention: DynamoRetention
-    snapshot_every: int
-    snapshot_seconds: float
-
-    def record_blobs(self, table_id: str) -> Iterator[RecordBlob]:
-        """Every buffer blob of the table (see the module docstring)."""
-        self.context.require_table_id(table_id)
-        prefix = f"{table_id}/buffer/"
-        listed = self.context.blobs.list(prefix)
-        named = {k for k in (get_s(it, "blob_key") for it in self.context.dynamo.query(
-            f"list the write buffer of table {table_id}", "items", "table_id = :t AND begins_with(sk, :b)",
-            {":t": s(table_id), ":b": s("b#")}, projection="sk, blob_key")) if k}
-        for key, written_ms in listed:
-            try:
-                data = self.context.blobs.get(key)
-            except StateStoreUnavailableError:
-                if any(k == key for k, _ in self.context.blobs.list(prefix)):
-                    raise  # still there: unreadable, which is not "holds nothing"
-                continue  # deleted by its flush meanwhile
-            yield RecordBlob(key, written_ms, data, key in named)
+    def __init__(self, context: DynamoContext, commits: DynamoCommits, sweep: DynamoBlobSweep,
+                 retention: DynamoRetention) -> None:
+        self.context = context
+        self.commits = commits
+        self.sweep = sweep
+        self.retention = retention
 
     def delete_key_records(self, table_id: str, now_ms: int) -> list[KeyRecord]:
         """The live tombstones, delete log items, snapshots holding tombstones and stray
         bodies and snapshots of the table (see the module docstring)."""
         info = catalog_info(self.context.table_item(table_id))
         history_ms = retention_ms(info)
-        _, live = self.tombstones(table_id)
+        _, live = self.commits.tombstones(table_id)
         out = [KeyRecord(f"tombstone {t.number}", t.regions, t.where, TOMBSTONE_GOES) for t in live]
         # listed before the names are read (as the sweep does): a blob named meanwhile is not taken for a stray
         listed = [k for prefix in (f"transactions/{table_id}/", f"snapshots/{table_id}/")
                   for k, _ in self.context.blobs.list(prefix)]
-        named = self._named_blobs(table_id)
+        named = self.sweep.named_blobs(table_id)
         pointers = snapshots.all_pointers(self.context.dynamo, table_id)
         for it in self.context.dynamo.query(f"read the transaction log of table {table_id}", "log", "table_id = :t",
                                      {":t": s(table_id)}):
@@ -101,9 +95,6 @@ class ErasureMixin(DynamoBase):
         out += self._pending_deletes(table_id)
         out += self._stray_deletes([k for k in listed if k not in named])
         return out
-
-    def _named_blobs(self, table_id: str) -> set[str]:  # pragma: no cover - the sweep's (blob_sweep.py)
-        raise NotImplementedError
 
     def _delete_of(self, item: dict[str, Any]) -> Optional[DeleteRecords]:
         """The delete a log item or a pending request carries (None: another transaction)."""
@@ -133,8 +124,8 @@ class ErasureMixin(DynamoBase):
         margin = self.retention.retention_margin
         later = next((p for p in pointers if p.n >= number + max(1, margin)), None)
         text = (f"with expiry once a snapshot made {margin}+ transactions later is older than the "
-                f"history retention (snapshots every {self.snapshot_every} transactions or "
-                f"{self.snapshot_seconds:g} s of commits)")
+                f"history retention (snapshots every {self.commits.snapshots.snapshot_every} transactions or "
+                f"{self.commits.snapshots.snapshot_seconds:g} s of commits)")
         if later is None:
             return text, None
         return text, max(later.time_ms + history_ms, time_ms + int(self.retention.retention_seconds * 1000))

@@ -11,7 +11,7 @@ table; alone, it commits by itself (:mod:`statestore.dynamodb.contention`).
 
 The protocol, all through DynamoDB (no process talks to another):
 
-1. **Request.** The owner (the caller of :meth:`commit`) puts a pending item
+1. **Request.** The owner (the caller of :meth:`DynamoGroupCommit.commit`) puts a pending item
    ``p#<commit id>`` in the ``requests`` table (:mod:`statestore.dynamodb.group_batch`), conditional on none
    existing: the encoded transaction (a large body is spilled to the blob store
    first, as today), its bookkeeping and a ``nonce`` of this call.
@@ -58,6 +58,12 @@ is settled by reading the items again: a retried put that re-creates a request a
 decided is found "stale" by the next leader (its verdict names the nonce) and only
 deleted. Verdicts of owners that died, and pending items nobody will decide, are removed
 by :meth:`~statestore.dynamodb.store.DynamoDBStateStore.prune_commit_ids`.
+
+:class:`DynamoGroupCommit` is the part of the store's table commits
+(:class:`~statestore.dynamodb.table_commits.DynamoCommits`) that commits this way; it
+takes a commit's items from the same :class:`~statestore.dynamodb.commits.CommitItems`
+a single commit does, so a request accepted into a batch writes what its single commit
+would.
 """
 
 from __future__ import annotations
@@ -73,9 +79,10 @@ from statestore.bookkeeping import Bookkeeping
 from statestore.clock import now_ms
 from statestore.dynamodb.cache import CachedTable
 from statestore.dynamodb.client_writes import key_item, key_record
-from statestore.dynamodb.commits import COMMIT_ID, TABLE, commit_id_key
+from statestore.dynamodb.commits import COMMIT_ID, TABLE, CommitItems, commit_id_key
 from statestore.dynamodb.connection import cancellation_codes, get_s, n, s
 from statestore.dynamodb.contention import Contention
+from statestore.dynamodb.context import DynamoContext
 from statestore.dynamodb.group_batch import (
     REQUESTS,
     Batch,
@@ -88,10 +95,12 @@ from statestore.dynamodb.group_batch import (
     refusal,
     verdict_key,
 )
-from statestore.dynamodb.group_requests import POLL_FIRST, GroupRequestsMixin
-from statestore.dynamodb.jobs import EncodedJob, StoredJob, job_key
+from statestore.dynamodb.group_requests import POLL_FIRST, GroupRequests
+from statestore.dynamodb.ingest_queue import DynamoIngestQueue
+from statestore.dynamodb.jobs import DynamoJobs, EncodedJob, StoredJob, job_key
 from statestore.dynamodb.log import EncodedTransaction
 from statestore.dynamodb.sizes import rejection
+from statestore.dynamodb.snapshot_policy import SnapshotPolicy
 from statestore.dynamodb.writes import delete_quietly, may_have_applied, outcome_unknown
 from statestore.errors import (
     BookkeepingError,
@@ -117,30 +126,32 @@ _GATHER_SECONDS, _GATHERS = 0.003, 4
 _PATIENCE = 0.05
 
 
+class DynamoGroupCommit:
+    """Commits through pending requests and leaders (see the module docstring), over the
+    store's one :class:`~statestore.dynamodb.context.DynamoContext`: a commit's items
+    from ``items``, its job record read through ``jobs``, its ingest assignment checked
+    through ``ingest_queue``, a snapshot after a batch when ``snapshots`` says one is due.
+    :attr:`outcome_timeout_seconds` (how long an owner waits for a verdict) and
+    :attr:`contention` (:mod:`statestore.dynamodb.contention`) are shared with single commits."""
 
-class GroupCommitMixin(GroupRequestsMixin):
-    """Commits through pending requests and leaders (see the module docstring)."""
+    outcome_timeout_seconds: float = 60.0
 
-    outcome_timeout_seconds: float
-    #: the size of the last batch this store wrote, by table (a hint for gathering)
-    _last_batch: dict[str, int]
-    #: how long this store's commits waited for a verdict lately, by table (a hint for polling)
-    _wait_hint: dict[str, float]
-    #: the tables this store lately saw other committers on (statestore.dynamodb.contention)
-    _contention: Contention
-    #: the tables this store leads (its last batch went through)
-    _leading: set[str]
-    #: tables whose next batches hold one request each, and how many (see _rejected)
-    _isolating: dict[str, int]
-
-    def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:
-        raise NotImplementedError
-
-    def _drop_unsaved_job_blob(self, job: Any, key: str, what: str) -> None:
-        raise NotImplementedError
+    def __init__(self, context: DynamoContext, items: CommitItems, jobs: DynamoJobs, ingest_queue: DynamoIngestQueue,
+                 snapshots: SnapshotPolicy) -> None:
+        self.context = context
+        self.items = items
+        self.jobs = jobs
+        self.ingest_queue = ingest_queue
+        self.snapshots = snapshots
+        self.requests = GroupRequests(context)
+        self.contention = Contention()
+        self._last_batch: dict[str, int] = {}  # the size of the last batch this store wrote (a gathering hint)
+        self._wait_hint: dict[str, float] = {}  # how long its commits waited for a verdict lately (a polling hint)
+        self._leading: set[str] = set()  # the tables this store leads (its last batch went through)
+        self._isolating: dict[str, int] = {}  # tables whose next batches hold one request each (see _rejected)
 
     # ----- the owner ------------------------------------------------------------------
-    def _group_commit(self, table_id: str, txn: Transaction, books: Bookkeeping, encoded: EncodedTransaction,
+    def commit(self, table_id: str, txn: Transaction, books: Bookkeeping, encoded: EncodedTransaction,
                       job_encoded: Optional[EncodedJob]) -> bool:
         """Commit through a pending request; True (applied by this call), False (its
         commit id was applied before), or the error a single commit would raise."""
@@ -153,7 +164,7 @@ class GroupCommitMixin(GroupRequestsMixin):
         owned = [k for k in (encoded.blob_key, job_encoded.blob_key if job_encoded else None) if k]
         if verdict.kind == "before":
             if books.job is not None and job_encoded is not None and job_encoded.blob_key:
-                self._drop_unsaved_job_blob(books.job, job_encoded.blob_key, what)
+                self.jobs.drop_unsaved_blob(books.job, job_encoded.blob_key, what)
                 owned.remove(job_encoded.blob_key)
         if owned:
             delete_quietly(self.context.blobs, owned, what)  # a definite no: nothing logged names them
@@ -179,13 +190,13 @@ class GroupCommitMixin(GroupRequestsMixin):
                 return self._withdraw(table_id, commit_id, nonce, what, last), uncertain
             try:
                 if put:
-                    self._put_pending(item, what)
+                    self.requests.put_pending(item, what)
                     put = False
                 waited = time.monotonic() - start
                 leader = table_id in self._leading
                 patient = not leader and waited <= max(_PATIENCE, 3 * self._wait_hint.get(table_id, 0.0))
                 if not patient:  # lead, or see whether we should
-                    pending = self._pending(table_id)
+                    pending = self.requests.pending(table_id)
                     mine = next((r for r in pending if r.commit_id == commit_id), None)
                     if mine is not None and mine.nonce == nonce:
                         oldest = min(pending, key=lambda r: (r.t_ms, r.commit_id))
@@ -197,17 +208,17 @@ class GroupCommitMixin(GroupRequestsMixin):
                             verdict, maybe = self._lead_round(table_id, pending, commit_id, nonce)
                             uncertain = uncertain or maybe
                             if verdict is not None:
-                                return self._settled(table_id, commit_id, verdict, stale=False), uncertain
+                                return self.requests.settled(table_id, commit_id, verdict, stale=False), uncertain
                             continue
                     else:
                         patient = True  # decided (or never written): read which
                 if patient:
-                    verdict, there = self._read_verdict(table_id, commit_id, nonce)
+                    verdict, there = self.requests.read_verdict(table_id, commit_id, nonce)
                     if verdict is not None:
-                        self._contention.seen(table_id)  # another committer led the batch
+                        self.contention.seen(table_id)  # another committer led the batch
                         waited = time.monotonic() - start
                         self._wait_hint[table_id] = 0.7 * self._wait_hint.get(table_id, waited) + 0.3 * waited
-                        return self._settled(table_id, commit_id, verdict, there), uncertain
+                        return self.requests.settled(table_id, commit_id, verdict, there), uncertain
                     if not there:  # never written (a lost put), or a call with our id before us finished
                         self.context.require_table_id(table_id)
                         put = True
@@ -233,13 +244,17 @@ class GroupCommitMixin(GroupRequestsMixin):
                 time.sleep(pause)
                 pause = min(_POLL_CAP, pause * _POLL_GROWTH)
 
+    def _withdraw(self, table_id: str, commit_id: str, nonce: str, what: str,
+                  last: Optional[BaseException]) -> Verdict:
+        return self.requests.withdraw(table_id, commit_id, nonce, what, last, self.outcome_timeout_seconds)
+
     def _lead_round(self, table_id: str, pending: list[Request], commit_id: str,
                     nonce: str) -> tuple[Optional[Verdict], bool]:
         """Lead one batch: this call's verdict if the batch decided it, and whether a
         cancelled transaction may have applied. A store whose batch went through keeps
         leading (its next requests lead at once; the others wait); a lost race ends that."""
         if len(pending) > 1:
-            self._contention.seen(table_id)  # other committers' requests are pending too
+            self.contention.seen(table_id)  # other committers' requests are pending too
         decided, maybe = self._lead(table_id, pending)
         if decided is None:  # a lost race: read again
             self._leading.discard(table_id)
@@ -291,7 +306,8 @@ class GroupCommitMixin(GroupRequestsMixin):
                                 and stored.record.outputs == books.job.outputs):
                             return Verdict("before", r.nonce)  # the job's record is this commit's ledger entry
                         check_job_bookkeeping(stored.record, books.job)
-                    if books.ingest_job_id is not None and not self._assigned_to(table_id, books.ingest_job_id):
+                    if (books.ingest_job_id is not None
+                            and not self.ingest_queue.assigned_to(table_id, books.ingest_job_id)):
                         raise BookkeepingError(f"no ingest request of table {table_id} is assigned to job "
                                                f"{books.ingest_job_id} any more")
                     txn.validate(rows)
@@ -304,7 +320,7 @@ class GroupCommitMixin(GroupRequestsMixin):
             if self._isolating.get(table_id):  # one request a batch, oldest first (see _rejected)
                 pending = sorted(pending, key=lambda r: (r.t_ms, r.commit_id))[:1]
             batch = choose(pending, got, self.context.blobs, entry.state, decide,
-                           lambda it: self._job_of(f"read a job of table {table_id}", it))
+                           lambda it: self.jobs.job_of(f"read a job of table {table_id}", it))
             return self._write_batch(table_id, entry, batch)
 
     def _write_batch(self, table_id: str, entry: CachedTable,
@@ -319,7 +335,7 @@ class GroupCommitMixin(GroupRequestsMixin):
 
         items: list[dict[str, Any]] = []
         for i, a in enumerate(batch.accepted):
-            written = self._commit_items(table_id, entry.n + 1 + i, a.request.encoded(), a.books, a.stored_job.rev,
+            written = self.items.items(table_id, entry.n + 1 + i, a.request.encoded(), a.books, a.stored_job.rev,
                                          now, 0, a.job_encoded, a.summary, a.number)
             written[COMMIT_ID]["Put"]["Item"]["by"] = s(a.request.nonce)
             if i > 0:
@@ -359,7 +375,7 @@ class GroupCommitMixin(GroupRequestsMixin):
             delete_quietly(self.context.blobs, replaced, f"commit a batch to table {table_id}")
         self._last_batch[table_id] = len(batch)
         if batch.accepted:
-            self._maybe_snapshot(table_id, entry)
+            self.snapshots.maybe_snapshot(table_id, entry)
         out = {a.request.commit_id: Verdict("applied", a.request.nonce) for a in batch.accepted}
         out.update({cid: v for cid, (_, v) in batch.verdicts.items()})
         return out, False

@@ -1,7 +1,8 @@
 """The owner's requests and verdicts in group commit
 (:mod:`statestore.dynamodb.group_commit`, steps 1, 3 and 4): putting a pending request,
 reading the table's pending requests, reading a request's verdict, cleaning up after it,
-and withdrawing a request whose verdict did not come in time."""
+and withdrawing a request whose verdict did not come in time: :class:`GroupRequests`,
+over the store's one :class:`~statestore.dynamodb.context.DynamoContext`."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any, Optional
 
 import botocore.exceptions
 
-from statestore.dynamodb.commits import CommitsMixin, commit_id_key
+from statestore.dynamodb.commits import commit_id_key
 from statestore.dynamodb.connection import get_s, is_condition_failed, s
+from statestore.dynamodb.context import DynamoContext
 from statestore.dynamodb.group_batch import (
     MAX_REQUESTS,
     PENDING,
@@ -32,12 +34,13 @@ log = logging.getLogger(__name__)
 POLL_FIRST = 0.002
 
 
-class GroupRequestsMixin(CommitsMixin):
+class GroupRequests:
     """The requests and verdicts part of group commit (see the module docstring)."""
 
-    outcome_timeout_seconds: float
+    def __init__(self, context: DynamoContext) -> None:
+        self.context = context
 
-    def _put_pending(self, item: dict[str, Any], what: str) -> None:
+    def put_pending(self, item: dict[str, Any], what: str) -> None:
         """Put the request unless an item of its commit id is there already (ours, put
         by an earlier try of this put, or another call's with the same id: the polls
         tell which)."""
@@ -49,12 +52,13 @@ class GroupRequestsMixin(CommitsMixin):
             if not is_condition_failed(e):
                 raise
 
-    def _pending(self, table_id: str) -> list[Request]:
+    def pending(self, table_id: str) -> list[Request]:
+        """The table's pending requests (at most :data:`~.group_batch.MAX_REQUESTS`)."""
         return [Request.of(it) for it in self.context.dynamo.query(
             f"read the pending commits of table {table_id}", REQUESTS, "table_id = :t AND begins_with(sk, :p)",
             {":t": s(table_id), ":p": s(PENDING)}, limit=MAX_REQUESTS)]
 
-    def _read_verdict(self, table_id: str, commit_id: str, nonce: str) -> tuple[Optional[Verdict], bool]:
+    def read_verdict(self, table_id: str, commit_id: str, nonce: str) -> tuple[Optional[Verdict], bool]:
         """The verdict of this call's request (None: none yet), and whether its pending
         item is there (with a verdict: a retried put's stale re-creation)."""
         mine = [verdict_key(table_id, commit_id), pending_key(table_id, commit_id)]
@@ -69,7 +73,7 @@ class GroupRequestsMixin(CommitsMixin):
             return Verdict.of(told), ours
         return None, ours
 
-    def _delete_pending(self, table_id: str, commit_id: str, nonce: str) -> None:
+    def delete_pending(self, table_id: str, commit_id: str, nonce: str) -> None:
         """Delete this call's pending item if it is there (a failed condition: it is not)."""
         d = self.context.dynamo
         try:
@@ -80,13 +84,13 @@ class GroupRequestsMixin(CommitsMixin):
             if not is_condition_failed(e):
                 raise
 
-    def _settled(self, table_id: str, commit_id: str, verdict: Verdict, stale: bool) -> Verdict:
+    def settled(self, table_id: str, commit_id: str, verdict: Verdict, stale: bool) -> Verdict:
         """Clean up after a verdict (best effort: leftovers go to ``prune_commit_ids``):
         a stale pending item first, then the verdict item, which while the pending item
         is there tells a leader not to decide it again."""
         try:
             if stale:
-                self._delete_pending(table_id, commit_id, verdict.nonce)
+                self.delete_pending(table_id, commit_id, verdict.nonce)
             if verdict.kind != "applied":
                 d = self.context.dynamo
                 d.call(f"clear the verdict of commit {commit_id}", d.client.delete_item, TableName=d.table(REQUESTS),
@@ -95,18 +99,19 @@ class GroupRequestsMixin(CommitsMixin):
             log.warning("commit %s of table %s: its items are left to the prune: %s", commit_id, table_id, e)
         return verdict
 
-    def _withdraw(self, table_id: str, commit_id: str, nonce: str, what: str,
-                  last: Optional[BaseException]) -> Verdict:
+    def withdraw(self, table_id: str, commit_id: str, nonce: str, what: str,
+                 last: Optional[BaseException], timeout_seconds: float) -> Verdict:
         """Delete this call's pending item and read what became of it: its verdict if a
-        leader decided it first, else ``withdrawn`` (it can never apply)."""
-        deadline = time.monotonic() + self.outcome_timeout_seconds
+        leader decided it first, else ``withdrawn`` (it can never apply). DynamoDB lost
+        for ``timeout_seconds``: CommitOutcomeUnknownError."""
+        deadline = time.monotonic() + timeout_seconds
         pause = POLL_FIRST
         while True:
             try:
-                self._delete_pending(table_id, commit_id, nonce)
-                verdict, there = self._read_verdict(table_id, commit_id, nonce)
+                self.delete_pending(table_id, commit_id, nonce)
+                verdict, there = self.read_verdict(table_id, commit_id, nonce)
                 if verdict is not None:
-                    return self._settled(table_id, commit_id, verdict, there)
+                    return self.settled(table_id, commit_id, verdict, there)
                 if not there:
                     why = f": {last}" if last is not None else ""
                     return Verdict("withdrawn", nonce, message=why)
@@ -115,7 +120,7 @@ class GroupRequestsMixin(CommitsMixin):
                 if time.monotonic() >= deadline:
                     raise CommitOutcomeUnknownError(
                         f"{what}: DynamoDB was lost while the commit was pending and did not come back within "
-                        f"{self.outcome_timeout_seconds:g}s, so whether it applied is unknown "
+                        f"{timeout_seconds:g}s, so whether it applied is unknown "
                         f"(commit id {commit_id}): {e}") from e
             time.sleep(pause)
             pause = min(1.0, pause * 2)

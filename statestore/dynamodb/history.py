@@ -117,8 +117,9 @@ class DynamoHistory:
     """The :class:`~statestore.roles.History` role of
     :class:`~statestore.dynamodb.store.DynamoDBStateStore` (see the module docstring):
     :meth:`prune_history` is the retention's expiry as at a time, and the records
-    holding a delete's keys are found by ``key_records`` (the erasure part,
-    :mod:`statestore.dynamodb.erasure`, which reads what the blob sweep reads)."""
+    holding a delete's keys are found by ``key_records`` (the store passes
+    :meth:`statestore.dynamodb.erasure.DynamoErasure.delete_key_records`, which reads
+    what the blob sweep reads)."""
 
     def __init__(self, context: DynamoContext, retention: Expiry,
                  key_records: Callable[[str, int], list[KeyRecord]]) -> None:

@@ -18,6 +18,10 @@ item in its TransactWriteItems; of a commit and a requeue racing, exactly one wr
 * assigning is one TransactWriteItems conditional on each request's revision, so of
   two batchers racing exactly one wins; at most 100 requests per job (DynamoDB's limit
   on one transaction; the batcher's default ``job.max.files`` is 100).
+
+:class:`DynamoIngestQueue` is the store's ingest queue role; a data commit takes the
+``e#`` item of its ingest job from :meth:`DynamoIngestQueue.ended_put` and checks the
+job's assignment with :meth:`DynamoIngestQueue.assigned_to`.
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ from typing import Any, Callable, Optional, Sequence
 import botocore.exceptions
 
 from statestore.client_writes import ClientWrite, ClientWriteRecord
-from statestore.clock import now_ms
-from statestore.dynamodb.client_writes import ClientWritesMixin, key_put
+from statestore.dynamodb.client_writes import DynamoClientWrites
 from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, n, s
+from statestore.dynamodb.context import DynamoContext
 from statestore.dynamodb.writes import may_have_applied
 from statestore.ingest_requests import INGEST_REQUEST_STATUSES, IngestRequest, IngestRequestError, check_new_requests
 
@@ -68,8 +72,20 @@ def _effective(r: IngestRequest, ends: dict[str, dict[str, Any]]) -> IngestReque
     return r
 
 
-class IngestQueueMixin(ClientWritesMixin):
-    """The ingest queue part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
+class DynamoIngestQueue:
+    """The ingest queue role (:class:`~statestore.roles.IngestQueue`) over the store's one
+    :class:`~statestore.dynamodb.context.DynamoContext`; a batch carrying an idempotency
+    key stores it through ``client_writes`` in the batch's one transaction."""
+
+    def __init__(self, context: DynamoContext, client_writes: DynamoClientWrites) -> None:
+        self.context = context
+        self.client_writes = client_writes
+
+    def ended_put(self, table_id: str, job_id: str) -> dict[str, Any]:
+        """The TransactWriteItems item a data commit writes to say ingest job ``job_id``
+        ended with its requests ingested, refused when the job has ended already."""
+        return {"Put": {"TableName": self.context.dynamo.table("items"), "Item": ended_item(table_id, job_id, True),
+                        "ConditionExpression": "attribute_not_exists(sk)"}}
 
     def _batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
         d = self.context.dynamo
@@ -101,7 +117,7 @@ class IngestQueueMixin(ClientWritesMixin):
             out = [(r, v) for r, v in out if r.status == "assigned" and r.job_id == job_id]
         return out
 
-    def _assigned_to(self, table_id: str, job_id: str) -> int:
+    def assigned_to(self, table_id: str, job_id: str) -> int:
         """How many requests are (effectively) assigned to ``job_id`` now."""
         raw = self._raw_requests(table_id, job_id)
         if not raw or self._ends(table_id, {job_id}):
@@ -149,27 +165,17 @@ class IngestQueueMixin(ClientWritesMixin):
                 f"at most {MAX_TRANSACTION_ITEMS - 1} files can be queued for table {table_id} in one request "
                 f"with an idempotency key on DynamoDB, not {len(new)}: the key and the requests are stored in "
                 "one transaction; split the files over several requests")
-        earlier = self.earlier_write(table_id, write)
-        if earlier is not None:
-            return earlier
-        d = self.context.dynamo
-        table = d.table("items")
-        items = [key_put(table, table_id, write, 0, now_ms())]
-        items += [{"Put": {"TableName": table, "Item": _request_item(r, 1),
-                           "ConditionExpression": "attribute_not_exists(sk)"}} for r in new]
+        table = self.context.dynamo.table("items")
+        items = [{"Put": {"TableName": table, "Item": _request_item(r, 1),
+                          "ConditionExpression": "attribute_not_exists(sk)"}} for r in new]
         try:
-            d.call(f"queue ingest requests of table {table_id}", d.client.transact_write_items, TransactItems=items)
+            return self.client_writes.write_with_key(table_id, write, items,
+                                                     f"queue ingest requests of table {table_id}")
         except Exception as e:
-            codes = cancellation_codes(e)
-            if codes and codes[0] == "ConditionalCheckFailed":
-                earlier = self.earlier_write(table_id, write)
-                if earlier is not None:
-                    return earlier
-            taken = [r for r, c in zip(new, codes[1:]) if c == "ConditionalCheckFailed"]
+            taken = [r for r, c in zip(new, cancellation_codes(e)[1:]) if c == "ConditionalCheckFailed"]
             if taken:
                 raise IngestRequestError(f"ingest request {taken[0].request_id} is already queued") from None
             raise
-        return None
 
     def _stored_as(self, table_id: str, mine: Sequence[IngestRequest], e: BaseException,
                    ours: Callable[[IngestRequest, IngestRequest, Optional[int]], bool]) -> bool:
@@ -225,7 +231,7 @@ class IngestQueueMixin(ClientWritesMixin):
     def finish_ingest_job(self, table_id: str, job_id: str, ok: bool, error: Optional[str] = None, *,
                           max_attempts: Optional[int] = None) -> int:
         self.context.require_table_id(table_id)
-        count = self._assigned_to(table_id, job_id)
+        count = self.assigned_to(table_id, job_id)
         if not count:
             return 0
         d = self.context.dynamo

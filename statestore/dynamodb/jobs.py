@@ -14,12 +14,17 @@ A save reads the stored record, applies :func:`statestore.jobs.saves_over` (a
 committed record is final; a superseded attempt cannot overwrite its successor) and
 writes conditionally on the revision it read, retrying when another save came first:
 the rule holds however saves race. A commit saving its job's record writes the item
-in the same TransactWriteItems as the log item (:mod:`statestore.dynamodb.commits`).
+in the same TransactWriteItems as the log item (:mod:`statestore.dynamodb.commits`): it
+reads the stored record with :meth:`DynamoJobs.read_job` and takes the item from
+:meth:`DynamoJobs.record_put`.
+
+:class:`DynamoJobs` is the store's job tracker role.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 import zlib
@@ -27,10 +32,13 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 from statestore.dynamodb.blobs import BlobStore
 from statestore.dynamodb.connection import cancellation_codes, get_n, get_s, is_condition_failed, n, s
-from statestore.dynamodb.job_index import JobIndexMixin, index_puts
+from statestore.dynamodb.context import DynamoContext
+from statestore.dynamodb.job_index import PAGE, drop_open_entry, ensure_indexed, index_puts, open_entries, time_pages
 from statestore.dynamodb.writes import cleanup_on_refusal, delete_quietly
 from statestore.errors import CommitConflictError, StateStoreUnavailableError, TableNotFoundError
 from statestore.jobs import JobRecord, saves_over
+
+log = logging.getLogger(__name__)
 
 #: a record's JSON up to this many characters is kept in its item (items hold 400 KB)
 RECORD_INLINE_LIMIT = 300_000
@@ -68,7 +76,7 @@ def record_blob(item: dict[str, Any]) -> Optional[str]:
 
 def job_from_item(item: dict[str, Any], blobs: BlobStore) -> JobRecord:
     """The record of a job item (read from its blob when spilled), with the heartbeat
-    that :meth:`JobsMixin.heartbeat_jobs` keeps beside it (an attribute of its own, so
+    that :meth:`DynamoJobs.heartbeat_jobs` keeps beside it (an attribute of its own, so
     a beat rewrites no record)."""
     key = record_blob(item)
     text = zlib.decompress(blobs.get(key)).decode() if key else (get_s(item, "record") or "{}")
@@ -98,10 +106,20 @@ class StoredJob(NamedTuple):
     blob_key: Optional[str]
 
 
-class JobsMixin(JobIndexMixin):
-    """The job records part of :class:`~statestore.dynamodb.table_commits.DynamoCommits`."""
+class DynamoJobs:
+    """The job tracker role (:class:`~statestore.roles.JobTracker`) over the store's one
+    :class:`~statestore.dynamodb.context.DynamoContext`: job records, their heartbeats
+    and their bounded listings (:mod:`statestore.dynamodb.job_index`)."""
 
-    def _job_of(self, what: str, item: dict[str, Any]) -> StoredJob:
+    def __init__(self, context: DynamoContext) -> None:
+        self.context = context
+
+    def record_put(self, record: JobRecord, read_rev: Optional[int], encoded: EncodedJob) -> dict[str, Any]:
+        """The TransactWriteItems item saving ``record`` (``encoded``), refused unless the
+        stored revision is still ``read_rev`` (None: no record stored)."""
+        return {"Put": job_put(self.context.dynamo.table("items"), record, read_rev, encoded)}
+
+    def job_of(self, what: str, item: dict[str, Any]) -> StoredJob:
         """The stored job of ``item``, reading the item again while the blob it names
         was replaced meanwhile."""
         for _ in range(_REREADS):
@@ -116,13 +134,23 @@ class JobsMixin(JobIndexMixin):
                 item = again
         return StoredJob(job_from_item(item, self.context.blobs), get_n(item, "rev"), record_blob(item))
 
-    def _read_job(self, table_id: str, job_id: str) -> StoredJob:
+    def read_job(self, table_id: str, job_id: str) -> StoredJob:
         """The stored record of a job, its revision and its blob (all None: none stored)."""
         what = f"read job {job_id} of table {table_id}"
         item = self.context.dynamo.get(what, "items", job_key(table_id, job_id))
         if item is None:
             return StoredJob(None, None, None)
-        return self._job_of(what, item)
+        return self.job_of(what, item)
+
+    def drop_unsaved_blob(self, job: JobRecord, key: str, what: str) -> None:
+        """After a commit with ``job`` found applied before: delete the spilled record
+        ``key`` unless the stored record is it (the earlier try was this call's, whose
+        reply was lost). Best effort: a leftover wastes space, nothing else."""
+        try:
+            if self.read_job(job.table_id, job.job_id).blob_key != key:
+                delete_quietly(self.context.blobs, [key], what)
+        except StateStoreUnavailableError as e:
+            log.warning("%s: spilled job record %s not checked: %s", what, key, e)
 
     def put_job(self, record: JobRecord) -> None:
         self.context.require_table_id(record.table_id)
@@ -131,7 +159,7 @@ class JobsMixin(JobIndexMixin):
         encoded: Optional[EncodedJob] = None
         with cleanup_on_refusal(self.context.blobs, [None], what) as owned:
             for attempt in range(self.context.backoff.max_attempts):
-                stored = self._read_job(record.table_id, record.job_id)
+                stored = self.read_job(record.table_id, record.job_id)
                 if stored.record is not None and not saves_over(stored.record, record):
                     if encoded is not None and encoded.blob_key and stored.blob_key != encoded.blob_key:
                         delete_quietly(self.context.blobs, [encoded.blob_key], what)  # not saved: never named
@@ -176,16 +204,16 @@ class JobsMixin(JobIndexMixin):
             except Exception as e:
                 if not is_condition_failed(e):
                     raise
-                beaten += self._read_job(table_id, job_id).record is not None  # beaten later already, or no record
+                beaten += self.read_job(table_id, job_id).record is not None  # beaten later already, or no record
         return beaten
 
     def get_job(self, table_id: str, job_id: str) -> Optional[JobRecord]:
-        return self._read_job(table_id, job_id).record
+        return self.read_job(table_id, job_id).record
 
     def _all_jobs(self, table_id: str) -> list[JobRecord]:
         """Every job record of the table (indexing a table of an earlier version, once)."""
         what = f"read every job of table {table_id}"
-        jobs = (self._job_of(what, it).record for it in self.context.dynamo.query(
+        jobs = (self.job_of(what, it).record for it in self.context.dynamo.query(
             what, "items", "table_id = :t AND begins_with(sk, :j)", {":t": s(table_id), ":j": s("j#")}))
         return [j for j in jobs if j is not None]
 
@@ -200,7 +228,7 @@ class JobsMixin(JobIndexMixin):
             for attempt in range(10):
                 got = d.call(f"read jobs of table {table_id}", d.client.batch_get_item, RequestItems=request)
                 for item in got.get("Responses", {}).get(table, []):
-                    rec = self._job_of(f"read jobs of table {table_id}", item).record
+                    rec = self.job_of(f"read jobs of table {table_id}", item).record
                     if rec is not None:
                         out[rec.job_id] = rec
                 request = got.get("UnprocessedKeys") or {}
@@ -226,3 +254,34 @@ class JobsMixin(JobIndexMixin):
         """See :meth:`StateStore.in_flight_outputs`: reads only the jobs not yet final
         (:mod:`statestore.dynamodb.job_index`), not every job ever run."""
         return {o for j in self.open_jobs(table_id) if j.last_update_ms >= active_since_ms for o in j.outputs}
+
+    def open_jobs(self, table_id: str) -> list[JobRecord]:
+        """The table's jobs not yet final, reading only their records (see
+        :meth:`statestore.store.StateStore.open_jobs`)."""
+        self.context.require_table_id(table_id)
+        d = self.context.dynamo
+        ensure_indexed(d, table_id, self._all_jobs)
+        entries = open_entries(d, table_id)
+        records = self._job_records(table_id, list(entries))
+        out = []
+        for job_id, token in entries.items():
+            rec = records.get(job_id)
+            if rec is not None and not rec.final:
+                out.append(rec)
+                continue
+            drop_open_entry(d, table_id, job_id, token)  # final (or gone)
+        return out
+
+    def newest_jobs(self, table_id: str, kind: Optional[str], limit: Optional[int]) -> list[JobRecord]:
+        """At most ``limit`` (None: all) of the table's jobs (of ``kind``, if given),
+        newest created first, reading the index a page at a time and only the records
+        it returns."""
+        d = self.context.dynamo
+        ensure_indexed(d, table_id, self._all_jobs)
+        out: list[JobRecord] = []
+        for ids in time_pages(d, table_id, PAGE if limit is None else max(10, min(limit, PAGE))):
+            records = self._job_records(table_id, ids)
+            out.extend(r for r in (records.get(i) for i in ids) if r is not None and (kind is None or r.kind == kind))
+            if limit is not None and len(out) >= limit:
+                break
+        return out if limit is None else out[:max(0, limit)]

@@ -4,7 +4,8 @@
 
 What must commit together is one role method's one TransactWriteItems: a commit with
 its job record, ingest requests, buffer entries and client write
-(:mod:`.table_commits`, whose object plays those five roles)."""
+(:mod:`.table_commits`, which takes those items from the job tracker, ingest queue,
+write buffer and client writes role objects it is built over)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,16 @@ from typing import Any, Optional
 
 from statestore.composed import ComposedStateStore
 from statestore.dynamodb.blobs import BlobStore, open_blob_store
+from statestore.dynamodb.buffer import DynamoWriteBuffer
 from statestore.dynamodb.cache import StateCache
 from statestore.dynamodb.catalog import DynamoCatalog
+from statestore.dynamodb.client_writes import DynamoClientWrites
 from statestore.dynamodb.connection import Dynamo, DynamoOptions
 from statestore.dynamodb.context import DynamoContext
+from statestore.dynamodb.erasure import DynamoErasure
 from statestore.dynamodb.history import DynamoHistory
+from statestore.dynamodb.ingest_queue import DynamoIngestQueue
+from statestore.dynamodb.jobs import DynamoJobs
 from statestore.dynamodb.leases import DynamoLeases
 from statestore.dynamodb.retention import DynamoRetention
 from statestore.dynamodb.table_commits import DynamoCommits
@@ -26,13 +32,20 @@ from statestore.retry import Backoff
 
 
 def _delegated(owner: str, name: str) -> Any:
-    """A property reading and setting ``self.<owner>.<name>``: the store's options and
-    shared parts keep their names on the store while the role objects hold them."""
+    """A property reading and setting ``self.<owner>.<name>`` (``owner`` a dotted path of
+    attributes): the store's options and shared parts keep their names on the store
+    while the role objects hold them."""
+    def holder(self: Any) -> Any:
+        out = self
+        for part in owner.split("."):
+            out = getattr(out, part)
+        return out
+
     def get(self: Any) -> Any:
-        return getattr(getattr(self, owner), name)
+        return getattr(holder(self), name)
 
     def put(self: Any, value: Any) -> None:
-        setattr(getattr(self, owner), name, value)
+        setattr(holder(self), name, value)
 
     return property(get, put, doc=f"``{owner}.{name}`` (settable)")
 
@@ -59,8 +72,9 @@ class DynamoDBStateStore(ComposedStateStore):
 
     Attributes:
         context: the client, blob store, cache and retry policy every role shares.
-        commits: the object playing the table commits, job tracker, ingest queue, client
-            writes and write buffer roles (:mod:`statestore.dynamodb.table_commits`).
+        commits: the table commits role (:mod:`statestore.dynamodb.table_commits`), built
+            over the job tracker, ingest queue, write buffer and client writes roles
+            (``job_tracker``, ``ingest_queue``, ``write_buffer``, ``client_writes``).
         retention: the expiry :meth:`expire` and garbage collection run.
     """
 
@@ -70,12 +84,18 @@ class DynamoDBStateStore(ComposedStateStore):
         self.context = context = DynamoContext(options, blobs, backoff)
         self.retention = DynamoRetention(context, retention_margin=retention_margin,
                                          retention_seconds=retention_seconds)
-        self.commits = commits = DynamoCommits(context, self.retention, snapshot_every=snapshot_every,
+        client_writes = DynamoClientWrites(context)
+        jobs = DynamoJobs(context)
+        ingest_queue = DynamoIngestQueue(context, client_writes)
+        write_buffer = DynamoWriteBuffer(context, client_writes)
+        self.commits = commits = DynamoCommits(context, self.retention, jobs, ingest_queue, write_buffer,
+                                               client_writes, snapshot_every=snapshot_every,
                                                snapshot_seconds=snapshot_seconds, group_commit=group_commit)
-        super().__init__(catalog=DynamoCatalog(context), table_commits=commits, job_tracker=commits,
-                         leases=DynamoLeases(context), ingest_queue=commits, write_buffer=commits,
-                         client_writes=commits,
-                         table_history=DynamoHistory(context, self.retention, commits.delete_key_records))
+        erasure = DynamoErasure(context, commits, commits.sweep, self.retention)
+        super().__init__(catalog=DynamoCatalog(context), table_commits=commits, job_tracker=jobs,
+                         leases=DynamoLeases(context), ingest_queue=ingest_queue, write_buffer=write_buffer,
+                         client_writes=client_writes,
+                         table_history=DynamoHistory(context, self.retention, erasure.delete_key_records))
 
     # ----- the shared parts (for tools and tests) and the options, settable ----------------
     _dynamo: Dynamo = _delegated("context", "dynamo")
@@ -85,8 +105,8 @@ class DynamoDBStateStore(ComposedStateStore):
     #: how long a commit whose request was lost keeps trying to learn its outcome
     outcome_timeout_seconds: float = _delegated("commits", "outcome_timeout_seconds")
     group_commit: bool = _delegated("commits", "group_commit")
-    snapshot_every: int = _delegated("commits", "snapshot_every")
-    snapshot_seconds: float = _delegated("commits", "snapshot_seconds")
+    snapshot_every: int = _delegated("commits.snapshots", "snapshot_every")
+    snapshot_seconds: float = _delegated("commits.snapshots", "snapshot_seconds")
     retention_margin: int = _delegated("retention", "retention_margin")
     retention_seconds: float = _delegated("retention", "retention_seconds")
 

@@ -3,16 +3,18 @@ bookkeeping in one TransactWriteItems (:mod:`.commits`), through group commit wh
 others commit to the table (:mod:`.group_commit`), and the reads of a table's state
 through the shared cache (:mod:`.cache`).
 
-One object plays the roles whose writes a commit carries -- table commits, job
-tracker, ingest queue, client writes, write buffer -- so that a commit's job record,
-ingest requests, client write and flushed buffer entries go in the same DynamoDB
-transaction as its log item; its parts are the mixins it inherits (:mod:`.jobs`,
-:mod:`.ingest_queue`, :mod:`.client_writes`, :mod:`.buffer`, :mod:`.blob_sweep`,
-:mod:`.erasure`), all over the store's one :class:`~.context.DynamoContext`."""
+A commit's job record, ingest requests, client write and flushed buffer entries go in
+the same DynamoDB transaction as its log item: :class:`DynamoCommits` is built over the
+store's one :class:`~.context.DynamoContext` and the roles that own those records
+(:class:`~.jobs.DynamoJobs`, :class:`~.ingest_queue.DynamoIngestQueue`,
+:class:`~.buffer.DynamoWriteBuffer`, :class:`~.client_writes.DynamoClientWrites`), whose
+public methods give the items (:class:`~.commits.CommitItems` gathers them); the
+transaction itself is written here, or by a leader's batch (:mod:`.group_commit`).
+Its other parts are objects too: snapshots (:mod:`.snapshot_policy`) and the blob
+clean-up (:mod:`.blob_sweep`)."""
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from dataclasses import replace
@@ -21,25 +23,26 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence, TypeVar
 import botocore.exceptions
 
 from statestore.changes import TableChanges, is_token_of
-from statestore.client_writes import ClientWrite, ClientWriteRecord
+from statestore.client_writes import ClientWrite
 from statestore.clock import now_ms
-from statestore.dynamodb import snapshots
-from statestore.dynamodb.blob_sweep import BlobSweepMixin
-from statestore.dynamodb.buffer import MAX_FLUSH_ENTRIES
+from statestore.dynamodb.blob_sweep import DynamoBlobSweep
+from statestore.dynamodb.buffer import MAX_FLUSH_ENTRIES, DynamoWriteBuffer
 from statestore.dynamodb.cache import CachedTable
 from statestore.dynamodb.catalog import table_info as catalog_info
-from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping
+from statestore.dynamodb.client_writes import DynamoClientWrites
+from statestore.dynamodb.commits import COMMIT_ID, LOG, TABLE, Bookkeeping, CommitItems
 from statestore.dynamodb.connection import cancellation_codes
 from statestore.dynamodb.contention import Contention
 from statestore.dynamodb.context import DynamoContext
-from statestore.dynamodb.erasure import ErasureMixin
 from statestore.dynamodb.group_batch import MAX_PENDING_BYTES, pending_size
-from statestore.dynamodb.group_commit import GroupCommitMixin
+from statestore.dynamodb.group_commit import DynamoGroupCommit
 from statestore.dynamodb.history import summary_attribute
-from statestore.dynamodb.jobs import EncodedJob, encode_job
+from statestore.dynamodb.ingest_queue import DynamoIngestQueue
+from statestore.dynamodb.jobs import DynamoJobs, EncodedJob, encode_job
 from statestore.dynamodb.log import EncodedTransaction
 from statestore.dynamodb.retention import DynamoRetention
 from statestore.dynamodb.sizes import check_log_item, rejection
+from statestore.dynamodb.snapshot_policy import SnapshotPolicy
 from statestore.dynamodb.writes import delete_quietly, may_have_applied, outcome_unknown
 from statestore.errors import (
     CommitConflictError,
@@ -53,10 +56,10 @@ from statestore.jobs import JobRecord
 from statestore.overview import DEFAULT_FILE_SAMPLE, TableOverview, overview_of
 from statestore.partitions import Partition
 from statestore.retry import COMMIT_RETRIES
+from statestore.role_defaults import StateReads
 from statestore.state import TableState
 from statestore.transactions import Transaction
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -73,31 +76,47 @@ class _Retry(NamedTuple):
     maybe_applied: bool
 
 
-class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
-    """The table commits, job tracker, ingest queue, client writes and write buffer of
+class DynamoCommits(StateReads):
+    """The table commits role (:class:`~statestore.roles.TableCommits`) of
     :class:`~statestore.dynamodb.store.DynamoDBStateStore` (see the module docstring and
     the store's arguments, of which this takes the snapshot and group commit ones).
 
     Attributes:
         context: the client, blob store, cache and retry policy every role shares.
         retention: the expiry :meth:`prune_commit_ids` applies.
+        items: a commit's bookkeeping reads and items, from the roles given.
+        snapshots: the snapshot options (settable) and the snapshots they call for.
+        sweep: the blob clean-up (:meth:`sweep_blobs`, and after a lost reply).
+        group: group commit, with the outcome timeout and the contention it shares.
+        group_commit: whether commits go through group commit while others commit.
     """
 
-    #: how long a commit whose request was lost keeps trying to learn its outcome
-    outcome_timeout_seconds: float = 60.0
-
-    def __init__(self, context: DynamoContext, retention: DynamoRetention, *, snapshot_every: int,
-                 snapshot_seconds: float, group_commit: bool) -> None:
+    def __init__(self, context: DynamoContext, retention: DynamoRetention, jobs: DynamoJobs,
+                 ingest_queue: DynamoIngestQueue, write_buffer: DynamoWriteBuffer, client_writes: DynamoClientWrites,
+                 *, snapshot_every: int, snapshot_seconds: float, group_commit: bool) -> None:
         self.context = context
         self.retention = retention
-        self.snapshot_every = snapshot_every
-        self.snapshot_seconds = snapshot_seconds
+        self.jobs = jobs
+        self.items = CommitItems(context, jobs, ingest_queue, write_buffer, client_writes)
+        self.snapshots = SnapshotPolicy(context, snapshot_every=snapshot_every, snapshot_seconds=snapshot_seconds)
+        self.sweep = DynamoBlobSweep(context, write_buffer)
+        self.group = DynamoGroupCommit(context, self.items, jobs, ingest_queue, self.snapshots)
         self.group_commit = group_commit
-        self._last_batch = {}
-        self._wait_hint = {}
-        self._leading = set()
-        self._isolating = {}
-        self._contention = Contention()
+
+    @property
+    def outcome_timeout_seconds(self) -> float:
+        """How long a commit whose request was lost keeps trying to learn its outcome
+        (settable; single and group commits share it)."""
+        return self.group.outcome_timeout_seconds
+
+    @outcome_timeout_seconds.setter
+    def outcome_timeout_seconds(self, value: float) -> None:
+        self.group.outcome_timeout_seconds = value
+
+    @property
+    def contention(self) -> Contention:
+        """The tables this store lately saw other committers on (shared with group commit)."""
+        return self.group.contention
 
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
                job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,
@@ -123,17 +142,17 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
             if pending_size(encoded, job_encoded) <= MAX_PENDING_BYTES:
                 def others_pending() -> bool:
                     try:
-                        return bool(self._pending(table_id))
+                        return bool(self.group.requests.pending(table_id))
                     except StateStoreUnavailableError:
                         return False  # the single try meets the same trouble and settles its own blobs
 
-                if not self._contention.grouped(table_id, others_pending):  # alone lately: a single try first
+                if not self.contention.grouped(table_id, others_pending):  # alone lately: a single try first
                     outcome = self._commit_single(table_id, transaction, books, encoded, job_encoded, job,
                                                   until_race=True)
                     if outcome is not _RACED:
                         return outcome
-                    self._contention.seen(table_id)  # lost the race, nothing applied: join the others
-                return self._group_commit(table_id, transaction, books, encoded, job_encoded)
+                    self.contention.seen(table_id)  # lost the race, nothing applied: join the others
+                return self.group.commit(table_id, transaction, books, encoded, job_encoded)
         return self._commit_single(table_id, transaction, books, encoded, job_encoded, job)
 
     def _commit_single(self, table_id: str, transaction: Transaction, books: Bookkeeping,
@@ -190,11 +209,11 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
                         COMMIT_RETRIES.add(table_id)
                         continue
                     if outcome:
-                        self._maybe_snapshot(table_id, entry)
+                        self.snapshots.maybe_snapshot(table_id, entry)
                     else:  # applied before: what a try of ours wrote or read may be named by nothing now
                         if job is not None and job_encoded is not None and job_encoded.blob_key:
-                            self._drop_unsaved_job_blob(job, job_encoded.blob_key, what)
-                        self._settle_found_applied(table_id, books, tried.get("encoded", encoded),
+                            self.jobs.drop_unsaved_blob(job, job_encoded.blob_key, what)
+                        self.sweep.settle_found_applied(table_id, books, tried.get("encoded", encoded),
                                                    tried.get("flushed", []), what)
                     return outcome
             except BaseException as e:
@@ -203,15 +222,6 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
                 if any(owned) and not uncertain and not outcome_unknown(e):
                     delete_quietly(self.context.blobs, [k for k in owned if k], what)  # refused: never logged
                 raise
-
-    def _drop_unsaved_job_blob(self, job: JobRecord, key: str, what: str) -> None:
-        """After a commit found applied before: delete the spilled record ``key`` unless
-        the stored record is it (the earlier try was this call's, whose reply was lost)."""
-        try:
-            if self._read_job(job.table_id, job.job_id).blob_key != key:
-                delete_quietly(self.context.blobs, [key], what)
-        except StateStoreUnavailableError as e:  # best effort: a leftover wastes space, nothing else
-            log.warning("%s: spilled job record %s not checked: %s", what, key, e)
 
     def _commit_attempt(self, table_id: str, entry: CachedTable, txn: Transaction, books: Bookkeeping,
                         encoded: Optional[EncodedTransaction], job_encoded: Optional[EncodedJob],
@@ -222,13 +232,13 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
         loaded = entry.n >= 0
         tail = self.context.cache.refresh(table_id, entry)
         if loaded and tail and self.group_commit:
-            self._contention.seen(table_id)  # others committed since this store's last read
+            self.contention.seen(table_id)  # others committed since this store's last read
         if any(t.commit_id == books.commit_id for t in tail):
             return False  # a try of this commit whose reply was lost
-        done, job_rev, replaced_job_blob = self._check_bookkeeping(table_id, books)
+        done, job_rev, replaced_job_blob = self.items.check_bookkeeping(table_id, books)
         if done:
             return False
-        flushed_rows, blobs = self._flushed(table_id, books) if books.buffer_seqs else (0, [])
+        flushed_rows, blobs = self.items.flushed(table_id, books) if books.buffer_seqs else (0, [])
         tried["flushed"] = sorted({*tried.get("flushed", ()), *blobs})
         txn.validate(entry.state)
         if encoded is None:
@@ -236,7 +246,7 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
             tried["encoded"] = encoded
         number = entry.n + 1
         summary = summary_attribute(txn, entry.state, books.job.job_id if books.job is not None else None)
-        items = self._commit_items(table_id, number, encoded, books, job_rev, now_ms(), flushed_rows, job_encoded,
+        items = self.items.items(table_id, number, encoded, books, job_rev, now_ms(), flushed_rows, job_encoded,
                                    summary, txn.number_in(entry.state))
         check_log_item(table_id, txn.TYPE, items[LOG]["Put"]["Item"])  # statestore.dynamodb.sizes
         d = self.context.dynamo
@@ -266,28 +276,6 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
             # the flushed entries' bytes, the replaced job record: nothing names them any more
             delete_quietly(self.context.blobs, blobs, f"commit {txn.TYPE} to table {table_id}")
         return True
-
-    def _maybe_snapshot(self, table_id: str, entry: CachedTable) -> None:
-        """Write a snapshot of ``entry`` (lock held) when one is due; best effort."""
-        now = now_ms()
-
-        def due() -> bool:
-            behind = entry.n - entry.snapshot_n
-            return behind >= self.snapshot_every or (
-                behind > 0 and now - entry.snapshot_ms >= self.snapshot_seconds * 1000)
-
-        if not due():
-            return
-        try:
-            newest = snapshots.latest(self.context.dynamo, table_id)
-            if newest is not None and newest.n > entry.snapshot_n:
-                entry.snapshot_n, entry.snapshot_ms = newest.n, newest.time_ms
-                if not due():
-                    return
-            snapshots.write(self.context.dynamo, self.context.blobs, table_id, entry.n, entry.state, now)
-            entry.snapshot_n, entry.snapshot_ms = entry.n, now
-        except StateStoreUnavailableError as e:
-            log.warning("snapshot %d of table %s not written: %s", entry.n, table_id, e)
 
     def _with_state(self, table_id: str, fn: Callable[[TableState], T]) -> T:
         """``fn`` of the table's current state (read-only, under the table's lock)."""
@@ -342,23 +330,12 @@ class DynamoCommits(GroupCommitMixin, BlobSweepMixin, ErasureMixin):
 
     def snapshot(self, table_id: str) -> int:
         """Write a snapshot of the table's current state now; returns its transaction number."""
-        self.context.require_table_id(table_id)
-        entry = self.context.cache.entry(table_id)
-        with entry.lock:
-            self.context.cache.refresh(table_id, entry)
-            now = now_ms()
-            snapshots.write(self.context.dynamo, self.context.blobs, table_id, entry.n, entry.state, now)
-            entry.snapshot_n, entry.snapshot_ms = entry.n, now
-            return entry.n
+        return self.snapshots.snapshot(table_id)
+
+    def sweep_blobs(self, table_id: str, *, older_than_ms: int, dry_run: bool = False) -> list[str]:
+        """See :meth:`DynamoBlobSweep.sweep_blobs <statestore.dynamodb.blob_sweep.DynamoBlobSweep.sweep_blobs>`."""
+        return self.sweep.sweep_blobs(table_id, older_than_ms=older_than_ms, dry_run=dry_run)
 
     def prune_commit_ids(self, table_id: str, before_ms: int) -> int:
         """See :meth:`StateStore.prune_commit_ids`; also applies the retention's expiry."""
         return self.retention.prune_commit_ids(table_id, before_ms)
-
-    def buffer_high_water(self, table_id: str) -> int:
-        """See :meth:`StateStore.buffer_high_water`."""
-        return max(self.read_buffer(table_id).seqs, default=0)
-
-    def claim_client_write(self, table_id: str, write: ClientWrite) -> Optional[ClientWriteRecord]:
-        """See :meth:`StateStore.claim_client_write`: the key queued with no ingest request."""
-        return self.add_ingest_requests(table_id, (), client_write=write)

@@ -102,8 +102,9 @@ def test_the_sweep_deletes_unnamed_blobs_after_the_floor_and_never_a_named_one(p
     assert len(stray) == 3 and sum(b.startswith(f"{tid}/buffer/") for b in stray) == 1
     # named too: the body of a request pending in group commit (its owner waits, or died)
     pending = EncodedTransaction.of(tid, _big_add(leaf, 10_000), faulty._blobs)
-    faulty.commits._put_pending(pending_item(tid, pending, Bookkeeping(uuid.uuid4().hex, None, None), None,
-                                     uuid.uuid4().hex, int(time.time() * 1000)), "a request")
+    requests = faulty.commits.group.requests
+    requests.put_pending(pending_item(tid, pending, Bookkeeping(uuid.uuid4().hex, None, None), None,
+                                      uuid.uuid4().hex, int(time.time() * 1000)), "a request")
     named = sorted(set(_blobs(root)) - set(stray))
     assert sorted({b.split("/")[0] for b in named}) == sorted({tid, "transactions", "snapshots", "jobs"})
     assert sum(b.startswith("transactions/") for b in named) == 2
@@ -121,7 +122,7 @@ def test_the_sweep_deletes_unnamed_blobs_after_the_floor_and_never_a_named_one(p
     assert store.buffer_stats(tid).entries == 1 and store.buffer_stats(tid).rows == 1000
     assert len(store.read_buffer(tid).entries[0].data or b"") == BIG
     assert len(store.load_state(tid).files) == 10_000 and store.transaction_number(tid) == 2
-    assert len(store.commits._pending(tid)) == 1
+    assert len(store.commits.group.requests.pending(tid)) == 1
     assert store.get_job(tid, "big") is not None and len(store.get_job(tid, "big").outputs) == 6000
 
 
@@ -225,6 +226,6 @@ def test_a_large_commit_repeated_under_its_commit_id_leaves_only_the_logged_body
     assert again.commit(tid, txn, commit_id="import-1") is False
     bodies = [b for b in _blobs(tmp_path / "blobs") if b.startswith(f"transactions/{tid}/")]
     assert len(bodies) == 1
-    assert first.commits._logged_body(tid, "import-1") == bodies[0]
+    assert first.commits.sweep.logged_body(tid, "import-1") == bodies[0]
     store = open_dynamodb(**options)
     assert len(store.load_state(tid).files) == 10_000 and store.transaction_number(tid) == 2

@@ -78,8 +78,9 @@ def test_a_large_delete_pending_beside_other_committers_blocks_none_of_them(opti
     tid, leaf = _table(setup)
     big = DeleteRecords(delete_regions(SCHEMA, keys=KEYS))
     enc = EncodedTransaction.of(tid, big, setup._blobs)
-    setup.commits._put_pending(pending_item(tid, enc, Bookkeeping(uuid.uuid4().hex, None, None), None, uuid.uuid4().hex,
-                                    int(time.time() * 1000) - 10), "big delete")
+    requests = setup.commits.group.requests
+    requests.put_pending(pending_item(tid, enc, Bookkeeping(uuid.uuid4().hex, None, None), None, uuid.uuid4().hex,
+                                      int(time.time() * 1000) - 10), "big delete")
     others = [open_dynamodb(**options) for _ in range(2)]
     for i, other in enumerate(others):
         other.outcome_timeout_seconds = 20
@@ -123,8 +124,9 @@ def test_a_request_dynamodb_rejects_is_refused_alone_and_the_others_commit(optio
     poison_id = uuid.uuid4().hex
     enc = EncodedTransaction.of(tid, poison, setup._blobs)
     # its owner put it and died (or still waits): another store's leader must decide it
-    setup.commits._put_pending(pending_item(tid, enc, Bookkeeping(poison_id, None, None), None, uuid.uuid4().hex,
-                                    int(time.time() * 1000) - 10), "poison")
+    requests = setup.commits.group.requests
+    requests.put_pending(pending_item(tid, enc, Bookkeeping(poison_id, None, None), None, uuid.uuid4().hex,
+                                      int(time.time() * 1000) - 10), "poison")
     committers = [open_dynamodb(**options) for _ in range(3)]
     for c in committers:
         c.outcome_timeout_seconds = 20
@@ -181,9 +183,10 @@ def test_a_pending_request_no_leader_can_read_is_refused_alone_and_gc_prunes_it(
     setup = open_dynamodb(**options)
     tid, leaf = _table(setup)
     bad_id = uuid.uuid4().hex
-    setup.commits._put_pending(pending_item(tid, EncodedTransaction("add_files", b"not a compressed body", None),
-                                    Bookkeeping(bad_id, None, None), None, uuid.uuid4().hex,
-                                    int(time.time() * 1000) - 10), "a malformed request")
+    requests = setup.commits.group.requests
+    requests.put_pending(pending_item(tid, EncodedTransaction("add_files", b"not a compressed body", None),
+                                      Bookkeeping(bad_id, None, None), None, uuid.uuid4().hex,
+                                      int(time.time() * 1000) - 10), "a malformed request")
     others = [open_dynamodb(**options) for _ in range(2)]
     for i, other in enumerate(others):
         other.outcome_timeout_seconds = 20

@@ -57,7 +57,7 @@ def test_a_lone_committer_commits_by_itself_and_writes_no_request(options):
     calls = _requests_calls(store)
     assert [store.commit(tid, _compaction(a, f"out/{a.job_id}"), job=records[a.job_id]) for a in jobs] == [True] * 8
     assert set(calls) <= {"Query", "DescribeTable"}  # no request put, no verdict read: a look for others' requests
-    assert not store.commits._contention.active(tid)
+    assert not store.commits.contention.active(tid)
     state = open_dynamodb(**options).load_state(tid)
     assert sorted(r.filename for r in state.references.values()) == sorted(f"out/{a.job_id}" for a in jobs)
     assert sum(r.record_count for r in state.references.values()) == 8 * 20
@@ -69,7 +69,7 @@ def test_a_try_that_loses_the_race_goes_through_group_commit_until_the_committer
     setup = open_dynamodb(**options)
     tid, jobs, records = _table_with_jobs(setup, 4)
     store = open_dynamodb(**options)
-    store.commits._contention = Contention(seconds=0.5)
+    store.commits.group.contention = Contention(seconds=0.5)
     other = open_dynamodb(**{**options, "group_commit": False})
     calls = _requests_calls(store)
     client = store._dynamo.client
@@ -85,7 +85,7 @@ def test_a_try_that_loses_the_race_goes_through_group_commit_until_the_committer
     assert store.commit(tid, _compaction(jobs[0], "out/0"), job=records[jobs[0].job_id]) is True
     assert raced == [True]
     assert calls["PutItem"] == 1  # its request: the commit went through group commit
-    assert store.commits._contention.active(tid)
+    assert store.commits.contention.active(tid)
     assert store.commit(tid, _compaction(jobs[1], "out/1"), job=records[jobs[1].job_id]) is True
     assert calls["PutItem"] == 2  # still grouped within the contention time
     time.sleep(0.6)
@@ -124,11 +124,11 @@ def test_a_committer_alone_in_the_log_joins_the_group_when_others_requests_are_p
     setup = open_dynamodb(**options)
     tid, jobs, records = _table_with_jobs(setup, 2)
     alone = open_dynamodb(**options)
-    alone.commits._contention = Contention(check_seconds=0.0)
+    alone.commits.group.contention = Contention(check_seconds=0.0)
     waiting = open_dynamodb(**options)
-    waiting.commits._contention.seen(tid)  # it has met others: its commit is a request
+    waiting.commits.contention.seen(tid)  # it has met others: its commit is a request
     waiting.outcome_timeout_seconds = 15.0
-    monkeypatch.setattr(waiting.commits, "_lead", lambda *a: (None, False))  # ...which it never leads itself
+    monkeypatch.setattr(waiting.commits.group, "_lead", lambda *a: (None, False))  # ...which it never leads itself
     calls = _requests_calls(alone)
     outcome: list[Any] = []
     thread = threading.Thread(target=lambda: outcome.append(
@@ -157,7 +157,7 @@ def test_a_failed_look_for_others_requests_leaves_the_commit_to_its_single_try(o
     tid, jobs, records = _table_with_jobs(setup, 1)
     with FaultProxy(moto_endpoint_url, seed=3) as proxy:
         store = open_dynamodb(**{**options, "endpoint_url": proxy.url})
-        store.commits._contention = Contention(check_seconds=0.0)
+        store.commits.group.contention = Contention(check_seconds=0.0)
         store.load_state(tid)  # the table's tables exist and its state is read, so the next Query is the look
         rule = proxy.inject("error", operation="Query", body=b'requests"', times=None)
         assert store.commit(tid, _compaction(jobs[0], "out/0"), job=records[jobs[0].job_id]) is True

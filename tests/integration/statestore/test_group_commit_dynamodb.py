@@ -168,11 +168,11 @@ def test_an_owner_giving_up_while_a_leader_commits_gets_exactly_one_outcome(opti
     owner, leader = open_dynamodb(**options), open_dynamodb(**options)
     owner.outcome_timeout_seconds = 0.5
     # the owner never leads: it waits, then gives up
-    monkeypatch.setattr(owner.commits, "_lead", lambda *a: (None, False))
+    monkeypatch.setattr(owner.commits.group, "_lead", lambda *a: (None, False))
     monkeypatch.setattr(group_commit_module, "TAKEOVER_SECONDS", 0.0)  # the leader leads at once
     withdrawing, committed, withdrawn = threading.Event(), threading.Event(), threading.Event()
 
-    real_delete = owner.commits._delete_pending
+    real_delete = owner.commits.group.requests.delete_pending
 
     def delete_pending(*args: Any) -> None:
         withdrawing.set()
@@ -181,7 +181,7 @@ def test_an_owner_giving_up_while_a_leader_commits_gets_exactly_one_outcome(opti
         real_delete(*args)
         withdrawn.set()
 
-    monkeypatch.setattr(owner.commits, "_delete_pending", delete_pending)
+    monkeypatch.setattr(owner.commits.group.requests, "delete_pending", delete_pending)
     client = leader._dynamo.client
     real_transact = client.transact_write_items
 
@@ -231,7 +231,7 @@ def test_a_leader_whose_copy_is_behind_the_log_decides_on_the_log_not_its_copy(o
     leader = open_dynamodb(**options)
     other = open_dynamodb(**{**options, "group_commit": False})
     assert leader.commit(tid, _compaction(jobs[0], "out/0"), job=records[jobs[0].job_id]) is True
-    assert tid in leader.commits._leading  # its next commit validates on its copy
+    assert tid in leader.commits.group._leading  # its next commit validates on its copy
     reads: list[int] = []
     refresh = leader._cache.refresh
     leader._cache.refresh = lambda *a: reads.append(1) or refresh(*a)  # type: ignore[method-assign]
@@ -261,20 +261,20 @@ def test_keyed_commits_through_group_commit_apply_once_per_key_and_refuse_anothe
     key is refused with IdempotencyKeyReusedError, whichever committer sends it."""
     from statestore import DeleteRecords, Range, Region
     from statestore.client_writes import ClientWrite, IdempotencyKeyReusedError, digest_of
-    from statestore.dynamodb.table_commits import DynamoCommits
+    from statestore.dynamodb.group_commit import DynamoGroupCommit
 
     setup = open_dynamodb(**options)
     tid = setup.create_table(f"t{uuid.uuid4().hex[:6]}", SCHEMA, partitions_from_split_points(SCHEMA, [])).table_id
     stores = [open_dynamodb(**options) for _ in range(COMMITTERS)]
     keys = [f"erase-{k}" for k in range(6)]
     grouped: list[bool] = []
-    real = DynamoCommits._group_commit
+    real = DynamoGroupCommit.commit
 
     def counted(self, table_id, transaction, books, *args, **kwargs):  # type: ignore[no-untyped-def]
         grouped.append(books.client_write is not None)
         return real(self, table_id, transaction, books, *args, **kwargs)
 
-    monkeypatch.setattr(DynamoCommits, "_group_commit", counted)
+    monkeypatch.setattr(DynamoGroupCommit, "commit", counted)
 
     def delete(lo: str) -> DeleteRecords:
         return DeleteRecords((Region((Range("key", lo, lo + "~"),)),))

@@ -20,13 +20,13 @@ pytestmark = pytest.mark.parametrize("store", [pytest.param("dynamodb", marks=py
 def _counting(store: StateStore) -> list[int]:
     """Wraps the store's record reads; the list gets the number of records each read asks for."""
     asked: list[int] = []
-    real = store.commits._job_records  # type: ignore[attr-defined]
+    real = store.job_tracker._job_records  # type: ignore[attr-defined]
 
     def counted(table_id: str, job_ids: list[str]) -> Any:
         asked.append(len(job_ids))
         return real(table_id, job_ids)
 
-    store.commits._job_records = counted  # type: ignore[attr-defined]
+    store.job_tracker._job_records = counted  # type: ignore[attr-defined]
     return asked
 
 

@@ -4,6 +4,8 @@ backend."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from statestore.memory import InMemoryStateStore
@@ -25,3 +27,48 @@ def test_the_roles_cover_every_public_method_of_the_interface_once() -> None:
     assert len(named) == len(set(named)), "a method is in two roles"
     public = {n for n in dir(StateStore) if not n.startswith("_")} - {"close"}
     assert set(named) == public
+
+
+#: the attributes of a ComposedStateStore holding its role objects
+_ROLE_ATTRIBUTES = ("catalog", "table_commits", "job_tracker", "leases", "ingest_queue", "write_buffer",
+                    "client_writes", "table_history")
+
+
+def _dynamodb_store(tmp_path: Path) -> StateStore:
+    """A DynamoDB store over an endpoint nobody answers: building it sends no request."""
+    from statestore.dynamodb import DynamoDBStateStore, DynamoOptions, LocalBlobStore
+
+    options = DynamoOptions(endpoint_url="http://127.0.0.1:9", access_key="test", secret_key="test")
+    return DynamoDBStateStore(options, LocalBlobStore(tmp_path))
+
+
+def _postgres_role_classes() -> list[type]:
+    from statestore.postgres.buffer import PostgresWriteBuffer
+    from statestore.postgres.catalog import PostgresCatalog
+    from statestore.postgres.client_writes import PostgresClientWrites
+    from statestore.postgres.history import PostgresHistory
+    from statestore.postgres.ingest_queue import PostgresIngestQueue
+    from statestore.postgres.jobs import PostgresJobs
+    from statestore.postgres.leases import PostgresLeases
+    from statestore.postgres.table_commits import PostgresCommits
+
+    return [PostgresCatalog, PostgresCommits, PostgresJobs, PostgresLeases, PostgresIngestQueue, PostgresWriteBuffer,
+            PostgresClientWrites, PostgresHistory]
+
+
+def test_every_role_object_is_a_plain_object_not_a_stack_of_mixins(tmp_path: Path) -> None:
+    """A role object has at most one base besides ``object`` (the table commits roles:
+    :class:`~statestore.role_defaults.StateReads`), so what it uses of the others comes
+    through collaborators given to it, not through ``self``."""
+    classes = {type(getattr(store, a)) for store in (InMemoryStateStore(), _dynamodb_store(tmp_path))
+               for a in _ROLE_ATTRIBUTES}
+    classes.update(_postgres_role_classes())
+    stacked = {c.__name__: [b.__name__ for b in c.__mro__[1:-1]] for c in classes if len(c.__mro__) > 3}
+    assert stacked == {}
+
+
+def test_each_role_of_the_dynamodb_store_is_its_own_object_over_the_one_context(tmp_path: Path) -> None:
+    store = _dynamodb_store(tmp_path)
+    roles = [getattr(store, a) for a in _ROLE_ATTRIBUTES]
+    assert len({id(r) for r in roles}) == len(roles), "one object plays two roles"
+    assert all(r.context is store.context for r in roles)  # type: ignore[attr-defined]
