@@ -130,9 +130,15 @@ def importer(source: str, **kw: Any) -> SleeperBulkImportOperator:
     return SleeperBulkImportOperator(task_id="bulk_import", table="events", source=source, **kw)
 
 
-def test_bulk_import_stores_its_job_before_waiting_and_reports_the_result(sleeper, store, service, source):
+def test_bulk_import_stores_its_job_before_waiting_and_reports_the_result_once(sleeper, store, service, source,
+                                                                              monkeypatch):
     service.outcome = imported("k1")
+    reports: list[Any] = []
+    report = SleeperBulkImportOperator._report
+    monkeypatch.setattr(SleeperBulkImportOperator, "_report",
+                        lambda self, *a, **k: reports.append(a[1]) or report(self, *a, **k))
     out = run_try(importer(source, import_key="k1"), sleeper, store)
+    assert len(reports) == 1, "one asset event, one lineage, one log line"
     assert len(service.requests) == 1 and service.requests[0]["import_key"] == "k1"
     ref = {"service": SERVICE, "job_id": "job-1", "instance": "i1"}
     assert service.stored_before_wait == [ref] and store[SERVICE_JOB_KEY] == ref

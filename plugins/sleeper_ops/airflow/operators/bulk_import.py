@@ -41,7 +41,7 @@ from sleeper_ops.airflow.assets.commits import (
     with_commit_outlets,
 )
 from sleeper_ops.airflow.operators.base import SleeperOperator
-from sleeper_ops.airflow.operators.resumable import SERVICE_JOB_KEY, ServiceJobs, job_ref
+from sleeper_ops.airflow.operators.resumable import SERVICE_JOB_KEY, ServiceJobs, job_ref, note_nothing_to_resume
 from sleeper_ops.airflow.operators.spark_deferral import service_for_deferral
 from sleeper_ops.airflow.triggers.spark_service import POLL_SECONDS, SparkServiceJobTrigger, ended_or_lost
 from sleeper_ops.airflow.utils.openlineage import note, spark_lineage_conf
@@ -117,6 +117,8 @@ class SleeperBulkImportOperator(ResumableJobMixin, SleeperOperator):
                 return self._report(sleeper, done, sources, context)
             if sleeper.config.spark_service is not None and self.durable:
                 return self._run_durably(table, sources, run_id, context)
+            if sleeper.config.spark_service is None:
+                note_nothing_to_resume(self, f"with spark-submit on {sleeper.config.spark_master}")
             lineage_conf = spark_lineage_conf(context)  # the Spark job's OpenLineage parent, when switched on
             options: dict[str, Any] = {"conf": lineage_conf} if lineage_conf else {}
             result = table.bulk_import(sources, import_key=self.import_key or None, run_id=run_id, **options)

@@ -24,7 +24,7 @@ from airflow.sdk import ResumableJobMixin
 
 from sleeper_ops.airflow import task_runner
 from sleeper_ops.airflow.operators.base import SleeperOperator, task_request_id
-from sleeper_ops.airflow.operators.resumable import SERVICE_JOB_KEY, ServiceJobs, job_ref
+from sleeper_ops.airflow.operators.resumable import SERVICE_JOB_KEY, ServiceJobs, job_ref, note_nothing_to_resume
 
 if TYPE_CHECKING:
     from sleeper_ops.api import Table
@@ -70,6 +70,8 @@ class SleeperExportOperator(ResumableJobMixin, SleeperOperator):
             config = t.sleeper.config
             if self.runner == "spark" and config is not None and config.spark_service is not None and self.durable:
                 return self._run_durably(t, key, run_id, context)
+            if self.runner == "spark" and (config is None or config.spark_service is None):
+                note_nothing_to_resume(self, "in this worker's own Spark driver")
             return t.export(self.destination, where=self.where or None, export_key=key, runner=self.runner,
                             run_id=run_id)
 

@@ -49,6 +49,14 @@ def job_ref(service: str, job_id: str, instance: Optional[str]) -> dict[str, Any
     return {"service": service, "job_id": job_id, "instance": instance}
 
 
+def note_nothing_to_resume(operator: Any, where: str) -> None:
+    """Say, when ``operator`` is durable, that its job runs ``where`` (in the worker), so a
+    retry after a dead worker runs it again: ``durable`` cannot apply there."""
+    if getattr(operator, "durable", False):
+        log.info("%s: durable, but the job runs %s (no Spark service): a retry after a dead worker runs it again",
+                 operator.task_id, where)
+
+
 def _ref_of(external_id: Any) -> Optional[dict[str, Any]]:
     if (isinstance(external_id, dict) and isinstance(external_id.get("service"), str)
             and isinstance(external_id.get("job_id"), str)):

@@ -24,7 +24,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from sleeper_ops.airflow import task_runner
 from sleeper_ops.airflow.hooks.sleeper import SleeperHook
 from sleeper_ops.airflow.operators.base import SleeperOperatorMixin
-from sleeper_ops.airflow.operators.resumable import SERVICE_JOB_KEY, ServiceJobs, job_ref
+from sleeper_ops.airflow.operators.resumable import SERVICE_JOB_KEY, ServiceJobs, job_ref, note_nothing_to_resume
 from sleeper_ops.airflow.operators.spark_deferral import JOBS_FROM_CREATE_JOBS, service_for_deferral
 from sleeper_ops.airflow.triggers.spark_service import POLL_SECONDS, SparkServiceJobTrigger, ended_or_lost
 from sleeper_ops.airflow.utils.openlineage import jobs_lineage
@@ -94,6 +94,7 @@ class SleeperSparkCompactionOperator(SleeperOperatorMixin, SparkSubmitOperator):
             write_jobs_file(jobs_file, table.name, jobs, table_id=table.info.table_id, run_id=run)
             write_config_file(config_file, config)
             master = self._spark_master(config.spark_master)
+            note_nothing_to_resume(self, f"with spark-submit on {master}")
             self.application = str(spark_app_path())
             self.application_args = app_arguments(config, table.name, jobs_file=jobs_file, results_file=results_file,
                                                   run_id=run, config_file=config_file)
