@@ -402,3 +402,19 @@ def test_the_service_runs_an_export_job_and_its_outcome_reads_back_as_the_result
     assert (result.written, result.manifest.export_key, result.destination) == (True, "e9", str(tmp_path / "out"))
     with pytest.raises(ServiceRequestError, match="an export needs its destination and its export key"):
         export_on(sleeper, "events", {"export_key": "e9"})
+
+
+def test_emr_wait_that_runs_out_cancels_the_job_run_as_the_provider_does(emr, store, monkeypatch):
+    from airflow.sdk.exceptions import AirflowException
+
+    from sleeper_ops.airflow.operators import emr as module
+
+    cancelled: list[str] = []
+    emr.cancel_job_run = lambda applicationId, jobRunId: cancelled.append(jobRunId)  # type: ignore[attr-defined]
+
+    def runs_out(**_: Any) -> None:
+        raise AirflowException("Serverless Job failed: Waiter error: max attempts reached")
+    monkeypatch.setattr(module, "wait", runs_out)
+    with pytest.raises(AirflowException, match="max attempts reached"):
+        emr_try(emr, store)
+    assert cancelled == ["run-1"]

@@ -81,13 +81,23 @@ class SleeperEmrServerlessStartJobOperator(ResumableJobMixin, EmrServerlessStart
 
     def poll_until_complete(self, external_id: Any, context: Any) -> Any:
         """Wait for the job run to end as the provider's blocking path waits; raise
-        AirflowException when it failed, was cancelled or the wait ran out. Its id (the
+        AirflowException when it failed or was cancelled, or when the wait ran out (then
+        the job run is cancelled, as the provider does). Its id (the
         mixin returns it as the task's result when it reconnected to a running job)."""
         self.job_id = str(external_id)
-        wait(waiter=self.hook.get_waiter("serverless_job_completed"), waiter_max_attempts=self.waiter_max_attempts,
-             waiter_delay=self.waiter_delay, args={"applicationId": self.application_id, "jobRunId": self.job_id},
-             failure_message=f"EMR Serverless job run {self.job_id} of application {self.application_id} failed",
-             status_message="Serverless Job status is", status_args=["jobRun.state", "jobRun.stateDetails"])
+        try:
+            wait(waiter=self.hook.get_waiter("serverless_job_completed"), waiter_max_attempts=self.waiter_max_attempts,
+                 waiter_delay=self.waiter_delay, args={"applicationId": self.application_id, "jobRunId": self.job_id},
+                 failure_message=f"EMR Serverless job run {self.job_id} of application {self.application_id} failed",
+                 status_message="Serverless Job status is", status_args=["jobRun.state", "jobRun.stateDetails"])
+        except AirflowException as e:
+            if "Waiter error: max attempts reached" in str(e):  # as the provider does: the job run is cancelled
+                self.log.info("Cancelling EMR Serverless job %s due to max waiter attempts reached", self.job_id)
+                try:
+                    self.hook.conn.cancel_job_run(applicationId=self.application_id, jobRunId=self.job_id)
+                except Exception:
+                    self.log.exception("Failed to cancel EMR Serverless job %s after waiter timeout", self.job_id)
+            raise
         return self.job_id
 
     def get_job_result(self, external_id: Any, context: Any) -> str:
