@@ -165,6 +165,11 @@ SPARK_DEFERRABLE = _prop(
     "spark.deferrable", "false",
     "The generated DAGs' bulk import and Spark compaction tasks submit to the standing Spark service "
     "and wait in Airflow's triggerer, not in a worker slot (true or false).", BOOL)
+SPARK_DURABLE = _prop(
+    "spark.durable", "true",
+    "The generated DAGs' blocking bulk import and Spark compaction tasks on the standing Spark service keep "
+    "their job's id in Airflow's task state store, so a retry after a dead worker waits for that job instead "
+    "of submitting it again (true or false; false: every try submits its own).", BOOL)
 INGEST_BATCHER_JOB_MIN_SIZE = _prop("ingest.batcher.job.min.size", "1G", "Smallest ingest batcher job (bytes).", SIZE)
 INGEST_BATCHER_JOB_MAX_SIZE = _prop("ingest.batcher.job.max.size", "5G", "Largest ingest batcher job (bytes).", SIZE)
 INGEST_BATCHER_BULK_IMPORT_MIN_SIZE = _prop(

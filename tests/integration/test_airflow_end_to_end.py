@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 import tomli_w
 
-from tests.airflow_runs import run_report
+from tests.airflow_runs import run_report, task_log
 from tests.integration.spark_service_double import in_process_executor, job_times, serve
 
 httpx = pytest.importorskip("httpx")
@@ -469,3 +469,109 @@ def test_a_deferred_bulk_import_frees_the_spark_slot_for_another_task_before_its
             got = r.json()["records"]
             assert len(got) == 2000 and len({x["key"] for x in got}) == 2000, (name, len(got))
     print("TIMELINE " + json.dumps(timeline))
+
+
+# ----- issue 37: a job outlives its dead worker ---------------------------------------------------
+def _task_process(ti: dict[str, Any]) -> int:
+    """The pid of the LocalExecutor's forked process running ``ti`` (its process title
+    names the task instance), checked through /proc before anything is killed."""
+    pid = ti.get("pid")
+    assert pid, f"no pid reported for the running task: {ti}"
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    assert f"airflow worker -- {ti['id']}" in cmdline, (pid, cmdline)
+    return int(pid)
+
+
+def test_a_bulk_import_whose_worker_is_killed_mid_job_reconnects_to_its_spark_job(airflow: dict[str, Any]) -> None:
+    """Issue 37: two tables' blocking bulk imports (not deferrable) run on the Spark
+    service, each job held at its gate. Each task's process (the LocalExecutor's fork) is
+    SIGKILLed while its job runs; Airflow retries the task (the DAG's retry delay). Table
+    ``resumed`` (``sleeper.table.spark.durable``, true by default) kept the job's id in
+    the task state store: its retry reconnects to the running job, and the service saw 1
+    submission. Table ``resubmitted`` (``sleeper.table.spark.durable=false``, the
+    behaviour before) submits again: 2 submissions, the second waiting for the first.
+    The gates open; both tasks succeed, and each table holds exactly its day's 2,000
+    records (the import key keeps the repeat from adding any)."""
+    home: Path = airflow["home"]
+    gates, service = airflow["spark_gates"], airflow["spark_service"]
+    (home / "daily.json").write_text(DAILY_SCHEMA)
+    days = [time.strftime("%Y-%m-%d", time.gmtime(time.time() - d * 86400)) for d in range(3)]
+    none = [f"--property=sleeper.table.schedule.{op}=none"
+            for op in ("split", "compaction", "gc", "ingest_batcher", "flush")]
+    tables = {"resumed": [], "resubmitted": ["--property", "sleeper.table.spark.durable=false"]}
+    for name in tables:
+        gates[name] = threading.Event()
+
+    def submissions(name: str) -> int:
+        return len([j for j in job_times(service) if j["table"] == name])
+
+    def task(c: Any, name: str) -> dict[str, Any]:
+        dag_id = f"sleeper_{name}_bulk_import"
+        runs = c.get(f"/api/v2/dags/{dag_id}/dagRuns").json().get("dag_runs", [])
+        if not runs:
+            return {}
+        r = c.get(f"/api/v2/dags/{dag_id}/dagRuns/{runs[0]['dag_run_id']}/taskInstances/bulk_import")
+        return {**r.json(), "dag_run_id": runs[0]["dag_run_id"]} if r.status_code == 200 else {}
+
+    def state_store(c: Any, name: str) -> dict[str, Any]:
+        run_id = task(c, name)["dag_run_id"]
+        r = c.get(f"/api/v2/dags/sleeper_{name}_bulk_import/dagRuns/{run_id}/taskInstances/bulk_import/state-store")
+        return r.json() if r.status_code == 200 else {}
+
+    with _client(airflow) as c:
+        pool = c.get("/api/v2/pools/spark").json()
+
+        def set_slots(n: int) -> Any:  # Airflow validates the whole pool; the mask changes the slots alone
+            return c.patch("/api/v2/pools/spark", params={"update_mask": "slots"},
+                           json={"pool": "spark", "slots": n, "include_deferred": pool["include_deferred"]})
+        r = set_slots(2)  # both imports at once
+        assert r.status_code == 200 and c.get("/api/v2/pools/spark").json()["slots"] == 2, r.text
+        try:
+            for name, props in tables.items():
+                raw = home / "ingest" / name
+                for day in days:
+                    (raw / day).mkdir(parents=True, exist_ok=True)
+                    pq.write_table(_day_rows(day), raw / day / "events.parquet")
+                _sleeper(home, "table", "create", name, "--schema", str(home / "daily.json"),
+                         "--property", f"sleeper.table.bulk.import.source={raw}/{{{{ data_interval_start | ds }}}}/",
+                         "--property", f"sleeper.table.bulk.import.start={days[1]}",
+                         "--property", "sleeper.table.bulk.import.min.leaf.partitions=1", *props, *none)
+            first: dict[str, dict[str, Any]] = {}
+            for name in tables:  # each task running, its one Spark job held at the gate
+                first[name] = _wait(c, "/api/v2/pools/spark", lambda p, n=name: (
+                    task(c, n).get("state") == "running" and submissions(n) == 1 and task(c, n).get("pid")),
+                    timeout=400, what=f"{name}'s bulk import to run its Spark job") and task(c, name)
+            for name in tables:
+                _wait(c, "/api/v2/pools/spark", lambda p, n=name: n == "resubmitted" or state_store(c, n).get(
+                    "total_entries"), timeout=60, what=f"{name}'s job id in the task state store")
+            for name in tables:
+                os.kill(_task_process(first[name]), signal.SIGKILL)
+            store: dict[str, Any] = {}
+            for name in tables:  # retried by Airflow after the DAG's retry delay
+                _wait(c, "/api/v2/pools/spark", lambda p, n=name: (
+                    task(c, n).get("try_number", 0) >= 2 and task(c, n).get("state") == "running"),
+                    timeout=400, what=f"{name}'s bulk import to be retried")
+                store[name] = [(e["key"], e["value"]) for e in state_store(c, name).get("task_state_store", [])]
+            _wait(c, "/api/v2/pools/spark", lambda p: submissions("resubmitted") == 2, timeout=120,
+                  what="the resubmitted import's second job")
+            time.sleep(5)  # the durable retry has had its chance to submit again
+            held = {name: submissions(name) for name in tables}
+            for name in tables:
+                gates[name].set()
+            for name in tables:
+                _wait(c, "/api/v2/pools/spark", lambda p, n=name: task(c, n).get("state") in ("success", "failed"),
+                      timeout=400, what=f"{name}'s bulk import to end")
+                ti = task(c, name)
+                assert ti["state"] == "success", run_report(c, f"sleeper_{name}_bulk_import", ti["dag_run_id"])
+            log = task_log(c, "sleeper_resumed_bulk_import", task(c, "resumed")["dag_run_id"], "bulk_import", 2)
+            counts = {name: submissions(name) for name in tables}
+            print("SUBMISSIONS " + json.dumps({"while_held": held, "at_the_end": counts, "state_store": store}))
+            assert counts == {"resumed": 1, "resubmitted": 2}, (counts, store)
+            assert "Reconnecting to existing job" in log, log[-3000:]
+            for name in tables:
+                r = c.get(f"/sleeper/api/v1/tables/{name}/records",
+                          params={"min": "0", "max": str(10**13), "limit": 100_000})
+                got = r.json()["records"]
+                assert len(got) == 2000 and len({x["key"] for x in got}) == 2000, (name, len(got))
+        finally:
+            set_slots(pool["slots"])

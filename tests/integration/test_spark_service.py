@@ -77,6 +77,33 @@ def test_a_bulk_import_and_a_compaction_run_on_the_standing_service_once_each(tm
     assert after["jobs"].get("succeeded", 0) - before["jobs"].get("succeeded", 0) == 2
 
 
+def test_an_export_runs_on_the_standing_service_as_a_job_of_its_own_and_writes_once(tmp_path, pg_dsn, service):
+    """Issue 37: an export sent to the service (what a durable ``runner="spark"`` export
+    task submits) runs one Spark task a leaf in the standing application; its status, read
+    by another client, carries the result; the same export key sent again answers "already
+    exported" and writes nothing."""
+    from sleeper_ops.io.storage import ObjectStore
+    from sleeper_ops.query.export import rows_of
+    from sleeper_ops.spark.service_client import export_outcome, export_request, job_status, submit_job, wait_for_job
+
+    with _open(tmp_path / "home", pg_dsn, service) as s:
+        t = s.create_table("events", SCHEMA, split_points=[5000])
+        data = rows(3000, seed=3, first_id=0)
+        t.ingest(data)
+        assert s.config is not None
+        dest = str(tmp_path / "out")
+        request = export_request(s.config, t.info, dest, export_key="x1", run_id="r1")
+        job_id, instance = submit_job(service.service, request)
+        wait_for_job(service.service, job_id, instance)
+        result = export_outcome(t.info, "x1", job_status(service.service, job_id, instance))
+        assert result.written and result.manifest.rows == 3000 and len(result.manifest.files) == 2
+        exported = rows_of(ObjectStore(dest), result.manifest)
+        assert Counter(exported.column("id").to_pylist()) == Counter(data.column("id").to_pylist())
+        job_id, instance = submit_job(service.service, request)
+        again = export_outcome(t.info, "x1", wait_for_job(service.service, job_id, instance))
+        assert not again.written and again.manifest == result.manifest
+
+
 def test_a_failing_bulk_import_on_the_service_says_why_and_commits_nothing(tmp_path, pg_dsn, service):
     src = tmp_path / "raw"
     src.mkdir()

@@ -87,6 +87,7 @@ from statestore.properties import (
     EXPORT_DESTINATION,
     SCHEDULES,
     SPARK_DEFERRABLE,
+    SPARK_DURABLE,
 )
 
 if TYPE_CHECKING:
@@ -364,7 +365,7 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
     else:
         run = SleeperBulkImportOperator(task_id="bulk_import", dag=dag, table=table.name, source=source,
                                         import_key=key, max_active_tis_per_dag=1, pool=SPARK_POOL,
-                                            deferrable=spark_deferrable(table))
+                                        deferrable=spark_deferrable(table), durable=spark_durable(table))
     wait >> run
     return dag
 
@@ -380,6 +381,12 @@ def spark_deferrable(table: TableInfo) -> bool:
     """Whether the table's Spark tasks defer (``sleeper.table.spark.deferrable``):
     submit to the Spark service and wait in the triggerer, not in a worker slot."""
     return str(table.get(SPARK_DEFERRABLE) or "false").lower() == "true"
+
+
+def spark_durable(table: TableInfo) -> bool:
+    """Whether the table's blocking Spark tasks on the Spark service follow an earlier
+    try's job after a dead worker (``sleeper.table.spark.durable``, default true)."""
+    return str(table.get(SPARK_DURABLE) or "true").lower() == "true"
 
 
 def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
@@ -404,7 +411,7 @@ def _compaction_tasks(dag: DAG, table: TableInfo) -> None:
     run_local = ops.SleeperRunCompactionJobsOperator(task_id=task_runner.RUN_LOCAL_TASK, dag=dag, table=table.name)
     run_spark = SleeperSparkCompactionOperator(task_id=task_runner.RUN_SPARK_TASK, dag=dag, table=table.name,
                                                conn_id=SPARK_CONN_ID, pool=SPARK_POOL,
-                                               deferrable=spark_deferrable(table))
+                                               deferrable=spark_deferrable(table), durable=spark_durable(table))
     report = ops.SleeperCompactionReportOperator(task_id="report", dag=dag, table=table.name)
     create >> [run_local, run_spark] >> report
     report.as_teardown(setups=create)

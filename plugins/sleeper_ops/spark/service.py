@@ -4,8 +4,8 @@ A long-lived process (``python -m sleeper_ops.spark.service --master spark://...
 ``sleeper cluster``) holds one SparkSession on a Spark master and runs the jobs clients
 send over a small local HTTP API (the client: :mod:`sleeper_ops.spark.service_client`):
 
-* ``POST /jobs`` with ``{"id", "kind": "bulk_import" | "compaction", "table", "config",
-  ...}`` queues a job (202), or answers the job already submitted under that id (200), so
+* ``POST /jobs`` with ``{"id", "kind": "bulk_import" | "compaction" | "export", "table",
+  "config", ...}`` queues a job (202), or answers the job already submitted under that id (200), so
   a client may repeat a submission whose reply it lost;
 * ``GET /jobs/<id>?wait=S`` answers the job's status (``queued``, ``running``,
   ``succeeded``, ``failed``), waiting up to ``S`` seconds for it to end; 404 for a job
@@ -18,8 +18,10 @@ restart.
 Guarantees:
 
 * **The commit rules are the drivers'.** A bulk import runs
-  :func:`~sleeper_ops.spark.bulk_driver.import_on` and a compaction batch
-  :func:`~sleeper_ops.spark.driver.run_compaction_batch`, exactly as under spark-submit:
+  :func:`~sleeper_ops.spark.bulk_driver.import_on`, a compaction batch
+  :func:`~sleeper_ops.spark.driver.run_compaction_batch` and an export
+  :meth:`~sleeper_ops.table.Table.export` with the ``spark`` runner
+  (:mod:`sleeper_ops.spark.service_jobs`), exactly as under spark-submit:
   job records naming their outputs before the work, import keys, attempt-unique keys,
   one commit in the driver (here). The service holds no state of its own that a
   commit depends on, so a restart loses only the jobs in flight, which end as an
@@ -53,11 +55,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 from urllib.parse import parse_qs, urlsplit
 
+from sleeper_ops.spark.service_jobs import KINDS, ServiceRequestError, execute_job
 from statestore.errors import SleeperError
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("bulk_import", "compaction")
 #: how many ended jobs the service remembers (the oldest are forgotten first)
 KEEP_ENDED = 500
 #: the longest a status request waits for its job to end
@@ -66,10 +68,6 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 ERROR_CHARS = 2000
 DEFAULT_SPARK_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.log.level": "WARN",
                       "spark.scheduler.mode": "FAIR"}
-
-
-class ServiceRequestError(SleeperError):
-    """A request the service refuses (malformed, unknown kind, missing field)."""
 
 
 def failure_reason(e: BaseException) -> str:
@@ -192,35 +190,6 @@ class SparkService:
             logger.info("job %s: %s in %.1f s%s", job.id, job.state, job.ended - job.started,
                         f": {job.error}" if job.error else "")
             job.done.set()
-
-
-def execute_job(spark: Any, job: ServiceJob) -> dict[str, Any]:
-    """Run ``job`` on ``spark`` with the stores of the configuration it carries, through
-    the drivers' own functions (see the module docstring)."""
-    from sleeper_ops.api import Sleeper
-    from sleeper_ops.compaction.jobs import CompactionJob
-    from sleeper_ops.config import SleeperConfig
-    from sleeper_ops.spark.batch_files import results_document
-    from sleeper_ops.spark.bulk_driver import import_on
-    from sleeper_ops.spark.driver import check_jobs_of, run_compaction_batch
-
-    req = job.request
-    raw = {k: v for k, v in req["config"].items() if k != "home"}
-    config = SleeperConfig.from_dict(Path(req["config"]["home"]), raw)
-    with Sleeper(config=config) as sleeper:
-        if job.kind == "bulk_import":
-            sources = req.get("sources")
-            if not isinstance(sources, list) or not sources:
-                raise ServiceRequestError("a bulk import needs its sources")
-            return import_on(spark, sleeper, job.table, [str(s) for s in sources], import_key=req.get("import_key"),
-                             run_id=req.get("run_id"), ingest_job_id=req.get("ingest_job_id"),
-                             shuffle=req.get("shuffle") or "runs")
-        jobs = [CompactionJob.from_dict(d) for d in req.get("jobs") or []]
-        table = sleeper.state_store.get_table(job.table)
-        check_jobs_of(table, jobs)
-        batch = run_compaction_batch(spark.sparkContext, sleeper.state_store, sleeper.objects, table, jobs,
-                                     run_id=req.get("run_id"), python_modules=sleeper.python_iterator_modules)
-        return results_document(batch.results, batch.error)
 
 
 # ----- HTTP -------------------------------------------------------------------------------------

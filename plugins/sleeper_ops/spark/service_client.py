@@ -16,6 +16,9 @@ Guarantees, as the spark-submit runners give them:
 * :func:`submit_job` and :func:`poll_job` are the same calls one at a time, for a
   caller that waits elsewhere (a deferred Airflow task's trigger); the outcome is then
   :func:`bulk_import_outcome` / :func:`compaction_outcome` of what the polling saw.
+* A job outlives the process that submitted it: another process (a retried Airflow
+  task) asks :func:`job_status` (``lost`` when the service no longer has it), waits
+  with :func:`wait_for_job`, and reads the result from the ended status as above.
 * A failed job raises (bulk import: :class:`~sleeper_ops.spark.batch_files.BulkImportError`)
   or comes back failed (compaction) with the service's reason.
 """
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from sleeper_ops.compaction.execute import JobResult
     from sleeper_ops.compaction.jobs import CompactionJob
     from sleeper_ops.config import SleeperConfig
+    from sleeper_ops.query.export import ExportResult
     from statestore.catalog import TableInfo
 
 logger = logging.getLogger(__name__)
@@ -46,6 +50,10 @@ LOST_AFTER_SECONDS = 60.0
 #: how long one status request waits on the service for its job to end
 WAIT_SECONDS = 10.0
 REQUEST_TIMEOUT = 30.0
+#: the states of a job that has not ended yet
+ACTIVE_STATES = ("queued", "running")
+#: the state :func:`job_status` answers for a job the service no longer has
+LOST = "lost"
 
 
 class JobLostError(SparkBatchError):
@@ -111,17 +119,46 @@ def poll_job(service: str, job_id: str, instance: Optional[str], *, wait: float 
     return doc if doc.get("state") in ("succeeded", "failed") else None
 
 
-def run_on_service(service: str, request: dict[str, Any], *, timeout: Optional[float] = None) -> dict[str, Any]:
-    """Submit ``request`` (an ``id`` is added) and wait for its end; the job's final
-    status. Raises :class:`JobLostError` (see the module docstring) or SparkBatchError
-    when the service refuses the request, or when ``timeout`` seconds pass (the job
-    then still runs on the service)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    job_id, instance = submit_job(service, request)
+def job_status(service: str, job_id: str, instance: Optional[str] = None, *,
+               unreachable_for: float = LOST_AFTER_SECONDS) -> dict[str, Any]:
+    """Job ``job_id``'s status now, without waiting: the service's answer (``state``
+    ``queued``, ``running``, ``succeeded`` or ``failed``; once ended, its ``outcome``,
+    the job's result, and ``error``), or ``{"id", "state": "lost", "error"}`` when the
+    service does not know the job, is not the ``instance`` it was submitted to (it
+    restarted) or stays unreachable for ``unreachable_for`` seconds. What a retried
+    task asks before it decides to wait for a job it submitted earlier, take its
+    result, or submit again. Raises SparkBatchError for any other refusal."""
     unreachable_since: Optional[float] = None
     while True:
         try:
-            doc = poll_job(service, job_id, instance, wait=WAIT_SECONDS)
+            code, doc = _call(f"{service}/jobs/{job_id}?wait=0")
+        except OSError as e:
+            now = time.monotonic()
+            unreachable_since = unreachable_since or now
+            if now - unreachable_since > unreachable_for:
+                return {"id": job_id, "state": LOST, "error": f"the Spark service at {service} is unreachable ({e})"}
+            time.sleep(1.0)
+            continue
+        if code == 404 or (instance is not None and doc.get("instance") != instance):
+            return {"id": job_id, "state": LOST, "error": f"the Spark service at {service} lost job {job_id} "
+                                                          "(it restarted, or forgot the job)"}
+        if code != 200:
+            raise SparkBatchError(f"the Spark service at {service} answered {code}: {doc.get('error')}")
+        return doc
+
+
+def wait_for_job(service: str, job_id: str, instance: Optional[str], *, timeout: Optional[float] = None,
+                 wait: float = WAIT_SECONDS) -> dict[str, Any]:
+    """Wait for job ``job_id`` (submitted earlier, by this process or another) to end;
+    its final status (``state`` ``succeeded`` or ``failed``, with its ``outcome``).
+    Each request waits up to ``wait`` seconds on the service. Raises
+    :class:`JobLostError` (see the module docstring) or SparkBatchError when the
+    service refuses, or when ``timeout`` seconds pass (the job then still runs there)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    unreachable_since: Optional[float] = None
+    while True:
+        try:
+            doc = poll_job(service, job_id, instance, wait=wait)
             unreachable_since = None
             if doc is not None:
                 return doc
@@ -135,6 +172,13 @@ def run_on_service(service: str, request: dict[str, Any], *, timeout: Optional[f
         if deadline is not None and time.monotonic() > deadline:
             raise SparkBatchError(f"job {job_id} on the Spark service at {service} did not end within "
                                   f"{timeout:g} s; it still runs there")
+
+
+def run_on_service(service: str, request: dict[str, Any], *, timeout: Optional[float] = None) -> dict[str, Any]:
+    """Submit ``request`` (an ``id`` is added) and wait for its end (:func:`wait_for_job`);
+    the job's final status."""
+    job_id, instance = submit_job(service, request)
+    return wait_for_job(service, job_id, instance, timeout=timeout)
 
 
 def bulk_import_request(config: SleeperConfig, table: TableInfo, sources: Sequence[str], *, import_key: str,
@@ -234,3 +278,33 @@ def compaction_results(config: SleeperConfig, table: TableInfo, jobs: Sequence[C
     except SparkBatchError as e:
         ended = e
     return compaction_outcome(config, jobs, ended)
+
+
+def export_request(config: SleeperConfig, table: TableInfo, destination: str, *, export_key: str,
+                   where: Optional[str] = None, run_id: Optional[str] = None) -> dict[str, Any]:
+    """The service's job request for one export of ``table`` to ``destination`` (an
+    absolute directory or an ``s3://`` prefix: the service resolves nothing against
+    the caller's working directory)."""
+    return {"kind": "export", "table": table.name, "config": config_document(config), "destination": destination,
+            "export_key": export_key, "where": where, "run_id": run_id}
+
+
+def export_outcome(table: TableInfo, export_key: str, ended: Union[dict[str, Any], SparkBatchError]) -> ExportResult:
+    """The result of an export the service ran (``ended``: its final status, or the
+    error that lost it).
+
+    Raises:
+        ExportError: the export failed or was lost (the reason says which; exporting
+            again under the same key writes it once, or answers "already exported").
+    """
+    from sleeper_ops.io.export_manifest import ExportManifest
+    from sleeper_ops.query.export import ExportError, ExportResult
+
+    what = f"export of {table.name} (export key {export_key!r})"
+    if isinstance(ended, SparkBatchError):
+        raise ExportError(f"{what} failed: {ended}") from ended
+    outcome = ended.get("outcome") or {}
+    done = outcome.get("result")
+    if ended["state"] != "succeeded" or done is None:
+        raise ExportError(f"{what} failed: {ended.get('error') or outcome.get('error')}")
+    return ExportResult(done["destination"], ExportManifest.from_dict(done["manifest"]), bool(done["written"]))

@@ -139,6 +139,38 @@ def test_a_job_lost_by_a_service_restart_is_reported_lost(served, monkeypatch):
     assert "lost job" in str(outcome[0]) and "restarted" in str(outcome[0])
 
 
+def test_job_status_answers_a_running_job_and_an_ended_ones_result_to_another_client(served):
+    """What a retried task asks about the job an earlier try submitted: its state while
+    it runs, its state and outcome (the job's result) once it ended."""
+    release = threading.Event()
+    s = served(lambda job: release.wait(30) and {"error": None, "result": {"records": 7}})
+    job_id, instance = service_client.submit_job(s.url, {"kind": "bulk_import", "table": "t", "config": CONFIG,
+                                                         "sources": ["x"]})
+    while service_client.job_status(s.url, job_id, instance)["state"] == "queued":
+        pass
+    assert service_client.job_status(s.url, job_id, instance)["state"] == "running"
+    assert "running" in service_client.ACTIVE_STATES and "queued" in service_client.ACTIVE_STATES
+    release.set()
+    ended = service_client.wait_for_job(s.url, job_id, instance)
+    assert ended["state"] == "succeeded" and ended["outcome"]["result"] == {"records": 7}
+    again = service_client.job_status(s.url, job_id, instance)
+    assert (again["state"], again["outcome"]) == ("succeeded", ended["outcome"])
+
+
+def test_job_status_answers_lost_for_a_job_unknown_restarted_or_unreachable(served):
+    s = served(lambda job: {"error": None})
+    job_id, instance = service_client.submit_job(s.url, {"kind": "compaction", "table": "t", "config": CONFIG})
+    service_client.wait_for_job(s.url, job_id, instance)
+    unknown = service_client.job_status(s.url, "never-submitted", None)
+    assert unknown["state"] == service_client.LOST and "lost job never-submitted" in unknown["error"]
+    restarted = service_client.job_status(s.url, job_id, "an-earlier-instance")
+    assert restarted["state"] == service_client.LOST
+    port = s.server.server_address[1]
+    s.stop()
+    gone = service_client.job_status(f"http://127.0.0.1:{port}", job_id, instance, unreachable_for=0.0)
+    assert gone["state"] == service_client.LOST and "unreachable" in gone["error"]
+
+
 def test_health_names_the_instance_and_counts_the_jobs(served):
     s = served(lambda job: {"error": None})
     run_on_service(s.url, {"kind": "compaction", "table": "t", "config": CONFIG})

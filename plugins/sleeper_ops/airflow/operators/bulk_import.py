@@ -14,12 +14,24 @@ exactly as the blocking path does: the same asset event, lineage and ``Stats``, 
 failure when a job failed. A job lost by a service restart, or a trigger re-created
 after a triggerer died, is decided by the state store (see that module), so nothing is
 committed twice. Without a service (spark-submit), the task runs blocking and says so.
+
+**Durable** (``durable=True``, the default; Airflow's ``ResumableJobMixin``): a
+blocking task on the Spark service stores its job's reference in the task state store
+before it waits, so a retry after its worker died waits for that job (or takes the
+result of the job that succeeded) instead of submitting the import again
+(:mod:`sleeper_ops.airflow.operators.resumable`); a job that failed or was lost is
+submitted again. Its import key defaults to the task instance's
+(:func:`task_import_key`), as a deferrable task's. ``durable=False`` is the behaviour
+before it: every try submits its own job. spark-submit (no service) runs the job in
+the worker itself, which nothing can reconnect to: ``durable`` changes nothing there.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+
+from airflow.sdk import ResumableJobMixin
 
 from sleeper_ops.airflow import task_runner
 from sleeper_ops.airflow.assets.commits import (
@@ -29,6 +41,7 @@ from sleeper_ops.airflow.assets.commits import (
     with_commit_outlets,
 )
 from sleeper_ops.airflow.operators.base import SleeperOperator
+from sleeper_ops.airflow.operators.resumable import SERVICE_JOB_KEY, ServiceJobs, job_ref, note_nothing_to_resume
 from sleeper_ops.airflow.operators.spark_deferral import service_for_deferral
 from sleeper_ops.airflow.triggers.spark_service import POLL_SECONDS, SparkServiceJobTrigger, ended_or_lost
 from sleeper_ops.airflow.utils.openlineage import note, spark_lineage_conf
@@ -39,6 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 def task_import_key(context: Any) -> str:
     """The default import key of a deferrable bulk import: the task instance's
     (``dag_id/run_id/task_id[/map_index]``), the same in every try, so a retry after a
@@ -48,7 +62,7 @@ def task_import_key(context: Any) -> str:
     return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}" + (f"/{index}" if index is not None and index >= 0 else "")
 
 
-class SleeperBulkImportOperator(SleeperOperator):
+class SleeperBulkImportOperator(ResumableJobMixin, SleeperOperator):
     """Bulk import ``source`` into the table on Spark, in one commit
     (:meth:`sleeper_ops.table.Table.bulk_import`): files, directories or globs, local or
     ``s3://``. Imports of the same ``import_key`` add their records once, so a retried
@@ -61,10 +75,17 @@ class SleeperBulkImportOperator(SleeperOperator):
         source: a source or a list of them (templated; one string may hold several
             separated by commas).
         import_key: the import's key (templated); default a fresh one per run of the
-            task (deferrable: the task instance's, :func:`task_import_key`).
+            task (deferrable, or durable on the Spark service: the task instance's,
+            :func:`task_import_key`).
         deferrable: wait for the Spark service's job in the triggerer (module docstring).
+        durable: a retry after a dead worker follows the Spark service job of the
+            earlier try instead of submitting again (module docstring; default True).
         poll_interval: the longest one poll of the job waits (seconds).
     """
+
+    external_id_key = SERVICE_JOB_KEY
+    #: the running try's answers about its Spark service job (set when it runs durably)
+    _service_jobs: Optional[ServiceJobs] = None
 
     template_fields: Sequence[str] = ("table", "source", "import_key")
     ui_color = "#fde68a"
@@ -94,12 +115,74 @@ class SleeperBulkImportOperator(SleeperOperator):
             if service is not None:
                 done = self._submit_and_defer(table, service, sources, run_id, context)
                 return self._report(sleeper, done, sources, context)
+            if sleeper.config.spark_service is not None and self.durable:
+                return self._run_durably(table, sources, run_id, context)
+            if sleeper.config.spark_service is None:
+                note_nothing_to_resume(self, f"with spark-submit on {sleeper.config.spark_master}")
             lineage_conf = spark_lineage_conf(context)  # the Spark job's OpenLineage parent, when switched on
             options: dict[str, Any] = {"conf": lineage_conf} if lineage_conf else {}
             result = table.bulk_import(sources, import_key=self.import_key or None, run_id=run_id, **options)
             return self._report(sleeper, result, sources, context)
 
         return task_runner.run_on_table("bulk_import", self.table, bulk_import, opener=self.hook.get_conn)
+
+    def _run_durably(self, table: Table, sources: list[str], run_id: str, context: Any) -> dict[str, Any]:
+        """The import on the Spark service through ``ResumableJobMixin`` (module docstring)."""
+        from sleeper_ops.bulk_import.sources import absolute_sources
+        from sleeper_ops.spark.service_client import bulk_import_outcome
+
+        sleeper, key, sources = table.sleeper, self.import_key or task_import_key(context), absolute_sources(sources)
+        assert sleeper.config is not None
+        config = sleeper.config
+
+        def outcome(ended: Any) -> dict[str, Any]:
+            return self._report(sleeper, bulk_import_outcome(config, table.info, key, ended), sources, context)
+
+        self._service_jobs = ServiceJobs(outcome, poll_seconds=self.poll_interval)
+        self._submission = (table, sources, key, run_id)
+        result: dict[str, Any] = self.execute_resumable(context)
+        return result
+
+    def submit_job(self, context: Any) -> Optional[dict[str, Any]]:
+        """Send the import to the Spark service; the job's reference, or None when its
+        key was already imported (then nothing is sent)."""
+        from sleeper_ops.bulk_import.sources import expand_sources
+        from sleeper_ops.spark.service_client import bulk_import_request, submit_job
+
+        assert self._service_jobs is not None
+        table, sources, key, run_id = self._submission
+        sleeper = table.sleeper
+        assert sleeper.config is not None and sleeper.config.spark_service is not None
+        done = table.already_imported(key, sources)
+        if done is not None:
+            self._service_jobs.answered(self._report(sleeper, done, sources, context))
+            return None
+        expand_sources(sources, sleeper.s3)  # a bad source fails here, before the job is sent
+        service = sleeper.config.spark_service
+        job_id, instance = submit_job(service, bulk_import_request(sleeper.config, table.info, sources,
+                                                                   import_key=key, run_id=run_id))
+        log.info("%s: bulk import %r sent to the Spark service %s as job %s", self.table, key, service, job_id)
+        return job_ref(service, job_id, instance)
+
+    def get_job_status(self, external_id: Any, context: Any) -> str:
+        assert self._service_jobs is not None
+        return self._service_jobs.status(external_id)
+
+    def is_job_active(self, status: str) -> bool:
+        return ServiceJobs.is_active(status)
+
+    def is_job_succeeded(self, status: str) -> bool:
+        return ServiceJobs.is_succeeded(status)
+
+    def poll_until_complete(self, external_id: Any, context: Any) -> Any:
+        """Wait for the job; the task's result (the mixin returns it as the task's when it
+        reconnected to a running job)."""
+        assert self._service_jobs is not None
+        return self._service_jobs.wait(external_id)
+
+    def get_job_result(self, external_id: Any, context: Any) -> Any:
+        assert self._service_jobs is not None
+        return self._service_jobs.result(external_id)
 
     def _submit_and_defer(self, table: Table, service: str, sources: list[str], run_id: str, context: Any) -> Any:
         """Submit the import to ``service`` and defer; returns (the ``already imported``

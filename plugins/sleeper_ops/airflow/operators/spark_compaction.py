@@ -1,7 +1,16 @@
 """The compaction batch on Spark: :class:`SleeperSparkCompactionOperator`, blocking or
 deferrable (deferral as :mod:`sleeper_ops.airflow.operators.bulk_import` describes it).
 A module of its own, so that only the compaction DAG imports the ``SparkSubmitOperator``
-base (about half a second of CPU, OpenLineage's client with it)."""
+base (about half a second of CPU, OpenLineage's client with it).
+
+**Durable** (``durable=True``, the default, the ``ResumableJobMixin`` of the
+``SparkSubmitOperator`` base): a blocking batch on the Spark service stores its job's
+reference in the task state store before it waits, so a retry after its worker died
+waits for that batch (or takes its results when it succeeded) instead of sending the
+same jobs again (:mod:`sleeper_ops.airflow.operators.resumable`); a batch that failed or
+was lost is sent again, as every retry did before. ``durable=False`` sends the batch
+again on every try. On spark-submit (no service) the batch is as the
+``SparkSubmitOperator`` runs it (client mode: the driver is the worker's own process)."""
 
 from __future__ import annotations
 
@@ -15,6 +24,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from sleeper_ops.airflow import task_runner
 from sleeper_ops.airflow.hooks.sleeper import SleeperHook
 from sleeper_ops.airflow.operators.base import SleeperOperatorMixin
+from sleeper_ops.airflow.operators.resumable import SERVICE_JOB_KEY, ServiceJobs, job_ref, note_nothing_to_resume
 from sleeper_ops.airflow.operators.spark_deferral import JOBS_FROM_CREATE_JOBS, service_for_deferral
 from sleeper_ops.airflow.triggers.spark_service import POLL_SECONDS, SparkServiceJobTrigger, ended_or_lost
 from sleeper_ops.airflow.utils.openlineage import jobs_lineage
@@ -37,8 +47,13 @@ class SleeperSparkCompactionOperator(SleeperOperatorMixin, SparkSubmitOperator):
         jobs: a JSON array of jobs (templated; default: XCom ``jobs`` of ``create_jobs``).
         deferrable: send the batch to the Spark service and wait in the triggerer,
             which renews the compaction lease meanwhile (module docstring).
+        durable: a retry after a dead worker follows the Spark service batch of the
+            earlier try instead of sending it again (module docstring; default True).
         poll_interval: the longest one poll of the batch waits (seconds).
     """
+
+    #: the running try's answers about its Spark service batch (set when it runs durably)
+    _service_jobs: Optional[ServiceJobs] = None
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "table", "jobs")
 
@@ -66,7 +81,10 @@ class SleeperSparkCompactionOperator(SleeperOperatorMixin, SparkSubmitOperator):
             if service is not None and jobs:
                 self._submit_and_defer(sleeper, service, table, jobs, run, context)
             if config.spark_service is not None:  # the standing Spark service: no spark-submit
-                results = self._run_on_service(sleeper, table, jobs, run, context)
+                if self.durable and jobs:
+                    results = self._run_durably(sleeper, table, jobs, run, context)
+                else:
+                    results = self._run_on_service(sleeper, table, jobs, run, context)
                 records = {j.job_id: sleeper.state_store.get_job(table.info.table_id, j.job_id) for j in jobs}
                 self.lineage = jobs_lineage(sleeper, self.table, jobs)
                 self._report(jobs, results, records)
@@ -76,6 +94,7 @@ class SleeperSparkCompactionOperator(SleeperOperatorMixin, SparkSubmitOperator):
             write_jobs_file(jobs_file, table.name, jobs, table_id=table.info.table_id, run_id=run)
             write_config_file(config_file, config)
             master = self._spark_master(config.spark_master)
+            note_nothing_to_resume(self, f"with spark-submit on {master}")
             self.application = str(spark_app_path())
             self.application_args = app_arguments(config, table.name, jobs_file=jobs_file, results_file=results_file,
                                                   run_id=run, config_file=config_file)
@@ -141,6 +160,64 @@ class SleeperSparkCompactionOperator(SleeperOperatorMixin, SparkSubmitOperator):
         except LeaseHeldError as e:
             raise SleeperError(f"this run lost its compaction lease between tasks: {e}") from e
         return {r.job.job_id: r for r in out}
+
+    def _run_durably(self, sleeper: Any, table: Any, jobs: list[Any], run: str, context: Any) -> dict[str, Any]:
+        """The batch on the Spark service through ``ResumableJobMixin`` (module docstring),
+        holding the compaction lease; each job's result (a job the service did not report
+        is as its status record says)."""
+        from sleeper_ops.spark.service_client import compaction_outcome
+        from sleeper_ops.spark.submit import unreported_result
+
+        def outcome(ended: Any) -> dict[str, Any]:
+            reported, why = compaction_outcome(sleeper.config, jobs, ended)
+            return {j.job_id: reported.get(j.job_id) or unreported_result(sleeper.state_store, table.info, j, why)
+                    for j in jobs}
+
+        self._service_jobs = ServiceJobs(outcome, poll_seconds=self.poll_interval)
+        self._submission = (sleeper, table, jobs, run)
+        self.external_id_key = SERVICE_JOB_KEY  # not the spark-submit driver's key of the base
+        try:
+            with task_runner.compaction_lease(sleeper, table, context, release=False):
+                results: dict[str, Any] = self.execute_resumable(context)
+        except LeaseHeldError as e:
+            raise SleeperError(f"this run lost its compaction lease between tasks: {e}") from e
+        return results
+
+    # ResumableJobMixin: the Spark service batch when running durably on it, else the base's spark-submit
+    def submit_job(self, context: Any) -> Any:
+        if self._service_jobs is None:
+            return super().submit_job(context)
+        from sleeper_ops.spark.service_client import compaction_request, submit_job
+
+        sleeper, table, jobs, run = self._submission
+        service = sleeper.config.spark_service
+        job_id, instance = submit_job(service, compaction_request(sleeper.config, table.info, jobs, run_id=run))
+        log.info("%s: %d compaction jobs sent to the Spark service %s as job %s", self.table, len(jobs), service,
+                 job_id)
+        return job_ref(service, job_id, instance)
+
+    def get_job_status(self, external_id: Any, context: Any) -> str:
+        if self._service_jobs is None:
+            return super().get_job_status(external_id, context)
+        return self._service_jobs.status(external_id)
+
+    def is_job_active(self, status: str) -> bool:
+        return ServiceJobs.is_active(status) if self._service_jobs is not None else super().is_job_active(status)
+
+    def is_job_succeeded(self, status: str) -> bool:
+        if self._service_jobs is None:
+            return super().is_job_succeeded(status)
+        return ServiceJobs.is_succeeded(status)
+
+    def poll_until_complete(self, external_id: Any, context: Any) -> Any:
+        if self._service_jobs is None:
+            return super().poll_until_complete(external_id, context)
+        return self._service_jobs.wait(external_id)
+
+    def get_job_result(self, external_id: Any, context: Any) -> Any:
+        if self._service_jobs is None:
+            return super().get_job_result(external_id, context)
+        return self._service_jobs.result(external_id)
 
     def _report(self, jobs: list[Any], results: dict[str, Any], records: dict[str, Any]) -> None:
         """Log the batch; raise SleeperError naming every job that failed or was not reported."""
