@@ -170,6 +170,10 @@ SPARK_DURABLE = _prop(
     "The generated DAGs' blocking bulk import and Spark compaction tasks on the standing Spark service keep "
     "their job's id in Airflow's task state store, so a retry after a dead worker waits for that job instead "
     "of submitting it again (true or false; false: every try submits its own).", BOOL)
+DATED_RETRY_DELAY_SECONDS = _prop(
+    "dated.retry.delay.seconds", "120",
+    "The generated dated DAGs' (bulk import, export) wait before a failed try of a date runs again, in "
+    "seconds (each date is tried 3 times).", POSITIVE_INT)
 INGEST_BATCHER_JOB_MIN_SIZE = _prop("ingest.batcher.job.min.size", "1G", "Smallest ingest batcher job (bytes).", SIZE)
 INGEST_BATCHER_JOB_MAX_SIZE = _prop("ingest.batcher.job.max.size", "5G", "Largest ingest batcher job (bytes).", SIZE)
 INGEST_BATCHER_BULK_IMPORT_MIN_SIZE = _prop(

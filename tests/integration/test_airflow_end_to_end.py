@@ -485,7 +485,8 @@ def _task_process(ti: dict[str, Any]) -> int:
 def test_a_bulk_import_whose_worker_is_killed_mid_job_reconnects_to_its_spark_job(airflow: dict[str, Any]) -> None:
     """Issue 37: two tables' blocking bulk imports (not deferrable) run on the Spark
     service, each job held at its gate. Each task's process (the LocalExecutor's fork) is
-    SIGKILLed while its job runs; Airflow retries the task (the DAG's retry delay). Table
+    SIGKILLed while its job runs; Airflow retries the task (after the table's retry delay,
+    ``sleeper.table.dated.retry.delay.seconds``, 5 s here). Table
     ``resumed`` (``sleeper.table.spark.durable``, true by default) kept the job's id in
     the task state store: its retry reconnects to the running job, and the service saw 1
     submission. Table ``resubmitted`` (``sleeper.table.spark.durable=false``, the
@@ -498,7 +499,8 @@ def test_a_bulk_import_whose_worker_is_killed_mid_job_reconnects_to_its_spark_jo
     days = [time.strftime("%Y-%m-%d", time.gmtime(time.time() - d * 86400)) for d in range(3)]
     none = [f"--property=sleeper.table.schedule.{op}=none"
             for op in ("split", "compaction", "gc", "ingest_batcher", "flush")]
-    tables = {"resumed": [], "resubmitted": ["--property", "sleeper.table.spark.durable=false"]}
+    retry = ["--property", "sleeper.table.dated.retry.delay.seconds=5"]  # not the 2 minutes of the default
+    tables = {"resumed": retry, "resubmitted": [*retry, "--property", "sleeper.table.spark.durable=false"]}
     for name in tables:
         gates[name] = threading.Event()
 
@@ -547,7 +549,7 @@ def test_a_bulk_import_whose_worker_is_killed_mid_job_reconnects_to_its_spark_jo
             for name in tables:
                 os.kill(_task_process(first[name]), signal.SIGKILL)
             store: dict[str, Any] = {}
-            for name in tables:  # retried by Airflow after the DAG's retry delay
+            for name in tables:  # retried by Airflow after the table's retry delay
                 _wait(c, "/api/v2/pools/spark", lambda p, n=name: (
                     task(c, n).get("try_number", 0) >= 2 and task(c, n).get("state") == "running"),
                     timeout=400, what=f"{name}'s bulk import to be retried")

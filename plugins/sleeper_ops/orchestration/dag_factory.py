@@ -72,7 +72,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -80,14 +80,18 @@ from sleeper_ops.airflow import task_runner
 from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.orchestration.dag_problems import backfill_refusal, build_each, build_problem
+from sleeper_ops.orchestration.dag_settings import (
+    dated_retry_delay,
+    import_key_template,
+    spark_deferrable,
+    spark_durable,
+)
 from statestore.properties import (
     BULK_IMPORT_PLATFORM,
     BULK_IMPORT_SOURCE,
     COMPACTION_RUNNER,
     EXPORT_DESTINATION,
     SCHEDULES,
-    SPARK_DEFERRABLE,
-    SPARK_DURABLE,
 )
 
 if TYPE_CHECKING:
@@ -346,7 +350,7 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
         tags=[TAG, operation, f"table:{table.name}"],
         doc_md=f"Sleeper {what} rendered on the interval, one run per data interval of `{cron}` (property "
                f"`sleeper.table.schedule.{operation}`). {once} Backfill past dates with Airflow's backfill.",
-        default_args={"owner": "sleeper", "retries": 2, "retry_delay": timedelta(minutes=2)},
+        default_args={"owner": "sleeper", "retries": 2, "retry_delay": dated_retry_delay(table)},
     )
     if operation == "export":
         from sleeper_ops.airflow.operators.export import SleeperExportOperator
@@ -368,25 +372,6 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
                                         deferrable=spark_deferrable(table), durable=spark_durable(table))
     wait >> run
     return dag
-
-
-def import_key_template(table: TableInfo) -> str:
-    """The import key of a dated bulk import run, an Airflow template: the table id and
-    the run's data interval start. The same on every platform, so a date imports once
-    even across a change of ``sleeper.table.bulk.import.platform``."""
-    return f"{table.table_id}/{{{{ data_interval_start.isoformat() }}}}"
-
-
-def spark_deferrable(table: TableInfo) -> bool:
-    """Whether the table's Spark tasks defer (``sleeper.table.spark.deferrable``):
-    submit to the Spark service and wait in the triggerer, not in a worker slot."""
-    return str(table.get(SPARK_DEFERRABLE) or "false").lower() == "true"
-
-
-def spark_durable(table: TableInfo) -> bool:
-    """Whether the table's blocking Spark tasks on the Spark service follow an earlier
-    try's job after a dead worker (``sleeper.table.spark.durable``, default true)."""
-    return str(table.get(SPARK_DURABLE) or "true").lower() == "true"
 
 
 def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:

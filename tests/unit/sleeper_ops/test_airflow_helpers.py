@@ -213,3 +213,15 @@ def test_a_template_refused_when_set_fails_in_the_dated_dags_environment_too(tem
     dag = build_dag(TableInfo("tid", "events", schema, {"sleeper.table.bulk.import.source": "/x"}), "bulk_import")
     with pytest.raises(jinja2.TemplateError):
         dag.get_template_env().from_string(template).render(**sample_context())
+
+
+@pytest.mark.parametrize("properties, seconds", [({}, 120), ({"sleeper.table.dated.retry.delay.seconds": "5"}, 5)])
+def test_a_dated_dags_tasks_retry_after_the_tables_retry_delay(properties: dict[str, str], seconds: int) -> None:
+    from datetime import timedelta
+
+    from sleeper_ops.orchestration.dag_factory import build_dag
+
+    schema = Schema.from_dict({"rowKeyFields": [{"name": "k", "type": "StringType"}]})
+    dag = build_dag(TableInfo("tid", "events", schema, {"sleeper.table.bulk.import.source": "/raw/{{ ds }}/",
+                                                        **properties}), "bulk_import")
+    assert {t.task_id: (t.retries, t.retry_delay) for t in dag.tasks}["bulk_import"] == (2, timedelta(seconds=seconds))
