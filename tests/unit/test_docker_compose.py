@@ -99,3 +99,21 @@ def test_ports_are_published_on_loopback_only(compose: dict) -> None:
     for name, s in compose["services"].items():
         for port in s.get("ports", []):
             assert port.startswith("127.0.0.1:"), (name, port)
+
+
+def test_airflow_init_prepares_the_database_as_sleeper_cluster_does_with_the_workers_connection(compose: dict) -> None:
+    """airflow-init migrates, creates the spark pool and writes sleeper_default (so the UI
+    lists it and its Test button works) with exactly the fields every Airflow process is
+    given as AIRFLOW_CONN_SLEEPER_DEFAULT."""
+    from sleeper_ops.cluster.compose_init import commands
+    from sleeper_ops.orchestration.connections import COMMAND
+
+    init = compose["services"]["airflow-init"]
+    assert init["command"] == ["python", "-m", "sleeper_ops.cluster.compose_init"]
+    done = commands()
+    assert [c[:2] for c in done] == [["db", "migrate"], ["pools", "set"], [COMMAND, "sleeper_default"]]
+    written = json.loads(done[2][2])
+    for role in ROLES:
+        given = json.loads(_env(compose["services"][COMPOSE_SERVICES[role]])["AIRFLOW_CONN_SLEEPER_DEFAULT"])
+        assert written == given, role
+    assert _env(init)["AIRFLOW__CORE__TEST_CONNECTION"] == "Enabled"

@@ -128,12 +128,25 @@ def sleeper_connection(layout: ClusterLayout) -> dict[str, Any]:
     return conn
 
 
-def connection_init_command(layout: ClusterLayout) -> list[str]:
+def connection_init_command(layout: ClusterLayout, writer: str = "sleeper cluster") -> list[str]:
     """The cli_batch command writing :func:`sleeper_connection` as ``sleeper_default`` into
-    the metadata database (:mod:`sleeper_ops.orchestration.connections`)."""
+    the metadata database (:mod:`sleeper_ops.orchestration.connections`); ``writer`` goes in
+    its description."""
     from sleeper_ops.orchestration.connections import connection_command
 
-    return connection_command(sleeper_connection(layout), "sleeper cluster")
+    return connection_command(sleeper_connection(layout), writer)
+
+
+def init_commands(layout: ClusterLayout, writer: str = "sleeper cluster") -> list[list[str]]:
+    """What prepares the metadata database before any Airflow process starts, in one
+    interpreter (:mod:`sleeper_ops.orchestration.cli_batch`): migrate it, create the
+    ``spark`` pool, write ``sleeper_default`` (:func:`connection_init_command`).
+    ``sleeper cluster`` runs these, and docker-compose.yaml's ``airflow-init`` service the
+    same (a test keeps the two equal)."""
+    from sleeper_ops.orchestration.standalone import SPARK_POOL_SLOTS
+
+    return [["db", "migrate"], ["pools", "set", "spark", str(SPARK_POOL_SLOTS), "Spark jobs"],
+            connection_init_command(layout, writer)]
 
 
 def aws_connection(layout: ClusterLayout) -> dict[str, Any]:

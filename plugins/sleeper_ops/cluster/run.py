@@ -54,7 +54,6 @@ from sleeper_ops.cluster.processes import (
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.orchestration.standalone import (
     DAGS_FOLDER,
-    SPARK_POOL_SLOTS,
     airflow_batch,
     sqlalchemy_url,
 )
@@ -208,8 +207,7 @@ def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int 
             write_local_settings(Path(home))  # DAG parses and tasks fork with their imports made
         init_env = {**base, **envs.process_environment(layout, "scheduler")}
         with open(work / "airflow-init.log", "wb") as log:  # one interpreter for the three commands
-            airflow_batch(init_env, ["db", "migrate"], ["pools", "set", "spark", str(SPARK_POOL_SLOTS), "Spark jobs"],
-                          envs.connection_init_command(layout), log=log, cwd=Path(layout.homes["scheduler"]))
+            airflow_batch(init_env, *envs.init_commands(layout), log=log, cwd=Path(layout.homes["scheduler"]))
         for role in envs.ROLES:
             env = {**base, **envs.process_environment(layout, role)}
             url = layout.api_url if role == "api-server" else layout.broker_url if role in envs.WORKER_ROLES else ""
