@@ -41,7 +41,10 @@ def _connection(monkeypatch: pytest.MonkeyPatch, pg_dsn: str, object_store: str,
         "conn_type": "sleeper", "host": parts.get("host"), "port": int(parts.get("port") or 5432),
         "login": parts.get("user"), "password": parts.get("password"), "schema": parts["dbname"],
         "extra": {"object_store_uri": object_store, **extra}}))
-    return f"postgres.{parts.get('host')}:{parts.get('port') or 5432}.{parts['dbname']}"
+    from statestore.postgres import PostgresStateStore
+
+    with PostgresStateStore(pg_dsn) as store:
+        return store.instance_id()
 
 
 def test_the_openlineage_dataset_of_an_asset_is_its_table_in_the_instance_namespace(
