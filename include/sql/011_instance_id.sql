@@ -9,5 +9,5 @@ CREATE TABLE IF NOT EXISTS sleeper_instance (
     instance_id text NOT NULL
 );
 INSERT INTO sleeper_instance (singleton, instance_id)
-VALUES (true, md5(random()::text || clock_timestamp()::text || pg_backend_pid()::text)::uuid::text)
+VALUES (true, gen_random_uuid()::text)  -- built in since PostgreSQL 13
 ON CONFLICT (singleton) DO NOTHING;
