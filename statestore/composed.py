@@ -89,6 +89,9 @@ class ComposedStateStore(StateStore):
     def delete_table(self, name: str) -> TableInfo:
         return self.catalog.delete_table(name)
 
+    def instance_id(self) -> str:
+        return self.catalog.instance_id()
+
     # ----- table state ----------------------------------------------------------------
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,
                job: Optional[JobRecord] = None, ingest_job_id: Optional[str] = None,

@@ -122,6 +122,10 @@ class MemoryCatalog:
                 by_table.pop(info.table_id, None)
             return info
 
+    def instance_id(self) -> str:
+        """This store object's identity: made with it, gone with it (nothing in memory outlives it)."""
+        return self._t.instance_id
+
 
 class MemoryCommits(StateReads):
     """The table commits of :class:`InMemoryStateStore`: a commit applies its transaction

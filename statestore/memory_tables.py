@@ -36,6 +36,7 @@ class MemoryTables:
         self.ingest_requests: dict[str, dict[str, IngestRequest]] = {}  # table id -> id -> request
         self.commit_ids: dict[str, dict[str, int]] = {}  # table id -> commit id -> applied at (ms)
         self.epoch = uuid.uuid4().hex  # tells this store's change tokens from another's
+        self.instance_id = str(uuid.uuid4())  # the store's identity (StateStore.instance_id)
         self.versions: dict[str, int] = {}  # table id -> commits applied
         self.changes: dict[str, deque[tuple[int, Touches]]] = {}  # table id -> (version, what it touched)
         self.buffers: dict[str, dict[int, BufferEntry]] = {}  # table id -> seq -> entry

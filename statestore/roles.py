@@ -43,7 +43,9 @@ class TableCatalog(Protocol):
 
     :meth:`create_table` registers the table and its partitions atomically;
     :meth:`rename_table` raises and changes nothing when either name is wrong;
-    :meth:`delete_table` removes the table and all its state."""
+    :meth:`delete_table` removes the table and all its state; :meth:`instance_id` is the
+    store's own identity, created once (two processes opening a fresh store at once end
+    with one id) and never changed."""
 
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
                      properties: Optional[Mapping[str, str]] = None) -> TableInfo: ...
@@ -52,6 +54,7 @@ class TableCatalog(Protocol):
     def update_properties(self, name: str, properties: Mapping[str, str]) -> TableInfo: ...
     def rename_table(self, old: str, new: str) -> TableInfo: ...
     def delete_table(self, name: str) -> TableInfo: ...
+    def instance_id(self) -> str: ...
 
 
 @runtime_checkable

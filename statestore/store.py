@@ -90,6 +90,15 @@ class StateStore(StateReads, abc.ABC):
     def delete_table(self, name: str) -> TableInfo:
         """Remove the table and all its state; returns what was removed."""
 
+    @abc.abstractmethod
+    def instance_id(self) -> str:
+        """This state store's identity: a UUID string stored in the store itself, created
+        the first time the store is opened or migrated (a store written by a previous
+        release gets one on its first open), the same for every process and every
+        spelling of its address (the same PostgreSQL database through a socket path or
+        host and port), never rewritten. Concurrent first opens end with one id. Raises
+        StateStoreUnavailableError when the store cannot be read."""
+
     # ----- table state ----------------------------------------------------------------
     @abc.abstractmethod
     def commit(self, table_id: str, transaction: Transaction, *, commit_id: Optional[str] = None,

@@ -158,6 +158,8 @@ def pg_template(pg_admin_dsn: str) -> Iterator[str]:
     dsn = create_database(pg_admin_dsn, name)
     with psycopg.connect(dsn, autocommit=True) as conn:
         migrate(conn)
+        # every clone makes an instance id of its own on first asking, as a fresh store does
+        conn.execute("DELETE FROM sleeper_instance")
     yield name
     drop_database(pg_admin_dsn, name)
 

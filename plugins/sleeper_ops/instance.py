@@ -1,42 +1,75 @@
-"""The identity of a Sleeper instance: which state store it is, with no credentials.
+"""The identity of a Sleeper instance in lineage: its state store's own id.
 
-Lineage (``sleeper://<instance>`` as the OpenLineage namespace of its tables) and
-links name an instance by :func:`instance_of`: the PostgreSQL server and database
-(``postgres.<host>:<port>.<database>``), the DynamoDB region, endpoint and table prefix
-(``dynamodb.<region>.<prefix>``), or ``embedded.<home>`` for the embedded server. A user
-name, password or key never appears.
+:func:`namespace` is ``sleeper://<instance id>``, the id being the state store's
+:meth:`~statestore.store.StateStore.instance_id` (a UUID kept in the store itself, made
+once on its first open). It is the same wherever the store is opened from -- the CLI,
+``sleeper airflow``, the workers of ``sleeper cluster``, a scheduled run that only has
+``SLEEPER_HOME`` -- and for every spelling of its address (a PostgreSQL socket path or
+host and port); two homes on one database share it, two databases never do. It holds
+no credentials and is never derived from a DSN.
+
+Each process asks the store once per address (:func:`namespace` caches by the
+configuration's state-store options; an in-memory store is asked each time, as each
+is its own instance), so lineage costs no round trip per task after the first.
+A store that cannot give its id raises (StateStoreUnavailableError): nothing is
+invented in its place.
 """
 
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
+import threading
+from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
     from sleeper_ops.config import SleeperConfig
+    from statestore.roles import TableCatalog
 
-_KEYWORD = re.compile(r"(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|\S+)")
+#: the URI scheme of a Sleeper instance's namespace
+SCHEME = "sleeper"
 
-
-def _dsn_parts(dsn: str) -> tuple[str, str, str]:
-    """(host, port, database) of a libpq DSN, URI or key=value form."""
-    if "://" in dsn:
-        u = urlsplit(dsn)
-        return unquote(u.hostname or "localhost"), str(u.port or 5432), unquote(u.path.lstrip("/") or "postgres")
-    kv = {k: v.strip("'") for k, v in _KEYWORD.findall(dsn)}
-    return kv.get("host", "localhost"), kv.get("port", "5432"), kv.get("dbname", kv.get("user", "postgres"))
+_namespaces: dict[str, str] = {}
+_lock = threading.Lock()
 
 
-def instance_of(config: SleeperConfig) -> str:
-    """The instance's name (see the module docstring)."""
-    if config.state_store_backend == "dynamodb":
-        d = config.dynamodb
-        where = urlsplit(d.endpoint_url).netloc if d.endpoint_url else "aws"
-        return f"dynamodb.{d.region}.{where}.{d.table_prefix}".rstrip(".-")
-    if config.state_store_backend == "postgres":
-        if config.state_store_dsn:
-            host, port, db = _dsn_parts(config.state_store_dsn)
-            return f"postgres.{host}:{port}.{db}"
-        return f"embedded.{config.embedded_pg_dir}"
-    return config.state_store_backend
+def _address(config: Optional[SleeperConfig]) -> Optional[str]:
+    """The cache key of ``config``'s state store (None: not cached, an in-memory store)."""
+    if config is None or config.state_store_backend == "memory":
+        return None
+    return repr((config.state_store_backend, sorted(config.state_store_options().items())))
+
+
+def namespace(store: TableCatalog, config: Optional[SleeperConfig] = None) -> str:
+    """``sleeper://<instance id>`` of ``store`` (opened from ``config``, which keys the
+    per-process cache; see the module docstring)."""
+    key = _address(config)
+    if key is not None:
+        with _lock:
+            found = _namespaces.get(key)
+        if found is not None:
+            return found
+    ns = f"{SCHEME}://{store.instance_id()}"
+    if key is not None:
+        with _lock:
+            _namespaces.setdefault(key, ns)
+    return ns
+
+
+def config_namespace(config: SleeperConfig) -> str:
+    """:func:`namespace` of the state store ``config`` names, opened (and closed) only when
+    this process has not asked it yet."""
+    key = _address(config)
+    if key is not None:
+        with _lock:
+            found = _namespaces.get(key)
+        if found is not None:
+            return found
+    from statestore.backends import open_state_store
+
+    with open_state_store(config.state_store_backend, **config.state_store_options()) as store:
+        return namespace(store, config)
+
+
+def forget_namespaces() -> None:
+    """Empty this process's cache (tests)."""
+    with _lock:
+        _namespaces.clear()

@@ -13,7 +13,10 @@
 * update_properties is a conditional update on the revision it read (retried);
 * delete removes both catalog items atomically -- from then on the table is gone for
   every reader and committer -- and then its log, snapshots, jobs, requests and
-  commit ids (not atomically; a crash leaves unreachable items behind).
+  commit ids (not atomically; a crash leaves unreachable items behind);
+* the store's instance id is the item ``instance``, put on first asking with the condition
+  ``attribute_not_exists(pk)`` and then read (consistently): racing processes read the
+  one that won, and an existing id is never rewritten.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from statestore.dynamodb.context import DynamoContext
 from statestore.dynamodb.ingest_queue import MAX_TRANSACTION_ITEMS
 from statestore.dynamodb.log import EncodedTransaction
 from statestore.dynamodb.writes import cleanup_on_refusal
-from statestore.errors import TableExistsError, TableNotFoundError
+from statestore.errors import StateStoreUnavailableError, TableExistsError, TableNotFoundError
 from statestore.partitions import Partition
 from statestore.properties import (
     INGEST_BATCHER_JOB_MAX_FILES,
@@ -65,6 +68,30 @@ class DynamoCatalog:
 
     def __init__(self, context: DynamoContext) -> None:
         self.context = context
+        self._instance_id: Optional[str] = None
+
+    def instance_id(self) -> str:
+        """The ``instance`` item of the catalog table (see the module docstring); read once
+        per store object, it never changes."""
+        if self._instance_id is not None:
+            return self._instance_id
+        d = self.context.dynamo
+        key = {"pk": s("instance")}
+        item = d.get("read the instance id", "catalog", key)
+        if item is None:
+            try:
+                d.call("create the instance id", d.client.put_item, TableName=d.table("catalog"),
+                       Item={**key, "instance_id": s(str(uuid.uuid4()))},
+                       ConditionExpression="attribute_not_exists(pk)")
+            except Exception as e:
+                if not is_condition_failed(e):
+                    raise
+            item = d.get("read the instance id", "catalog", key)
+        found = get_s(item, "instance_id") if item is not None else None
+        if not found:
+            raise StateStoreUnavailableError("the state store's instance id could not be read after creating it")
+        self._instance_id = found
+        return found
 
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],
                      properties: Optional[Mapping[str, str]] = None) -> TableInfo:

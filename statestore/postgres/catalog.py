@@ -1,6 +1,7 @@
 """The table catalog in PostgreSQL: create (with the initial partitions, in one
 transaction; a create whose connection was lost around COMMIT looks for its table by
-its fresh id), list, get, update properties, rename, delete (with all the table's rows)."""
+its fresh id), list, get, update properties, rename, delete (with all the table's rows);
+and the store's instance id (the one row of ``sleeper_instance``, made by migration 011)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import uuid
 from typing import Any, Mapping, Optional, Sequence
 
 import psycopg
+from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.types.json import Json, Jsonb
 
@@ -28,6 +30,37 @@ class PostgresCatalog:
 
     def __init__(self, db: PostgresConnection) -> None:
         self._db = db
+        self._instance_id: Optional[str] = None
+
+    def instance_id(self) -> str:
+        """The row migration 011 made (read once per store object: it never changes). Should
+        it be missing, one is inserted if still absent (``ON CONFLICT DO NOTHING``: an
+        existing id is never rewritten) and the row read again in a fresh snapshot, so
+        racing processes read the same id. A database without the table (migrations not
+        applied) raises StateStoreUnavailableError saying so."""
+        if self._instance_id is not None:
+            return self._instance_id
+
+        def read(cur: psycopg.Cursor[Any]) -> Optional[str]:
+            row = cur.execute("SELECT instance_id FROM sleeper_instance").fetchone()
+            return None if row is None else str(row[0])
+
+        def insert(cur: psycopg.Cursor[Any]) -> None:
+            cur.execute("INSERT INTO sleeper_instance (singleton, instance_id) VALUES (true, %s)"
+                        " ON CONFLICT (singleton) DO NOTHING", (str(uuid.uuid4()),))
+
+        try:
+            found = self._db.read_one("read the instance id", read)
+            if found is None:
+                self._db.run("create the instance id", insert, idempotent=True)
+                found = self._db.read_one("read the instance id", read)
+        except pg_errors.UndefinedTable as e:
+            raise StateStoreUnavailableError(
+                "the state store has no instance id: its migrations are not applied (011_instance_id.sql)") from e
+        if found is None:
+            raise StateStoreUnavailableError("the state store's instance id could not be read after creating it")
+        self._instance_id = found
+        return found
 
     # ----- catalog --------------------------------------------------------------------
     def create_table(self, name: str, schema: Schema, partitions: Sequence[Partition],

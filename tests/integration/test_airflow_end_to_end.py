@@ -31,6 +31,7 @@ import tomli_w
 
 from tests.airflow_runs import run_report, task_log
 from tests.integration.spark_service_double import in_process_executor, job_times, serve
+from tests.integration.test_readiness import lineage_env, lineage_events
 
 httpx = pytest.importorskip("httpx")
 
@@ -89,7 +90,7 @@ def _airflow(home: Path, spark_service: str) -> Iterator[dict[str, Any]]:
     raw["spark"] = {**raw.get("spark", {}), "service": spark_service}
     (home / "sleeper.toml").write_text(tomli_w.dumps(raw))
     port = _free_port()
-    env = {**os.environ, "SLEEPER_HOME": str(home)}
+    env = {**os.environ, "SLEEPER_HOME": str(home), **lineage_env(home / "lineage")}
     env.pop("SLEEPER_STATE_STORE_DSN", None)
     log = open(home / "sleeper-airflow.out", "w+")
     proc = subprocess.Popen([SLEEPER, "airflow", "--port", str(port), "--no-demo",
@@ -577,3 +578,68 @@ def test_a_bulk_import_whose_worker_is_killed_mid_job_reconnects_to_its_spark_jo
                 assert len(got) == 2000 and len({x["key"] for x in got}) == 2000, (name, len(got))
         finally:
             set_slots(pool["slots"])
+
+
+def _sleeper_namespaces(events: list[dict[str, Any]], dag_id: str, table: str) -> set[str]:
+    """The namespaces naming ``table`` in the COMPLETE events of ``dag_id``'s tasks."""
+    return {d["namespace"] for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"].startswith(dag_id)
+            for d in (*e["inputs"], *e["outputs"]) if d["name"] == table}
+
+
+def test_one_table_has_one_lineage_namespace_under_sleeper_airflow_a_scheduled_run_and_the_cluster(
+        airflow: dict[str, Any], airflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37 item 3: the same table's datasets are named alike (``sleeper://<instance id>``,
+    the embedded state store's own id) by (b) a flush task run by ``sleeper airflow``, (a)
+    the same DAG run by ``dag.test()`` with only ``SLEEPER_HOME`` set (a scheduled run's
+    view), and (c) the ``sleeper_default`` connection ``sleeper cluster`` gives its workers,
+    pointed at the same server through its socket directory."""
+    from dataclasses import replace
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    from sleeper_ops import Sleeper
+    from sleeper_ops.airflow.assets.sleeper import namespace
+    from sleeper_ops.cluster.environment import (
+        AWS_CONN,
+        SLEEPER_CONN,
+        PostgresAddress,
+        compose_layout,
+        process_environment,
+    )
+    from sleeper_ops.instance import forget_namespaces
+    from tests.integration.test_dags import run_dags
+
+    home: Path = airflow["home"]
+    _sleeper(home, "table", "create", "traced", "--schema", str(home / "schema.json"),
+             *[f"--property=sleeper.table.schedule.{op}=none"
+               for op in ("split", "compaction", "gc", "ingest_batcher", "flush")])
+    monkeypatch.delenv("SLEEPER_STATE_STORE_DSN", raising=False)
+    with Sleeper(home) as s:
+        expected = f"sleeper://{s.state_store.instance_id()}"
+        dsn = s.state_store.dsn  # type: ignore[attr-defined]
+    dag_id = "sleeper_traced_flush"
+    # (b) under sleeper airflow
+    with _client(airflow) as c:
+        _wait(c, f"/api/v2/dags/{dag_id}", lambda d: d.get("dag_id") == dag_id, what="the DAG to be parsed")
+        r = c.post("/sleeper/api/v1/tables/traced/records", json={"records": [{"key": 1, "v": "b"}]})
+        assert r.status_code == 201, r.text
+        _run_dag(c, dag_id)
+    standalone = _sleeper_namespaces(lineage_events(home / "lineage"), dag_id, "traced")
+    # (a) dag.test() with only SLEEPER_HOME
+    with Sleeper(home) as s:
+        s.table("traced").write([{"key": 2, "v": "a"}])
+    runs = run_dags(airflow_home, home, {"dag_id": dag_id}, **lineage_env(tmp_path / "scheduled"))
+    assert runs.results[0]["state"] == "success", runs.results
+    scheduled = _sleeper_namespaces(lineage_events(tmp_path / "scheduled"), dag_id, "traced")
+    # (c) the cluster's workers' connection, to the same server by its socket directory
+    parts = conninfo_to_dict(dsn)
+    layout = replace(compose_layout(), state_store="postgres", postgres=PostgresAddress(
+        host=str(parts["host"]), port=None, login=str(parts.get("user") or "postgres"),
+        password=str(parts.get("password") or ""), database=str(parts["dbname"])))
+    worker = process_environment(layout, "worker-1")
+    monkeypatch.setenv("AIRFLOW_CONN_SLEEPER_DEFAULT", worker[SLEEPER_CONN])
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", worker[AWS_CONN])
+    forget_namespaces()
+    cluster = namespace()
+    print(f"namespaces: sleeper airflow {standalone}, scheduled run {scheduled}, cluster {cluster!r}")
+    assert standalone == scheduled == {expected} and cluster == expected

@@ -41,7 +41,10 @@ def _connection(monkeypatch: pytest.MonkeyPatch, pg_dsn: str, object_store: str,
         "conn_type": "sleeper", "host": parts.get("host"), "port": int(parts.get("port") or 5432),
         "login": parts.get("user"), "password": parts.get("password"), "schema": parts["dbname"],
         "extra": {"object_store_uri": object_store, **extra}}))
-    return f"postgres.{parts.get('host')}:{parts.get('port') or 5432}.{parts['dbname']}"
+    from statestore.postgres import PostgresStateStore
+
+    with PostgresStateStore(pg_dsn) as store:
+        return store.instance_id()
 
 
 def test_the_openlineage_dataset_of_an_asset_is_its_table_in_the_instance_namespace(
@@ -104,3 +107,64 @@ def test_spark_jobs_get_the_openlineage_parent_only_when_switched_on(monkeypatch
     props = spark_lineage_conf(_task_context())
     assert props["spark.openlineage.parentJobName"] == "d.import"
     assert props["spark.openlineage.rootParentJobName"] == "d" and props["spark.openlineage.parentRunId"]
+
+
+def _home(where: Path, dsn: str) -> Path:
+    where.mkdir()
+    (where / "sleeper.toml").write_text(f'[state_store]\nbackend = "postgres"\ndsn = "{dsn}"\n')
+    return where
+
+
+def test_two_spellings_of_one_database_and_two_homes_on_it_share_one_lineage_namespace(
+        pg_dsn: str, tmp_path: Path) -> None:
+    """A socket path as a URI's ``host`` parameter and as a keyword, each from a home of its
+    own: one namespace, the store's id (the DSN once named them ``localhost:5432`` and
+    ``<socket dir>``: two namespaces, and every embedded home's socket the same one)."""
+    from psycopg.conninfo import make_conninfo
+
+    from sleeper_ops.config import SleeperConfig
+    from sleeper_ops.instance import config_namespace, forget_namespaces
+    from statestore.postgres import PostgresStateStore
+
+    parts = conninfo_to_dict(pg_dsn)
+    keywords = make_conninfo("", **{k: v for k, v in parts.items() if v is not None})
+    uri = f"postgresql://{parts.get('user', 'postgres')}@/{parts['dbname']}?host={parts.get('host', '')}"
+    assert keywords != uri
+    with PostgresStateStore(pg_dsn) as store:
+        expected = f"sleeper://{store.instance_id()}"
+    forget_namespaces()
+    seen = {config_namespace(SleeperConfig.load(_home(tmp_path / name, dsn), create=False))
+            for name, dsn in (("a", keywords), ("b", uri), ("c", keywords))}
+    assert seen == {expected}
+
+
+def test_the_connection_the_clusters_workers_get_names_the_same_instance(
+        monkeypatch: pytest.MonkeyPatch, pg_dsn: str, tmp_path: Path) -> None:
+    """``sleeper cluster`` gives its workers ``sleeper_default`` as host, login, database
+    (:func:`sleeper_ops.cluster.environment.sleeper_connection`): pointed at a database,
+    their lineage namespace is the one a home on that database's DSN gives."""
+    from dataclasses import replace
+
+    from sleeper_ops.cluster.environment import (
+        AWS_CONN,
+        SLEEPER_CONN,
+        WORKER_ROLES,
+        PostgresAddress,
+        compose_layout,
+        process_environment,
+    )
+    from sleeper_ops.config import SleeperConfig
+    from sleeper_ops.instance import config_namespace, forget_namespaces
+
+    parts = conninfo_to_dict(pg_dsn)
+    layout = replace(compose_layout(), state_store="postgres", postgres=PostgresAddress(
+        host=str(parts["host"]), port=int(parts["port"]) if parts.get("port") else None,
+        login=str(parts.get("user") or "postgres"), password=str(parts.get("password") or ""),
+        database=str(parts["dbname"])))
+    worker = process_environment(layout, WORKER_ROLES[0])
+    monkeypatch.setenv("AIRFLOW_CONN_SLEEPER_DEFAULT", worker[SLEEPER_CONN])
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", worker[AWS_CONN])
+    forget_namespaces()
+    from_home = config_namespace(SleeperConfig.load(_home(tmp_path / "home", pg_dsn), create=False))
+    forget_namespaces()
+    assert convert_asset_to_openlineage(table_asset("events")).namespace == from_home

@@ -66,7 +66,7 @@ def test_a_dag_on_the_asset_waits_for_the_commit_and_reads_exactly_its_rows(
                    if e["eventType"] == "COMPLETE" and e["job"]["name"] == "upstream.ingest"]
     assert [(d["namespace"], d["name"]) for d in complete["inputs"]] == [("file", str(path))]
     (out,) = complete["outputs"]
-    assert out["namespace"].startswith("sleeper://postgres.") and out["name"] == "events"
+    assert (out["namespace"], out["name"]) == (f"sleeper://{sleeper.state_store.instance_id()}", "events")
     assert out["outputFacets"]["outputStatistics"]["rowCount"] == 120
     assert [f["name"] for f in out["facets"]["schema"]["fields"]] == ["key", "ts", "value"]
 

@@ -73,6 +73,28 @@ def test_a_dynamodb_home_of_the_previous_release_works(dynamodb_home: tuple[Any,
     _works(*dynamodb_home)
 
 
+def test_a_postgres_home_of_the_previous_release_gets_an_instance_id_on_its_first_open(
+        postgres_home: tuple[Any, dict[str, Any]]) -> None:
+    """The previous release stored no instance id: the first open makes one (migration
+    011, run on first use), and the store opened again gives the same."""
+    _keeps_an_instance_id(postgres_home[0])
+
+
+def test_a_dynamodb_home_of_the_previous_release_gets_an_instance_id_on_its_first_open(
+        dynamodb_home: tuple[Any, dict[str, Any]]) -> None:
+    """As for PostgreSQL, through the ``instance`` item of the catalog table."""
+    _keeps_an_instance_id(dynamodb_home[0])
+
+
+def _keeps_an_instance_id(s: Any) -> None:
+    from sleeper_ops import Sleeper
+
+    first = s.state_store.instance_id()
+    assert str(uuid.UUID(first)) == first
+    with Sleeper(s.config.home) as again:
+        assert again.state_store.instance_id() == first
+
+
 def _works(s: Any, manifest: dict[str, Any]) -> None:
     t = s.table(rec.TABLE)
     table_id = manifest["table_id"]

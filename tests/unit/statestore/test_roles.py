@@ -72,3 +72,9 @@ def test_each_role_of_the_dynamodb_store_is_its_own_object_over_the_one_context(
     roles = [getattr(store, a) for a in _ROLE_ATTRIBUTES]
     assert len({id(r) for r in roles}) == len(roles), "one object plays two roles"
     assert all(r.context is store.context for r in roles)  # type: ignore[attr-defined]
+
+
+def test_each_in_memory_store_has_an_instance_id_of_its_own() -> None:
+    a, b = InMemoryStateStore(), InMemoryStateStore()
+    assert a.instance_id() == a.instance_id() == a.catalog.instance_id()
+    assert a.instance_id() != b.instance_id()

@@ -6,8 +6,9 @@ A Sleeper asset is ``sleeper://<table>`` (files committed to the table) or
 :func:`sanitize_uri` refuses anything else (no table, a name Sleeper would refuse,
 credentials, a port, a query, another path) with a ValueError saying why;
 :func:`convert_asset_to_openlineage` names the table's dataset as the operators'
-lineage does: namespace ``sleeper://<instance>`` (:mod:`sleeper_ops.instance`, of the
-``sleeper_default`` connection or ``SLEEPER_HOME``), name ``<table>``.
+lineage does: namespace ``sleeper://<instance id>`` (:mod:`sleeper_ops.instance`: the
+state store's own id, of the ``sleeper_default`` connection or ``SLEEPER_HOME``), name
+``<table>``.
 """
 
 from __future__ import annotations
@@ -53,11 +54,12 @@ def sanitize_uri(uri: SplitResult) -> SplitResult:
 
 
 def namespace(sleeper_conn_id: str = "sleeper_default") -> str:
-    """``sleeper://<instance>`` of the connection (or of ``SLEEPER_HOME``)."""
+    """``sleeper://<instance id>`` of the connection's state store (or of ``SLEEPER_HOME``'s):
+    asked once per process (:func:`sleeper_ops.instance.config_namespace`)."""
     from sleeper_ops.airflow.hooks.sleeper import SleeperHook
-    from sleeper_ops.instance import instance_of
+    from sleeper_ops.instance import config_namespace
 
-    return f"sleeper://{instance_of(SleeperHook(sleeper_conn_id).get_config())}"
+    return config_namespace(SleeperHook(sleeper_conn_id).get_config())
 
 
 def convert_asset_to_openlineage(asset: Any, lineage_context: Any = None) -> Any:

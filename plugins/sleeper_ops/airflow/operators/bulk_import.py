@@ -224,7 +224,8 @@ class SleeperBulkImportOperator(ResumableJobMixin, SleeperOperator):
         extra = commit_extra(sleeper, self.table, files=len(result.files_written), rows=result.records,
                              import_key=result.import_key,
                              key_range=key_range_of_partitions(sleeper, self.table, result.partitions))
-        self.lineage = note(sleeper, self.table, inputs=sources, rows=result.records, files=len(result.files_written))
+        self.lineage = note(sleeper, self.table, inputs=sources, column_lineage=True, rows=result.records,
+                            files=len(result.files_written))
         log.info("%s", result.summary())
         emit_commit_event(self, context, self.table, files=len(result.files_written), rows=result.records,
                           extra=extra)

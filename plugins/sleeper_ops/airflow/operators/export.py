@@ -25,6 +25,7 @@ from airflow.sdk import ResumableJobMixin
 from sleeper_ops.airflow import task_runner
 from sleeper_ops.airflow.operators.base import SleeperOperator, task_request_id
 from sleeper_ops.airflow.operators.resumable import SERVICE_JOB_KEY, ServiceJobs, job_ref, note_nothing_to_resume
+from sleeper_ops.airflow.utils.openlineage import note
 
 if TYPE_CHECKING:
     from sleeper_ops.api import Table
@@ -69,17 +70,30 @@ class SleeperExportOperator(ResumableJobMixin, SleeperOperator):
         def export(t: Table) -> Any:
             config = t.sleeper.config
             if self.runner == "spark" and config is not None and config.spark_service is not None and self.durable:
-                return self._run_durably(t, key, run_id, context)
+                durable = self._run_durably(t, key, run_id, context)
+                self._note_lineage(t, durable)
+                return durable
             if self.runner == "spark" and (config is None or config.spark_service is None):
                 note_nothing_to_resume(self, "in this worker's own Spark driver")
-            return t.export(self.destination, where=self.where or None, export_key=key, runner=self.runner,
-                            run_id=run_id)
+            result = t.export(self.destination, where=self.where or None, export_key=key, runner=self.runner,
+                              run_id=run_id)
+            self._note_lineage(t, result)
+            return result
 
         result = task_runner.run_on_table("export", self.table, export, opener=self.hook.get_conn)
         log.info("%s", result.summary())
         return {"written": result.written, "destination": result.destination,
                 "export_key": result.manifest.export_key, "transaction": result.manifest.transaction,
                 "records": result.manifest.rows, "files": len(result.manifest.files)}
+
+    def _note_lineage(self, table: Table, result: Any) -> None:
+        """This task's lineage: the table read, the user's destination written, each column
+        from the table's same-named one (:mod:`sleeper_ops.airflow.utils.openlineage`)."""
+        manifest = getattr(result, "manifest", None)
+        self.lineage = note(table.sleeper, table.name, outputs=[getattr(result, "destination", self.destination)],
+                            reads_table=True, writes_table=False, column_lineage=True,
+                            rows=getattr(manifest, "rows", None),
+                            files=len(manifest.files) if manifest is not None else None)
 
     def _run_durably(self, table: Table, key: str, run_id: str, context: Any) -> Any:
         """The export on the Spark service through ``ResumableJobMixin`` (module docstring)."""

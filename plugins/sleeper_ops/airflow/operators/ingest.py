@@ -58,7 +58,8 @@ class SleeperIngestOperator(SleeperOperator):
                 return result, None
             extra = commit_extra(t.sleeper, t.name, files=len(result.files), rows=result.records,
                                  key_range=key_range_of(t.sleeper, t.name, result.files))
-            self.lineage = note(t.sleeper, t.name, inputs=files, rows=result.records, files=len(result.files))
+            self.lineage = note(t.sleeper, t.name, inputs=files, column_lineage=True, rows=result.records,
+                                files=len(result.files))
             return result, extra
 
         result, extra = task_runner.run_on_table("ingest", self.table, ingest, opener=self.hook.get_conn)
@@ -92,7 +93,8 @@ class SleeperIngestBatcherOperator(SleeperOperator):
             files = sum(j.written for j in r.committed)
             extras.append(commit_extra(t.sleeper, t.name, files=files, rows=r.records))
             done = r.committed
-            self.lineage = note(t.sleeper, t.name, inputs=[f for j in done for f in j.files], rows=r.records,
+            self.lineage = note(t.sleeper, t.name, inputs=[f for j in done for f in j.files], column_lineage=True,
+                                rows=r.records,
                                 files=files, size=sum(j.size_bytes for j in done))
             return r
 
