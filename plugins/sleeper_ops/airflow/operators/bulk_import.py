@@ -42,7 +42,6 @@ from sleeper_ops.airflow.assets.commits import (
 )
 from sleeper_ops.airflow.operators.base import SleeperOperator
 from sleeper_ops.airflow.operators.resumable import (
-    SERVICE_JOB_KEY,
     ServiceJobAnswers,
     ServiceJobs,
     job_ref,
@@ -89,9 +88,6 @@ class SleeperBulkImportOperator(ServiceJobAnswers, ResumableJobMixin, SleeperOpe
         poll_interval: the longest one poll of the job waits (seconds).
     """
 
-    external_id_key = SERVICE_JOB_KEY
-    #: the running try's answers about its Spark service job (set when it runs durably)
-    _service_jobs: Optional[ServiceJobs] = None
 
     template_fields: Sequence[str] = ("table", "source", "import_key")
     ui_color = "#fde68a"

@@ -25,7 +25,6 @@ from airflow.sdk import ResumableJobMixin
 from sleeper_ops.airflow import task_runner
 from sleeper_ops.airflow.operators.base import SleeperOperator, task_request_id
 from sleeper_ops.airflow.operators.resumable import (
-    SERVICE_JOB_KEY,
     ServiceJobAnswers,
     ServiceJobs,
     job_ref,
@@ -61,9 +60,6 @@ class SleeperExportOperator(ServiceJobAnswers, ResumableJobMixin, SleeperOperato
 
     template_fields: Sequence[str] = ("table", "destination", "export_key", "where")
     ui_color = "#d9f99d"
-    external_id_key = SERVICE_JOB_KEY
-    #: the running try's answers about its Spark service job (set when it runs durably)
-    _service_jobs: Optional[ServiceJobs] = None
 
     def __init__(self, *, destination: str, export_key: Optional[str] = None, where: Optional[str] = None,
                  runner: str = "local", **kwargs: Any) -> None:

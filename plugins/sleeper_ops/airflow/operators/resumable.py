@@ -135,9 +135,12 @@ class ServiceJobs:
 class ServiceJobAnswers:
     """The ``ResumableJobMixin`` methods of an operator whose whole durable path is a Spark
     service job, answered by its try's :class:`ServiceJobs` (``_service_jobs``, set
-    before ``execute_resumable`` runs). Listed before ``ResumableJobMixin`` among the
-    operator's bases; the operator still writes ``submit_job``."""
+    before ``execute_resumable`` runs), the job's reference kept under
+    :data:`SERVICE_JOB_KEY`. Listed before ``ResumableJobMixin`` among the operator's
+    bases; the operator still writes ``submit_job``."""
 
+    external_id_key = SERVICE_JOB_KEY
+    #: the running try's answers about its Spark service job (set when it runs durably)
     _service_jobs: Optional[ServiceJobs] = None
 
     def _jobs(self) -> ServiceJobs:
