@@ -46,7 +46,6 @@ import os
 import shutil
 import tempfile
 import time
-import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Optional, Sequence, TypeVar
@@ -58,8 +57,10 @@ from sleeper_ops.engine.leaves import leaf_indices_sliced, sorted_rows
 from sleeper_ops.engine.merge import merge_sorted
 from sleeper_ops.errors import IngestError
 from sleeper_ops.heartbeat import Heartbeat
+from sleeper_ops.ingest.attempt import IngestAttempt
 from sleeper_ops.ingest.digests import arrow_digest, files_digest
-from sleeper_ops.io.datafile import ParquetSettings, WrittenFile, new_data_key, sketch_key, write_data_file
+from sleeper_ops.ingest.shared_files import IngestOutput, LeafRun, leaf_groups, take_group, write_group
+from sleeper_ops.io.datafile import ParquetSettings, sketch_key, write_data_file
 from sleeper_ops.io.inputs import check_readable, read_batches
 from sleeper_ops.io.storage import ObjectStore, S3Options
 from statestore.catalog import TableInfo
@@ -98,41 +99,6 @@ def _sliced(batches: Iterable[pa.RecordBatch], most: int) -> Iterable[pa.RecordB
             yield b.slice(start, most)
 
 
-class _Attempt:
-    """One ingest's job record, with the outputs it names before writing them."""
-
-    def __init__(self, state_store: StateStore, table: TableInfo, job: Optional[JobRecord],
-                 run_id: Optional[str]) -> None:
-        self.state_store, self.table = state_store, table
-        self.given = job is not None
-        self.record = job if job is not None else JobRecord.created(table.table_id, uuid.uuid4().hex, "ingest")
-        self.saved = False
-        if self.record.status != "started":  # saved before any input is read (the batcher saved its own)
-            self.record = self.record.started(run_id)
-            self.state_store.put_job(self.record)
-            self.saved = True
-
-    def new_keys(self, leaf_ids: Sequence[str]) -> list[str]:
-        """Fresh keys for ``leaf_ids``' files, named in the job's record (saved) before
-        anything is written under them."""
-        keys = [new_data_key(self.table.table_id, leaf) for leaf in leaf_ids]
-        if keys:
-            self.record = self.record.naming(keys)
-            self.state_store.put_job(self.record)
-            self.saved = True
-        return keys
-
-    def fail(self, reason: str) -> None:
-        """Record the failure, if the record was saved; a lost store is not an error here
-        (the record then stays started, and the sweep treats it as abandoned later)."""
-        if not (self.saved or self.given):
-            return
-        try:
-            self.state_store.put_job(self.record.failed(reason))
-        except Exception:  # the original error is the one to raise
-            pass
-
-
 class IngestRunner:
     """Ingests record batches or files into one table.
 
@@ -161,7 +127,7 @@ class IngestRunner:
         self.schema = table.schema
         self.max_chunk_rows, self.max_chunk_bytes = max_chunk_rows, max_chunk_bytes
         self.spill_dir, self.s3, self.threads = spill_dir, s3, threads
-        self.settings = ParquetSettings.of(table)
+        self.settings = ParquetSettings.for_ingest(table)
         self.job, self.ingest_job_id, self.run_id = job, ingest_job_id, run_id
         self.buffer_seqs = tuple(buffer_seqs)
 
@@ -204,7 +170,7 @@ class IngestRunner:
         result = IngestResult()
         # on record before the delete count is read: a delete committed after the read covers
         # the files; one committed before it is held while this job is unfinished
-        attempt = _Attempt(self.state_store, self.table, self.job, self.run_id)
+        attempt = IngestAttempt(self.state_store, self.table, self.job, self.run_id)
         try:
             horizon = (self.delete_horizon if self.delete_horizon is not None
                        else self.state_store.tombstones(self.table.table_id)[0])
@@ -212,14 +178,14 @@ class IngestRunner:
         except BaseException as e:
             attempt.fail(f"{type(e).__name__}: {e}")
             raise
-        written: list[tuple[str, WrittenFile]] = []
+        written: list[IngestOutput] = []
         spill_root = tempfile.mkdtemp(prefix="sleeper-ingest-", dir=self.spill_dir)
         beating = Heartbeat(self.state_store, self.table, [attempt.record.job_id]).start()
         try:
             try:
                 written = self._read_and_write(batches, tree, attempt, spill_root, result, progress)
-                refs = [FileReference(w.key, pid, w.record_count, delete_horizon=horizon) for pid, w in written]
-                missing = [w.key for _, w in written if self.objects.head(w.key) is None]
+                refs = [ref for out in written for ref in out.references(horizon)]
+                missing = [out.file.key for out in written if self.objects.head(out.file.key) is None]
                 if missing:
                     raise IngestError(f"table {self.table.name}: output files vanished before the commit "
                                       f"(swept?): {', '.join(missing[:5])}")
@@ -242,11 +208,11 @@ class IngestRunner:
         result.seconds = time.perf_counter() - start
         return result
 
-    def _read_and_write(self, batches: Iterable[pa.RecordBatch], tree: PartitionTree, attempt: _Attempt,
+    def _read_and_write(self, batches: Iterable[pa.RecordBatch], tree: PartitionTree, attempt: IngestAttempt,
                         spill_root: str, result: IngestResult,
-                        progress: Optional[Progress]) -> list[tuple[str, WrittenFile]]:
+                        progress: Optional[Progress]) -> list[IngestOutput]:
         """Read every batch into sorted chunks (spilled when more than one) and write
-        one file per leaf with records."""
+        the data files (:meth:`_write_direct`, :meth:`_merge_runs`)."""
         runs: dict[str, list[str]] = {}  # leaf id -> spilled run paths
         chunk: list[pa.RecordBatch] = []
         rows = nbytes = 0
@@ -282,8 +248,8 @@ class IngestRunner:
         return IngestResult(records=job.rows_written if job is not None else 0, job_id=record.answer or None,
                             repeat=True)
 
-    def _commit(self, refs: list[FileReference], attempt: _Attempt, records: int,
-                written: list[tuple[str, WrittenFile]], write: Optional[ClientWrite]) -> Optional[IngestResult]:
+    def _commit(self, refs: list[FileReference], attempt: IngestAttempt, records: int,
+                written: list[IngestOutput], write: Optional[ClientWrite]) -> Optional[IngestResult]:
         """One add-files commit with the job's bookkeeping; outputs deleted only on a
         refusal, or when the key was found held by another ingest (then returns that
         first ingest's answer)."""
@@ -316,12 +282,17 @@ class IngestRunner:
         """Split an unsorted chunk by leaf partition; each item gives its leaf's rows in
         key order when called. The chunk is sorted on its first row key's prefix numbers
         here and each item takes its slice (:mod:`sleeper_ops.engine.key_order`), or, where
-        that does not apply, split by row slices in parallel and each item sorts its rows."""
+        that does not apply, :meth:`_by_leaf_sorting`."""
         table = pa.Table.from_batches(chunk).combine_chunks()
         fast = sorted_leaf_slices(table, tree, self.schema)
         if fast is not None:
             order, slices = fast
             return [(leaf, functools.partial(rows_at, table, order[a:b])) for leaf, a, b in slices]
+        return self._by_leaf_sorting(table, tree)
+
+    def _by_leaf_sorting(self, table: pa.Table,
+                         tree: PartitionTree) -> list[tuple[Partition, Callable[[], pa.Table]]]:
+        """``table`` split by row slices in parallel; each item sorts its leaf's rows."""
         with ThreadPoolExecutor(self.threads) as pool:
             leaves = leaf_indices_sliced(table, tree, self.threads, pool.map)
         return [(leaf, functools.partial(sorted_rows, table, idx, self.schema)) for leaf, idx in leaves]
@@ -341,35 +312,48 @@ class IngestRunner:
             except BaseException as e:
                 errors.append(e)
         if errors:
-            self._cleanup([r for r in results if isinstance(r, tuple) and isinstance(r[1], WrittenFile)])
+            self._cleanup([r for r in results if isinstance(r, IngestOutput)])
             raise errors[0]
         return results
 
-    def _cleanup(self, written: list[tuple[str, WrittenFile]]) -> None:
-        for _, w in written:
-            self.objects.delete(w.key)
-            self.objects.delete(sketch_key(w.key))
+    def _cleanup(self, written: list[IngestOutput]) -> None:
+        for out in written:
+            self.objects.delete(out.file.key)
+            self.objects.delete(sketch_key(out.file.key))
 
     def _write_direct(self, chunk: list[pa.RecordBatch], tree: PartitionTree,
-                      attempt: _Attempt) -> list[tuple[str, WrittenFile]]:
-        """Sort and write each leaf's rows of the only chunk; the taking (or sorting) of
-        the first leaves' rows overlaps the saving of the job record that names the
-        outputs, and each write waits for it."""
-        items = self._by_leaf(chunk, tree)
-        named: Future[dict[str, str]] = Future()
+                      attempt: IngestAttempt) -> list[IngestOutput]:
+        """Sort and write the only chunk: as at most ``threads`` files shared by the leaves
+        they span (:mod:`sleeper_ops.ingest.shared_files`) when the chunk sorts on its
+        prefix numbers, else one file per leaf. The taking (or sorting) of the rows
+        overlaps the saving of the job record that names the outputs, and each write
+        waits for it."""
+        table = pa.Table.from_batches(chunk).combine_chunks()
+        fast = sorted_leaf_slices(table, tree, self.schema)
+        if fast is None:
+            items = self._by_leaf_sorting(table, tree)
+            groups = [[LeafRun(leaf, 0, 0)] for leaf, _ in items]  # only the leaf ids are used
+        else:
+            order, slices = fast
+            groups = leaf_groups(slices, self.threads)
+        named: Future[list[str]] = Future()
 
         def name() -> None:
             try:
-                ids = [leaf.id for leaf, _ in items]
-                named.set_result(dict(zip(ids, attempt.new_keys(ids))))
+                named.set_result(attempt.new_keys([g[0].leaf.id for g in groups]))
             except BaseException as e:
                 named.set_exception(e)  # every write raises it; _parallel raises it here
 
-        def write(item: tuple[Partition, Callable[[], pa.Table]]) -> tuple[str, WrittenFile]:
-            leaf, rows = item
-            data = rows()
-            return leaf.id, write_data_file(self.objects, named.result()[leaf.id], self.schema, data, self.settings)
-        return self._parallel(write, items, meanwhile=name)
+        def write(i: int) -> IngestOutput:
+            if fast is None:
+                leaf, rows = items[i]
+                data = rows()
+                return IngestOutput.of_leaf(leaf.id, write_data_file(self.objects, named.result()[i], self.schema,
+                                                                     data, self.settings))
+            data = take_group(table, order, groups[i])
+            return IngestOutput.of_group(write_group(self.objects, named.result()[i], self.schema, self.settings,
+                                                     data, groups[i]), groups[i])
+        return self._parallel(write, range(len(groups)), meanwhile=name)
 
     def _spill(self, chunk: list[pa.RecordBatch], tree: PartitionTree, root: str, chunk_no: int,
                runs: dict[str, list[str]]) -> None:
@@ -388,12 +372,12 @@ class IngestRunner:
         for leaf_id, path in self._parallel(spill, self._by_leaf(chunk, tree)):
             runs.setdefault(leaf_id, []).append(path)
 
-    def _merge_runs(self, runs: dict[str, list[str]], attempt: _Attempt) -> list[tuple[str, WrittenFile]]:
+    def _merge_runs(self, runs: dict[str, list[str]], attempt: IngestAttempt) -> list[IngestOutput]:
         """Merge each leaf's spilled runs into its data file, leaves in parallel."""
         keys = attempt.new_keys(list(runs))
 
-        def merge(item: tuple[tuple[str, list[str]], str]) -> tuple[str, WrittenFile]:
+        def merge(item: tuple[tuple[str, list[str]], str]) -> IngestOutput:
             (leaf_id, paths), key = item
-            return leaf_id, write_data_file(self.objects, key, self.schema, merge_sorted(paths, self.schema),
-                                            self.settings)
+            return IngestOutput.of_leaf(leaf_id, write_data_file(self.objects, key, self.schema,
+                                                                 merge_sorted(paths, self.schema), self.settings))
         return self._parallel(merge, list(zip(runs.items(), keys)))

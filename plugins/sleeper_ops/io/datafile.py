@@ -15,7 +15,7 @@ import bisect
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 import pyarrow as pa
@@ -24,7 +24,12 @@ import pyarrow.parquet as pq
 from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
-from statestore.properties import PARQUET_COMPRESSION_CODEC, PARQUET_PAGE_SIZE, PARQUET_ROWGROUP_ROWS_MAX
+from statestore.properties import (
+    INGEST_PARQUET_COMPRESSION_CODEC,
+    PARQUET_COMPRESSION_CODEC,
+    PARQUET_PAGE_SIZE,
+    PARQUET_ROWGROUP_ROWS_MAX,
+)
 from statestore.schema import Schema
 
 if TYPE_CHECKING:  # datasketches is imported by writers and readers of sketches only, not by queries
@@ -42,6 +47,13 @@ class ParquetSettings:
         return cls(table.get_int(PARQUET_ROWGROUP_ROWS_MAX),
                    table.get_int(PARQUET_PAGE_SIZE),
                    table.get(PARQUET_COMPRESSION_CODEC) or "zstd")
+
+    @classmethod
+    def for_ingest(cls, table: TableInfo) -> ParquetSettings:
+        """The settings of the files ingest writes: the table's, in the codec of
+        ``sleeper.table.ingest.parquet.compression.codec`` (compaction rewrites them in
+        the table's codec, as an LSM tree compresses its first levels lightly)."""
+        return replace(cls.of(table), compression=table.get(INGEST_PARQUET_COMPRESSION_CODEC) or "none")
 
 
 #: codecs DataFusion's writer encodes exactly as pyarrow's, in DataFusion's names (pyarrow's
@@ -137,6 +149,12 @@ class DataFileWriter:
         rest = table.slice(full)
         self._buffer = rest.to_batches() if rest.num_rows else []
         self._buffered = rest.num_rows
+
+    def end_row_group(self) -> None:
+        """Write the rows buffered so far as the last row group(s) of their own (a row
+        group shorter than the table's size when they do not fill one), so the next rows
+        start a new row group: a file shared by several leaves has none that spans two."""
+        self._flush(final=True)
 
     def close(self) -> WrittenFile:
         self._flush(final=True)

@@ -55,7 +55,7 @@ def test_a_query_as_of_before_a_delete_returns_the_deleted_records_until_the_ret
         [(10, "a"), (20, "b"), (60, "c")]
 
     gone = t.gc(now_ms=now + 61 * MINUTE + 15 * MINUTE)  # the retention and the GC delay have passed
-    assert sorted(gone.deleted) == sorted(f.filename for f in ingested), gone.summary()
+    assert sorted(gone.deleted) == sorted({f.filename for f in ingested}), gone.summary()
     # at the time that GC ran, the state is refused (its history forgotten by that GC, as on every backend)
     with pytest.raises(HistoryError, match="replaced at|has no transaction 1 in its history"):
         resolve(sleeper.state_store, sleeper.table("t").info, before_delete.number, now_ms=now + 76 * MINUTE)
@@ -65,7 +65,8 @@ def test_history_lists_number_time_kind_files_records_and_job(table, run):  # ty
     ok(run("delete", "t", "--range", '"b"', '"h"'))
     rows = [json.loads(line) for line in ok(run("history", "t", "--json")).out.splitlines()]
     assert [r["kind"] for r in rows] == ["delete_records", "add_files"]
-    assert (rows[1]["files_added"], rows[1]["records_added"], rows[1]["files_removed"]) == (3, 9, 0)
+    # one ingest of 9 records over 3 leaves: one file, shared by the leaves
+    assert (rows[1]["files_added"], rows[1]["records_added"], rows[1]["files_removed"]) == (1, 9, 0)
     text = ok(run("history", "t", "--limit", "1")).out
     assert "delete_records" in text and "add_files" not in text and 'delete 1: 1 region of key, sha256 ' in text
 

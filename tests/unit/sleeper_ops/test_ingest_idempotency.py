@@ -91,7 +91,7 @@ def test_an_ingest_retried_with_its_request_id_after_a_lost_reply_stores_every_r
     again = t.ingest([path], request_id="airflow-retry-1")  # the task retry
     assert again.repeat and again.records == 5 and again.files == []
     assert _all(t) == ["a", "b", "c", "x", "y"]  # every record exactly once
-    assert len(t.state().files) == 2 and _objects(sleeper, t) <= _committed(t)
+    assert len(t.state().files) == 1 and len(t.state().references) == 2 and _objects(sleeper, t) <= _committed(t)
 
 
 def test_an_ingest_key_reused_for_other_input_is_refused_in_one_line_naming_the_key(
