@@ -1,5 +1,5 @@
 """Flushing the write buffer (DESIGN.md sections 3 and 10, seed 004): buffered records
-out as one sorted file per leaf partition, exactly once.
+out as sorted files (standard ingest's: :mod:`sleeper_ops.ingest.shared_files`), exactly once.
 
 A flush runs in rounds. Each round reads a snapshot of the oldest buffered entries (at
 most ``sleeper.table.write.buffer.flush.records`` records, at least one entry) and

@@ -2,11 +2,13 @@
 
 Records stream from the inputs in bounded memory: they gather into in-memory chunks
 (at most ``max_chunk_rows`` rows or ``max_chunk_bytes`` bytes), each chunk is sorted
-in Arrow and split by leaf partition. If everything fits in one chunk, each leaf's
-rows go straight to their data file; otherwise every chunk's runs are spilled to
-local disk and each leaf's runs are merged by a streaming sort-preserving merge.
-The result is one data file per leaf partition with records, committed in a single
-add-files transaction.
+in Arrow and split by leaf partition. If everything fits in one chunk, its rows go
+straight to their data files; otherwise every chunk's runs are spilled to local disk
+and each leaf's runs are merged by a streaming sort-preserving merge.
+The result is committed in a single add-files transaction: at most ``threads`` files
+shared by the leaves they span (:mod:`sleeper_ops.ingest.shared_files`) when the input
+fits in one chunk and sorts on its first row key's prefix, else one data file per leaf
+partition with records.
 
 No record is lost or duplicated at the seams (DESIGN.md section 10):
 

@@ -139,3 +139,25 @@ def test_a_split_of_a_leaf_holding_shared_files_splits_inside_it_and_keeps_every
 def _parquet(path: Path, table: pa.Table) -> Path:
     pq.write_table(table, path)
     return path
+
+
+def test_files_of_one_leaf_each_and_shared_files_compact_together_with_every_record_once(
+        sleeper) -> None:  # type: ignore[no-untyped-def]
+    """A table written before shared files (one file a leaf, as a spilled ingest still
+    writes) takes shared files beside them, and compaction merges both kinds."""
+    from sleeper_ops.ingest.standard import IngestRunner
+
+    t = sleeper.create_table("old", SCHEMA, split_points=[100, 200],
+                             properties={"sleeper.table.compaction.strategy": "basic"})
+    first = pa.table({"key": pa.array(range(0, 300, 3), pa.int64()), "v": ["old"] * 100})
+    spilled = IngestRunner(sleeper.state_store, sleeper.objects, t.info, max_chunk_rows=40).ingest_table(first)
+    assert spilled.spilled_chunks == 3 and all(r.whole_file for r in t.state().references.values())
+    second = pa.table({"key": pa.array(range(1, 300, 3), pa.int64()), "v": ["new"] * 100})
+    t.ingest(second)
+    assert sum(not r.whole_file for r in t.state().references.values()) == 3
+    t.compact(runner="local")
+    state = t.state()
+    assert len(state.references) == 3 and all(r.whole_file for r in state.references.values())
+    got = t.query(ranges=[(-2**63, None)])
+    assert Counter(zip(got.column("key").to_pylist(), got.column("v").to_pylist())) == Counter(
+        [(k, "old") for k in range(0, 300, 3)] + [(k, "new") for k in range(1, 300, 3)])
