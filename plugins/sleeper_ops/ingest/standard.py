@@ -61,7 +61,7 @@ from sleeper_ops.errors import IngestError
 from sleeper_ops.heartbeat import Heartbeat
 from sleeper_ops.ingest.attempt import IngestAttempt
 from sleeper_ops.ingest.digests import arrow_digest, files_digest
-from sleeper_ops.ingest.shared_files import IngestOutput, LeafRun, leaf_groups, take_group, write_group
+from sleeper_ops.ingest.shared_files import IngestOutput, leaf_groups, take_group, write_group
 from sleeper_ops.io.datafile import ParquetSettings, sketch_key, write_data_file
 from sleeper_ops.io.inputs import check_readable, read_batches
 from sleeper_ops.io.storage import ObjectStore, S3Options
@@ -334,15 +334,16 @@ class IngestRunner:
         fast = sorted_leaf_slices(table, tree, self.schema)
         if fast is None:
             items = self._by_leaf_sorting(table, tree)
-            groups = [[LeafRun(leaf, 0, 0)] for leaf, _ in items]  # only the leaf ids are used
+            firsts = [leaf.id for leaf, _ in items]  # each file's (first) leaf, which its key names
         else:
             order, slices = fast
             groups = leaf_groups(slices, self.threads)
+            firsts = [g[0].leaf.id for g in groups]
         named: Future[list[str]] = Future()
 
         def name() -> None:
             try:
-                named.set_result(attempt.new_keys([g[0].leaf.id for g in groups]))
+                named.set_result(attempt.new_keys(firsts))
             except BaseException as e:
                 named.set_exception(e)  # every write raises it; _parallel raises it here
 
@@ -355,7 +356,7 @@ class IngestRunner:
             data = take_group(table, order, groups[i])
             return IngestOutput.of_group(write_group(self.objects, named.result()[i], self.schema, self.settings,
                                                      data, groups[i]), groups[i])
-        return self._parallel(write, range(len(groups)), meanwhile=name)
+        return self._parallel(write, range(len(firsts)), meanwhile=name)
 
     def _spill(self, chunk: list[pa.RecordBatch], tree: PartitionTree, root: str, chunk_no: int,
                runs: dict[str, list[str]]) -> None:
