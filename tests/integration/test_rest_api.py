@@ -107,8 +107,8 @@ def test_partitions_files_and_jobs_reports(client: TestClient, sleeper: Sleeper)
     sleeper.table("events").flush()
     parts = client.get("/tables/events/partitions").json()["partitions"]
     assert sorted(p["records"] for p in parts if p["leaf"]) == [1, 1]
-    files = client.get("/tables/events/files").json()["files"]
-    assert len(files) == 2 and all(f["references"][0]["records"] == 1 for f in files)
+    files = client.get("/tables/events/files").json()["files"]  # the flush's one file, shared by both leaves
+    assert len(files) == 1 and [r["records"] for r in files[0]["references"]] == [1, 1]
     assert client.get("/tables/events/jobs", params={"kind": "compaction"}).json() == []
     jobs = client.get("/tables/events/jobs").json()
     assert [(j["kind"], j["status"]) for j in jobs] == [("flush", "committed")], "the one flush, listed"
@@ -129,13 +129,14 @@ def _pages(client: TestClient, path: str, key: str, limit: int) -> list[list[dic
 def test_partitions_and_files_are_paged_with_limit_and_next(client: TestClient, sleeper: Sleeper,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     t = sleeper.create_table("paged", LONG_SCHEMA, split_points=list(range(10, 100, 10)))
-    for i in range(7):
+    for i in range(7):  # each ingest one file shared by the 10 leaves
         t.ingest(pa.table({"id": pa.array(range(i, 100, 7), pa.int64()), "v": ["x"] * len(range(i, 100, 7))}))
     every_file = sorted(f.filename for f in t.state().file_statuses())
     # no page reads the whole state
     monkeypatch.setattr(sleeper.state_store, "load_state", lambda *a: pytest.fail("a page loaded the whole state"))
-    pages = _pages(client, "/tables/paged/files", "files", 15)
-    assert [len(p) for p in pages] == [15, 15, 15, 15, 10]
+    pages = _pages(client, "/tables/paged/files", "files", 2)
+    assert [len(p) for p in pages] == [2, 2, 2, 1]
+    assert all(len(f["references"]) == 10 for p in pages for f in p)
     assert [f["filename"] for p in pages for f in p] == every_file
     parts = _pages(client, "/tables/paged/partitions", "partitions", 4)
     assert [len(p) for p in parts] == [4, 4, 4, 4, 3]  # 19 partitions: a root, 8 inner, 10 leaves
