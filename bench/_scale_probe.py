@@ -24,6 +24,7 @@ import random
 import statistics
 import sys
 import time
+import traceback
 from typing import Any
 
 import _common  # noqa: F401  (sys.path)
@@ -71,14 +72,20 @@ def _cold(home: str, name: str, kind: str, i: int, n: int) -> float:
                 ms = _exact(t, i) if kind == "exact" else _range(t, i, n)
             os.write(write, json.dumps(ms).encode())
             code = 0
+        except SystemExit as e:  # a wrong answer: say which before leaving
+            sys.stderr.write(f"{e}\n")
+        except BaseException:
+            traceback.print_exc()
         finally:
+            sys.stderr.flush()
             os._exit(code)
     os.close(write)
     with os.fdopen(read) as f:
         out = f.read()
     _, status = os.waitpid(pid, 0)
     if status != 0 or not out:
-        sys.exit(f"a cold {kind} lookup's process failed (status {status})")
+        sys.exit(f"a cold {kind} lookup's process failed (exit code {os.waitstatus_to_exitcode(status)}; "
+                 "its error is above)")
     return float(json.loads(out))
 
 

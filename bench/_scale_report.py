@@ -28,6 +28,21 @@ def machine() -> str:
     return f"{os.cpu_count()} cores{mem}, {platform.system()} {platform.machine()}, Python {platform.python_version()}"
 
 
+def command(argv: list[str]) -> str:
+    """The command line that sized the run: ``argv`` without where its outputs went."""
+    out, skip = ["bench/scale.py"], False
+    for a in argv:
+        if skip or a == "--update-docs":
+            skip = False
+            continue
+        if a in ("--json", "--plot", "--dir"):
+            skip = True
+            continue
+        if not a.startswith(("--json=", "--plot=", "--dir=")):
+            out.append(a)
+    return " ".join(out)
+
+
 def _pair(p: dict[str, float]) -> str:
     return f"{p['p50']:.2f} / {p['p99']:.2f}"
 
@@ -72,12 +87,9 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def table(result: dict[str, Any]) -> str:
-    """The whole run's report, as printed at the end."""
-    out = [f"scale: {result['rows']:,} rows ingested ({result['asked']:,} asked); {result['machine']}",
-           markdown(result), *ratios(result)]
-    if result["stopped"]:
-        out.append(result["stopped"])
+def outcome(result: dict[str, Any]) -> list[str]:
+    """The lines after the ratios: an early stop, maintenance catching up, the final count."""
+    out = [result["stopped"]] if result["stopped"] else []
     caught = result["caught_up_s"]
     out.append("maintenance caught up (a pass with no split and no compaction job) "
                + (f"{caught:.1f} s after the last batch" if caught is not None else "not within the wait"))
@@ -87,7 +99,13 @@ def table(result: dict[str, Any]) -> str:
                    f"{st['files_per_leaf_max']}), backlog {st['backlog']} files")
     if result["counted"] is not None:
         out.append(f"rows counted by a full-range query: {result['counted']:,}")
-    return "\n".join(out)
+    return out
+
+
+def table(result: dict[str, Any]) -> str:
+    """The whole run's report, as printed at the end."""
+    return "\n".join([f"scale: {result['rows']:,} rows ingested ({result['asked']:,} asked); {result['machine']}",
+                      markdown(result), *ratios(result), *outcome(result)])
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -135,13 +153,12 @@ def update_docs(result: dict[str, Any], doc: Path = DOC, png: Path = PNG) -> Non
     plot(result, png)
     loads = [cp["loadavg"] for cp in result["checkpoints"]]
     body = [SECTION, "",
-            f"`{result['command']}` on {result['machine']}; 1-minute load average at the checkpoints "
+            f"`.venv/bin/python {result['command']}`, {result['date']}, on {result['machine']}; "
+            "1-minute load average at the checkpoints "
             f"{min(loads, default=0):.2f}-{max(loads, default=0):.2f} (other work shared the machine). "
             "What runs and how each figure is taken: the docstring of `bench/scale.py`. Cold lookups are "
             "each the first query of a new process; warm ones repeat a lookup in one process.", "",
-            markdown(result), "", *[f"- {line}" for line in ratios(result)]]
-    if result["stopped"]:
-        body.append(f"- {result['stopped']}")
+            markdown(result), "", *[f"- {line}" for line in ratios(result) + outcome(result)]]
     body += ["", f"![scale: ingest, lookups, table shape, memory and disk by rows]({png.name})", ""]
     text = doc.read_text()
     section = "\n".join(body)

@@ -288,7 +288,8 @@ def build(args: argparse.Namespace, home: Path) -> dict[str, Any]:
         sys.exit(f"the table holds {counted:,} rows after ingesting {done:,}")
     return {"rows": done, "asked": args.rows, "stopped": stopped, "checkpoints": checkpoints,
             "caught_up_s": caught_up, "settled": settled, "counted": counted,
-            "command": " ".join(["bench/scale.py", *sys.argv[1:]]), "machine": report.machine()}
+            "command": report.command(sys.argv[1:]), "machine": report.machine(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def main() -> None:
