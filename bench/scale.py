@@ -25,10 +25,12 @@ commit times (ingest's and maintenance's commits over the interval, p50 and max)
 load time (``Table.state()``, a whole state read), the rows compacted and the 1-minute
 load average. The first checkpoint is the baseline of the ratios printed at the end.
 
-Disk: before starting, the rows that fit while leaving 20% of the disk free are
-computed (at 100 bytes a row until the first checkpoint measures it, then re-checked
-at every checkpoint and before every batch, with room for one more rewrite of the
-largest leaf); the run stops there, saying so, if that is fewer than ``--rows``.
+Disk: before every batch the rows that fit while leaving 20% of the disk free are
+computed again, from the bytes the table's home holds so far per row (state store and
+garbage not yet collected included; 100 bytes a row before the first batch), keeping
+room for one more rewrite of the largest leaf; when the next batch would not fit the
+run stops there, saying so, and reports what it built. SIGTERM (``kill PID``) ends a
+run cleanly: maintenance and the embedded PostgreSQL stop and the home is removed.
 
     .venv/bin/python bench/scale.py [--rows 1000000000] [--every 100000000]
         [--batch-rows 4000000] [--split-threshold 16000000] [--json PATH]
@@ -47,6 +49,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -227,15 +230,14 @@ def build(args: argparse.Namespace, home: Path) -> dict[str, Any]:
     (home / "sleeper.toml").write_text('[object_store]\nuri = "data"\n')
     guard = DiskGuard(home, args.split_threshold)
     target = min(args.rows, gen.MAX_ROWS)
-    fit = guard.rows_that_fit(0)
+    fit = guard.rows_that_fit(0)  # a first guess
     print(f"scale: {target:,} rows asked, checkpoints every {args.every:,}, batches of {args.batch_rows:,}, "
           f"split threshold {args.split_threshold:,}; {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.2f}; {guard.line(0)}", flush=True)
     stopped: Optional[str] = None
     if fit < target:
-        stopped = f"stopping at {fit:,} rows, not {target:,}: {guard.line(0)} (first guess of bytes a row)"
-        print(stopped, flush=True)
-        target = max(fit // args.every * args.every, min(target, args.every))
+        print(f"at most about {fit:,} rows may fit (bytes a row guessed until the first batch is measured): "
+              f"the run stops before the disk has less than {FREE_FRACTION:.0%} free", flush=True)
     log_path = home / "maintenance.jsonl"
     stop = multiprocessing.get_context("spawn").Event()
     checkpoints: list[dict[str, Any]] = []
@@ -258,6 +260,8 @@ def build(args: argparse.Namespace, home: Path) -> dict[str, Any]:
                 if not worker.is_alive():
                     sys.exit(f"the maintenance process ended (exit code {worker.exitcode}): see its error above")
                 n = min(args.batch_rows, target - done, args.every - done % args.every)
+                if done:
+                    guard.bytes_per_row = max(disk_bytes(home) / done, 1.0)
                 if guard.rows_that_fit(done) < done + n:
                     stopped = f"stopped early at {done:,} rows: {guard.line(done)}"
                     print(stopped, flush=True)
@@ -273,7 +277,6 @@ def build(args: argparse.Namespace, home: Path) -> dict[str, Any]:
                 if done % args.every == 0 or done == target:
                     cp = checkpoint(ctx, table, done)
                     checkpoints.append(cp)
-                    guard.bytes_per_row = max(cp["bytes_per_row"], 1.0)
                     print(report.row_line(cp), flush=True)
                     print(f"  {guard.line(done)}", flush=True)
             ingest_end = time.time()
@@ -293,6 +296,7 @@ def build(args: argparse.Namespace, home: Path) -> dict[str, Any]:
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000_000)
     ap.add_argument("--every", type=int, default=100_000_000, help="rows between checkpoints")
