@@ -142,6 +142,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.tick_params(labelsize=8)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
+    load = axes.flat[0].twinx()  # the other work on the machine, beside the rate it slows
+    load.plot(m, [cp["loadavg"] for cp in cps], color="grey", linestyle="--", label="load average")
+    load.set_ylim(bottom=0)
+    load.tick_params(labelsize=8)
+    load.legend(fontsize=7, loc="lower right")
     fig.suptitle(f"bench/scale.py: {result['rows']:,} rows; {result['machine']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
@@ -153,12 +158,20 @@ def update_docs(result: dict[str, Any], doc: Path = DOC, png: Path = PNG) -> Non
     plot(result, png)
     loads = [cp["loadavg"] for cp in result["checkpoints"]]
     body = [SECTION, "",
+            "`bench/scale.py` grows one table of the system-test schema in batches of 4 M rows while a "
+            "second process runs what the split, compaction and GC DAGs' tasks run, and takes a "
+            "checkpoint every `--every` rows (lookups checked by content). With no options it asks for "
+            "1 B rows, checkpoints every 100 M, and stops early, saying so, when the disk would keep less "
+            "than 20% free. `--update-docs` rewrites this section; `kill PID` stops a run cleanly.", "",
             f"`.venv/bin/python {result['command']}`, {result['date']}, on {result['machine']}; "
             "1-minute load average at the checkpoints "
             f"{min(loads, default=0):.2f}-{max(loads, default=0):.2f} (other work shared the machine). "
             "What runs and how each figure is taken: the docstring of `bench/scale.py`. Cold lookups are "
             "each the first query of a new process; warm ones repeat a lookup in one process.", "",
             markdown(result), "", *[f"- {line}" for line in ratios(result) + outcome(result)]]
+    if max(loads, default=0) > (os.cpu_count() or 1):
+        body.append(f"- The machine was busy (load average above its {os.cpu_count()} cores): this run's "
+                    "latencies, their p99 most, and its ingest rates measure the other work as much as the table.")
     body += ["", f"![scale: ingest, lookups, table shape, memory and disk by rows]({png.name})", ""]
     text = doc.read_text()
     section = "\n".join(body)

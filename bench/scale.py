@@ -265,6 +265,9 @@ def build(args: argparse.Namespace, home: Path) -> dict[str, Any]:
                 if guard.rows_that_fit(done) < done + n:
                     stopped = f"stopped early at {done:,} rows: {guard.line(done)}"
                     print(stopped, flush=True)
+                    if done and done != (checkpoints[-1]["rows"] if checkpoints else 0):
+                        checkpoints.append(checkpoint(ctx, table, done))  # what was built, measured
+                        print(report.row_line(checkpoints[-1]), flush=True)
                     break
                 batch = gen.rows(done, n)
                 t0 = time.perf_counter()
