@@ -48,6 +48,10 @@ EXPECTED: dict[str, list[str]] = {
                       rf"in process Table.query\s+p50 {SPREAD} ms\s+p99 {SPREAD} ms",
                       rf"ratio REST / in process: p50 {SPREAD}\s+p99 {SPREAD}"],
     "rest_read_rss.py": [rf"read 20,000 rows .* peak/idle = {NUM}"],
+    "scale.py": [rf"\| 300,000 \| {NUM} \| \d+ \| {NUM} \(\d+\) \| \d+ \|",
+                 rf"ingest rate ratio 300,000 / 100,000 rows: {NUM}",
+                 rf"exact-key p50 warm ratio 300,000 / 100,000 rows: {NUM}",
+                 r"rows counted by a full-range query: 300,000"],
     "serialisation.py": [rf"transactions encode \({NUM}\): this {SPREAD} s$",
                          rf"transactions decode \({NUM}\): this {SPREAD} s$",
                          rf"records decode \({NUM}\): this {SPREAD} s$",
@@ -63,6 +67,8 @@ EXPECTED: dict[str, list[str]] = {
     "write.py": [rf"\(a\) write of 1000 records \(Arrow\): p50 {NUM} ms", rf"\(b\) 1 writer: {NUM} records/s",
                  rf"\(c\) flush: {NUM} records", rf"\(d\) exact-key query p50: empty buffer {NUM} ms"],
 }
+#: scripts whose smoke run is a test of its own (which checks the same patterns and more)
+OWN_TEST = {"scale.py"}
 
 
 def test_every_bench_script_has_a_smoke_check() -> None:
@@ -70,18 +76,48 @@ def test_every_bench_script_has_a_smoke_check() -> None:
     assert scripts == sorted(EXPECTED)
 
 
-@pytest.mark.parametrize("script", sorted(EXPECTED))
-def test_bench_script_runs_in_smoke_mode_and_prints_its_figures(script: str, tmp_path: Path,
-                                                               tmp_path_factory: pytest.TempPathFactory) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLEEPER_", "AIRFLOW"))}
-    if script == "compaction.py":  # its DAG row copies the run's migrated Airflow database, not migrating its own
-        env["SLEEPER_BENCH_AIRFLOW_DB"] = str(migrated_db(tmp_path_factory))
-    r = subprocess.run([sys.executable, str(BENCH / script), "--smoke"], cwd=tmp_path, env=env,
+def run_smoke(script: str, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """``bench/<script> --smoke *args`` in ``tmp_path``; its output, once it exited 0 and
+    shows every pattern of EXPECTED."""
+    env = env or {k: v for k, v in os.environ.items() if not k.startswith(("SLEEPER_", "AIRFLOW"))}
+    r = subprocess.run([sys.executable, str(BENCH / script), "--smoke", *args], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, f"{script} --smoke exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     for pattern in EXPECTED[script]:
         assert re.search(pattern, r.stdout, re.MULTILINE), \
             f"{script}: no line matches {pattern!r} in:\n{r.stdout[-3000:]}"
+    return r.stdout
+
+
+@pytest.mark.parametrize("script", sorted(set(EXPECTED) - OWN_TEST))
+def test_bench_script_runs_in_smoke_mode_and_prints_its_figures(script: str, tmp_path: Path,
+                                                               tmp_path_factory: pytest.TempPathFactory) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLEEPER_", "AIRFLOW"))}
+    if script == "compaction.py":  # its DAG row copies the run's migrated Airflow database, not migrating its own
+        env["SLEEPER_BENCH_AIRFLOW_DB"] = str(migrated_db(tmp_path_factory))
+    r_stdout = run_smoke(script, tmp_path, env=env)
     if script == "rest_read_rss.py":
-        figures = json.loads(r.stdout.strip().splitlines()[-1])
+        figures = json.loads(r_stdout.strip().splitlines()[-1])
         assert figures["rows_read"] == 20_000 and figures["peak_rss_mib"] >= figures["idle_rss_mib"] > 0
+
+
+def test_scale_smoke_builds_300k_rows_with_splits_and_checks_every_checkpoint(tmp_path: Path) -> None:
+    """bench/scale.py --smoke: 300,000 rows ingested while maintenance splits and compacts,
+    a checkpoint every 100,000 whose lookups all found their records (the bench exits 1
+    otherwise), with figures that make sense, and a plot drawn."""
+    run_smoke("scale.py", tmp_path, "--json", "scale.json", "--plot", "scale.png")
+    result = json.loads((tmp_path / "scale.json").read_text())
+    assert (result["rows"], result["counted"], result["stopped"]) == (300_000, 300_000, None)
+    cps = result["checkpoints"]
+    assert [cp["rows"] for cp in cps] == [100_000, 200_000, 300_000]
+    for cp in cps:
+        assert cp["lookups_checked"] == 2 * 2 + 2 * 20  # 2 cold and 20 warm, exact and range
+        if not cp["records_approximate"]:
+            assert cp["records_in_state"] == cp["rows"]
+        assert cp["bytes_per_row"] > 0 and cp["statestore_bytes"] > 0 and cp["ingest_rows_per_s"] > 0
+        assert cp["files"] >= cp["leaves"] >= 1 and cp["files_per_leaf_max"] >= cp["files_per_leaf"] >= 1
+        for kind in ("exact_warm", "exact_cold", "range_warm", "range_cold", "commit_ms"):
+            assert 0 < cp[kind]["p50"] <= cp[kind]["p99"]
+        assert cp["rss_ingest_mb"] > 0 and cp["rss_maintenance_mb"] > 0 and cp["load_s"] > 0
+    assert cps[-1]["leaves"] > 1 and sum(cp["maintenance_passes"] for cp in cps) > 0
+    assert (tmp_path / "scale.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
