@@ -45,6 +45,7 @@ from sleeper_ops.io.datafile import (
     datafusion_writer_options,
     new_data_key,
     read_sketches,
+    sketch_data_file,
     sketch_key,
 )
 from sleeper_ops.io.sketches import RowKeySketches
@@ -155,11 +156,13 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
     # Whole input files with no iterators: the output holds exactly the inputs' keys,
     # so merging their sketches gives the output's sketch without touching each key.
     reuse_sketches = job.whole_files and chain.is_empty and not job.tombstones
-    options = datafusion_writer_options(ParquetSettings.of(table)) if reuse_sketches else None
+    only = None if job.whole_files else region
+    options = datafusion_writer_options(ParquetSettings.of(table)) if chain.is_empty else None
     if options is not None:
-        return _merge_in_datafusion(job, table, objects, paths, store, url, key, options, on_rows, started)
-    merged = merge_sorted(paths, schema, region=None if job.whole_files else region,
-                          object_store=store, store_url=url, batch_size=batch_size, deletes=deletes)
+        return _merge_in_datafusion(job, table, objects, _Merge(paths, store, url, only, deletes, batch_size), key,
+                                    options, reuse_sketches, on_rows, started)
+    merged = merge_sorted(paths, schema, region=only, object_store=store, store_url=url, batch_size=batch_size,
+                          deletes=deletes)
     rows_read = 0
 
     def counted() -> Iterator[pa.RecordBatch]:
@@ -189,16 +192,32 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
     return JobOutput(job, written, rows_read, written.record_count, time.perf_counter() - started)
 
 
-def _merge_in_datafusion(job: CompactionJob, table: TableInfo, objects: ObjectStore, paths: list[str], store: Any,
-                         url: Optional[str], key: str, options: Any, on_rows: Optional[RowsCallback],
+@dataclass(frozen=True)
+class _Merge:
+    """What DataFusion merges: the inputs (as :meth:`ObjectStore.datafusion_paths` gives
+    them), the region to keep (None: all) and each input's tombstones."""
+
+    paths: list[str]
+    store: Any
+    url: Optional[str]
+    region: Optional[Region]
+    deletes: list[tuple[Tombstone, ...]]
+    batch_size: int
+
+
+def _merge_in_datafusion(job: CompactionJob, table: TableInfo, objects: ObjectStore, merge: _Merge, key: str,
+                         options: Any, reuse_sketches: bool, on_rows: Optional[RowsCallback],
                          started: float) -> JobOutput:
-    """The whole-file merge written by DataFusion to ``key``, the inputs' sketches merged
-    beside it; rows are counted from the written footer (``on_rows`` told once, at the
-    end). On any failure, or no rows, nothing is left under ``key``."""
+    """The merge decoded, merged and written by DataFusion to ``key`` on every core, its
+    sketches beside it: the inputs' merged when ``reuse_sketches`` (the output holds
+    exactly their rows), else built from the written file's row keys. Rows are counted
+    from the written footer (``on_rows`` told once, at the end). On any failure, or no
+    rows, nothing is left under ``key``."""
     (output,), _, _ = objects.datafusion_paths([key])
     try:
         objects.prepare_output(key)
-        merge_sorted_to_file(paths, table.schema, output, options, object_store=store, store_url=url)
+        merge_sorted_to_file(merge.paths, table.schema, output, options, region=merge.region, deletes=merge.deletes,
+                             object_store=merge.store, store_url=merge.url, batch_size=merge.batch_size)
         with objects.open_input(key) as f:
             rows = pq.ParquetFile(f).metadata.num_rows
         if on_rows is not None:
@@ -207,7 +226,8 @@ def _merge_in_datafusion(job: CompactionJob, table: TableInfo, objects: ObjectSt
         if rows == 0:
             objects.delete(key)
             return JobOutput(job, None, 0, 0, time.perf_counter() - started)
-        sketches = _merged_sketches(objects, table, job.inputs)
+        sketches = (_merged_sketches(objects, table, job.inputs) if reuse_sketches
+                    else sketch_data_file(objects, table.schema, key, merge.batch_size))
         objects.put(sketch_key(key), sketches.to_bytes())
     except BaseException:
         objects.delete(key)

@@ -12,9 +12,9 @@ caller does with the last ones (typically Parquet encoding): with two free cores
 compaction takes about as long as the slower of the two, not their sum.
 
 :func:`merge_sorted_to_file` instead has DataFusion write the merged rows to one
-Parquet file itself, encoding row groups and columns on every core, with no batch
-crossing into Python: for merges whose rows need no Python (no iterators, sketches
-not built from the rows).
+Parquet file itself, decoding, merging and encoding row groups and columns on every
+core, with no batch crossing into Python: for merges whose rows need no Python (no
+iterators).
 """
 
 from __future__ import annotations
@@ -97,12 +97,15 @@ def merge_sorted(paths: Sequence[str], schema: Schema, *, region: Optional[Regio
 
 
 def merge_sorted_to_file(paths: Sequence[str], schema: Schema, output: str, options: Any, *,
+                         region: Optional[Region] = None, deletes: Sequence[Sequence[Tombstone]] = (),
                          object_store: Any = None, store_url: Optional[str] = None,
                          batch_size: int = 16384) -> None:
     """Write the rows of the sorted Parquet files at ``paths``, merged in key order, to
     one Parquet file at ``output`` (a local path, or a URL under ``store_url`` with
     ``object_store``, as for :func:`merge_sorted`), with DataFusion's
-    ``ParquetWriterOptions`` ``options``. On failure part of ``output`` may exist."""
+    ``ParquetWriterOptions`` ``options``. ``region`` and ``deletes`` select the rows as
+    for :func:`merge_sorted`, so the file holds exactly the rows that would yield, in
+    the same order. On failure part of ``output`` may exist."""
     from datafusion import DataFrameWriteOptions
 
     if not paths:
@@ -112,7 +115,7 @@ def merge_sorted_to_file(paths: Sequence[str], schema: Schema, output: str, opti
         assert store_url is not None, "an object store comes with its URL"
         scheme, _, host = store_url.partition("://")
         ctx.register_object_store(f"{scheme}://", object_store, host.split("/", 1)[0] or None)
-    frame = _merged_frame(ctx, paths, schema)
+    frame = _merged_frame(ctx, paths, schema, region, deletes)
     frame.write_parquet_with_options(output, options, DataFrameWriteOptions(single_file_output=True))
 
 
