@@ -464,10 +464,11 @@ def print_summary(sizes: list[int], table: dict[int, dict[str, dict[str, Any]]],
               ">= 0.8 of the plain copy")
         return
     small, big = sizes
-    for kind in ("local", "cli", "spark"):
+    for kind in ("local", "cli", "cli-shared", "spark"):
         a, b = table[small].get(kind), table[big].get(kind)
         if a and b and "error" not in a and "error" not in b:
-            what = "sleeper compact (CLI)" if kind == "cli" else f"{kind} runner"
+            what = {"cli": "sleeper compact (CLI)", "cli-shared": "sleeper compact, shared files"}.get(
+                kind, f"{kind} runner")
             print(f"  {what} peak RSS {a['peak_rss_mb']:,.0f} MB at {small:,} rows, "
                   f"{b['peak_rss_mb']:,.0f} MB at {big:,} rows (ratio {b['peak_rss_mb'] / a['peak_rss_mb']:.2f})")
     print(f"  goals: local runner >= 2,000,000 rows/s per core (here {cores} cores), "

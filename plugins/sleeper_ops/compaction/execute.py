@@ -45,7 +45,6 @@ from sleeper_ops.io.datafile import (
     datafusion_writer_options,
     new_data_key,
     read_sketches,
-    sketch_data_file,
     sketch_key,
 )
 from sleeper_ops.io.sketches import RowKeySketches
@@ -210,14 +209,17 @@ def _merge_in_datafusion(job: CompactionJob, table: TableInfo, objects: ObjectSt
                          started: float) -> JobOutput:
     """The merge decoded, merged and written by DataFusion to ``key`` on every core, its
     sketches beside it: the inputs' merged when ``reuse_sketches`` (the output holds
-    exactly their rows), else built from the written file's row keys. Rows are counted
+    exactly their rows), else built from the row keys of the rows written, as they are
+    written (each field's sketch must count exactly the file's rows). Rows are counted
     from the written footer (``on_rows`` told once, at the end). On any failure, or no
     rows, nothing is left under ``key``."""
     (output,), _, _ = objects.datafusion_paths([key])
+    built = None if reuse_sketches else RowKeySketches(table.schema)
     try:
         objects.prepare_output(key)
         merge_sorted_to_file(merge.paths, table.schema, output, options, region=merge.region, deletes=merge.deletes,
-                             object_store=merge.store, store_url=merge.url, batch_size=merge.batch_size)
+                             on_keys=None if built is None else built.update, object_store=merge.store,
+                             store_url=merge.url, batch_size=merge.batch_size)
         with objects.open_input(key) as f:
             rows = pq.ParquetFile(f).metadata.num_rows
         if on_rows is not None:
@@ -226,8 +228,11 @@ def _merge_in_datafusion(job: CompactionJob, table: TableInfo, objects: ObjectSt
         if rows == 0:
             objects.delete(key)
             return JobOutput(job, None, 0, 0, time.perf_counter() - started)
-        sketches = (_merged_sketches(objects, table, job.inputs) if reuse_sketches
-                    else sketch_data_file(objects, table.schema, key, merge.batch_size))
+        sketches = _merged_sketches(objects, table, job.inputs) if built is None else built
+        counted = {name: sk.count for name, sk in sketches.fields.items() if sk.count != rows}
+        if built is not None and counted:
+            raise CompactionError(f"job {job.job_id}: the sketches of {key} count {counted} rows, "
+                                  f"but the file holds {rows}")
         objects.put(sketch_key(key), sketches.to_bytes())
     except BaseException:
         objects.delete(key)

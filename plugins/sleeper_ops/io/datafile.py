@@ -171,19 +171,6 @@ def write_data_file(store: ObjectStore, key: str, schema: Schema, data: Iterable
         raise
 
 
-def sketch_data_file(store: ObjectStore, schema: Schema, data_key: str, batch_size: int = 16384) -> RowKeySketches:
-    """Sketches of the row keys of the data file at ``data_key``, built from its rows as
-    :class:`DataFileWriter` builds them while writing (every row, in file order, in
-    batches of ``batch_size``), reading only the row key columns, a batch at a time."""
-    from sleeper_ops.io.sketches import RowKeySketches
-
-    sketches = RowKeySketches(schema)
-    with store.open_input(data_key) as f:
-        for b in pq.ParquetFile(f).iter_batches(batch_size=batch_size, columns=schema.row_key_names):
-            sketches.update(b)
-    return sketches
-
-
 def read_sketches(store: ObjectStore, schema: Schema, data_key: str) -> RowKeySketches:
     from sleeper_ops.io.sketches import RowKeySketches
 

@@ -173,3 +173,40 @@ def test_a_failed_merge_of_a_leafs_share_leaves_no_output(sleeper):
     with pytest.raises(Exception):
         execute_job(job, t.info, sleeper.objects, region=region, output_key=key)
     assert sleeper.objects.head(key) is None and sleeper.objects.head(sketch_key(key)) is None
+
+
+def test_a_failure_building_the_sketches_of_a_leafs_share_leaves_no_output(sleeper, monkeypatch):
+    from sleeper_ops.io.sketches import RowKeySketches
+
+    t, _ = _table_of_three_files(sleeper, "zstd")
+    region = _split_root_at(sleeper, t, "k02500")
+    (job,) = _jobs_of_the_left_half(sleeper, t)
+
+    def failing(self, batch):
+        raise MemoryError("no room for the sketch")
+    monkeypatch.setattr(RowKeySketches, "update", failing)
+    key = _attempt_key(t, job)
+    with pytest.raises(MemoryError, match="no room for the sketch"):
+        execute_job(job, t.info, sleeper.objects, region=region, output_key=key)
+    assert sleeper.objects.head(key) is None and sleeper.objects.head(sketch_key(key)) is None
+
+
+def test_sketches_that_miss_rows_of_a_leafs_share_fail_the_job_and_leave_no_output(sleeper, monkeypatch):
+    from sleeper_ops.io.sketches import RowKeySketches
+
+    t, _ = _table_of_three_files(sleeper, "zstd")
+    region = _split_root_at(sleeper, t, "k02500")
+    (job,) = _jobs_of_the_left_half(sleeper, t)
+    update = RowKeySketches.update
+    batches = []
+
+    def every_other(self, batch):
+        batches.append(batch.num_rows)
+        if len(batches) % 2:
+            update(self, batch)
+    monkeypatch.setattr(RowKeySketches, "update", every_other)
+    key = _attempt_key(t, job)
+    with pytest.raises(CompactionError, match=r"the sketches of .* count \{'key': \d+\} rows, but the file holds"):
+        execute_job(job, t.info, sleeper.objects, region=region, output_key=key, batch_size=256)
+    assert len(batches) > 1
+    assert sleeper.objects.head(key) is None and sleeper.objects.head(sketch_key(key)) is None
