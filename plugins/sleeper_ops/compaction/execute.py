@@ -5,10 +5,14 @@
 keeps only rows inside the job's partition when some input covers more than it,
 applies the table's iterators to the Arrow batches and writes one sorted output
 file plus its sketches under the key it is given (named in the job's record first,
-see :func:`start_attempt`). It changes no state. A job of whole files with no
-iterators and no tombstones (the usual one) needs no row in Python: DataFusion
-writes the merged file itself, with the same Parquet settings, on every core, and
-its sketches are the inputs' merged.
+see :func:`start_attempt`). It changes no state. A job with no iterators (the usual
+one: whole files or a leaf's range of shared ones, with tombstones or not) needs no
+row in Python: DataFusion decodes, merges and writes the file itself, with the same
+Parquet settings, on every core. Its sketches are the inputs' merged when it reads
+whole files and drops nothing, else built from the row keys as DataFusion writes them
+(on a thread of their own), and must count exactly the file's rows. Jobs with
+iterators pass their rows through them and pyarrow's writer (its encoding on one
+thread, the merge running ahead on another), as do codecs DataFusion cannot match.
 
 :func:`commit_job` checks the output exists (HEAD), then replaces the inputs'
 references with the output's in one :class:`ReplaceFileReferences` commit that also
@@ -228,11 +232,14 @@ def _merge_in_datafusion(job: CompactionJob, table: TableInfo, objects: ObjectSt
         if rows == 0:
             objects.delete(key)
             return JobOutput(job, None, 0, 0, time.perf_counter() - started)
-        sketches = _merged_sketches(objects, table, job.inputs) if built is None else built
-        counted = {name: sk.count for name, sk in sketches.fields.items() if sk.count != rows}
-        if built is not None and counted:
-            raise CompactionError(f"job {job.job_id}: the sketches of {key} count {counted} rows, "
-                                  f"but the file holds {rows}")
+        if built is None:
+            sketches = _merged_sketches(objects, table, job.inputs)
+        else:
+            counted = {name: sk.count for name, sk in built.fields.items() if sk.count != rows}
+            if counted:
+                raise CompactionError(f"job {job.job_id}: the sketches of {key} count {counted} rows, "
+                                      f"but the file holds {rows}")
+            sketches = built
         objects.put(sketch_key(key), sketches.to_bytes())
     except BaseException:
         objects.delete(key)
