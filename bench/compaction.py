@@ -28,7 +28,12 @@ in a child process of its own so its peak RSS can be read:
   (Airflow's start-up, parsing the DAG file, the three tasks) and, on a row of its
   own, the ``run_local`` task's duration as Airflow records it (what the UI shows);
 * runner spark: ``table.compact(runner="spark")``, one spark-submit (its 10-20 s of
-  start-up included; the rate inside the Spark task is printed too).
+  start-up included; the rate inside the Spark task is printed too);
+* sleeper compact, shared files (``--shared``): the same command on a table whose one
+  partition was split in two at its median before compacting (``table.split()``), so
+  both leaves reference every input file and each leaf's job reads only its range of
+  each (the region filter, ``job.whole_files`` false): two jobs, two outputs, every
+  row once. This is the compaction of files an append shares between leaves.
 
 Every runner merges the same data: the inputs are rebuilt (re-ingested into a fresh
 table) before each run, and the kinds run interleaved (copy, runner, CLI, copy, ...).
@@ -45,7 +50,7 @@ column chunks under 128 KiB (about 16k rows of this schema), or on S3, it is fla
 The merged output is checked: one file, every row, in key order, same checksum.
 
     .venv/bin/python bench/compaction.py [--rows 2000000] [--big 4000000] [--repeat 2] [--no-spark]
-                                           [--no-dag] [--rowgroup-rows N]
+                                           [--no-dag] [--shared] [--rowgroup-rows N]
     .venv/bin/python bench/compaction.py --rows 10000000     # the issue's figure (--big defaults to 2x)
     .venv/bin/python bench/compaction.py --rows 11000000 --big 0 --repeat 3 --no-spark   # 11 files of 1 M rows
 """
@@ -187,13 +192,20 @@ def make_sources(d: Path, rows: int) -> tuple[list[str], int]:
     return paths, checksum
 
 
-def build_inputs(s: Any, name: str, sources: list[str], properties: dict[str, str]) -> None:
-    """A fresh one-partition table holding one sorted file per source."""
+def build_inputs(s: Any, name: str, sources: list[str], properties: dict[str, str], *, split: bool = False) -> None:
+    """A fresh one-partition table holding one sorted file per source; with ``split``,
+    the partition is then split in two at its median (both leaves reference every file)."""
     t = s.create_table(name, SYSTEM_TEST_SCHEMA, properties=properties)
     for p in sources:
         t.ingest([p])
     files = {r.filename for r in t.state().references.values()}
     assert len(files) == FILES, f"expected {FILES} input files, got {len(files)}"
+    if split:
+        rows = sum(r.record_count for r in t.state().references.values())
+        s.set_properties(name, {"sleeper.table.partition.splitting.threshold": str(rows - 1)})
+        report = t.split()
+        leaves = [p for p in t.state().partitions.values() if p.is_leaf]
+        assert len(leaves) == 2, f"expected 2 leaves after the split, got {len(leaves)}: {report}"
 
 
 def run_child(kind: str, home: Path, table: str, timeout: float) -> dict[str, Any]:
@@ -223,9 +235,10 @@ print(json.dumps({"seconds": seconds, "exit": os.waitstatus_to_exitcode(status),
 """
 
 
-def run_cli(home: Path, table: str, timeout: float) -> dict[str, Any]:
-    """``sleeper compact TABLE --runner local`` as a new process: its wall time from
-    start to exit, with the CPU time and peak RSS of that process alone (``wait4``)."""
+def run_cli(home: Path, table: str, timeout: float, jobs: int = 1) -> dict[str, Any]:
+    """``sleeper compact TABLE --runner local`` as a new process (expected to commit
+    ``jobs`` jobs): its wall time from start to exit, with the CPU time and peak RSS of
+    that process alone (``wait4``)."""
     cmd = [str(Path(sys.executable).with_name("sleeper")), "--home", str(home), "compact", table, "--runner", "local"]
     env = {k: v for k, v in os.environ.items() if k != "SLEEPER_HOME"}
     try:
@@ -235,7 +248,7 @@ def run_cli(home: Path, table: str, timeout: float) -> dict[str, Any]:
         return {"error": f"timed out after {timeout:.0f} s"}
     lines = p.stdout.strip().splitlines()
     result = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"exit": p.returncode}
-    if result["exit"] != 0 or "1 committed" not in p.stdout:
+    if result["exit"] != 0 or f"{jobs} committed" not in p.stdout:
         tail = " ".join((p.stdout + p.stderr).split())[-300:]
         return {"error": f"exit {result['exit']}: {tail}"}
     return {k: result[k] for k in ("seconds", "cpu_seconds", "peak_rss_mb")}
@@ -303,23 +316,41 @@ def check_output(uri: str, rows: int, checksum: int, *, ordered: bool) -> None:
     assert pc.all(in_order).as_py(), f"{uri}: rows out of key order"
 
 
+def check_outputs(uris: list[str], rows: int, checksum: int) -> None:
+    """Two files, one a leaf, each in key order, holding every row once between them (the
+    inputs' checksum), the first leaf's keys all below the second's."""
+    assert len(uris) == 2, f"{len(uris)} references after compaction, expected 2"
+    read = sorted(((u, pq.read_table(u, columns=["key", "timestamp"])) for u in uris),
+                  key=lambda ut: ut[1].column("key")[0].as_py())
+    for u, t in read:
+        check_output(u, t.num_rows, _sum(t.column("timestamp")), ordered=True)
+    tables = [t for _, t in read]
+    assert sum(t.num_rows for t in tables) == rows, "rows lost or doubled"
+    assert sum(_sum(t.column("timestamp")) for t in tables) == checksum, "timestamp checksum differs"
+    assert pc.max(tables[0].column("key")).as_py() < pc.min(tables[1].column("key")).as_py(), "leaves overlap"
+
+
 def measure(s: Any, home: Path, kind: str, size: int, tag: str, sources: list[str], checksum: int,
             timeout: float, properties: dict[str, str]) -> dict[str, Any]:
     table = f"{kind.replace('-', '_')}_{size}_{tag}"
-    build_inputs(s, table, sources, properties)
-    if kind == "cli":
-        r = run_cli(home, table, timeout)
+    build_inputs(s, table, sources, properties, split=kind == "cli-shared")
+    if kind in ("cli", "cli-shared"):
+        r = run_cli(home, table, timeout, jobs=2 if kind == "cli-shared" else 1)
     elif kind == "dag":
         r = run_dag(home, home.parent / "airflow", table, timeout)
     else:
         r = run_child(kind, home, table, timeout)
-    if kind in ("cli", "dag") and "error" not in r:
+    if kind in ("cli", "cli-shared", "dag") and "error" not in r:
         refs = list(s.table(table).state().references.values())
         r.update(rows=sum(ref.record_count for ref in refs), references=len(refs),
-                 output=s.objects.uri_of(refs[0].filename))
+                 outputs=[s.objects.uri_of(ref.filename) for ref in refs])
+        r["output"] = r["outputs"][0]
     if "error" not in r:
         try:
-            check_output(r["output"], size, checksum, ordered=kind in ("local", "cli", "dag", "spark"))
+            if kind == "cli-shared":
+                check_outputs(r["outputs"], size, checksum)
+            else:
+                check_output(r["output"], size, checksum, ordered=kind in ("local", "cli", "dag", "spark"))
             if kind in ("local", "cli", "dag", "spark"):
                 assert r["references"] == 1, f"{r['references']} references after compaction"
         except AssertionError as e:
@@ -352,22 +383,25 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs of the copies and the runners; the median is shown")
     ap.add_argument("--no-spark", action="store_true", help="skip the spark runner")
     ap.add_argument("--no-dag", action="store_true", help="skip the compaction DAG (airflow dags test)")
+    ap.add_argument("--shared", action="store_true",
+                    help="also sleeper compact of the files shared by two leaves (the table split before compacting)")
     ap.add_argument("--rowgroup-rows", type=int, default=None,
                     help="the tables' sleeper.table.parquet.rowgroup.rows.max (default: the property's default)")
     ap.add_argument("--spark-timeout", type=float, default=600)
     ap.add_argument("--child", choices=["copy", "copy-ahead", "local", "spark"], help=argparse.SUPPRESS)
     ap.add_argument("--home", help=argparse.SUPPRESS)
     ap.add_argument("--table", help=argparse.SUPPRESS)
-    args = parse_args(ap, rows=5_500, big=11_000, repeat=1, no_spark=True)  # smoke: no spark-submit
+    args = parse_args(ap, rows=5_500, big=11_000, repeat=1, no_spark=True, shared=True)  # smoke: no spark-submit
     if args.child:
         child_main(args)
         return
     sizes = [args.rows] if args.big == 0 else [args.rows, args.big or 2 * args.rows]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    kinds = (["copy", "copy-ahead", "local", "cli"] + ([] if args.no_dag else ["dag"])
-             + ([] if args.no_spark else ["spark"]))
+    kinds = (["copy", "copy-ahead", "local", "cli"] + (["cli-shared"] if args.shared else [])
+             + ([] if args.no_dag else ["dag"]) + ([] if args.no_spark else ["spark"]))
     labels = {"copy": "plain copy", "copy-ahead": "plain copy, read ahead", "local": "runner local",
-              "cli": "sleeper compact (CLI)", "dag": "compaction DAG", "spark": "runner spark"}
+              "cli": "sleeper compact (CLI)", "cli-shared": "  shared by 2 leaves", "dag": "compaction DAG",
+              "spark": "runner spark"}
 
     properties = {} if args.rowgroup_rows is None else {
         "sleeper.table.parquet.rowgroup.rows.max": str(args.rowgroup_rows)}
@@ -430,10 +464,11 @@ def print_summary(sizes: list[int], table: dict[int, dict[str, dict[str, Any]]],
               ">= 0.8 of the plain copy")
         return
     small, big = sizes
-    for kind in ("local", "cli", "spark"):
+    for kind in ("local", "cli", "cli-shared", "spark"):
         a, b = table[small].get(kind), table[big].get(kind)
         if a and b and "error" not in a and "error" not in b:
-            what = "sleeper compact (CLI)" if kind == "cli" else f"{kind} runner"
+            what = {"cli": "sleeper compact (CLI)", "cli-shared": "sleeper compact, shared files"}.get(
+                kind, f"{kind} runner")
             print(f"  {what} peak RSS {a['peak_rss_mb']:,.0f} MB at {small:,} rows, "
                   f"{b['peak_rss_mb']:,.0f} MB at {big:,} rows (ratio {b['peak_rss_mb'] / a['peak_rss_mb']:.2f})")
     print(f"  goals: local runner >= 2,000,000 rows/s per core (here {cores} cores), "

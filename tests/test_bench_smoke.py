@@ -30,7 +30,7 @@ EXPECTED: dict[str, list[str]] = {
                  rf"\(f\) exact-key query, 20,000 rows .*ratio {NUM}"],
     "bulk_import.py": [rf"baseline: standard ingest\s+{NUM} rows/s", r"bulk import: not run"],
     "compaction.py": [rf"plain copy\s+{NUM}\s+{NUM}", rf"runner local\s+{NUM}\s+{NUM}",
-                      rf"sleeper compact \(CLI\)\s+{NUM}\s+{NUM}",
+                      rf"sleeper compact \(CLI\)\s+{NUM}\s+{NUM}", rf"shared by 2 leaves\s+{NUM}\s+{NUM}",
                       rf"compaction DAG\s+{NUM}\s+{NUM}", rf"\(its run_local task\)\s+{NUM}\s+{NUM}",
                       r"goals: local runner"],
     "ingest.py": [rf"baseline: pyarrow read \+ write zstd\s+{SPREAD} rows/s",

@@ -5,10 +5,14 @@
 keeps only rows inside the job's partition when some input covers more than it,
 applies the table's iterators to the Arrow batches and writes one sorted output
 file plus its sketches under the key it is given (named in the job's record first,
-see :func:`start_attempt`). It changes no state. A job of whole files with no
-iterators and no tombstones (the usual one) needs no row in Python: DataFusion
-writes the merged file itself, with the same Parquet settings, on every core, and
-its sketches are the inputs' merged.
+see :func:`start_attempt`). It changes no state. A job with no iterators (the usual
+one: whole files or a leaf's range of shared ones, with tombstones or not) needs no
+row in Python: DataFusion decodes, merges and writes the file itself, with the same
+Parquet settings, on every core. Its sketches are the inputs' merged when it reads
+whole files and drops nothing, else built from the row keys as DataFusion writes them
+(on a thread of their own), and must count exactly the file's rows. Jobs with
+iterators pass their rows through them and pyarrow's writer (its encoding on one
+thread, the merge running ahead on another), as do codecs DataFusion cannot match.
 
 :func:`commit_job` checks the output exists (HEAD), then replaces the inputs'
 references with the output's in one :class:`ReplaceFileReferences` commit that also
@@ -155,11 +159,13 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
     # Whole input files with no iterators: the output holds exactly the inputs' keys,
     # so merging their sketches gives the output's sketch without touching each key.
     reuse_sketches = job.whole_files and chain.is_empty and not job.tombstones
-    options = datafusion_writer_options(ParquetSettings.of(table)) if reuse_sketches else None
+    only = None if job.whole_files else region
+    options = datafusion_writer_options(ParquetSettings.of(table)) if chain.is_empty else None
     if options is not None:
-        return _merge_in_datafusion(job, table, objects, paths, store, url, key, options, on_rows, started)
-    merged = merge_sorted(paths, schema, region=None if job.whole_files else region,
-                          object_store=store, store_url=url, batch_size=batch_size, deletes=deletes)
+        return _merge_in_datafusion(job, table, objects, _Merge(paths, store, url, only, deletes, batch_size), key,
+                                    options, reuse_sketches, on_rows, started)
+    merged = merge_sorted(paths, schema, region=only, object_store=store, store_url=url, batch_size=batch_size,
+                          deletes=deletes)
     rows_read = 0
 
     def counted() -> Iterator[pa.RecordBatch]:
@@ -189,16 +195,35 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
     return JobOutput(job, written, rows_read, written.record_count, time.perf_counter() - started)
 
 
-def _merge_in_datafusion(job: CompactionJob, table: TableInfo, objects: ObjectStore, paths: list[str], store: Any,
-                         url: Optional[str], key: str, options: Any, on_rows: Optional[RowsCallback],
+@dataclass(frozen=True)
+class _Merge:
+    """What DataFusion merges: the inputs (as :meth:`ObjectStore.datafusion_paths` gives
+    them), the region to keep (None: all) and each input's tombstones."""
+
+    paths: list[str]
+    store: Any
+    url: Optional[str]
+    region: Optional[Region]
+    deletes: list[tuple[Tombstone, ...]]
+    batch_size: int
+
+
+def _merge_in_datafusion(job: CompactionJob, table: TableInfo, objects: ObjectStore, merge: _Merge, key: str,
+                         options: Any, reuse_sketches: bool, on_rows: Optional[RowsCallback],
                          started: float) -> JobOutput:
-    """The whole-file merge written by DataFusion to ``key``, the inputs' sketches merged
-    beside it; rows are counted from the written footer (``on_rows`` told once, at the
-    end). On any failure, or no rows, nothing is left under ``key``."""
+    """The merge decoded, merged and written by DataFusion to ``key`` on every core, its
+    sketches beside it: the inputs' merged when ``reuse_sketches`` (the output holds
+    exactly their rows), else built from the row keys of the rows written, as they are
+    written (each field's sketch must count exactly the file's rows). Rows are counted
+    from the written footer (``on_rows`` told once, at the end). On any failure, or no
+    rows, nothing is left under ``key``."""
     (output,), _, _ = objects.datafusion_paths([key])
+    built = None if reuse_sketches else RowKeySketches(table.schema)
     try:
         objects.prepare_output(key)
-        merge_sorted_to_file(paths, table.schema, output, options, object_store=store, store_url=url)
+        merge_sorted_to_file(merge.paths, table.schema, output, options, region=merge.region, deletes=merge.deletes,
+                             on_keys=None if built is None else built.update, object_store=merge.store,
+                             store_url=merge.url, batch_size=merge.batch_size)
         with objects.open_input(key) as f:
             rows = pq.ParquetFile(f).metadata.num_rows
         if on_rows is not None:
@@ -207,7 +232,14 @@ def _merge_in_datafusion(job: CompactionJob, table: TableInfo, objects: ObjectSt
         if rows == 0:
             objects.delete(key)
             return JobOutput(job, None, 0, 0, time.perf_counter() - started)
-        sketches = _merged_sketches(objects, table, job.inputs)
+        if built is None:
+            sketches = _merged_sketches(objects, table, job.inputs)
+        else:
+            counted = {name: sk.count for name, sk in built.fields.items() if sk.count != rows}
+            if counted:
+                raise CompactionError(f"job {job.job_id}: the sketches of {key} count {counted} rows, "
+                                      f"but the file holds {rows}")
+            sketches = built
         objects.put(sketch_key(key), sketches.to_bytes())
     except BaseException:
         objects.delete(key)

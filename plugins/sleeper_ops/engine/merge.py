@@ -12,16 +12,17 @@ caller does with the last ones (typically Parquet encoding): with two free cores
 compaction takes about as long as the slower of the two, not their sum.
 
 :func:`merge_sorted_to_file` instead has DataFusion write the merged rows to one
-Parquet file itself, encoding row groups and columns on every core, with no batch
-crossing into Python: for merges whose rows need no Python (no iterators, sketches
-not built from the rows).
+Parquet file itself, decoding, merging and encoding row groups and columns on every
+core, with no batch crossing into Python (only the row key columns, when asked for,
+to build sketches beside the write): for merges whose rows need no Python (no
+iterators).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Generator, Iterator, Optional, Sequence
+from typing import Any, Callable, Generator, Iterator, Optional, Sequence
 
 import pyarrow as pa
 
@@ -97,12 +98,19 @@ def merge_sorted(paths: Sequence[str], schema: Schema, *, region: Optional[Regio
 
 
 def merge_sorted_to_file(paths: Sequence[str], schema: Schema, output: str, options: Any, *,
+                         region: Optional[Region] = None, deletes: Sequence[Sequence[Tombstone]] = (),
+                         on_keys: Optional[Callable[[pa.RecordBatch], None]] = None,
                          object_store: Any = None, store_url: Optional[str] = None,
                          batch_size: int = 16384) -> None:
     """Write the rows of the sorted Parquet files at ``paths``, merged in key order, to
     one Parquet file at ``output`` (a local path, or a URL under ``store_url`` with
     ``object_store``, as for :func:`merge_sorted`), with DataFusion's
-    ``ParquetWriterOptions`` ``options``. On failure part of ``output`` may exist."""
+    ``ParquetWriterOptions`` ``options``. ``region`` and ``deletes`` select the rows as
+    for :func:`merge_sorted`, so the file holds exactly the rows that would yield, in
+    the same order. ``on_keys``, if given, is called with the row key columns of every
+    batch written, in order, on a thread of its own while DataFusion goes on writing
+    (see :class:`_KeyTee`); an error it raises is raised here once the write ends. On
+    failure part of ``output`` may exist."""
     from datafusion import DataFrameWriteOptions
 
     if not paths:
@@ -112,8 +120,74 @@ def merge_sorted_to_file(paths: Sequence[str], schema: Schema, output: str, opti
         assert store_url is not None, "an object store comes with its URL"
         scheme, _, host = store_url.partition("://")
         ctx.register_object_store(f"{scheme}://", object_store, host.split("/", 1)[0] or None)
-    frame = _merged_frame(ctx, paths, schema)
-    frame.write_parquet_with_options(output, options, DataFrameWriteOptions(single_file_output=True))
+    frame = _merged_frame(ctx, paths, schema, region, deletes)
+    if on_keys is None:
+        frame.write_parquet_with_options(output, options, DataFrameWriteOptions(single_file_output=True))
+        return
+    with _KeyTee(schema, on_keys) as tee:
+        tee.observing(frame).write_parquet_with_options(output, options, DataFrameWriteOptions(single_file_output=True))
+
+
+#: a LIMIT no merge reaches: DataFusion pushes no filter below a limit (see _KeyTee)
+_NO_LIMIT = 2**62
+
+
+class _KeyTee:
+    """Sees the row key columns of every merged batch on their way to DataFusion's writer
+    and hands them, in order, to ``on_keys`` on a thread of its own.
+
+    A volatile UDF filter that keeps every row observes the key columns. It is put above
+    a LIMIT no merge reaches so that DataFusion cannot push it below the merge into the
+    scans: it then runs once per merged batch, in order, from the one task feeding the
+    writer, and sees exactly the rows written (after the region and delete filters). The
+    UDF only queues the batch (at most ``depth`` waiting, so memory stays bounded);
+    ``on_keys`` runs on the tee's thread, beside the merge and the encoders. An error in
+    ``on_keys`` is kept (later batches are dropped, so DataFusion never waits on a dead
+    consumer) and raised when the tee closes; an error in the write stops the thread.
+    """
+
+    def __init__(self, schema: Schema, on_keys: Callable[[pa.RecordBatch], None], depth: int = 8):
+        target = arrow_schema(schema)
+        self.names = list(schema.row_key_names)
+        self.types = [target.field(n).type for n in self.names]
+        self.on_keys = on_keys
+        self._queue: queue.Queue[Any] = queue.Queue(depth)
+        self._error: Optional[BaseException] = None
+        self._all_true: dict[int, pa.Array] = {}
+        self._thread = threading.Thread(target=self._consume, name="merge-key-tee", daemon=True)
+
+    def observing(self, frame: Any) -> Any:
+        """``frame`` with the observing filter on top."""
+        from datafusion import col, udf
+
+        observe = udf(self._observe, self.types, pa.bool_(), "volatile", "sleeper_observe_keys")
+        return frame.limit(_NO_LIMIT).filter(observe(*[col(n) for n in self.names]))
+
+    def _observe(self, *columns: pa.Array) -> pa.Array:
+        self._queue.put(pa.RecordBatch.from_arrays(list(columns), names=self.names))
+        n = len(columns[0])
+        keep = self._all_true.get(n)
+        if keep is None:
+            keep = self._all_true[n] = pa.nulls(n, pa.bool_()).fill_null(True)
+        return keep
+
+    def _consume(self) -> None:
+        while (batch := self._queue.get()) is not _END:
+            if self._error is None:
+                try:
+                    self.on_keys(batch)
+                except BaseException as e:  # kept for the writer's thread, which raises it
+                    self._error = e
+
+    def __enter__(self) -> _KeyTee:
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: Optional[type[BaseException]], *_: Any) -> None:
+        self._queue.put(_END)
+        self._thread.join()
+        if kind is None and self._error is not None:
+            raise self._error
 
 
 _END = object()

@@ -99,3 +99,46 @@ def test_closing_the_merge_early_stops_its_thread(inputs):
 
 def _read_ahead_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "merge-read-ahead" and t.is_alive()]
+
+
+# ----- merged into a file by DataFusion, the row keys seen as they are written ----------------
+def _options():
+    from sleeper_ops.io.datafile import ParquetSettings, datafusion_writer_options
+
+    return datafusion_writer_options(ParquetSettings(row_group_rows=50))
+
+
+def test_a_merge_into_a_file_shows_on_keys_exactly_the_keys_written_in_order(tmp_path, inputs):
+    paths, all_rows = inputs
+    region = Region((Range("key", "k010", "k050"),))
+    seen: list[pa.RecordBatch] = []
+    threads: set[str] = set()
+
+    def on_keys(batch: pa.RecordBatch) -> None:
+        threads.add(threading.current_thread().name)
+        seen.append(batch)
+    out = str(tmp_path / "out.parquet")
+    merge.merge_sorted_to_file(paths, SCHEMA, out, _options(), region=region, on_keys=on_keys, batch_size=64)
+    written = pq.read_table(out)
+    assert pa.Table.from_batches(seen).column("key").to_pylist() == written.column("key").to_pylist()
+    assert [b.schema.names for b in seen] == [["key"]] * len(seen) and all(b.num_rows <= 64 for b in seen)
+    assert written.select(["key", "ts"]).to_pylist() == [
+        r for r in expected(all_rows) if "k010" <= r["key"] < "k050"], "the region's rows, in key order"
+    assert threads == {"merge-key-tee"}, "on_keys runs on the tee's own thread"
+    md = pq.ParquetFile(out).metadata
+    assert [(c.column_index, c.descending) for c in md.row_group(0).sorting_columns] == [(0, False), (1, False)], \
+        "the observing filter keeps the sort order DataFusion declares in the footer"
+
+
+def test_an_error_in_on_keys_is_raised_by_the_merge_into_a_file(tmp_path, inputs):
+    paths, _ = inputs
+    calls = []
+
+    def on_keys(batch: pa.RecordBatch) -> None:
+        calls.append(batch.num_rows)
+        raise ValueError("sketch failed")
+    with pytest.raises(ValueError, match="sketch failed"):
+        merge.merge_sorted_to_file(paths, SCHEMA, str(tmp_path / "out.parquet"), _options(), on_keys=on_keys,
+                                   batch_size=64)
+    assert len(calls) == 1, "after its error on_keys is not called again (the rest of the batches are dropped)"
+    assert not any(t.name == "merge-key-tee" for t in threading.enumerate()), "the tee's thread has ended"
