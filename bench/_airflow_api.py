@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 PASSWORD = "bench-admin-secret"
 
@@ -37,6 +37,9 @@ class AirflowApi:
     port: int
     token: str
     log: Path
+    pid: int
+    #: the environment it runs in (for another Airflow process of the same install)
+    env: dict[str, str]
 
 
 def _metadata_url(airflow_home: Path, state_dsn: str) -> tuple[str, bool]:
@@ -53,10 +56,14 @@ def _metadata_url(airflow_home: Path, state_dsn: str) -> tuple[str, bool]:
 
 
 @contextlib.contextmanager
-def airflow_api_server(home: Path, state_dsn: str, *, timeout: float = 300.0) -> Iterator[AirflowApi]:
+def airflow_api_server(home: Path, state_dsn: str, *, checkout: Optional[Path] = None,
+                       timeout: float = 300.0) -> Iterator[AirflowApi]:
     """The API server of ``sleeper airflow`` for the Sleeper at ``home`` (whose state store
     is ``state_dsn``), started, with an ``admin`` token; stopped (its process group) on leaving.
-    Raises SystemExit if it does not answer within ``timeout`` seconds."""
+    With ``checkout`` (another checkout of this repository), the server imports that
+    checkout's ``sleeper_ops`` and ``statestore`` (first on its ``PYTHONPATH``), so two
+    versions can be timed in one run. Raises SystemExit if it does not answer within
+    ``timeout`` seconds."""
     import httpx
 
     from sleeper_ops.config import SleeperConfig
@@ -73,7 +80,9 @@ def airflow_api_server(home: Path, state_dsn: str, *, timeout: float = 300.0) ->
                               users="admin:admin")
     env.update({"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(airflow_home / "passwords.json"),
                 "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(48)})
-    log_path = airflow_home / "api-server.log"
+    if checkout is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(checkout / "plugins"), str(checkout)])
+    log_path = airflow_home / f"api-server-{port}.log"
     with open(log_path, "ab") as log:
         if migrate:
             t0 = time.perf_counter()
@@ -99,6 +108,6 @@ def airflow_api_server(home: Path, state_dsn: str, *, timeout: float = 300.0) ->
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.5)
-        yield AirflowApi("127.0.0.1", port, token, log_path)
+        yield AirflowApi("127.0.0.1", port, token, log_path, proc.pid, env)
     finally:
         stop_process_group(proc, timeout=30.0)

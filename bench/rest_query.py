@@ -23,6 +23,7 @@ non-zero. ``--runs`` runs; the figure of merit is the p50 through Airflow (goal:
 as the median over the runs and its spread, with the load average before and after.
 
     .venv/bin/python bench/rest_query.py [--rows 1000000] [--queries 500] [--runs 3] [--through both|airflow|bare]
+        [--against OTHER_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import _common  # noqa: F401
 from _common import parse_args, percentiles, stop_embedded
@@ -138,14 +139,15 @@ def bare_app(home: Path) -> Iterator[Leg]:
 
 
 @contextlib.contextmanager
-def through_airflow(home: Path, state_dsn: str) -> Iterator[Leg]:
-    """The REST API in a real ``airflow api-server``, asked with a user's token."""
+def through_airflow(home: Path, state_dsn: str, checkout: Optional[Path] = None) -> Iterator[Leg]:
+    """The REST API in a real ``airflow api-server``, asked with a user's token; with
+    ``checkout``, that checkout's code serves it."""
     from _airflow_api import airflow_api_server
 
-    with airflow_api_server(home, state_dsn) as api:
+    with airflow_api_server(home, state_dsn, checkout=checkout) as api:
         conn = http.client.HTTPConnection(api.host, api.port, timeout=60)
-        yield Leg("through Airflow's API server (Bearer token)", conn, "/sleeper/api/v1",
-                  {"Authorization": f"Bearer {api.token}"})
+        label = "through Airflow's API server (Bearer token)" if checkout is None else f"the same, {checkout.name}"
+        yield Leg(label, conn, "/sleeper/api/v1", {"Authorization": f"Bearer {api.token}"})
         conn.close()
 
 
@@ -156,6 +158,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--through", choices=("both", "airflow", "bare"), default="both",
                     help="serve the REST API through Airflow's API server, the bare app, or both (default)")
+    ap.add_argument("--against", type=Path, help="another checkout whose code serves a second Airflow leg "
+                                                 "(before/after in one run)")
     ap.add_argument("--serve", nargs=2, metavar=("HOME", "PORT"), help=argparse.SUPPRESS)
     args = parse_args(ap, rows=20_000, queries=20, runs=2)
     if args.serve:
@@ -169,6 +173,9 @@ def main() -> None:
                 legs: dict[str, Leg] = {}
                 if args.through in ("both", "airflow"):
                     legs["airflow"] = stack.enter_context(through_airflow(home, sleeper.state_store.dsn))
+                if args.against is not None:
+                    legs["against"] = stack.enter_context(through_airflow(home, sleeper.state_store.dsn,
+                                                                          args.against.resolve()))
                 if args.through in ("both", "bare"):
                     legs["bare"] = stack.enter_context(bare_app(home))
                 table = sleeper.table(TABLE)
@@ -195,6 +202,8 @@ def main() -> None:
         ratios("Airflow / in process", "airflow", "local")
     if "airflow" in legs and "bare" in legs:
         ratios("Airflow / bare app", "airflow", "bare")
+    if "airflow" in legs and "against" in legs:
+        ratios(f"Airflow / Airflow with {args.against.name}", "airflow", "against")
     if "bare" in legs:
         ratios("REST / in process", "bare", "local")
     print("  [goal: p50 through Airflow <= 3 ms]")
