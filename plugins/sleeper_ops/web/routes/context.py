@@ -86,8 +86,9 @@ def _store_root(sleeper: Sleeper) -> str:
     return store.uri if not store.is_local else store.root
 
 
-def rest_context(request: Request) -> RestContext:
-    """The app's context (a FastAPI dependency)."""
+async def rest_context(request: Request) -> RestContext:
+    """The app's context (a FastAPI dependency; a coroutine, so FastAPI does not hand this
+    lookup of an attribute to a worker thread and back, as it does a plain function's)."""
     context: RestContext = request.app.state.rest_context
     return context
 
