@@ -123,15 +123,19 @@ def load_average() -> str:
 
 
 @contextlib.contextmanager
-def bare_app(home: Path) -> Iterator[Leg]:
-    """The REST app alone, served by uvicorn in a child process."""
+def bare_app(home: Path, checkout: Optional[Path] = None) -> Iterator[Leg]:
+    """The REST app alone, served by uvicorn in a child process (with ``checkout``, that
+    checkout's code)."""
     port = free_port()
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(home), str(port)],
-                              env={**os.environ, "SLEEPER_HOME": str(home)})
+    env = {**os.environ, "SLEEPER_HOME": str(home)}
+    if checkout is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(checkout / "plugins"), str(checkout)])
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(home), str(port)], env=env)
     try:
         wait_ready(port, server)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        yield Leg("REST GET /records?key= (HTTP, keep-alive)", conn)
+        yield Leg("REST GET /records?key= (HTTP, keep-alive)" if checkout is None
+                  else f"the bare app, {checkout.name}", conn)
         conn.close()
     finally:
         server.terminate()
@@ -158,8 +162,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--through", choices=("both", "airflow", "bare"), default="both",
                     help="serve the REST API through Airflow's API server, the bare app, or both (default)")
-    ap.add_argument("--against", type=Path, help="another checkout whose code serves a second Airflow leg "
-                                                 "(before/after in one run)")
+    ap.add_argument("--against", type=Path, help="another checkout whose code serves a second Airflow leg and "
+                                                 "bare app (before/after in one run)")
     ap.add_argument("--serve", nargs=2, metavar=("HOME", "PORT"), help=argparse.SUPPRESS)
     args = parse_args(ap, rows=20_000, queries=20, runs=2)
     if args.serve:
@@ -178,6 +182,8 @@ def main() -> None:
                                                                           args.against.resolve()))
                 if args.through in ("both", "bare"):
                     legs["bare"] = stack.enter_context(bare_app(home))
+                    if args.against is not None:
+                        legs["bare_against"] = stack.enter_context(bare_app(home, args.against.resolve()))
                 table = sleeper.table(TABLE)
                 rng = random.Random(24)
                 one_run(legs, table, keys, 20, rng)  # warm: connections, footers, every metadata copy
@@ -206,6 +212,8 @@ def main() -> None:
         ratios(f"Airflow / Airflow with {args.against.name}", "airflow", "against")
     if "bare" in legs:
         ratios("REST / in process", "bare", "local")
+    if "bare_against" in legs:
+        ratios(f"bare app / bare app with {args.against.name}", "bare", "bare_against")
     print("  [goal: p50 through Airflow <= 3 ms]")
 
 
