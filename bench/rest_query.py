@@ -14,13 +14,15 @@ under a temporary ``SLEEPER_HOME`` (the embedded PostgreSQL) and serves it two w
   :class:`~sleeper_ops.web.rest.LazySleeper`, without Airflow's authentication) with
   uvicorn in a child process: the same-run baseline of what Airflow adds.
 
-It times, interleaved, ``--queries`` lookups each way of keys known to exist: a REST one
-whole (request sent, body read and parsed), the in-process one through this process's
-own Sleeper over the same home. Every REST answer is checked by content against the
-in-process answer for its key (records equal, count, not truncated); a mismatch exits
-non-zero. ``--runs`` runs; the figure of merit is the p50 through Airflow (goal: at most
-3 ms), with its ratios to the bare app and to in process of the same run, each printed
-as the median over the runs and its spread, with the load average before and after.
+It times, interleaved (the HTTP legs taking turns to go first), ``--queries`` lookups each
+way of keys known to exist: a REST one whole (request sent, body read and parsed), the
+in-process one through this process's own Sleeper over the same home. Every REST answer
+is checked by content against the in-process answer for its key (records equal, count,
+not truncated); a mismatch exits non-zero. ``--runs`` runs; the figure of merit is the
+p50 through Airflow (goal: at most 3 ms), with its ratios to the bare app and to in
+process of the same run, each printed as the median over the runs and its spread, with
+the load average before and after. ``--against OTHER_CHECKOUT`` adds an Airflow leg and
+a bare app served by another checkout's code (before and after in one run).
 
     .venv/bin/python bench/rest_query.py [--rows 1000000] [--queries 500] [--runs 3] [--through both|airflow|bare]
         [--against OTHER_CHECKOUT]
@@ -97,10 +99,12 @@ class Leg:
 def one_run(legs: dict[str, Leg], table: Any, keys: list[str], queries: int,
             rng: random.Random) -> dict[str, dict[str, float]]:
     times: dict[str, list[float]] = {name: [] for name in (*legs, "local")}
-    for _ in range(queries):
+    names = list(legs)
+    for i in range(queries):
         key = rng.choice(keys)
         got = {}
-        for name, leg in legs.items():
+        for name in names[i % len(names):] + names[:i % len(names)]:  # no leg always goes first
+            leg = legs[name]
             t0 = time.perf_counter()
             got[name] = leg.lookup(key)
             times[name].append((time.perf_counter() - t0) * 1000)
