@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from statestore.errors import SleeperError
+from statestore.errors import SleeperError, TableNotFoundError
 
 
 class IngestError(SleeperError):
@@ -32,3 +32,8 @@ class CompactionError(SleeperError):
 class SqlError(QueryError):
     """A SQL statement cannot run: it does not parse, names an unknown table or column,
     or is not a read (DDL, DML and SET are refused)."""
+
+
+class TableRenamedError(TableNotFoundError):
+    """A query asked for a table by a name it no longer has (renamed since its caller
+    looked the name up): the name must be looked up again."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Generic, Iterable, O
 
 import pyarrow as pa
 
-from sleeper_ops.errors import QueryError
+from sleeper_ops.errors import QueryError, TableRenamedError
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.runner import DEFAULT_BATCH_ROWS, QueryRunner, exact_key_region, range_region
 from sleeper_ops.table_host import TableHost
@@ -212,12 +212,15 @@ class Table(Generic[H]):
 
     def query_batches(self, *, keys: Sequence[Any] = (), ranges: Sequence[tuple[Any, Optional[Any]]] = (),
                       regions: Sequence[Region] = (), iterators: Sequence[Any] = (), limit: Optional[int] = None,
-                      batch_rows: int = DEFAULT_BATCH_ROWS, buffer: bool = True,
-                      as_of: Any = None) -> Generator[pa.RecordBatch, None, None]:
+                      batch_rows: int = DEFAULT_BATCH_ROWS, buffer: bool = True, as_of: Any = None,
+                      by_name: bool = False) -> Generator[pa.RecordBatch, None, None]:
         """The records of :meth:`query`, in the same order, streamed as record batches,
         at most ``limit`` of them (None: all); see :meth:`QueryRunner.stream`. Memory holds
         a few batches, not the result; reading stops once ``limit`` records are out.
         ``as_of`` reads as :meth:`query` does (files only, whatever ``buffer``).
+        ``by_name``: read the table that has this Table's name now, or raise
+        TableRenamedError when this Table's has another by then (the caller, which kept
+        this Table for the name, looks the name up again).
 
         Bad keys or ranges, an as-of refusal and state store errors are raised by this
         call, before any record is read; errors reading files are raised while iterating.
@@ -232,7 +235,10 @@ class Table(Generic[H]):
                                 pool=queries.runner(self.info)._pool,
                                 python_modules=self.sleeper.python_iterator_modules)
         try:
-            return self._shared_runner(iterators).stream(rs, limit=limit, batch_rows=batch_rows, buffer=buffer)
+            return self._shared_runner(iterators).stream(rs, limit=limit, batch_rows=batch_rows, buffer=buffer,
+                                                         named=self.info.name if by_name else None)
+        except TableRenamedError:
+            raise  # the table is still there, its runner still of use
         except TableNotFoundError:
             self.sleeper.queries.forget(self.info.table_id)
             raise

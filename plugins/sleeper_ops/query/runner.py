@@ -31,6 +31,7 @@ from sleeper_ops.engine.deletes import without_deleted
 from sleeper_ops.engine.iterators import BatchFn, IteratorChain
 from sleeper_ops.engine.key_regions import exact_key_region, range_region  # noqa: F401 - re-exported
 from sleeper_ops.engine.leaves import region_mask, sorted_slice
+from sleeper_ops.errors import TableRenamedError
 from sleeper_ops.io.arrow_schema import arrow_schema, empty_table, sort_keys
 from sleeper_ops.io.datafile import FILE_CACHE, ParquetFileCache
 from sleeper_ops.io.storage import ObjectStore
@@ -116,14 +117,17 @@ class QueryRunner:
         if self._owns_pool:
             self._pool.shutdown(wait=False)
 
-    def _tasks(self, regions: Sequence[Region]) -> Tasks:
+    def _tasks(self, regions: Sequence[Region], named: Optional[str] = None) -> Tasks:
         """One task per file reference and (disjoint) query region it may hold rows of,
         planned on the table's metadata brought up to date now (read-your-writes), each
-        with the tombstones that hide rows of it; with the table's live tombstones then."""
+        with the tombstones that hide rows of it; with the table's live tombstones then.
+        With ``named``, TableRenamedError unless that catalog entry has that name."""
         disjoint = disjoint_regions(regions)
 
         def plan(meta: TableMetadata) -> Tasks:
             self._current_plan(meta)
+            if named is not None and self.table.name != named:
+                raise TableRenamedError(f"table {named!r} not found: it is now named {self.table.name!r}")
             return tasks_on(meta, disjoint)
 
         return self.metadata.plan(plan)
@@ -193,17 +197,18 @@ class QueryRunner:
             merged = self.iterators.apply(merged)
         return limited(merged, None)
 
-    def _plan(self, regions: Sequence[Region], buffer: bool) -> tuple[list[Task], Optional[pa.Table]]:
-        """The tasks of ``regions`` and, with ``buffer``, the write buffer's records in
-        them, consistent with each other: no flush committed between the two reads
-        (see :mod:`sleeper_ops.query.buffered`)."""
+    def _plan(self, regions: Sequence[Region], buffer: bool,
+              named: Optional[str] = None) -> tuple[list[Task], Optional[pa.Table]]:
+        """The tasks of ``regions`` (``named``: see :meth:`_tasks`) and, with ``buffer``,
+        the write buffer's records in them, consistent with each other: no flush committed
+        between the two reads (see :mod:`sleeper_ops.query.buffered`)."""
         if not buffer or not self.reads_buffer:
-            return self._tasks(regions), None
+            return self._tasks(regions, named), None
         if self.buffered.flushes is None:
             self.buffered.read()  # the first query: learn the flush count before planning
         while True:
             before = self.buffered.flushes
-            tasks = self._tasks(regions)
+            tasks = self._tasks(regions, named)
             rows = self.buffered.current(tasks.buffer_mark, tasks.tombstones)  # read with the plan: consistent
             if rows is None:
                 rows, flushes = self.buffered.read(tasks.tombstones)
@@ -276,8 +281,8 @@ class QueryRunner:
             raise failure
         return parts, buffered
 
-    def stream(self, regions: Sequence[Region], *, limit: Optional[int] = None,
-               batch_rows: int = DEFAULT_BATCH_ROWS, buffer: bool = True) -> Generator[pa.RecordBatch, None, None]:
+    def stream(self, regions: Sequence[Region], *, limit: Optional[int] = None, batch_rows: int = DEFAULT_BATCH_ROWS,
+               buffer: bool = True, named: Optional[str] = None) -> Generator[pa.RecordBatch, None, None]:
         """The records of :meth:`query`, in the same order (records with equal keys in
         any order), as non-empty record batches of at most ``batch_rows`` rows (user
         iterators may return bigger ones), after the table's iterators; at most ``limit``
@@ -288,11 +293,12 @@ class QueryRunner:
         ahead of the merge, opened only once the merge reaches their region. Reading
         stops as soon as ``limit`` records have been yielded; closing the generator early
         stops it too. Errors of the state store are raised here, those of reading files
-        while iterating.
+        while iterating; with ``named``, TableRenamedError when the table's catalog entry
+        the plan read has another name.
         """
         if batch_rows < 1:
             raise ValueError(f"batch_rows must be at least 1, got {batch_rows}")
-        tasks, buffered = self._plan(regions, buffer)
+        tasks, buffered = self._plan(regions, buffer, named)
         pending = [PendingSource(t.region.ranges[0].min, i, _opener(self, t, batch_rows))
                    for i, t in enumerate(tasks)]
         if buffered is not None and buffered.num_rows:

@@ -34,16 +34,16 @@ class BatchSource:
     :meth:`fill` makes :attr:`batch` hold unconsumed rows (False once the stream is
     exhausted); :meth:`take` consumes a prefix of it. At most one read is in flight,
     and :meth:`close` waits for it before closing the stream, so the stream is never
-    used by two threads at once. With ``first_inline``, the first batch is read by the
-    first :meth:`fill`, in the caller's thread (the merge is waiting for it anyway: a
-    key lookup's one batch then costs no hop to a pool thread and back), and the rest
-    ahead in the pool.
+    used by two threads at once. With ``first_inline``, the first two reads are made by
+    :meth:`fill`, in the caller's thread (the merge is waiting for the first anyway, and
+    a key lookup's second read only finds that its one batch was all: it then costs no
+    hop to a pool thread and back), and the rest ahead in the pool.
     """
 
     def __init__(self, batches: Iterator[pa.RecordBatch], pool: Executor, *, first_inline: bool = False):
         self._batches = batches
         self._pool = pool
-        self._inline = first_inline
+        self._inline = 2 if first_inline else 0  # reads still to make in the caller's thread
         self._pending: Optional[Future[Optional[pa.RecordBatch]]] = (
             None if first_inline else pool.submit(next, batches, None))
         self.batch: Optional[pa.RecordBatch] = None
@@ -52,11 +52,13 @@ class BatchSource:
         """True when :attr:`batch` holds at least one row; False when the stream is done."""
         while self.batch is None or self.batch.num_rows == 0:
             if self._inline:
-                self._inline = False
+                self._inline -= 1
                 b = next(self._batches, None)
                 if b is None:
+                    self._inline = 0
                     return False
-                self._pending = self._pool.submit(next, self._batches, None)
+                if not self._inline:
+                    self._pending = self._pool.submit(next, self._batches, None)
                 self.batch = b
                 continue
             if self._pending is None:
@@ -82,7 +84,7 @@ class BatchSource:
         return out
 
     def close(self) -> None:
-        self._inline = False
+        self._inline = 0
         if self._pending is not None:
             if not self._pending.cancel():
                 try:

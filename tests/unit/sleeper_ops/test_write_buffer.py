@@ -187,8 +187,8 @@ def test_a_query_sees_each_record_once_while_a_flush_commits_between_its_reads(t
     real = runner._tasks
     flushed = []
 
-    def plan_then_flush(regions):  # type: ignore[no-untyped-def]
-        tasks = real(regions)
+    def plan_then_flush(regions, *more):  # type: ignore[no-untyped-def]
+        tasks = real(regions, *more)
         if not flushed:  # a flush commits after this query planned on the files
             flushed.append(t.flush())
         return tasks

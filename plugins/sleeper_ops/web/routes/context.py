@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Callable, Optional, Sequence
 
 from fastapi import Depends, Request
@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 SleeperProvider = Callable[[], "Sleeper"]
 
 
+#: the most table names :meth:`RestContext.kept_table` keeps (past it, it starts again)
+KEPT_TABLES = 1024
+
+
 @dataclass(frozen=True)
 class RestContext:
     """The Sleeper to serve (``sleeper_provider()``, called per request), which tables
@@ -30,15 +34,33 @@ class RestContext:
     sleeper_provider: SleeperProvider
     table_filter: Optional[TableFilter] = None
     ingest_prefixes: Optional[Sequence[str]] = None
+    #: table name -> the Table it was found to be, for :meth:`kept_table`
+    _kept: dict[str, Table[Sleeper]] = field(default_factory=dict, compare=False, repr=False)
 
     def sleeper(self) -> Sleeper:
         return self.sleeper_provider()
 
     def table(self, name: str) -> Table[Sleeper]:
-        """Table ``name``; TableNotFoundError (404) when there is none."""
+        """Table ``name`` looked up now; TableNotFoundError (404) when there is none."""
         if "\x00" in name:  # no store holds such a name; PostgreSQL cannot even be asked
             raise TableNotFoundError(f"table {name!r} not found: a table name holds no NUL character")
-        return self.sleeper_provider().table(name)
+        table = self.sleeper_provider().table(name)
+        if len(self._kept) >= KEPT_TABLES:
+            self._kept.clear()
+        self._kept[name] = table
+        return table
+
+    def kept_table(self, name: str) -> tuple[Table[Sleeper], bool]:
+        """Table ``name`` as last looked up in this process, without asking the state store,
+        and True; else (never looked up, or by another Sleeper) looked up now, and False.
+        A kept Table may since have been renamed or deleted: use it only for work that
+        checks its name against the catalog entry it reads anyway (a query ``by_name``),
+        and on TableNotFoundError look the name up again with :meth:`table`."""
+        sleeper = self.sleeper_provider()
+        table = self._kept.get(name)
+        if table is not None and table.sleeper is sleeper:
+            return table, True
+        return self.table(name), False
 
     def allowed_prefixes(self, sleeper: Sleeper) -> Sequence[str]:
         """Where files to ingest may be: ``ingest_prefixes`` if given, else the
@@ -64,8 +86,9 @@ def _store_root(sleeper: Sleeper) -> str:
     return store.uri if not store.is_local else store.root
 
 
-def rest_context(request: Request) -> RestContext:
-    """The app's context (a FastAPI dependency)."""
+async def rest_context(request: Request) -> RestContext:
+    """The app's context (a FastAPI dependency; a coroutine, so FastAPI does not hand this
+    lookup of an attribute to a worker thread and back, as it does a plain function's)."""
     context: RestContext = request.app.state.rest_context
     return context
 

@@ -5,7 +5,7 @@ run the table's DAGs, :mod:`sleeper_ops.web.rest_auth`). See :mod:`sleeper_ops.w
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Generator, Optional
 
 from fastapi import APIRouter, Header, Query, status
 from fastapi.responses import Response, StreamingResponse
@@ -14,7 +14,13 @@ from sleeper_ops.errors import QueryError
 from sleeper_ops.web.rest_models import IDEMPOTENCY_KEY_HELP, DeleteOut, RecordsIn, RecordsOut, WriteOut
 from sleeper_ops.web.rest_records import in_threads, prepended, records_body
 from sleeper_ops.web.routes.context import Context
+from statestore.errors import TableNotFoundError
 from statestore.schema import Schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from sleeper_ops.table import Table
 
 router = APIRouter()
 #: The largest ``limit`` of a record read (the body is streamed: memory does not grow with it).
@@ -77,13 +83,23 @@ def read_records(t: str, ctx: Context,
     stops after ``limit`` records, and the server holds a few batches, not the result.
     With ``as_of``, as the table was right after that transaction (the write buffer
     excluded; ``buffer=true`` with it is refused)."""
-    tb = ctx.table(t)
-    keys, ranges = _keys_and_ranges(tb.schema, key, lo, hi)
-    if as_of is not None and buffer:
-        raise QueryError("as_of reads exclude the write buffer: leave out buffer=true")
-    # one more than the limit: truncated or not
-    batches = tb.query_batches(keys=keys, ranges=ranges, limit=limit + 1, buffer=buffer is not False,
-                               as_of=as_of)
+    def planned(tb: Table[Any], by_name: bool) -> Generator[pa.RecordBatch, None, None]:
+        keys, ranges = _keys_and_ranges(tb.schema, key, lo, hi)
+        if as_of is not None and buffer:
+            raise QueryError("as_of reads exclude the write buffer: leave out buffer=true")
+        # one more than the limit: truncated or not
+        return tb.query_batches(keys=keys, ranges=ranges, limit=limit + 1, buffer=buffer is not False,
+                                as_of=as_of, by_name=by_name)
+
+    # The table this process last found by the name, checked by the query's own read of its
+    # catalog entry (no round trip of its own); renamed, deleted or refused: looked up again.
+    tb, kept = ctx.kept_table(t) if as_of is None else (ctx.table(t), False)
+    try:
+        batches = planned(tb, kept)
+    except (TableNotFoundError, QueryError):
+        if not kept:
+            raise
+        batches = planned(ctx.table(t), False)
     try:
         first = next(batches, None)  # a failure to start reading still gets its error status
         second = None if first is None else next(batches, None)
