@@ -29,7 +29,7 @@ def test_demo_ingests_splits_compacts_and_collects_on_the_embedded_default(tmp_p
     assert "15 partitions (8 leaves), 40 file references, 300,000 records" in out
     assert "demo: split 8 partitions" in out
     assert "16 compaction jobs (16 new, 0 retried) on runner local: 16 committed, 0 refused, 0 failed" in out
-    assert "deleted 40 unreferenced files" in out
+    assert "deleted 5 unreferenced files" in out  # each batch one file, shared by the 8 leaves
     assert "31 partitions (16 leaves), 16 file references, 300,000 records" in out
     assert out.index("split 8") < out.index("compaction jobs") < out.index("unreferenced files")
     assert (home / "sleeper.toml").exists()
