@@ -509,9 +509,11 @@ def test_two_compaction_runs_at_once_one_works_the_other_skips(sleeper: Sleeper,
 
 def test_a_failed_compaction_run_fails_and_still_releases_its_lease(sleeper: Sleeper, sleeper_home: Path,
                                                                     airflow_home: Path) -> None:
-    table = _filled_table(sleeper, "events")
-    victim = sorted(table.state().files)[0]
-    sleeper.objects.delete(victim)  # one job's input is gone: that job fails
+    table = _filled_table(sleeper, "events")  # each ingest one file shared by both leaves
+    low = _rows(1000, 9)
+    table.ingest(low.filter([k < "key-050000" for k in low.column("key").to_pylist()]))  # the first leaf's only
+    (victim,) = {r.filename for r in table.state().references.values() if r.whole_file}
+    sleeper.objects.delete(victim)  # one job's input is gone: that job fails, the other leaf's commits
     runs = run_dags(airflow_home, sleeper_home, {"dag_id": "sleeper_events_compaction"})
     assert runs.results[0]["state"] == "failed"
     assert runs.results[0]["tasks"] == {"create_jobs": "success", "run_local": "failed", "run_spark": "skipped",

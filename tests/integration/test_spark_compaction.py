@@ -94,8 +94,11 @@ def test_spark_runner_merges_each_leaf_into_one_file_and_commits(tmp_path, pg_ds
 def test_a_job_that_fails_in_its_task_is_recorded_failed_and_the_others_commit(tmp_path, pg_dsn):
     with open_sleeper(tmp_path / "home", pg_dsn) as s:
         t = s.create_table("events", SCHEMA, split_points=[5000], properties=BASIC)
-        for i in range(3):
-            t.ingest(rows(2000, seed=i, first_id=i * 100_000))
+        for i in range(3):  # a file of each leaf's own (one ingest over both would write one file they share)
+            data = rows(2000, seed=i, first_id=i * 100_000)
+            keys = data.column("key").to_pylist()
+            t.ingest(data.filter([k < 5000 for k in keys]))
+            t.ingest(data.filter([k >= 5000 for k in keys]))
         left_before = ids(t, hi=5000)
         right = t.state().partitions["root"].child_ids[1]
         lost = sorted(r.filename for r in t.state().references.values() if r.partition_id == right)[0]

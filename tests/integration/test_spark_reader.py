@@ -36,18 +36,25 @@ def _three_leaves_with_ancestor_files(s) -> tuple[object, list[Record]]:  # type
     t = s.create_table("events", SCHEMA)
     model: list[Record] = []
 
-    def ingest(n: int, seed: int) -> None:
+    def ingest(n: int, seed: int, bounds: tuple[int, ...] = ()) -> None:
+        """One ingest per leaf (``bounds``: the split points), so each leaf's file is its own
+        (one ingest over several leaves would write one file they share)."""
         data = rows(n, seed=seed, first_id=seed * 100_000)
-        t.ingest(data)
+        keys = data.column("key").to_pylist()
+        edges = (None, *bounds, None)
+        for lo, hi in zip(edges, edges[1:]):
+            part = data.filter([(lo is None or k >= lo) and (hi is None or k < hi) for k in keys])
+            if part.num_rows:
+                t.ingest(part)
         model.extend(_records(data))
 
     ingest(1500, 1)
     ingest(1500, 2)
     tid = t.info.table_id
     s.state_store.commit(tid, SplitPartition(*split_children(t.state().partitions["root"], 0, 5000, "L", "R")))
-    ingest(1000, 3)  # one file in L, one in R
+    ingest(1000, 3, (5000,))  # one file in L, one in R
     s.state_store.commit(tid, SplitPartition(*split_children(t.state().partitions["L"], 0, 2500, "LL", "LR")))
-    ingest(1000, 4)  # one file each in LL, LR, R
+    ingest(1000, 4, (2500, 5000))  # one file each in LL, LR, R
     return t, model
 
 
