@@ -41,7 +41,9 @@ files are committed to the table (the asset ``sleeper://<table>``, which ingest,
 batcher, bulk import and flush update with ``files`` and ``rows`` as extras). The flush DAG
 also runs when the table's write buffer passes ``sleeper.table.write.buffer.flush.records``
 or ``.flush.age.seconds``: an asset watcher in the triggerer (see
-:mod:`sleeper_ops.airflow.triggers.buffer` for why not a sensor). The compaction DAG's ``create_jobs``
+:mod:`sleeper_ops.airflow.triggers.buffer` for why not a sensor). The ingest batcher DAG
+also runs on each batch of S3 event messages of ``sleeper.table.ingest.events.queue``,
+landing them first (:mod:`sleeper_ops.orchestration.event_ingest`). The compaction DAG's ``create_jobs``
 branches to ``run_local`` (in the worker) or ``run_spark`` (spark-submit of
 ``spark_apps/compaction.py`` in the ``spark`` pool) by the ``runner`` param, which
 defaults to the table's ``sleeper.table.compaction.runner``; it takes the run's lease
@@ -86,6 +88,7 @@ from sleeper_ops.orchestration.dag_settings import (
     spark_deferrable,
     spark_durable,
 )
+from sleeper_ops.orchestration.event_ingest import add_land_task, ingest_schedule
 from statestore.properties import (
     BULK_IMPORT_PLATFORM,
     BULK_IMPORT_SOURCE,
@@ -251,7 +254,9 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
     dag = DAG(
         dag_id_for(table.name, operation),
         schedule=(_compaction_schedule(table) if operation == "compaction"
-                  else _flush_schedule(table) if operation == "flush" else schedule_of(table, operation)),
+                  else _flush_schedule(table) if operation == "flush"
+                  else ingest_schedule(table, schedule_of(table, operation)) if operation == "ingest_batcher"
+                  else schedule_of(table, operation)),
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
@@ -384,7 +389,7 @@ def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
     elif operation == "flush":
         maintenance.SleeperFlushOperator(task_id=operation, dag=dag, table=table.name)
     else:
-        ingest.SleeperIngestBatcherOperator(task_id=operation, dag=dag, table=table.name)
+        add_land_task(dag, table, ingest.SleeperIngestBatcherOperator(task_id=operation, dag=dag, table=table.name))
 
 
 def _compaction_tasks(dag: DAG, table: TableInfo) -> None:

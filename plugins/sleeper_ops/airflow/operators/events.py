@@ -1,0 +1,106 @@
+"""Event-driven ingest's first task: the S3 event messages that started the run, landed in
+the table's ingest queue and settled on SQS (:mod:`sleeper_ops.ingest.event_landing` says
+what landing guarantees; :mod:`sleeper_ops.airflow.triggers.events` how they arrive).
+
+    from sleeper_ops.airflow.operators.events import SleeperLandEventsOperator
+    land = SleeperLandEventsOperator(task_id="land_events", table="events",
+                                     queue="https://sqs.eu-west-2.amazonaws.com/123456789012/raw-events")
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+from sleeper_ops.airflow import task_runner
+from sleeper_ops.airflow.operators.base import SleeperOperator
+from sleeper_ops.airflow.triggers.events import EVENTS_AWS_CONN_ID, messages_of
+from sleeper_ops.errors import IngestError
+
+if TYPE_CHECKING:
+    from sleeper_ops.api import Table
+    from sleeper_ops.ingest.event_landing import LandingReport
+    from sleeper_ops.ingest.events import EventMessage
+
+log = logging.getLogger(__name__)
+
+#: SQS's most entries in one DeleteMessageBatch
+_DELETE_BATCH = 10
+
+
+class SleeperLandEventsOperator(SleeperOperator):
+    """Queue the files the run's SQS messages announce for the table's ingest batcher, each
+    message once (its key ``sqs:<message id>``), copy files that fail validation to the
+    dead letters, then delete from the queue exactly the messages so handled.
+
+    A run with no messages (a scheduled or manual run) does nothing. The task fails, after
+    settling the others, when some message could not be handled (it stays on the queue and
+    comes back); the batcher task after it runs either way. A delete that SQS refuses (a
+    receipt handle gone stale because the message was delivered again) is logged: the
+    redelivery finds the message's key held and is settled then.
+
+    Args:
+        queue: the SQS queue URL the messages came from (templated).
+        dead_letter_prefix: where failed files are copied (default: the table's
+            ``sleeper.table.ingest.events.dead.letter.prefix``, else ``s3://<bucket>/dead-letter/``).
+        aws_conn_id: the Airflow AWS connection to SQS.
+    """
+
+    template_fields: Sequence[str] = ("table", "queue", "dead_letter_prefix")
+
+    def __init__(self, *, queue: str, dead_letter_prefix: Optional[str] = None,
+                 aws_conn_id: str = EVENTS_AWS_CONN_ID, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.queue, self.dead_letter_prefix, self.aws_conn_id = queue, dead_letter_prefix, aws_conn_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from sleeper_ops.ingest.event_landing import land_messages
+        from sleeper_ops.ingest.events import EventMessage
+        from statestore.properties import INGEST_EVENTS_DEAD_LETTER_PREFIX
+
+        raw = messages_of(context.get("triggering_asset_events") or {}, self.table)
+        if not raw:
+            log.info("%s: no queue messages started this run; nothing to land", self.table)
+            return {"messages": 0}
+        messages: list[EventMessage] = []
+        unreadable: list[str] = []
+        for m in raw:
+            try:
+                messages.append(EventMessage.of(m))
+            except IngestError as e:
+                unreadable.append(str(e))
+
+        def land(t: Table) -> LandingReport:
+            prefix = self.dead_letter_prefix or t.info.get(INGEST_EVENTS_DEAD_LETTER_PREFIX)
+            own = [t.sleeper.objects.uri_of("")] if not t.sleeper.objects.is_local else []
+            return land_messages(t.sleeper, t.name, messages, dead_letter_prefix=prefix, own_prefixes=own)
+
+        report = task_runner.run_on_table("ingest_events", self.table, land, opener=self.hook.get_conn)
+        not_deleted = self._settle(report.settled)
+        log.info("%s: %d messages: %d files queued, %d repeats, %d dead letters, %d ignored, %d left on the queue",
+                 self.table, len(raw), len(report.queued), len(report.repeats), len(report.dead_letters),
+                 len(report.ignored), len(report.unsettled) + len(unreadable))
+        problems = [f"{mid}: {why}" for mid, why in report.unsettled] + unreadable
+        if problems:
+            raise IngestError(f"table {self.table}: {len(problems)} queue messages left for redelivery: "
+                              + "; ".join(problems)[:2000])
+        return {"messages": len(raw), "queued": report.queued, "repeats": len(report.repeats),
+                "dead_letters": [f for f, _ in report.dead_letters], "not_deleted": not_deleted}
+
+    def _settle(self, settled: Sequence[EventMessage]) -> int:
+        """Delete ``settled`` from the queue; the number SQS refused to delete (logged)."""
+        if not settled:
+            return 0
+        from airflow.providers.amazon.aws.hooks.sqs import SqsHook
+
+        client = SqsHook(aws_conn_id=self.aws_conn_id).get_conn()
+        refused = 0
+        for start in range(0, len(settled), _DELETE_BATCH):
+            chunk = settled[start:start + _DELETE_BATCH]
+            answer = client.delete_message_batch(QueueUrl=self.queue, Entries=[
+                {"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(chunk)])
+            for failed in answer.get("Failed", []):
+                refused += 1
+                log.warning("%s: message %s not deleted (%s): its redelivery will be a repeat", self.table,
+                            chunk[int(failed["Id"])].message_id, failed.get("Message") or failed.get("Code"))
+        return refused

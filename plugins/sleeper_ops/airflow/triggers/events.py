@@ -1,0 +1,71 @@
+"""Event-driven ingest's asset watcher: the table's SQS queue of S3 event notifications,
+watched in the triggerer by the common.messaging provider's ``MessageQueueTrigger`` (the
+amazon provider's SQS queue behind it, ``scheme="sqs"``).
+
+Each batch of messages the trigger receives becomes an asset event of
+``sleeper://<table>/events`` whose extra holds the messages (``payload.message_batch``,
+as SQS returned them); the table's ingest DAG is scheduled on that asset and its
+``land_events`` task (:class:`sleeper_ops.airflow.operators.events.SleeperLandEventsOperator`)
+reads them from the run's triggering asset events.
+
+The trigger does **not** delete what it receives (``delete_message_on_reception=False``):
+a message is settled by the task once its files are queued or dead-lettered, never
+before. A message whose run is slower than :data:`VISIBILITY_TIMEOUT_SECONDS`, or whose
+run died, is delivered again and starts another run, which finds its key already held and
+queues nothing (:mod:`sleeper_ops.ingest.events`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+#: the Airflow AWS connection the watcher and the task reach SQS with
+EVENTS_AWS_CONN_ID = "aws_default"
+#: SQS's most messages per receive
+MAX_MESSAGES = 10
+#: how long a received message stays hidden from the watcher before it is delivered
+#: again (a run settles it well within this)
+VISIBILITY_TIMEOUT_SECONDS = 300
+#: long polling: how long one receive waits for a message on an empty queue
+WAIT_TIME_SECONDS = 10
+#: the pause after an empty receive before the next
+EMPTY_PAUSE_SECONDS = 1
+
+
+def events_asset_uri(table: str) -> str:
+    """``sleeper://<table>/events``: the asset the table's queue messages arrive as."""
+    return f"sleeper://{table}/events"
+
+
+def events_asset(table: str, queue: str, *, aws_conn_id: str = EVENTS_AWS_CONN_ID) -> Any:
+    """The asset ``sleeper://<table>/events`` watched by a ``MessageQueueTrigger`` on the
+    SQS queue ``queue`` (a URL): one asset event per batch of at most :data:`MAX_MESSAGES`
+    messages, the messages left on the queue for the ingest task to settle."""
+    from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
+    from airflow.sdk import Asset, AssetWatcher
+
+    trigger = MessageQueueTrigger(scheme="sqs", sqs_queue=queue, aws_conn_id=aws_conn_id,
+                                  max_messages=MAX_MESSAGES, wait_time_seconds=WAIT_TIME_SECONDS,
+                                  visibility_timeout=VISIBILITY_TIMEOUT_SECONDS, delete_message_on_reception=False,
+                                  waiter_delay=EMPTY_PAUSE_SECONDS)
+    uri = events_asset_uri(table)
+    return Asset(uri=uri, name=uri, watchers=[AssetWatcher(name=f"sleeper_{table}_events", trigger=trigger)])
+
+
+def messages_of(triggering_asset_events: Mapping[Any, Iterable[Any]], table: str) -> list[dict[str, Any]]:
+    """The SQS messages the run's asset events of ``sleeper://<table>/events`` carry, each
+    message id once (a message received twice keeps its latest receipt handle), in the order
+    received. Events of other assets are not read."""
+    uri = events_asset_uri(table)
+    by_id: dict[str, dict[str, Any]] = {}
+    for asset, events in triggering_asset_events.items():
+        if (asset if isinstance(asset, str) else getattr(asset, "uri", None)) != uri:
+            continue
+        for event in events:
+            extra = getattr(event, "extra", None) or {}
+            payload = extra.get("payload") or {}
+            for message in payload.get("message_batch") or ():
+                mid = str(message.get("MessageId", ""))
+                by_id.pop(mid, None)
+                by_id[mid] = message
+    return list(by_id.values())

@@ -1,0 +1,56 @@
+"""Event-driven ingest in the table's ingest DAG (``sleeper_<table>_ingest_batcher``): for
+a table whose ``sleeper.table.ingest.events.queue`` is set, the DAG also runs for every
+batch of messages on that SQS queue (the watched asset ``sleeper://<table>/events``,
+:mod:`sleeper_ops.airflow.triggers.events`), and its first task ``land_events`` queues the
+files they announce before ``ingest_batcher`` ingests the queue. A table without the
+property keeps its DAG as it was."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from statestore.properties import INGEST_EVENTS_DEAD_LETTER_PREFIX, INGEST_EVENTS_QUEUE
+
+if TYPE_CHECKING:
+    from airflow.sdk import DAG
+
+    from statestore.catalog import TableInfo
+
+#: the task that lands the run's queue messages
+LAND_TASK = "land_events"
+
+
+def events_queue(table: TableInfo) -> Optional[str]:
+    """The table's events queue URL, None when it has none."""
+    return table.get(INGEST_EVENTS_QUEUE) or None
+
+
+def ingest_schedule(table: TableInfo, cron: Optional[str]) -> Any:
+    """The ingest DAG's schedule: ``cron`` alone without an events queue; with one, the
+    cron *or* the queue's asset (the asset alone when ``cron`` is None)."""
+    queue = events_queue(table)
+    if queue is None:
+        return cron
+    from airflow.timetables.assets import AssetOrTimeSchedule
+    from airflow.timetables.trigger import CronTriggerTimetable
+
+    from sleeper_ops.airflow.triggers.events import events_asset
+
+    asset = events_asset(table.name, queue)
+    if cron is None:
+        return [asset]
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=[asset])
+
+
+def add_land_task(dag: DAG, table: TableInfo, batcher: Any) -> None:
+    """With an events queue, ``land_events`` before ``batcher``, which runs however
+    landing ended (files landed before a failure are ingested at once)."""
+    queue = events_queue(table)
+    if queue is None:
+        return
+    from sleeper_ops.airflow.operators.events import SleeperLandEventsOperator
+
+    land = SleeperLandEventsOperator(task_id=LAND_TASK, dag=dag, table=table.name, queue=queue,
+                                     dead_letter_prefix=table.get(INGEST_EVENTS_DEAD_LETTER_PREFIX))
+    batcher.trigger_rule = "all_done"
+    land >> batcher
