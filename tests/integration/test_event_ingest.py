@@ -19,7 +19,7 @@ import tomli_w
 from sleeper_ops import Sleeper
 from sleeper_ops.ingest.batcher import run_ingest_batcher
 from sleeper_ops.ingest.event_landing import land_messages
-from sleeper_ops.ingest.events import EventMessage
+from sleeper_ops.ingest.events import EventMessage, parse_message
 from statestore.properties import INGEST_BATCHER_JOB_MAX_FILES, INGEST_BATCHER_JOB_MIN_SIZE, INGEST_EVENTS_QUEUE
 from tests.integration.statestore.conftest import serial_moto_server
 
@@ -74,13 +74,14 @@ def parquet(table: pa.Table) -> bytes:
     return out.getvalue()
 
 
-def receive_all(sqs: Any, queue: str) -> list[dict[str, Any]]:
+def receive_all(sqs: Any, queue: str, *, visibility: int = 600) -> list[dict[str, Any]]:
     got: dict[str, dict[str, Any]] = {}
-    for _ in range(50):
-        answer = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, VisibilityTimeout=600, WaitTimeSeconds=0)
+    empty = 0
+    while empty < 3:
+        answer = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, VisibilityTimeout=visibility,
+                                     WaitTimeSeconds=0)
         batch = answer.get("Messages", [])
-        if not batch and got:
-            break
+        empty = 0 if batch else empty + 1
         got.update({m["MessageId"]: m for m in batch})
     return list(got.values())
 
@@ -129,3 +130,57 @@ def test_each_file_lands_once_under_redelivery_and_bad_files_go_to_the_dead_lett
     assert {line.split(": ", 1)[1] for line in landed.ignored} == {"under the dead-letter prefix",
                                                                     "one of Sleeper's own objects"}
     assert sleeper.table("events").query(ranges=[(0, None)]).num_rows == GOOD_FILES * RECORDS_PER_FILE
+
+
+def test_sleeper_clusters_queue_is_fed_by_creations_under_incoming_only_and_made_twice_alike(moto_url: str) -> None:
+    from sleeper_ops.cluster.event_queue import EVENTS_PREFIX, MAX_RECEIVES, create_event_queue
+
+    s3, sqs = client("s3", moto_url), client("sqs", moto_url)
+    s3.create_bucket(Bucket=BUCKET)
+    make = {"access_key": "test", "secret_key": "test", "region": "us-east-1"}
+    url = create_event_queue(moto_url, BUCKET, **make)
+    assert create_event_queue(moto_url, BUCKET, **make) == url  # idempotent
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert json.loads(attrs["RedrivePolicy"])["maxReceiveCount"] in (MAX_RECEIVES, str(MAX_RECEIVES))
+    assert url.endswith("/123456789012/sleeper-ingest-events")
+    s3.put_object(Bucket=BUCKET, Key=f"{EVENTS_PREFIX}a.parquet", Body=b"x")
+    s3.put_object(Bucket=BUCKET, Key="data/t/own.parquet", Body=b"x")
+    files = [f for m in receive_all(sqs, url) for f in parse_message(EventMessage.of(m)).files]
+    assert files == [f"s3://{BUCKET}/{EVENTS_PREFIX}a.parquet"]
+
+
+def test_the_land_events_task_lands_settles_and_a_second_run_over_the_same_batch_adds_nothing(
+        events: Any, monkeypatch: pytest.MonkeyPatch, moto_url: str) -> None:
+    from types import SimpleNamespace
+
+    from sleeper_ops.airflow.operators.events import SleeperLandEventsOperator
+    from tests.unit.sleeper_ops.operator_runner import execute_task
+
+    sleeper, queue, s3, sqs = events
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
+        "conn_type": "aws", "login": "test", "password": "test",
+        "extra": {"region_name": "us-east-1", "endpoint_url": moto_url}}))
+    for i in range(3):
+        s3.put_object(Bucket=BUCKET, Key=f"in/f{i}.parquet", Body=parquet(pa.table({
+            "k": pa.array([i * 10 + j for j in range(10)], pa.int64()), "v": pa.array(["x"] * 10)})))
+    raw = receive_all(sqs, queue, visibility=2)
+    assert len(raw) == 4  # three files and the test event
+    batch = [SimpleNamespace(extra={"from_trigger": True, "payload": {"status": "success", "message_batch": raw}})]
+    op = SleeperLandEventsOperator(task_id="land_events", table="events", queue=queue)
+    op.execute = _with_events(op.execute, {"sleeper://events/events": batch})  # type: ignore[method-assign]
+    first = execute_task(op, sleeper)
+    assert len(first["queued"]) == 3 and first["repeats"] == 0 and first["not_deleted"] == 0
+    # settled: SQS deleted every one (hidden for 2 s only, a message not deleted would be back)
+    time.sleep(2.5)
+    assert {m["MessageId"] for m in receive_all(sqs, queue, visibility=0)} & {m["MessageId"] for m in raw} == set()
+    again = execute_task(op, sleeper, run_id="asset_triggered__2")  # the same batch, its handles stale
+    assert again["queued"] == [] and again["repeats"] == 3
+    assert run_ingest_batcher(sleeper, "events").records == 30
+    assert sleeper.table("events").query(ranges=[(0, None)]).num_rows == 30
+
+
+def _with_events(execute: Any, events: dict[str, Any]) -> Any:
+    """``execute`` given the run's triggering asset events (keyed by URI) in its context."""
+    def run(context: dict[str, Any]) -> Any:
+        return execute({**context, "triggering_asset_events": events})
+    return run
