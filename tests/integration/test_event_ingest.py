@@ -184,3 +184,26 @@ def _with_events(execute: Any, events: dict[str, Any]) -> Any:
     def run(context: dict[str, Any]) -> Any:
         return execute({**context, "triggering_asset_events": events})
     return run
+
+
+def test_a_dead_letter_that_cannot_be_copied_leaves_only_its_message_on_the_queue(events: Any) -> None:
+    sleeper, queue, s3, sqs = events
+    good = parquet(pa.table({"k": pa.array(range(7), pa.int64()), "v": pa.array(["x"] * 7)}))
+    s3.put_object(Bucket=BUCKET, Key="in/good.parquet", Body=good)
+    s3.put_object(Bucket=BUCKET, Key="in/bad.parquet", Body=b"not parquet")
+    messages = [EventMessage.of(m) for m in receive_all(sqs, queue)]
+    own = [sleeper.objects.uri_of("")]
+    # the dead-letter bucket does not exist: the copy fails, nothing is settled for that file
+    report = land_messages(sleeper, "events", messages, dead_letter_prefix="s3://no-such-bucket/dl", own_prefixes=own)
+    assert len(report.unsettled) == 1 and report.dead_letters == []
+    assert report.queued == ["s3://raw/in/good.parquet"] and len(report.settled) == len(messages) - 1
+    assert run_ingest_batcher(sleeper, "events").records == 7
+    # redelivered with a dead-letter prefix that works: the bad file is copied, the good one not queued again
+    retry = land_messages(sleeper, "events", messages, dead_letter_prefix="s3://raw/dl", own_prefixes=own)
+    assert retry.unsettled == [] and [f for f, _ in retry.dead_letters] == ["s3://raw/in/bad.parquet"]
+    assert retry.queued == [] and retry.repeats == [m.message_id for m in messages
+                                                      if m.message_id not in {u for u, _ in report.unsettled}
+                                                      and "good" in m.body]
+    assert run_ingest_batcher(sleeper, "events").records == 0
+    assert sleeper.table("events").query(ranges=[(0, None)]).num_rows == 7
+    assert s3.get_object(Bucket=BUCKET, Key="dl/raw/in/bad.parquet")["Body"].read() == b"not parquet"
