@@ -77,7 +77,9 @@ def parquet(table: pa.Table) -> bytes:
 def receive_all(sqs: Any, queue: str, *, visibility: int = 600) -> list[dict[str, Any]]:
     got: dict[str, dict[str, Any]] = {}
     empty = 0
-    while empty < 3:
+    for _ in range(100):  # each message once: hidden for ``visibility`` seconds once received
+        if empty >= 3:
+            break
         answer = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, VisibilityTimeout=visibility,
                                      WaitTimeSeconds=0)
         batch = answer.get("Messages", [])
@@ -172,7 +174,7 @@ def test_the_land_events_task_lands_settles_and_a_second_run_over_the_same_batch
     assert len(first["queued"]) == 3 and first["repeats"] == 0 and first["not_deleted"] == 0
     # settled: SQS deleted every one (hidden for 2 s only, a message not deleted would be back)
     time.sleep(2.5)
-    assert {m["MessageId"] for m in receive_all(sqs, queue, visibility=0)} & {m["MessageId"] for m in raw} == set()
+    assert {m["MessageId"] for m in receive_all(sqs, queue)} & {m["MessageId"] for m in raw} == set()
     again = execute_task(op, sleeper, run_id="asset_triggered__2")  # the same batch, its handles stale
     assert again["queued"] == [] and again["repeats"] == 3
     assert run_ingest_batcher(sleeper, "events").records == 30
@@ -207,3 +209,31 @@ def test_a_dead_letter_that_cannot_be_copied_leaves_only_its_message_on_the_queu
     assert run_ingest_batcher(sleeper, "events").records == 0
     assert sleeper.table("events").query(ranges=[(0, None)]).num_rows == 7
     assert s3.get_object(Bucket=BUCKET, Key="dl/raw/in/bad.parquet")["Body"].read() == b"not parquet"
+
+
+def test_the_task_fails_naming_a_message_that_is_no_notification_after_settling_the_others(
+        events: Any, monkeypatch: pytest.MonkeyPatch, moto_url: str) -> None:
+    from types import SimpleNamespace
+
+    from sleeper_ops.airflow.operators.events import SleeperLandEventsOperator
+    from sleeper_ops.errors import IngestError
+    from tests.unit.sleeper_ops.operator_runner import execute_task
+
+    sleeper, queue, s3, sqs = events
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
+        "conn_type": "aws", "login": "test", "password": "test",
+        "extra": {"region_name": "us-east-1", "endpoint_url": moto_url}}))
+    s3.put_object(Bucket=BUCKET, Key="in/one.parquet", Body=parquet(pa.table({
+        "k": pa.array(range(4), pa.int64()), "v": pa.array(["x"] * 4)})))
+    junk = sqs.send_message(QueueUrl=queue, MessageBody="hello")["MessageId"]
+    raw = receive_all(sqs, queue, visibility=2)
+    assert junk in {m["MessageId"] for m in raw}  # with the file's, the test event's and Sleeper's own
+    batch = [SimpleNamespace(extra={"payload": {"message_batch": raw}})]
+    op = SleeperLandEventsOperator(task_id="land_events", table="events", queue=queue)
+    op.execute = _with_events(op.execute, {"sleeper://events/events": batch})  # type: ignore[method-assign]
+    with pytest.raises(IngestError, match=rf"^table events: 1 queue messages left for redelivery: {junk}: "):
+        execute_task(op, sleeper)
+    time.sleep(2.5)
+    assert [m["MessageId"] for m in receive_all(sqs, queue)
+            if m["MessageId"] in {r["MessageId"] for r in raw}] == [junk]  # only the junk comes back
+    assert run_ingest_batcher(sleeper, "events").records == 4
