@@ -38,15 +38,21 @@ def _address(config: Optional[SleeperConfig]) -> Optional[str]:
     return repr((config.state_store_backend, sorted(config.state_store_options().items())))
 
 
+def _cached(key: Optional[str]) -> Optional[str]:
+    """This process's namespace for the store ``key`` names, if it has asked already."""
+    if key is None:
+        return None
+    with _lock:
+        return _namespaces.get(key)
+
+
 def namespace(store: TableCatalog, config: Optional[SleeperConfig] = None) -> str:
     """``sleeper://<instance id>`` of ``store`` (opened from ``config``, which keys the
     per-process cache; see the module docstring)."""
     key = _address(config)
-    if key is not None:
-        with _lock:
-            found = _namespaces.get(key)
-        if found is not None:
-            return found
+    found = _cached(key)
+    if found is not None:
+        return found
     ns = f"{SCHEME}://{store.instance_id()}"
     if key is not None:
         with _lock:
@@ -57,12 +63,9 @@ def namespace(store: TableCatalog, config: Optional[SleeperConfig] = None) -> st
 def config_namespace(config: SleeperConfig) -> str:
     """:func:`namespace` of the state store ``config`` names, opened (and closed) only when
     this process has not asked it yet."""
-    key = _address(config)
-    if key is not None:
-        with _lock:
-            found = _namespaces.get(key)
-        if found is not None:
-            return found
+    found = _cached(_address(config))
+    if found is not None:
+        return found
     from statestore.backends import open_state_store
 
     with open_state_store(config.state_store_backend, **config.state_store_options()) as store:

@@ -557,7 +557,11 @@ def test_a_bulk_import_whose_worker_is_killed_mid_job_reconnects_to_its_spark_jo
                 store[name] = [(e["key"], e["value"]) for e in state_store(c, name).get("task_state_store", [])]
             _wait(c, "/api/v2/pools/spark", lambda p: submissions("resubmitted") == 2, timeout=120,
                   what="the resubmitted import's second job")
-            time.sleep(5)  # the durable retry has had its chance to submit again
+            # the durable retry logs that it follows its job before it would submit one: from that line on,
+            # no submission of its can follow while the job is held
+            _wait(c, "/api/v2/pools/spark", lambda p: "Reconnecting to existing job" in task_log(
+                c, "sleeper_resumed_bulk_import", task(c, "resumed")["dag_run_id"], "bulk_import", 2),
+                timeout=120, what="the resumed import's retry to reconnect to its held job")
             held = {name: submissions(name) for name in tables}
             for name in tables:
                 gates[name].set()

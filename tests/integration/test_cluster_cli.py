@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -33,11 +32,16 @@ STAND_IN = textwrap.dedent("""
     import sleeper_ops.cluster.run as run
     from sleeper_ops.cluster.processes import start_process, stop_groups
 
+    class Waited(run.RunningCluster):
+        def dead(self):  # asked only by the command's wait, once a second: it is waiting
+            (self.work / "waiting").touch()
+            return super().dead()
+
     @contextlib.contextmanager
     def running_cluster(work, **kwargs):
         work = Path(work)
         piece = start_process("stand-in", "", ["sleep", "600"], log=work / "stand-in.log", env={}, cwd=work)
-        cluster = run.RunningCluster(layout=None, work=work, pieces=[piece])
+        cluster = Waited(layout=None, work=work, pieces=[piece])
         try:
             (work / "started").write_text(str(piece.process.pid))
             yield cluster
@@ -65,7 +69,7 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
 def test_a_signal_stops_the_cluster_and_the_command_exits_0_saying_why(tmp_path: Path, sig: signal.Signals) -> None:
     proc, work = _start(tmp_path)
     child = int((work / "started").read_text())
-    time.sleep(1.5)  # past the start: the signal now only ends the wait
+    poll(lambda: (work / "waiting").exists(), "the command to wait on its started cluster", 60)  # past the start
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster_helpers import poll
 from tests.process_profile import MARK, ProcessSampler, program, summary
 
 
@@ -31,17 +32,15 @@ def test_a_command_line_is_named_by_its_program(cmdline: str, name: str) -> None
 
 
 def test_the_sampler_finds_a_marked_child_and_its_cpu_and_skips_the_rest(tmp_path: Path) -> None:
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(30)"
-    marked = subprocess.Popen([sys.executable, "-c", burn], env={**os.environ, MARK: "run-1"})
-    other = subprocess.Popen([sys.executable, "-c", burn], env={**os.environ, MARK: "run-2"})
+    burn = ("import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\n"
+            "open(sys.argv[1], 'w').close()\ntime.sleep(60)")
+    marked, other = (subprocess.Popen([sys.executable, "-c", burn, str(tmp_path / f"burnt-{run}")],
+                                      env={**os.environ, MARK: f"run-{run}"}) for run in (1, 2))
     sampler = ProcessSampler(tmp_path / "p.jsonl", "run-1")
     try:
-        for _ in range(40):
-            sampler.sample()
-            found = [p for p in sampler.seen.values() if p.cpu >= 0.5]
-            if found:
-                break
-            subprocess.run(["sleep", "0.1"])
+        poll(lambda: (tmp_path / "burnt-1").exists() and (tmp_path / "burnt-2").exists(),
+             "both children to have burnt their CPU", 60)
+        sampler.sample()
     finally:
         marked.kill()
         other.kill()

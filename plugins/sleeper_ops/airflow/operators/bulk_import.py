@@ -41,7 +41,12 @@ from sleeper_ops.airflow.assets.commits import (
     with_commit_outlets,
 )
 from sleeper_ops.airflow.operators.base import SleeperOperator
-from sleeper_ops.airflow.operators.resumable import SERVICE_JOB_KEY, ServiceJobs, job_ref, note_nothing_to_resume
+from sleeper_ops.airflow.operators.resumable import (
+    ServiceJobAnswers,
+    ServiceJobs,
+    job_ref,
+    note_nothing_to_resume,
+)
 from sleeper_ops.airflow.operators.spark_deferral import service_for_deferral
 from sleeper_ops.airflow.triggers.spark_service import POLL_SECONDS, SparkServiceJobTrigger, ended_or_lost
 from sleeper_ops.airflow.utils.openlineage import note, spark_lineage_conf
@@ -62,7 +67,7 @@ def task_import_key(context: Any) -> str:
     return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}" + (f"/{index}" if index is not None and index >= 0 else "")
 
 
-class SleeperBulkImportOperator(ResumableJobMixin, SleeperOperator):
+class SleeperBulkImportOperator(ServiceJobAnswers, ResumableJobMixin, SleeperOperator):
     """Bulk import ``source`` into the table on Spark, in one commit
     (:meth:`sleeper_ops.table.Table.bulk_import`): files, directories or globs, local or
     ``s3://``. Imports of the same ``import_key`` add their records once, so a retried
@@ -83,9 +88,6 @@ class SleeperBulkImportOperator(ResumableJobMixin, SleeperOperator):
         poll_interval: the longest one poll of the job waits (seconds).
     """
 
-    external_id_key = SERVICE_JOB_KEY
-    #: the running try's answers about its Spark service job (set when it runs durably)
-    _service_jobs: Optional[ServiceJobs] = None
 
     template_fields: Sequence[str] = ("table", "source", "import_key")
     ui_color = "#fde68a"
@@ -163,26 +165,6 @@ class SleeperBulkImportOperator(ResumableJobMixin, SleeperOperator):
                                                                    import_key=key, run_id=run_id))
         log.info("%s: bulk import %r sent to the Spark service %s as job %s", self.table, key, service, job_id)
         return job_ref(service, job_id, instance)
-
-    def get_job_status(self, external_id: Any, context: Any) -> str:
-        assert self._service_jobs is not None
-        return self._service_jobs.status(external_id)
-
-    def is_job_active(self, status: str) -> bool:
-        return ServiceJobs.is_active(status)
-
-    def is_job_succeeded(self, status: str) -> bool:
-        return ServiceJobs.is_succeeded(status)
-
-    def poll_until_complete(self, external_id: Any, context: Any) -> Any:
-        """Wait for the job; the task's result (the mixin returns it as the task's when it
-        reconnected to a running job)."""
-        assert self._service_jobs is not None
-        return self._service_jobs.wait(external_id)
-
-    def get_job_result(self, external_id: Any, context: Any) -> Any:
-        assert self._service_jobs is not None
-        return self._service_jobs.result(external_id)
 
     def _submit_and_defer(self, table: Table, service: str, sources: list[str], run_id: str, context: Any) -> Any:
         """Submit the import to ``service`` and defer; returns (the ``already imported``

@@ -24,7 +24,12 @@ from airflow.sdk import ResumableJobMixin
 
 from sleeper_ops.airflow import task_runner
 from sleeper_ops.airflow.operators.base import SleeperOperator, task_request_id
-from sleeper_ops.airflow.operators.resumable import SERVICE_JOB_KEY, ServiceJobs, job_ref, note_nothing_to_resume
+from sleeper_ops.airflow.operators.resumable import (
+    ServiceJobAnswers,
+    ServiceJobs,
+    job_ref,
+    note_nothing_to_resume,
+)
 from sleeper_ops.airflow.utils.openlineage import note
 
 if TYPE_CHECKING:
@@ -33,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class SleeperExportOperator(ResumableJobMixin, SleeperOperator):
+class SleeperExportOperator(ServiceJobAnswers, ResumableJobMixin, SleeperOperator):
     """Export the table to ``destination`` (:meth:`sleeper_ops.table.Table.export`): one
     sorted Parquet file per leaf partition, iterators applied, deletes hidden, and a
     ``_manifest.json``. Exports of the same ``export_key`` write once: a retried task or
@@ -55,9 +60,6 @@ class SleeperExportOperator(ResumableJobMixin, SleeperOperator):
 
     template_fields: Sequence[str] = ("table", "destination", "export_key", "where")
     ui_color = "#d9f99d"
-    external_id_key = SERVICE_JOB_KEY
-    #: the running try's answers about its Spark service job (set when it runs durably)
-    _service_jobs: Optional[ServiceJobs] = None
 
     def __init__(self, *, destination: str, export_key: Optional[str] = None, where: Optional[str] = None,
                  runner: str = "local", **kwargs: Any) -> None:
@@ -118,23 +120,3 @@ class SleeperExportOperator(ResumableJobMixin, SleeperOperator):
         log.info("%s: export %r to %s sent to the Spark service %s as job %s", self.table, key, dest,
                  config.spark_service, job_id)
         return job_ref(config.spark_service, job_id, instance)
-
-    def get_job_status(self, external_id: Any, context: Any) -> str:
-        assert self._service_jobs is not None
-        return self._service_jobs.status(external_id)
-
-    def is_job_active(self, status: str) -> bool:
-        return ServiceJobs.is_active(status)
-
-    def is_job_succeeded(self, status: str) -> bool:
-        return ServiceJobs.is_succeeded(status)
-
-    def poll_until_complete(self, external_id: Any, context: Any) -> Any:
-        """Wait for the job; the export's result (the mixin returns it as the task's when
-        it reconnected to a running job)."""
-        assert self._service_jobs is not None
-        return self._service_jobs.wait(external_id)
-
-    def get_job_result(self, external_id: Any, context: Any) -> Any:
-        assert self._service_jobs is not None
-        return self._service_jobs.result(external_id)

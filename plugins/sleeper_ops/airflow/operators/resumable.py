@@ -130,3 +130,38 @@ class ServiceJobs:
                 ended = JobLostError(str(doc.get("error")))
             self._results[ref["job_id"]] = self._outcome(ended)
         return self._results[ref["job_id"]]
+
+
+class ServiceJobAnswers:
+    """The ``ResumableJobMixin`` methods of an operator whose whole durable path is a Spark
+    service job, answered by its try's :class:`ServiceJobs` (``_service_jobs``, set
+    before ``execute_resumable`` runs), the job's reference kept under
+    :data:`SERVICE_JOB_KEY`. Listed before ``ResumableJobMixin`` among the operator's
+    bases; the operator still writes ``submit_job``."""
+
+    external_id_key = SERVICE_JOB_KEY
+    #: the running try's answers about its Spark service job (set when it runs durably)
+    _service_jobs: Optional[ServiceJobs] = None
+
+    def _jobs(self) -> ServiceJobs:
+        if self._service_jobs is None:
+            raise RuntimeError(f"{type(self).__name__}: no Spark service job in this try (execute_resumable "
+                               "runs only on the durable service path)")
+        return self._service_jobs
+
+    def get_job_status(self, external_id: Any, context: Any) -> str:
+        return self._jobs().status(external_id)
+
+    def is_job_active(self, status: str) -> bool:
+        return ServiceJobs.is_active(status)
+
+    def is_job_succeeded(self, status: str) -> bool:
+        return ServiceJobs.is_succeeded(status)
+
+    def poll_until_complete(self, external_id: Any, context: Any) -> Any:
+        """Wait for the job; the task's result (the mixin returns it as the task's when it
+        reconnected to a running job)."""
+        return self._jobs().wait(external_id)
+
+    def get_job_result(self, external_id: Any, context: Any) -> Any:
+        return self._jobs().result(external_id)
