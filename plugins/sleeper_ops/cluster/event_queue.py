@@ -22,8 +22,9 @@ EVENTS_QUEUE = "sleeper-ingest-events"
 EVENTS_PREFIX = "incoming/"
 #: deliveries before a message goes to the queue's dead-letter queue
 MAX_RECEIVES = 5
-#: the queue's visibility timeout, as the watcher asks (sleeper_ops.airflow.triggers.events)
-VISIBILITY_TIMEOUT_SECONDS = 300
+#: the queue's visibility timeout, for receives that name none (a table's watcher names its
+#: own, the table's sleeper.table.ingest.events.visibility.seconds, whose default this is)
+VISIBILITY_TIMEOUT_SECONDS = 60
 
 
 def create_event_queue(endpoint: str, bucket: str, *, access_key: str, secret_key: str, region: str,

@@ -88,7 +88,7 @@ from sleeper_ops.orchestration.dag_settings import (
     spark_deferrable,
     spark_durable,
 )
-from sleeper_ops.orchestration.event_ingest import add_land_task, ingest_schedule
+from sleeper_ops.orchestration.event_ingest import ingest_schedule, ingest_tasks
 from statestore.properties import (
     BULK_IMPORT_PLATFORM,
     BULK_IMPORT_SOURCE,
@@ -380,7 +380,7 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
 
 
 def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
-    from sleeper_ops.airflow.operators import ingest, maintenance
+    from sleeper_ops.airflow.operators import maintenance
 
     if operation == "split":
         maintenance.SleeperSplitOperator(task_id=operation, dag=dag, table=table.name)
@@ -389,7 +389,7 @@ def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
     elif operation == "flush":
         maintenance.SleeperFlushOperator(task_id=operation, dag=dag, table=table.name)
     else:
-        add_land_task(dag, table, ingest.SleeperIngestBatcherOperator(task_id=operation, dag=dag, table=table.name))
+        ingest_tasks(dag, table)
 
 
 def _compaction_tasks(dag: DAG, table: TableInfo) -> None:

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from statestore.properties import INGEST_EVENTS_DEAD_LETTER_PREFIX, INGEST_EVENTS_QUEUE
+from statestore.properties import (
+    INGEST_EVENTS_DEAD_LETTER_PREFIX,
+    INGEST_EVENTS_QUEUE,
+    INGEST_EVENTS_VISIBILITY_SECONDS,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -36,21 +40,28 @@ def ingest_schedule(table: TableInfo, cron: Optional[str]) -> Any:
 
     from sleeper_ops.airflow.triggers.events import events_asset
 
-    asset = events_asset(table.name, queue)
+    asset = events_asset(table.name, queue, visibility_seconds=table.get_int(INGEST_EVENTS_VISIBILITY_SECONDS))
     if cron is None:
         return [asset]
     return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=[asset])
 
 
-def add_land_task(dag: DAG, table: TableInfo, batcher: Any) -> None:
-    """With an events queue, ``land_events`` before ``batcher``, which runs however
-    landing ended (files landed before a failure are ingested at once)."""
+def ingest_tasks(dag: DAG, table: TableInfo) -> None:
+    """The ingest DAG's tasks: ``ingest_batcher``; with an events queue, ``land_events``
+    before it, and the batcher, which runs however landing ended (files landed before a
+    failure are ingested at once), sends every pending request at once instead of waiting
+    for the table's batcher job min size or max age (its max size and max files still cut
+    the jobs): a file is ingested in the run its message started."""
+    from sleeper_ops.airflow.operators.ingest import SleeperIngestBatcherOperator
+
     queue = events_queue(table)
+    batcher = SleeperIngestBatcherOperator(task_id="ingest_batcher", dag=dag, table=table.name,
+                                           send_now=queue is not None,
+                                           trigger_rule="all_success" if queue is None else "all_done")
     if queue is None:
         return
     from sleeper_ops.airflow.operators.events import SleeperLandEventsOperator
 
     land = SleeperLandEventsOperator(task_id=LAND_TASK, dag=dag, table=table.name, queue=queue,
                                      dead_letter_prefix=table.get(INGEST_EVENTS_DEAD_LETTER_PREFIX))
-    batcher.trigger_rule = "all_done"
     land >> batcher

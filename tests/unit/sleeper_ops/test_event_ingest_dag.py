@@ -13,7 +13,12 @@ from typing import Any
 from sleeper_ops.airflow.triggers.events import events_asset, messages_of
 from sleeper_ops.orchestration.dag_factory import build_dag
 from statestore.catalog import TableInfo
-from statestore.properties import INGEST_EVENTS_DEAD_LETTER_PREFIX, INGEST_EVENTS_QUEUE, SCHEDULE_INGEST_BATCHER
+from statestore.properties import (
+    INGEST_EVENTS_DEAD_LETTER_PREFIX,
+    INGEST_EVENTS_QUEUE,
+    INGEST_EVENTS_VISIBILITY_SECONDS,
+    SCHEDULE_INGEST_BATCHER,
+)
 from statestore.schema import Schema
 
 SCHEMA = Schema.from_dict({"rowKeyFields": [{"name": "k", "type": "LongType"}]})
@@ -41,10 +46,13 @@ def test_a_table_with_an_events_queue_gets_an_ingest_dag_on_its_cron_or_the_watc
     assert uri == "sleeper://events/events"
     assert path == "airflow.providers.amazon.aws.triggers.sqs.SqsSensorTrigger"
     assert kwargs["sqs_queue"] == QUEUE and kwargs["delete_message_on_reception"] is False
-    assert kwargs["max_messages"] == 10 and kwargs["waiter_delay"] == 1
+    # up to 100 messages an event, short receives, a second's pause when idle, hidden for the default 60 s
+    assert (kwargs["max_messages"], kwargs["num_batches"], kwargs["wait_time_seconds"], kwargs["waiter_delay"],
+            kwargs["visibility_timeout"]) == (10, 10, 0, 1, 60)
     assert dag.timetable.summary.startswith("Asset or")  # the cron still runs the batcher
     land, batcher = dag.get_task("land_events"), dag.get_task("ingest_batcher")
     assert land.downstream_task_ids == {"ingest_batcher"} and batcher.trigger_rule == "all_done"
+    assert batcher.send_now is True  # what a run's messages announced is ingested in that run
     assert land.queue == QUEUE and land.dead_letter_prefix == "s3://raw/rejects"
 
 
@@ -59,11 +67,18 @@ def test_a_table_without_a_queue_keeps_its_one_task_cron_dag() -> None:
     dag = build_dag(TableInfo("tid", "events", SCHEMA, {}), "ingest_batcher")
     assert [t.task_id for t in dag.tasks] == ["ingest_batcher"]
     assert dag.get_task("ingest_batcher").trigger_rule == "all_success"
+    assert dag.get_task("ingest_batcher").send_now is False  # the table's batching limits as before
     assert dag.schedule == "* * * * *"
 
 
+def test_the_tables_visibility_timeout_is_the_watchers() -> None:
+    dag = build_dag(TableInfo("tid", "events", SCHEMA, {INGEST_EVENTS_QUEUE: QUEUE,
+                                                       INGEST_EVENTS_VISIBILITY_SECONDS: "15"}), "ingest_batcher")
+    assert [kwargs["visibility_timeout"] for _, _, kwargs in watched(dag)] == [15]
+
+
 def test_the_watcher_asset_is_named_by_the_table() -> None:
-    asset = events_asset("t1", QUEUE)
+    asset = events_asset("t1", QUEUE, visibility_seconds=60)
     assert asset.uri == asset.name == "sleeper://t1/events"
     assert asset.watchers[0].name == "sleeper_t1_events"
 

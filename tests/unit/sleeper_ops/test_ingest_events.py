@@ -17,7 +17,12 @@ from sleeper_ops.ingest.events import (
     s3_event_body,
 )
 from statestore.errors import PropertyError
-from statestore.properties import INGEST_EVENTS_DEAD_LETTER_PREFIX, INGEST_EVENTS_QUEUE, validate_properties
+from statestore.properties import (
+    INGEST_EVENTS_DEAD_LETTER_PREFIX,
+    INGEST_EVENTS_QUEUE,
+    INGEST_EVENTS_VISIBILITY_SECONDS,
+    validate_properties,
+)
 
 
 def msg(body: str, mid: str = "m-1") -> EventMessage:
@@ -105,6 +110,16 @@ def test_a_dead_letter_prefix_without_a_queue_is_refused() -> None:
         validate_properties({INGEST_EVENTS_DEAD_LETTER_PREFIX: "s3://raw/rejects"})
     with pytest.raises(PropertyError, match="expected an s3://bucket/prefix URI"):
         validate_properties({INGEST_EVENTS_QUEUE: "http://h:1/123456789012/q", INGEST_EVENTS_DEAD_LETTER_PREFIX: "x"})
+
+
+def test_a_visibility_timeout_below_its_floor_or_without_a_queue_is_refused() -> None:
+    queue = {INGEST_EVENTS_QUEUE: "http://h:1/123456789012/q"}
+    accepted = validate_properties({**queue, INGEST_EVENTS_VISIBILITY_SECONDS: "10"})
+    assert accepted[INGEST_EVENTS_VISIBILITY_SECONDS] == "10"
+    with pytest.raises(PropertyError, match="must be at least 10: a message must be landed within it"):
+        validate_properties({**queue, INGEST_EVENTS_VISIBILITY_SECONDS: "9"})
+    with pytest.raises(PropertyError, match=f"{INGEST_EVENTS_VISIBILITY_SECONDS} is set but {INGEST_EVENTS_QUEUE}"):
+        validate_properties({INGEST_EVENTS_VISIBILITY_SECONDS: "30"})
 
 
 def test_sleepers_own_objects_in_a_watched_bucket_are_never_announced() -> None:

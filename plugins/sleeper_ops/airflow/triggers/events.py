@@ -10,9 +10,18 @@ reads them from the run's triggering asset events.
 
 The trigger does **not** delete what it receives (``delete_message_on_reception=False``):
 a message is settled by the task once its files are queued or dead-lettered, never
-before. A message whose run is slower than :data:`VISIBILITY_TIMEOUT_SECONDS`, or whose
-run died, is delivered again and starts another run, which finds its key already held and
-queues nothing (:mod:`sleeper_ops.ingest.events`).
+before. A message whose run is slower than the table's
+``sleeper.table.ingest.events.visibility.seconds``, or whose run died, is delivered again
+and starts another run, which finds its key already held and queues nothing
+(:mod:`sleeper_ops.ingest.events`).
+
+Latency: the trigger makes up to :data:`RECEIVES_PER_EVENT` short receives of
+:data:`MAX_MESSAGES` (up to 100 messages per event, so a burst of uploads is taken in few
+events; an empty receive returns at once instead of holding the event back), and pauses
+:data:`EMPTY_PAUSE_SECONDS` after finding nothing: a message waits about a second before
+its event, and an idle table costs :data:`RECEIVES_PER_EVENT` receives a second. The
+triggerer starts the trigger again after each event (Airflow keeps a watcher's trigger
+while an asset names it).
 """
 
 from __future__ import annotations
@@ -23,12 +32,12 @@ from typing import Any, Iterable, Mapping
 EVENTS_AWS_CONN_ID = "aws_default"
 #: SQS's most messages per receive
 MAX_MESSAGES = 10
-#: how long a received message stays hidden from the watcher before it is delivered
-#: again (a run settles it well within this)
-VISIBILITY_TIMEOUT_SECONDS = 300
-#: long polling: how long one receive waits for a message on an empty queue
-WAIT_TIME_SECONDS = 10
-#: the pause after an empty receive before the next
+#: receives per event (SQS's ``num_batches`` of the trigger): up to 100 messages an event
+RECEIVES_PER_EVENT = 10
+#: short polling: a receive on an empty queue answers at once (a long poll would hold
+#: every event back by its wait once the queue is drained)
+WAIT_TIME_SECONDS = 0
+#: the pause after receives that found nothing, before the next
 EMPTY_PAUSE_SECONDS = 1
 
 
@@ -37,17 +46,19 @@ def events_asset_uri(table: str) -> str:
     return f"sleeper://{table}/events"
 
 
-def events_asset(table: str, queue: str, *, aws_conn_id: str = EVENTS_AWS_CONN_ID) -> Any:
+def events_asset(table: str, queue: str, *, visibility_seconds: int, aws_conn_id: str = EVENTS_AWS_CONN_ID) -> Any:
     """The asset ``sleeper://<table>/events`` watched by a ``MessageQueueTrigger`` on the
-    SQS queue ``queue`` (a URL): one asset event per batch of at most :data:`MAX_MESSAGES`
-    messages, the messages left on the queue for the ingest task to settle."""
+    SQS queue ``queue`` (a URL): one asset event per batch of at most
+    :data:`RECEIVES_PER_EVENT` x :data:`MAX_MESSAGES` messages, the messages left on the
+    queue for the ingest task to settle and hidden from other receives for
+    ``visibility_seconds``."""
     from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
     from airflow.sdk import Asset, AssetWatcher
 
     trigger = MessageQueueTrigger(scheme="sqs", sqs_queue=queue, aws_conn_id=aws_conn_id,
-                                  max_messages=MAX_MESSAGES, wait_time_seconds=WAIT_TIME_SECONDS,
-                                  visibility_timeout=VISIBILITY_TIMEOUT_SECONDS, delete_message_on_reception=False,
-                                  waiter_delay=EMPTY_PAUSE_SECONDS)
+                                  max_messages=MAX_MESSAGES, num_batches=RECEIVES_PER_EVENT,
+                                  wait_time_seconds=WAIT_TIME_SECONDS, visibility_timeout=visibility_seconds,
+                                  delete_message_on_reception=False, waiter_delay=EMPTY_PAUSE_SECONDS)
     uri = events_asset_uri(table)
     return Asset(uri=uri, name=uri, watchers=[AssetWatcher(name=f"sleeper_{table}_events", trigger=trigger)])
 
