@@ -168,7 +168,7 @@ def test_the_land_events_task_lands_settles_and_a_second_run_over_the_same_batch
     raw = receive_all(sqs, queue, visibility=2)
     assert len(raw) == 4  # three files and the test event
     batch = [SimpleNamespace(extra={"from_trigger": True, "payload": {"status": "success", "message_batch": raw}})]
-    op = SleeperLandEventsOperator(task_id="land_events", table="events", queue=queue)
+    op = SleeperLandEventsOperator(task_id="land_events", table="events", sqs_queue=queue)
     op.execute = _with_events(op.execute, {"sleeper://events/events": batch})  # type: ignore[method-assign]
     first = execute_task(op, sleeper)
     assert len(first["queued"]) == 3 and first["repeats"] == 0 and first["not_deleted"] == 0
@@ -229,7 +229,7 @@ def test_the_task_fails_naming_a_message_that_is_no_notification_after_settling_
     raw = receive_all(sqs, queue, visibility=2)
     assert junk in {m["MessageId"] for m in raw}  # with the file's, the test event's and Sleeper's own
     batch = [SimpleNamespace(extra={"payload": {"message_batch": raw}})]
-    op = SleeperLandEventsOperator(task_id="land_events", table="events", queue=queue)
+    op = SleeperLandEventsOperator(task_id="land_events", table="events", sqs_queue=queue)
     op.execute = _with_events(op.execute, {"sleeper://events/events": batch})  # type: ignore[method-assign]
     with pytest.raises(IngestError, match=rf"^table events: 1 queue messages left for redelivery: {junk}: "):
         execute_task(op, sleeper)

@@ -83,12 +83,13 @@ from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.orchestration.dag_problems import backfill_refusal, build_each, build_problem
 from sleeper_ops.orchestration.dag_settings import (
+    asset_schedule,
     dated_retry_delay,
     import_key_template,
     spark_deferrable,
     spark_durable,
 )
-from sleeper_ops.orchestration.event_ingest import ingest_schedule, ingest_tasks
+from sleeper_ops.orchestration.event_ingest import ingest_tasks
 from statestore.properties import (
     BULK_IMPORT_PLATFORM,
     BULK_IMPORT_SOURCE,
@@ -253,10 +254,7 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
                                  description=f"Where the jobs run (default: the table's {COMPACTION_RUNNER}).")
     dag = DAG(
         dag_id_for(table.name, operation),
-        schedule=(_compaction_schedule(table) if operation == "compaction"
-                  else _flush_schedule(table) if operation == "flush"
-                  else ingest_schedule(table, schedule_of(table, operation)) if operation == "ingest_batcher"
-                  else schedule_of(table, operation)),
+        schedule=asset_schedule(table, operation, schedule_of(table, operation)),
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
@@ -275,37 +273,6 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
     else:
         _one_task(dag, table, operation)
     return dag
-
-
-def _compaction_schedule(table: TableInfo) -> Any:
-    """The compaction DAG runs on its cron *or* when files are committed to the table
-    (the asset ``sleeper://<table>``); manual only when the cron is ``none``."""
-    from airflow.timetables.assets import AssetOrTimeSchedule
-    from airflow.timetables.trigger import CronTriggerTimetable
-
-    from sleeper_ops.airflow.assets.sleeper import table_asset
-
-    cron = schedule_of(table, "compaction")
-    if cron is None:
-        return None
-    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=[table_asset(table.name)])
-
-
-def _flush_schedule(table: TableInfo) -> Any:
-    """The flush DAG runs on its cron *or* when the buffer passes its thresholds (the
-    watched asset ``sleeper://<table>/buffer``); on the asset alone when the cron is ``none``."""
-    from airflow.timetables.assets import AssetOrTimeSchedule
-    from airflow.timetables.trigger import CronTriggerTimetable
-
-    from sleeper_ops.airflow.triggers.buffer import buffer_asset
-    from sleeper_ops.ingest.buffer import buffer_limits
-
-    _, flush_records, flush_age = buffer_limits(table)
-    asset = buffer_asset(table.name, flush_records=flush_records, flush_age_seconds=flush_age)
-    cron = schedule_of(table, "flush")
-    if cron is None:
-        return [asset]
-    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=[asset])
 
 
 #: maintenance runs now, on state as it is: a backfill of past dates means nothing to them

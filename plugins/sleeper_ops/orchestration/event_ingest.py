@@ -62,6 +62,6 @@ def ingest_tasks(dag: DAG, table: TableInfo) -> None:
         return
     from sleeper_ops.airflow.operators.events import SleeperLandEventsOperator
 
-    land = SleeperLandEventsOperator(task_id=LAND_TASK, dag=dag, table=table.name, queue=queue,
+    land = SleeperLandEventsOperator(task_id=LAND_TASK, dag=dag, table=table.name, sqs_queue=queue,
                                      dead_letter_prefix=table.get(INGEST_EVENTS_DEAD_LETTER_PREFIX))
     land >> batcher

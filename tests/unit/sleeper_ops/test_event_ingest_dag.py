@@ -53,7 +53,18 @@ def test_a_table_with_an_events_queue_gets_an_ingest_dag_on_its_cron_or_the_watc
     land, batcher = dag.get_task("land_events"), dag.get_task("ingest_batcher")
     assert land.downstream_task_ids == {"ingest_batcher"} and batcher.trigger_rule == "all_done"
     assert batcher.send_now is True  # what a run's messages announced is ingested in that run
-    assert land.queue == QUEUE and land.dead_letter_prefix == "s3://raw/rejects"
+    assert land.sqs_queue == QUEUE and land.dead_letter_prefix == "s3://raw/rejects"
+
+
+def test_the_event_ingest_dag_serializes_and_its_tasks_go_to_the_default_celery_queue() -> None:
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    dag = build_dag(TableInfo("tid", "events", SCHEMA, {INGEST_EVENTS_QUEUE: QUEUE}), "ingest_batcher")
+    tasks = DagSerialization.to_dict(dag)["dag"]["tasks"]  # what the DAG processor stores
+    assert len(tasks) == 2
+    # the SQS queue is the operator's sqs_queue, never BaseOperator.queue (the Celery queue)
+    assert [t.queue for t in dag.tasks] == ["default", "default"]
+    assert dag.get_task("land_events").sqs_queue == QUEUE
 
 
 def test_with_the_cron_none_the_queue_alone_runs_it() -> None:

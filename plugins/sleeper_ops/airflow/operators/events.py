@@ -4,7 +4,7 @@ what landing guarantees; :mod:`sleeper_ops.airflow.triggers.events` how they arr
 
     from sleeper_ops.airflow.operators.events import SleeperLandEventsOperator
     land = SleeperLandEventsOperator(task_id="land_events", table="events",
-                                     queue="https://sqs.eu-west-2.amazonaws.com/123456789012/raw-events")
+                                     sqs_queue="https://sqs.eu-west-2.amazonaws.com/123456789012/raw-events")
 """
 
 from __future__ import annotations
@@ -40,18 +40,19 @@ class SleeperLandEventsOperator(SleeperOperator):
     redelivery finds the message's key held and is settled then.
 
     Args:
-        queue: the SQS queue URL the messages came from (templated).
+        sqs_queue: the SQS queue URL the messages came from (templated; not ``queue``, which
+            is every operator's Celery queue).
         dead_letter_prefix: where failed files are copied (default: the table's
             ``sleeper.table.ingest.events.dead.letter.prefix``, else ``s3://<bucket>/dead-letter/``).
         aws_conn_id: the Airflow AWS connection to SQS.
     """
 
-    template_fields: Sequence[str] = ("table", "queue", "dead_letter_prefix")
+    template_fields: Sequence[str] = ("table", "sqs_queue", "dead_letter_prefix")
 
-    def __init__(self, *, queue: str, dead_letter_prefix: Optional[str] = None,
+    def __init__(self, *, sqs_queue: str, dead_letter_prefix: Optional[str] = None,
                  aws_conn_id: str = EVENTS_AWS_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.queue, self.dead_letter_prefix, self.aws_conn_id = queue, dead_letter_prefix, aws_conn_id
+        self.sqs_queue, self.dead_letter_prefix, self.aws_conn_id = sqs_queue, dead_letter_prefix, aws_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
         from sleeper_ops.ingest.event_landing import land_messages
@@ -97,7 +98,7 @@ class SleeperLandEventsOperator(SleeperOperator):
         refused = 0
         for start in range(0, len(settled), _DELETE_BATCH):
             chunk = settled[start:start + _DELETE_BATCH]
-            answer = client.delete_message_batch(QueueUrl=self.queue, Entries=[
+            answer = client.delete_message_batch(QueueUrl=self.sqs_queue, Entries=[
                 {"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(chunk)])
             for failed in answer.get("Failed", []):
                 refused += 1
