@@ -20,8 +20,10 @@ from typing import Any
 EVENTS_QUEUE = "sleeper-ingest-events"
 #: the keys whose creation is announced: files to ingest are uploaded under it
 EVENTS_PREFIX = "incoming/"
-#: deliveries before a message goes to the queue's dead-letter queue
-MAX_RECEIVES = 5
+#: deliveries before a message goes to the queue's dead-letter queue: a redelivery is
+#: harmless (a repeat), so the limit is high; it only has to end a message that is no S3
+#: notification (and a file's message under a long backlog must not reach it)
+MAX_RECEIVES = 10
 #: the queue's visibility timeout, for receives that name none (a table's watcher names its
 #: own, the table's sleeper.table.ingest.events.visibility.seconds, whose default this is)
 VISIBILITY_TIMEOUT_SECONDS = 60

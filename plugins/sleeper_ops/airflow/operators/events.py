@@ -19,7 +19,6 @@ from sleeper_ops.errors import IngestError
 
 if TYPE_CHECKING:
     from sleeper_ops.api import Table
-    from sleeper_ops.ingest.event_landing import LandingReport
     from sleeper_ops.ingest.events import EventMessage
 
 log = logging.getLogger(__name__)
@@ -31,7 +30,8 @@ _DELETE_BATCH = 10
 class SleeperLandEventsOperator(SleeperOperator):
     """Queue the files the run's SQS messages announce for the table's ingest batcher, each
     message once (its key ``sqs:<message id>``), copy files that fail validation to the
-    dead letters, then delete from the queue exactly the messages so handled.
+    dead letters, and delete from the queue exactly the messages so handled, ten at a time
+    as they are handled.
 
     A run with no messages (a scheduled or manual run) does nothing. The task fails, after
     settling the others, when some message could not be handled (it stays on the queue and
@@ -55,7 +55,7 @@ class SleeperLandEventsOperator(SleeperOperator):
         self.sqs_queue, self.dead_letter_prefix, self.aws_conn_id = sqs_queue, dead_letter_prefix, aws_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from sleeper_ops.ingest.event_landing import land_messages
+        from sleeper_ops.ingest.event_landing import LandingReport, land_messages
         from sleeper_ops.ingest.events import EventMessage
         from statestore.properties import INGEST_EVENTS_DEAD_LETTER_PREFIX
 
@@ -71,13 +71,25 @@ class SleeperLandEventsOperator(SleeperOperator):
             except IngestError as e:
                 unreadable.append(str(e))
 
+        not_deleted = 0
+
         def land(t: Table) -> LandingReport:
+            """Land and settle ``_DELETE_BATCH`` messages at a time: a message is deleted as
+            soon as its own batch is landed, not after the whole run's (fewer come back when a
+            run is slower than the visibility timeout)."""
+            nonlocal not_deleted
             prefix = self.dead_letter_prefix or t.info.get(INGEST_EVENTS_DEAD_LETTER_PREFIX)
             own = [t.sleeper.objects.uri_of("")] if not t.sleeper.objects.is_local else []
-            return land_messages(t.sleeper, t.name, messages, dead_letter_prefix=prefix, own_prefixes=own)
+            report = LandingReport()
+            for start in range(0, len(messages), _DELETE_BATCH):
+                part = land_messages(t.sleeper, t.name, messages[start:start + _DELETE_BATCH],
+                                     dead_letter_prefix=prefix, own_prefixes=own)
+                not_deleted += self._settle(part.settled)
+                for name in ("settled", "unsettled", "queued", "repeats", "dead_letters", "ignored"):
+                    getattr(report, name).extend(getattr(part, name))
+            return report
 
         report = task_runner.run_on_table("ingest_events", self.table, land, opener=self.hook.get_conn)
-        not_deleted = self._settle(report.settled)
         log.info("%s: %d messages: %d files queued, %d repeats, %d dead letters, %d ignored, %d left on the queue",
                  self.table, len(raw), len(report.queued), len(report.repeats), len(report.dead_letters),
                  len(report.ignored), len(report.unsettled) + len(unreadable))
