@@ -181,6 +181,38 @@ def test_the_land_events_task_lands_settles_and_a_second_run_over_the_same_batch
     assert sleeper.table("events").query(ranges=[(0, None)]).num_rows == 30
 
 
+def test_the_land_events_task_keeps_the_messages_it_has_not_landed_hidden_for_its_visibility(
+        events: Any, monkeypatch: pytest.MonkeyPatch, moto_url: str) -> None:
+    """A run slower than the watcher's visibility timeout: its messages would come back
+    (and count towards the redrive limit); held by the task, they do not."""
+    from types import SimpleNamespace
+
+    import sleeper_ops.ingest.event_landing as landing
+    from sleeper_ops.airflow.operators.events import SleeperLandEventsOperator
+    from tests.unit.sleeper_ops.operator_runner import execute_task
+
+    sleeper, queue, s3, sqs = events
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
+        "conn_type": "aws", "login": "test", "password": "test",
+        "extra": {"region_name": "us-east-1", "endpoint_url": moto_url}}))
+    for i in range(12):
+        s3.put_object(Bucket=BUCKET, Key=f"in/h{i}.parquet", Body=parquet(pa.table({
+            "k": pa.array([i], pa.int64()), "v": pa.array(["x"])})))
+    raw = receive_all(sqs, queue, visibility=2)
+    assert sum("in%2Fh" in m["Body"] for m in raw) == 12  # and what earlier tests left
+    # landing that settles nothing (a run that will go on past the 2 s the watcher hid them for)
+    monkeypatch.setattr(landing, "land_messages", lambda *a, **k: landing.LandingReport())
+    batch = [SimpleNamespace(extra={"from_trigger": True, "payload": {"status": "success", "message_batch": raw}})]
+    op = SleeperLandEventsOperator(task_id="land_events", table="events", sqs_queue=queue, visibility_seconds=30)
+    op.execute = _with_events(op.execute, {"sleeper://events/events": batch})  # type: ignore[method-assign]
+    assert execute_task(op, sleeper)["queued"] == []
+    time.sleep(2.5)  # past the watcher's visibility: only the task's hold keeps them hidden
+    assert {m["MessageId"] for m in receive_all(sqs, queue)} & {m["MessageId"] for m in raw} == set()
+    for start in range(0, len(raw), 10):  # the next test's queue as it would be
+        sqs.delete_message_batch(QueueUrl=queue, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                                                          for i, m in enumerate(raw[start:start + 10])])
+
+
 def _with_events(execute: Any, events: dict[str, Any]) -> Any:
     """``execute`` given the run's triggering asset events (keyed by URI) in its context."""
     def run(context: dict[str, Any]) -> Any:

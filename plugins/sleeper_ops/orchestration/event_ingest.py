@@ -63,5 +63,6 @@ def ingest_tasks(dag: DAG, table: TableInfo) -> None:
     from sleeper_ops.airflow.operators.events import SleeperLandEventsOperator
 
     land = SleeperLandEventsOperator(task_id=LAND_TASK, dag=dag, table=table.name, sqs_queue=queue,
-                                     dead_letter_prefix=table.get(INGEST_EVENTS_DEAD_LETTER_PREFIX))
+                                     dead_letter_prefix=table.get(INGEST_EVENTS_DEAD_LETTER_PREFIX),
+                                     visibility_seconds=table.get_int(INGEST_EVENTS_VISIBILITY_SECONDS))
     land >> batcher

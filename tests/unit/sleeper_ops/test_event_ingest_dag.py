@@ -86,6 +86,7 @@ def test_the_tables_visibility_timeout_is_the_watchers() -> None:
     dag = build_dag(TableInfo("tid", "events", SCHEMA, {INGEST_EVENTS_QUEUE: QUEUE,
                                                        INGEST_EVENTS_VISIBILITY_SECONDS: "15"}), "ingest_batcher")
     assert [kwargs["visibility_timeout"] for _, _, kwargs in watched(dag)] == [15]
+    assert dag.get_task("land_events").visibility_seconds == 15  # the task holds its messages as long
 
 
 def test_the_watcher_asset_is_named_by_the_table() -> None:

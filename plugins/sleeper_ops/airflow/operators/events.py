@@ -10,6 +10,7 @@ what landing guarantees; :mod:`sleeper_ops.airflow.triggers.events` how they arr
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from sleeper_ops.airflow import task_runner
@@ -31,7 +32,10 @@ class SleeperLandEventsOperator(SleeperOperator):
     """Queue the files the run's SQS messages announce for the table's ingest batcher, each
     message once (its key ``sqs:<message id>``), copy files that fail validation to the
     dead letters, and delete from the queue exactly the messages so handled, ten at a time
-    as they are handled.
+    as they are handled. With ``visibility_seconds``, the messages not handled yet are kept
+    hidden for that long again at the start and every half of it (SQS's
+    ChangeMessageVisibility): a live run's messages do not come back while it works through
+    a long batch; a dead run's come back that long after its last hold.
 
     A run with no messages (a scheduled or manual run) does nothing. The task fails, after
     settling the others, when some message could not be handled (it stays on the queue and
@@ -45,14 +49,19 @@ class SleeperLandEventsOperator(SleeperOperator):
         dead_letter_prefix: where failed files are copied (default: the table's
             ``sleeper.table.ingest.events.dead.letter.prefix``, else ``s3://<bucket>/dead-letter/``).
         aws_conn_id: the Airflow AWS connection to SQS.
+        visibility_seconds: how long to keep the run's messages hidden (the table's
+            ``sleeper.table.ingest.events.visibility.seconds``); None: as the watcher left them.
     """
 
     template_fields: Sequence[str] = ("table", "sqs_queue", "dead_letter_prefix")
 
     def __init__(self, *, sqs_queue: str, dead_letter_prefix: Optional[str] = None,
-                 aws_conn_id: str = EVENTS_AWS_CONN_ID, **kwargs: Any) -> None:
+                 aws_conn_id: str = EVENTS_AWS_CONN_ID, visibility_seconds: Optional[int] = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sqs_queue, self.dead_letter_prefix, self.aws_conn_id = sqs_queue, dead_letter_prefix, aws_conn_id
+        self.visibility_seconds = visibility_seconds
+        self._client: Any = None
 
     def execute(self, context: Any) -> dict[str, Any]:
         from sleeper_ops.ingest.event_landing import LandingReport, land_messages
@@ -81,7 +90,12 @@ class SleeperLandEventsOperator(SleeperOperator):
             prefix = self.dead_letter_prefix or t.info.get(INGEST_EVENTS_DEAD_LETTER_PREFIX)
             own = [t.sleeper.objects.uri_of("")] if not t.sleeper.objects.is_local else []
             report = LandingReport()
+            held_at: Optional[float] = None
             for start in range(0, len(messages), _DELETE_BATCH):
+                if self.visibility_seconds and (held_at is None
+                                                or time.monotonic() - held_at >= self.visibility_seconds / 2):
+                    held_at = time.monotonic()
+                    self._hold(messages[start:], self.visibility_seconds)
                 part = land_messages(t.sleeper, t.name, messages[start:start + _DELETE_BATCH],
                                      dead_letter_prefix=prefix, own_prefixes=own)
                 not_deleted += self._settle(part.settled)
@@ -100,13 +114,31 @@ class SleeperLandEventsOperator(SleeperOperator):
         return {"messages": len(raw), "queued": report.queued, "repeats": len(report.repeats),
                 "dead_letters": [f for f, _ in report.dead_letters], "not_deleted": not_deleted}
 
+    def _sqs(self) -> Any:
+        if self._client is None:
+            from airflow.providers.amazon.aws.hooks.sqs import SqsHook
+
+            self._client = SqsHook(aws_conn_id=self.aws_conn_id).get_conn()
+        return self._client
+
+    def _hold(self, messages: Sequence[EventMessage], seconds: int) -> None:
+        """Hide ``messages`` for ``seconds`` from now; a refusal (a handle gone stale: the
+        message was delivered again, to a later run) is logged."""
+        client = self._sqs()
+        for start in range(0, len(messages), _DELETE_BATCH):
+            chunk = messages[start:start + _DELETE_BATCH]
+            answer = client.change_message_visibility_batch(QueueUrl=self.sqs_queue, Entries=[
+                {"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": seconds}
+                for i, m in enumerate(chunk)])
+            for failed in answer.get("Failed", []):
+                log.info("%s: message %s not held (%s): delivered again, a later run settles it", self.table,
+                         chunk[int(failed["Id"])].message_id, failed.get("Message") or failed.get("Code"))
+
     def _settle(self, settled: Sequence[EventMessage]) -> int:
         """Delete ``settled`` from the queue; the number SQS refused to delete (logged)."""
         if not settled:
             return 0
-        from airflow.providers.amazon.aws.hooks.sqs import SqsHook
-
-        client = SqsHook(aws_conn_id=self.aws_conn_id).get_conn()
+        client = self._sqs()
         refused = 0
         for start in range(0, len(settled), _DELETE_BATCH):
             chunk = settled[start:start + _DELETE_BATCH]
