@@ -518,6 +518,8 @@ def test_files_dropped_into_the_bucket_under_a_worker_kill_are_each_queryable_on
             f"{latency:.1f} s later")
         assert client.patch(f"/api/v2/dags/{dag}", json={"is_paused": True}).status_code == 200
         runs = client.get(f"/api/v2/dags/{dag}/dagRuns", params={"limit": 1000}).json()["dag_runs"]
+        tasks = client.get(f"/api/v2/dags/{dag}/dagRuns/~/taskInstances", params={"limit": 1000}).json()[
+            "task_instances"]
         events, delivered, distinct = deliveries(client, f"sleeper://{EVENTS_TABLE}/events")
         starts = triggerer_log.read_text(errors="replace").count(started_line) - starts_before
     finally:
@@ -541,4 +543,7 @@ def test_files_dropped_into_the_bucket_under_a_worker_kill_are_each_queryable_on
           f"latency from the last upload to the last record queryable: {latency:.1f} s "
           f"(goal {LATENCY_GOAL_SECONDS:g} s); drop of {EVENT_FILES} files took "
           f"{dropper.last_at - (dropper.first_at or 0):.1f} s; load average {os.getloadavg()[0]:.1f}")
+    print("tasks (run created, task, state, seconds): " + "; ".join(
+        f"{t['dag_run_id'][17:36]} {t['task_id']} {t['state']} {t['duration'] or 0:.1f}"
+        for t in sorted(tasks, key=lambda t: (t["dag_run_id"], t["task_id"] != "land_events"))))
     sleeper.close()
