@@ -192,12 +192,12 @@ INGEST_EVENTS_QUEUE = _prop(
     "of messages. Unset: no event-driven ingest.", SQS_QUEUE_URL)
 INGEST_EVENTS_VISIBILITY_SECONDS = _prop(
     "ingest.events.visibility.seconds", "60",
-    "How long a queue message the table's watcher received stays hidden before SQS delivers it again: the "
-    "delay before the files of a run that died (a worker lost mid-landing) are landed by another run. A "
-    "message delivered again is a repeat (nothing twice), but each delivery counts towards the queue's "
-    "redrive limit.",
-    at_least(10, "a message must be landed within it, including the time its run waits to start; "
-                 "shorter, it is delivered again while waiting and may reach the queue's redrive limit"))
+    "How long the ingest DAG's land_events task keeps the queue messages it works on hidden at a time (it "
+    "renews this every half of it until each is landed): the delay before the messages of a run that died "
+    "(a worker lost mid-landing) are delivered again and landed by another run. A message delivered again is "
+    "a repeat (nothing twice).",
+    at_least(10, "the task renews the hold every half of it; much shorter, a slow store call between two "
+                 "renewals lets messages of a live run be delivered again"))
 INGEST_EVENTS_DEAD_LETTER_PREFIX = _prop(
     "ingest.events.dead.letter.prefix", None,
     "Where event-driven ingest copies a file that fails validation (not readable as its type, or not of the "

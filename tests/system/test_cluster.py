@@ -536,6 +536,9 @@ def test_files_dropped_into_the_bucket_under_a_worker_kill_are_each_queryable_on
     assert len({r.filename for r in requests}) == EVENT_FILES  # each file queued once, whatever was redelivered
     assert distinct >= EVENT_FILES  # each file's message (and moto's test event) reached the watcher
     assert starts > 1, "the triggerer never started the watcher's SqsSensorTrigger again after an event"
+    dead = _aws_client(layout, "sqs").get_queue_attributes(QueueUrl=f"{queue}-dead", AttributeNames=[
+        "ApproximateNumberOfMessages"])["Attributes"]["ApproximateNumberOfMessages"]
+    assert dead == "0", f"{dead} messages went to the dead-letter queue (received too often while waiting)"
     states = Counter(r["state"] for r in runs)
     print(f"\nevent-driven ingest: {EVENT_FILES} files, {sum(keys.values())} records, each once (duplicates: 0); "
           f"{delivered - distinct} redeliveries seen ({delivered} messages delivered in {events} asset events, "

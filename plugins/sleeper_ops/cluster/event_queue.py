@@ -24,9 +24,9 @@ EVENTS_PREFIX = "incoming/"
 #: harmless (a repeat), so the limit is high; it only has to end a message that is no S3
 #: notification (and a file's message under a long backlog must not reach it)
 MAX_RECEIVES = 10
-#: the queue's visibility timeout, for receives that name none (a table's watcher names its
-#: own, the table's sleeper.table.ingest.events.visibility.seconds, whose default this is)
-VISIBILITY_TIMEOUT_SECONDS = 60
+#: the queue's visibility timeout, for receives that name none (a table's watcher names
+#: its own, sleeper_ops.airflow.triggers.events.WAITING_VISIBILITY_SECONDS, the same)
+VISIBILITY_TIMEOUT_SECONDS = 900
 
 
 def create_event_queue(endpoint: str, bucket: str, *, access_key: str, secret_key: str, region: str,

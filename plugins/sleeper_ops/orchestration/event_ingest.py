@@ -40,7 +40,7 @@ def ingest_schedule(table: TableInfo, cron: Optional[str]) -> Any:
 
     from sleeper_ops.airflow.triggers.events import events_asset
 
-    asset = events_asset(table.name, queue, visibility_seconds=table.get_int(INGEST_EVENTS_VISIBILITY_SECONDS))
+    asset = events_asset(table.name, queue)
     if cron is None:
         return [asset]
     return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=[asset])

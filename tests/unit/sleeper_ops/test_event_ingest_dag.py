@@ -46,9 +46,10 @@ def test_a_table_with_an_events_queue_gets_an_ingest_dag_on_its_cron_or_the_watc
     assert uri == "sleeper://events/events"
     assert path == "airflow.providers.amazon.aws.triggers.sqs.SqsSensorTrigger"
     assert kwargs["sqs_queue"] == QUEUE and kwargs["delete_message_on_reception"] is False
-    # up to 100 messages an event, short receives, a second's pause when idle, hidden for the default 60 s
+    # up to 100 messages an event, short receives, a second's pause when idle, hidden 15 minutes while
+    # waiting for their run (the task then holds them for the table's visibility)
     assert (kwargs["max_messages"], kwargs["num_batches"], kwargs["wait_time_seconds"], kwargs["waiter_delay"],
-            kwargs["visibility_timeout"]) == (10, 10, 0, 1, 60)
+            kwargs["visibility_timeout"]) == (10, 10, 0, 1, 900)
     assert dag.timetable.summary.startswith("Asset or")  # the cron still runs the batcher
     land, batcher = dag.get_task("land_events"), dag.get_task("ingest_batcher")
     assert land.downstream_task_ids == {"ingest_batcher"} and batcher.trigger_rule == "all_done"
@@ -82,15 +83,15 @@ def test_a_table_without_a_queue_keeps_its_one_task_cron_dag() -> None:
     assert dag.schedule == "* * * * *"
 
 
-def test_the_tables_visibility_timeout_is_the_watchers() -> None:
+def test_the_tables_visibility_timeout_is_the_land_tasks_hold_not_the_watchers() -> None:
     dag = build_dag(TableInfo("tid", "events", SCHEMA, {INGEST_EVENTS_QUEUE: QUEUE,
                                                        INGEST_EVENTS_VISIBILITY_SECONDS: "15"}), "ingest_batcher")
-    assert [kwargs["visibility_timeout"] for _, _, kwargs in watched(dag)] == [15]
-    assert dag.get_task("land_events").visibility_seconds == 15  # the task holds its messages as long
+    assert dag.get_task("land_events").visibility_seconds == 15  # a dead run's messages back 15 s after its hold
+    assert [kwargs["visibility_timeout"] for _, _, kwargs in watched(dag)] == [900]  # waiting for a run
 
 
 def test_the_watcher_asset_is_named_by_the_table() -> None:
-    asset = events_asset("t1", QUEUE, visibility_seconds=60)
+    asset = events_asset("t1", QUEUE)
     assert asset.uri == asset.name == "sleeper://t1/events"
     assert asset.watchers[0].name == "sleeper_t1_events"
 

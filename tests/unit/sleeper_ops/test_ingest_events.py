@@ -116,7 +116,7 @@ def test_a_visibility_timeout_below_its_floor_or_without_a_queue_is_refused() ->
     queue = {INGEST_EVENTS_QUEUE: "http://h:1/123456789012/q"}
     accepted = validate_properties({**queue, INGEST_EVENTS_VISIBILITY_SECONDS: "10"})
     assert accepted[INGEST_EVENTS_VISIBILITY_SECONDS] == "10"
-    with pytest.raises(PropertyError, match="must be at least 10: a message must be landed within it"):
+    with pytest.raises(PropertyError, match="must be at least 10: the task renews the hold every half of it"):
         validate_properties({**queue, INGEST_EVENTS_VISIBILITY_SECONDS: "9"})
     with pytest.raises(PropertyError, match=f"{INGEST_EVENTS_VISIBILITY_SECONDS} is set but {INGEST_EVENTS_QUEUE}"):
         validate_properties({INGEST_EVENTS_VISIBILITY_SECONDS: "30"})

@@ -10,10 +10,14 @@ reads them from the run's triggering asset events.
 
 The trigger does **not** delete what it receives (``delete_message_on_reception=False``):
 a message is settled by the task once its files are queued or dead-lettered, never
-before. A message whose run is slower than the table's
-``sleeper.table.ingest.events.visibility.seconds``, or whose run died, is delivered again
-and starts another run, which finds its key already held and queues nothing
-(:mod:`sleeper_ops.ingest.events`).
+before. What it receives stays hidden for :data:`WAITING_VISIBILITY_SECONDS`, long enough
+to wait behind a long run (one run at a time) without being delivered again; once its
+run's task starts, the task keeps it hidden for the table's
+``sleeper.table.ingest.events.visibility.seconds`` at a time, so a run that died has its
+messages delivered again that long after (another run then finds the keys of those it had
+landed and queues nothing twice: :mod:`sleeper_ops.ingest.events`). Every delivery counts
+towards the queue's redrive limit: a short visibility here would send a backlog's messages
+to the dead-letter queue before their run came.
 
 Latency: the trigger makes up to :data:`RECEIVES_PER_EVENT` short receives of
 :data:`MAX_MESSAGES` (up to 100 messages per event, so a burst of uploads is taken in few
@@ -32,6 +36,8 @@ from typing import Any, Iterable, Mapping
 EVENTS_AWS_CONN_ID = "aws_default"
 #: SQS's most messages per receive
 MAX_MESSAGES = 10
+#: how long a message the watcher received stays hidden while its run waits to start
+WAITING_VISIBILITY_SECONDS = 900
 #: receives per event (SQS's ``num_batches`` of the trigger): up to 100 messages an event
 RECEIVES_PER_EVENT = 10
 #: short polling: a receive on an empty queue answers at once (a long poll would hold
@@ -46,18 +52,18 @@ def events_asset_uri(table: str) -> str:
     return f"sleeper://{table}/events"
 
 
-def events_asset(table: str, queue: str, *, visibility_seconds: int, aws_conn_id: str = EVENTS_AWS_CONN_ID) -> Any:
+def events_asset(table: str, queue: str, *, aws_conn_id: str = EVENTS_AWS_CONN_ID) -> Any:
     """The asset ``sleeper://<table>/events`` watched by a ``MessageQueueTrigger`` on the
     SQS queue ``queue`` (a URL): one asset event per batch of at most
     :data:`RECEIVES_PER_EVENT` x :data:`MAX_MESSAGES` messages, the messages left on the
     queue for the ingest task to settle and hidden from other receives for
-    ``visibility_seconds``."""
+    :data:`WAITING_VISIBILITY_SECONDS`."""
     from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
     from airflow.sdk import Asset, AssetWatcher
 
     trigger = MessageQueueTrigger(scheme="sqs", sqs_queue=queue, aws_conn_id=aws_conn_id,
                                   max_messages=MAX_MESSAGES, num_batches=RECEIVES_PER_EVENT,
-                                  wait_time_seconds=WAIT_TIME_SECONDS, visibility_timeout=visibility_seconds,
+                                  wait_time_seconds=WAIT_TIME_SECONDS, visibility_timeout=WAITING_VISIBILITY_SECONDS,
                                   delete_message_on_reception=False, waiter_delay=EMPTY_PAUSE_SECONDS)
     uri = events_asset_uri(table)
     return Asset(uri=uri, name=uri, watchers=[AssetWatcher(name=f"sleeper_{table}_events", trigger=trigger)])
