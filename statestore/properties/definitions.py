@@ -193,9 +193,9 @@ INGEST_EVENTS_QUEUE = _prop(
 INGEST_EVENTS_VISIBILITY_SECONDS = _prop(
     "ingest.events.visibility.seconds", "60",
     "How long the ingest DAG's land_events task keeps the queue messages it works on hidden at a time (it "
-    "renews this every half of it until each is landed): the delay before the messages of a run that died "
-    "(a worker lost mid-landing) are delivered again and landed by another run. A message delivered again is "
-    "a repeat (nothing twice).",
+    "renews this every half of it until each is landed): the delay before the messages of a run whose every "
+    "try was lost are delivered again and landed by another run (a try lost with its worker is retried on the "
+    "same messages at once). A message delivered again is a repeat (nothing twice).",
     at_least(10, "the task renews the hold every half of it; much shorter, a slow store call between two "
                  "renewals lets messages of a live run be delivered again"))
 INGEST_EVENTS_DEAD_LETTER_PREFIX = _prop(

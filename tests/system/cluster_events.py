@@ -57,12 +57,13 @@ class Dropper(threading.Thread):
 
 class LandingKill:
     """SIGKILLs the Celery worker that runs a ``land_events`` task of ``dag`` once
-    ``after`` files are uploaded, then restarts it once the scheduler has failed that task
-    (no heartbeat); ``done`` when the worker is back."""
+    ``after`` files are uploaded, then restarts it once the scheduler has failed that try
+    (no heartbeat; the task is then retried on the other worker); ``done`` when the worker
+    is back."""
 
     def __init__(self, cluster: Any, client: httpx.Client, dag: str, log: Timeline, after: int) -> None:
         self.cluster, self.client, self.dag, self.log, self.after = cluster, client, dag, log, after
-        self.killed: Optional[tuple[str, str]] = None  # worker, run id
+        self.killed: Optional[tuple[str, str, int]] = None  # worker, run id, try
         self.failed = False
         self.done = False
 
@@ -73,13 +74,13 @@ class LandingKill:
             return
         if self.done:
             return
-        worker, run_id = self.killed
+        worker, run_id, killed_try = self.killed
         if not self.failed:
             ti = self.client.get(f"/api/v2/dags/{self.dag}/dagRuns/{run_id}/taskInstances/land_events").json()
-            if ti.get("state") in ("failed", "success"):
+            if ti.get("state") in ("failed", "success", "up_for_retry") or ti.get("try_number", 0) > killed_try:
                 self.failed = True
-                self.log(f"the scheduler marked the killed land_events {ti['state']} (no heartbeat); "
-                         f"restarting {worker}")
+                self.log(f"the scheduler ended the killed land_events try {killed_try} (no heartbeat): now "
+                         f"{ti['state']} on try {ti['try_number']}; restarting {worker}")
                 self.cluster.restart(worker, kill=True)
             return
         if "ready" in self.cluster.piece(worker).log.read_text(errors="replace").rsplit("restarted ---", 1)[-1]:
@@ -102,7 +103,7 @@ class LandingKill:
             if worker is None:
                 continue
             self.cluster.kill(worker)
-            self.killed = (worker, ti["dag_run_id"])
+            self.killed = (worker, ti["dag_run_id"], int(ti["try_number"]))
             self.log(f"SIGKILL {worker} (its Celery pool and task processes) while land_events of run "
                      f"{ti['dag_run_id']} ran on it")
             return

@@ -465,8 +465,8 @@ def test_files_dropped_into_the_bucket_under_a_worker_kill_are_each_queryable_on
     bucket notification sends each upload's message to its events queue), the table's
     ingest DAG run by its watcher on each batch of messages, the Celery worker running a
     ``land_events`` task killed while the drop goes on and restarted once the scheduler has
-    failed the task (its messages come back after the table's visibility timeout, and the
-    batcher of the killed run ingests what it had queued). Then every record is queryable
+    failed that try (the task's retry lands the run's same messages, what the lost try
+    landed being repeats). Then every record is queryable
     exactly once, each file was queued once (its message id the request id) however often
     its message was delivered, and the figures the issue asks are printed."""
     from sleeper_ops import Sleeper
@@ -518,6 +518,8 @@ def test_files_dropped_into_the_bucket_under_a_worker_kill_are_each_queryable_on
             f"{latency:.1f} s later")
         assert client.patch(f"/api/v2/dags/{dag}", json={"is_paused": True}).status_code == 200
         runs = client.get(f"/api/v2/dags/{dag}/dagRuns", params={"limit": 1000}).json()["dag_runs"]
+        retried = client.get(f"/api/v2/dags/{dag}/dagRuns/{kill.killed[1]}/taskInstances/land_events").json()
+        log(f"the killed run's land_events: {retried['state']} on try {retried['try_number']}")
         tasks = client.get(f"/api/v2/dags/{dag}/dagRuns/~/taskInstances", params={"limit": 1000}).json()[
             "task_instances"]
         events, delivered, distinct = deliveries(client, f"sleeper://{EVENTS_TABLE}/events")
@@ -536,6 +538,8 @@ def test_files_dropped_into_the_bucket_under_a_worker_kill_are_each_queryable_on
     assert len({r.filename for r in requests}) == EVENT_FILES  # each file queued once, whatever was redelivered
     assert distinct >= EVENT_FILES  # each file's message (and moto's test event) reached the watcher
     assert starts > 1, "the triggerer never started the watcher's SqsSensorTrigger again after an event"
+    # the lost try's messages were landed by its retry, on the run's same messages
+    assert (retried["state"], retried["try_number"]) == ("success", kill.killed[2] + 1), retried
     dead = _aws_client(layout, "sqs").get_queue_attributes(QueueUrl=f"{queue}-dead", AttributeNames=[
         "ApproximateNumberOfMessages"])["Attributes"]["ApproximateNumberOfMessages"]
     assert dead == "0", f"{dead} messages went to the dead-letter queue (received too often while waiting)"

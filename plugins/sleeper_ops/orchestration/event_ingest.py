@@ -7,6 +7,7 @@ property keeps its DAG as it was."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Optional
 
 from statestore.properties import (
@@ -22,6 +23,12 @@ if TYPE_CHECKING:
 
 #: the task that lands the run's queue messages
 LAND_TASK = "land_events"
+#: tries after the first: a try lost with its worker is followed by one that lands the same
+#: messages (the run's asset events, their receipt handles still valid: the watcher hid them
+#: for 15 minutes), what the lost try landed being repeats; so a lost worker delays them by
+#: the scheduler's heartbeat timeout and this delay, not by a visibility timeout
+LAND_RETRIES = 2
+LAND_RETRY_DELAY_SECONDS = 5
 
 
 def events_queue(table: TableInfo) -> Optional[str]:
@@ -63,6 +70,7 @@ def ingest_tasks(dag: DAG, table: TableInfo) -> None:
     from sleeper_ops.airflow.operators.events import SleeperLandEventsOperator
 
     land = SleeperLandEventsOperator(task_id=LAND_TASK, dag=dag, table=table.name, sqs_queue=queue,
+                                     retries=LAND_RETRIES, retry_delay=timedelta(seconds=LAND_RETRY_DELAY_SECONDS),
                                      dead_letter_prefix=table.get(INGEST_EVENTS_DEAD_LETTER_PREFIX),
                                      visibility_seconds=table.get_int(INGEST_EVENTS_VISIBILITY_SECONDS))
     land >> batcher

@@ -54,6 +54,8 @@ def test_a_table_with_an_events_queue_gets_an_ingest_dag_on_its_cron_or_the_watc
     land, batcher = dag.get_task("land_events"), dag.get_task("ingest_batcher")
     assert land.downstream_task_ids == {"ingest_batcher"} and batcher.trigger_rule == "all_done"
     assert batcher.send_now is True  # what a run's messages announced is ingested in that run
+    # a try lost with its worker is retried at once on the run's same messages
+    assert (land.retries, land.retry_delay.total_seconds(), batcher.retries) == (2, 5.0, 0)
     assert land.sqs_queue == QUEUE and land.dead_letter_prefix == "s3://raw/rejects"
 
 
