@@ -68,9 +68,11 @@ def ingest_tasks(dag: DAG, table: TableInfo) -> None:
     if queue is None:
         return
     from sleeper_ops.airflow.operators.events import SleeperLandEventsOperator
+    from sleeper_ops.airflow.triggers.events import events_asset
 
     land = SleeperLandEventsOperator(task_id=LAND_TASK, dag=dag, table=table.name, sqs_queue=queue,
                                      retries=LAND_RETRIES, retry_delay=timedelta(seconds=LAND_RETRY_DELAY_SECONDS),
+                                     inlets=[events_asset(table.name, queue)],  # read: later_events
                                      dead_letter_prefix=table.get(INGEST_EVENTS_DEAD_LETTER_PREFIX),
                                      visibility_seconds=table.get_int(INGEST_EVENTS_VISIBILITY_SECONDS))
     land >> batcher

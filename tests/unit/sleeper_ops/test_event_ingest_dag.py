@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from sleeper_ops.airflow.triggers.events import events_asset, messages_of
+from sleeper_ops.airflow.triggers.events import events_asset, events_of, later_events, messages_of
 from sleeper_ops.orchestration.dag_factory import build_dag
 from statestore.catalog import TableInfo
 from statestore.properties import (
@@ -56,6 +56,7 @@ def test_a_table_with_an_events_queue_gets_an_ingest_dag_on_its_cron_or_the_watc
     assert batcher.send_now is True  # what a run's messages announced is ingested in that run
     # a try lost with its worker is retried at once on the run's same messages
     assert (land.retries, land.retry_delay.total_seconds(), batcher.retries) == (2, 5.0, 0)
+    assert [a.uri for a in land.inlets] == ["sleeper://events/events"]  # to read the events after its own
     assert land.sqs_queue == QUEUE and land.dead_letter_prefix == "s3://raw/rejects"
 
 
@@ -113,6 +114,40 @@ def test_a_run_reads_each_message_once_with_its_latest_receipt_handle_and_no_oth
                                                                          "Body": "{}"}
     a2 = {**a1, "ReceiptHandle": "a2"}
     mine, other = Key("sleeper://t/events"), Key("sleeper://u/events")
-    got = messages_of({mine: [event(a1, b1), event(a2)], other: [event({"MessageId": "c"})]}, "t")
+    got = messages_of(events_of({mine: [event(a1, b1), event(a2)], other: [event({"MessageId": "c"})]}, "t"))
     assert [(m["MessageId"], m["ReceiptHandle"]) for m in got] == [("b", "b1"), ("a", "a2")]
-    assert messages_of({}, "t") == []
+    assert messages_of(events_of({}, "t")) == []
+
+
+class FakeInletEvents:
+    """``context["inlet_events"]`` of a task with the events asset as inlet: its events, and
+    what the task asked of them."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self.events = events
+        self.asked: list[Any] = []
+
+    def __getitem__(self, asset: Any) -> FakeInletEvents:
+        self.asked.append(("asset", asset.uri))
+        return self
+
+    def after(self, when: str) -> FakeInletEvents:
+        self.asked.append(("after", when))
+        return self
+
+    def limit(self, n: int) -> list[Any]:
+        self.asked.append(("limit", n))
+        return self.events
+
+
+def test_a_run_also_lands_the_events_recorded_after_its_own() -> None:
+    from datetime import UTC, datetime
+
+    t = [datetime(2026, 1, 1, 0, 0, s, tzinfo=UTC) for s in range(4)]
+    own = [SimpleNamespace(timestamp=t[0], extra={}), SimpleNamespace(timestamp=t[1], extra={})]
+    newer, same = SimpleNamespace(timestamp=t[3], extra={}), SimpleNamespace(timestamp=t[1], extra={})
+    inlet = FakeInletEvents([same, newer])
+    assert later_events({"inlet_events": inlet}, "t", own) == [newer]  # an event at the same instant is its own
+    assert inlet.asked == [("asset", "sleeper://t/events"), ("after", t[1].isoformat()), ("limit", 100)]
+    assert later_events({"inlet_events": inlet}, "t", []) == []  # a scheduled or manual run: none
+    assert later_events({}, "t", own) == []  # no task runner

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from sleeper_ops.airflow import task_runner
 from sleeper_ops.airflow.operators.base import SleeperOperator
-from sleeper_ops.airflow.triggers.events import EVENTS_AWS_CONN_ID, messages_of
+from sleeper_ops.airflow.triggers.events import EVENTS_AWS_CONN_ID, events_of, later_events, messages_of
 from sleeper_ops.errors import IngestError
 
 if TYPE_CHECKING:
@@ -68,7 +68,12 @@ class SleeperLandEventsOperator(SleeperOperator):
         from sleeper_ops.ingest.events import EventMessage
         from statestore.properties import INGEST_EVENTS_DEAD_LETTER_PREFIX
 
-        raw = messages_of(context.get("triggering_asset_events") or {}, self.table)
+        own = events_of(context.get("triggering_asset_events") or {}, self.table)
+        later = later_events(context, self.table, own)
+        if later:
+            log.info("%s: %d asset events recorded after this run's own are landed too (Airflow leaves them to a "
+                     "run that only a later event would start)", self.table, len(later))
+        raw = messages_of([*own, *later])
         if not raw:
             log.info("%s: no queue messages started this run; nothing to land", self.table)
             return {"messages": 0}

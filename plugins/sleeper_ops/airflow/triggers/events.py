@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+#: the most asset events recorded after a run's own that the run lands too (:func:`later_events`)
+LATER_EVENTS = 100
 #: the Airflow AWS connection the watcher and the task reach SQS with
 EVENTS_AWS_CONN_ID = "aws_default"
 #: SQS's most messages per receive
@@ -69,20 +71,46 @@ def events_asset(table: str, queue: str, *, aws_conn_id: str = EVENTS_AWS_CONN_I
     return Asset(uri=uri, name=uri, watchers=[AssetWatcher(name=f"sleeper_{table}_events", trigger=trigger)])
 
 
-def messages_of(triggering_asset_events: Mapping[Any, Iterable[Any]], table: str) -> list[dict[str, Any]]:
-    """The SQS messages the run's asset events of ``sleeper://<table>/events`` carry, each
-    message id once (a message received twice keeps its latest receipt handle), in the order
-    received. Events of other assets are not read."""
+def events_of(triggering_asset_events: Mapping[Any, Iterable[Any]], table: str) -> list[Any]:
+    """The run's asset events of ``sleeper://<table>/events`` (events of other assets are not read)."""
     uri = events_asset_uri(table)
+    return [event for asset, events in triggering_asset_events.items()
+            if (asset if isinstance(asset, str) else getattr(asset, "uri", None)) == uri for event in events]
+
+
+def later_events(context: Mapping[str, Any], table: str, events: Iterable[Any]) -> list[Any]:
+    """The events of ``sleeper://<table>/events`` recorded after the latest of ``events`` (at
+    most :data:`LATER_EVENTS`), read through the task's inlet of that asset.
+
+    Airflow queues a DAG's asset events while its one run goes on, and the next run takes
+    the events up to the first of them: the ones recorded after, while that run waited to
+    be created, are left to a run that only a later event starts. A run that lands them
+    too leaves nothing behind (the run that later takes them finds repeats). [] when the
+    run has no such events or the context has no inlet events (a task run outside
+    Airflow's task runner)."""
+    stamps = [t for t in (getattr(e, "timestamp", None) for e in events) if t is not None]
+    inlet_events = context.get("inlet_events")
+    if not stamps or inlet_events is None:
+        return []
+    from airflow.sdk import Asset
+
+    uri = events_asset_uri(table)
+    latest = max(stamps)
+    accessor = inlet_events[Asset(uri=uri, name=uri)]
+    after = accessor.after(latest.isoformat() if hasattr(latest, "isoformat") else str(latest)).limit(LATER_EVENTS)
+    return [e for e in after if getattr(e, "timestamp", None) is None or e.timestamp > latest]
+
+
+def messages_of(events: Iterable[Any]) -> list[dict[str, Any]]:
+    """The SQS messages asset events of ``sleeper://<table>/events`` carry
+    (:func:`events_of`, :func:`later_events`), each message id once (a message received
+    twice keeps its latest receipt handle), in the order received."""
     by_id: dict[str, dict[str, Any]] = {}
-    for asset, events in triggering_asset_events.items():
-        if (asset if isinstance(asset, str) else getattr(asset, "uri", None)) != uri:
-            continue
-        for event in events:
-            extra = getattr(event, "extra", None) or {}
-            payload = extra.get("payload") or {}
-            for message in payload.get("message_batch") or ():
-                mid = str(message.get("MessageId", ""))
-                by_id.pop(mid, None)
-                by_id[mid] = message
+    for event in events:
+        extra = getattr(event, "extra", None) or {}
+        payload = extra.get("payload") or {}
+        for message in payload.get("message_batch") or ():
+            mid = str(message.get("MessageId", ""))
+            by_id.pop(mid, None)
+            by_id[mid] = message
     return list(by_id.values())
