@@ -84,8 +84,9 @@ def later_events(context: Mapping[str, Any], table: str, events: Iterable[Any]) 
 
     Airflow queues a DAG's asset events while its one run goes on, and the next run takes
     the events up to the first of them: the ones recorded after, while that run waited to
-    be created, are left to a run that only a later event starts. A run that lands them
-    too leaves nothing behind (the run that later takes them finds repeats). [] when the
+    be created, are left to a run that only a later event starts (apache/airflow#56050,
+    open for Airflow 3.3; #70972 reworks the queue for 3.4). A run that lands them too
+    leaves nothing behind (the run that later takes them finds repeats). [] when the
     run has no such events or the context has no inlet events (a task run outside
     Airflow's task runner)."""
     stamps = [t for t in (getattr(e, "timestamp", None) for e in events) if t is not None]
