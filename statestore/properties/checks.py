@@ -21,6 +21,9 @@ from statestore.properties.definitions import (
     EMR_PROPERTIES,
     GC_JOB_ABANDON_MINUTES,
     GC_ORPHAN_GRACE_MINUTES,
+    INGEST_EVENTS_DEAD_LETTER_PREFIX,
+    INGEST_EVENTS_QUEUE,
+    INGEST_EVENTS_VISIBILITY_SECONDS,
     PREFIX,
     PROPERTY_DEFS,
 )
@@ -36,7 +39,9 @@ def check_combination(props: Mapping[str, str]) -> None:
       record no longer names once the retry has named its own;
     * the job abandon time must be at least the orphan grace;
     * bulk import on ``emr_serverless`` needs the EMR application, execution role and
-      package properties (the DAG could not build its job request otherwise).
+      package properties (the DAG could not build its job request otherwise);
+    * an event-driven ingest dead-letter prefix or visibility timeout, when set, needs the
+      events queue (nothing would read it otherwise).
     """
     eff = effective_properties(props)
     grace, retry, abandon = (int(eff[n] or 0) for n in (GC_ORPHAN_GRACE_MINUTES, COMPACTION_JOB_RETRY_MINUTES,
@@ -51,6 +56,12 @@ def check_combination(props: Mapping[str, str]) -> None:
         missing = [n for n in EMR_PROPERTIES if not eff[n]]
         if missing:
             raise PropertyError(f"{BULK_IMPORT_PLATFORM}=emr_serverless needs {' and '.join(missing)}")
+    if eff[INGEST_EVENTS_DEAD_LETTER_PREFIX] and not eff[INGEST_EVENTS_QUEUE]:
+        raise PropertyError(f"{INGEST_EVENTS_DEAD_LETTER_PREFIX} is set but {INGEST_EVENTS_QUEUE} is not: "
+                            "no event-driven ingest would use it")
+    if props.get(INGEST_EVENTS_VISIBILITY_SECONDS) and not eff[INGEST_EVENTS_QUEUE]:
+        raise PropertyError(f"{INGEST_EVENTS_VISIBILITY_SECONDS} is set but {INGEST_EVENTS_QUEUE} is not: "
+                            "no event-driven ingest would use it")
 
 
 def check_backend_limits(props: Mapping[str, str], limits: Mapping[str, tuple[int, str]], backend: str) -> None:

@@ -26,6 +26,7 @@ from statestore.properties.validators import (
     S3_PREFIX,
     SCHEDULE,
     SIZE,
+    SQS_QUEUE_URL,
     at_least,
     between,
     choice,
@@ -190,6 +191,24 @@ INGEST_BATCHER_JOB_MAX_FILES = _prop("ingest.batcher.job.max.files", "100", "Mos
 INGEST_BATCHER_JOB_MAX_AGE_SECONDS = _prop("ingest.batcher.job.max.age.seconds", "300",
                                            "Send a job below the minimum size once its oldest request is this old.",
                                            POSITIVE_INT)
+INGEST_EVENTS_QUEUE = _prop(
+    "ingest.events.queue", None,
+    "An SQS queue fed by S3 event notifications (ObjectCreated): each file it announces is queued for the "
+    "table's ingest batcher once, keyed by its message's id, and the table's ingest DAG runs on every batch "
+    "of messages. Unset: no event-driven ingest.", SQS_QUEUE_URL)
+INGEST_EVENTS_VISIBILITY_SECONDS = _prop(
+    "ingest.events.visibility.seconds", "60",
+    "How long the ingest DAG's land_events task keeps the queue messages it works on hidden at a time (it "
+    "renews this every half of it until each is landed): the delay before the messages of a run whose every "
+    "try was lost are delivered again and landed by another run (a try lost with its worker is retried on the "
+    "same messages at once). A message delivered again is a repeat (nothing twice).",
+    at_least(10, "the task renews the hold every half of it; much shorter, a slow store call between two "
+                 "renewals lets messages of a live run be delivered again"))
+INGEST_EVENTS_DEAD_LETTER_PREFIX = _prop(
+    "ingest.events.dead.letter.prefix", None,
+    "Where event-driven ingest copies a file that fails validation (not readable as its type, or not of the "
+    "table's schema), with a .reason.json object beside it; events for keys under it are ignored. Unset: "
+    "s3://<the file's bucket>/dead-letter/.", S3_PREFIX)
 WRITE_BUFFER_MAX_RECORDS = _prop(
     "write.buffer.max.records", "10000000",
     "Writes are refused (buffer full, flush pending) while the write buffer holds this many records.", POSITIVE_INT)

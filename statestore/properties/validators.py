@@ -135,6 +135,14 @@ def _s3_prefix(v: str) -> None:
         raise ValueError("expected an s3://bucket/prefix URI")
 
 
+_SQS_QUEUE_RE = re.compile(r"^https?://[^/\s]+/[0-9]{12}/[A-Za-z0-9_-]{1,80}(\.fifo)?$")
+
+
+def _sqs_queue_url(v: str) -> None:
+    if not _SQS_QUEUE_RE.match(v):
+        raise ValueError("expected an SQS queue URL, https://sqs.REGION.amazonaws.com/ACCOUNT/NAME")
+
+
 def _iso_time(v: str) -> None:
     from datetime import datetime
 
@@ -171,6 +179,8 @@ AGGREGATION = Kind("a list like sum(f1),max(f2) (sum, min or max of each value f
 CALLABLE_PATH = Kind("module.path:function", _callable_path)
 ROLE_ARN = Kind("an IAM role ARN, arn:aws:iam::ACCOUNT:role/NAME", _role_arn)
 S3_PREFIX = Kind("an s3://bucket/prefix URI", _s3_prefix)
+SQS_QUEUE_URL = Kind("an SQS queue URL, https://sqs.REGION.amazonaws.com/ACCOUNT/NAME (any host and port, e.g. "
+                     "a moto server's)", _sqs_queue_url)
 ISO_TIME = Kind("an ISO 8601 date or time, e.g. 2026-03-01 or 2026-03-01T06:00", _iso_time)
 POSITIVE_HOURS = Kind("a positive number of hours, e.g. 6 or 0.5", _positive_hours)
 SCHEDULE = Kind(f"a 5-field cron expression or one of {', '.join(CRON_PRESETS)}", _schedule)

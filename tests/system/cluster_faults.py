@@ -79,6 +79,12 @@ class Writer(threading.Thread):
 
 
 
+def worker_of(cluster: Any, pid: int) -> Optional[str]:
+    """The Celery worker (``airflow worker-1`` or ``-2``) process ``pid`` runs under, if any."""
+    chain = _ancestors(pid)
+    return next((n for n in ("airflow worker-1", "airflow worker-2") if cluster.piece(n).process.pid in chain), None)
+
+
 def _ancestors(pid: int) -> list[int]:
     out = []
     while pid > 1:
@@ -181,9 +187,7 @@ class Chaos:
         for ti in r.json().get("task_instances", []) if r.status_code == 200 else []:
             if not ti["dag_id"].startswith(f"sleeper_{self.table}_") or not ti.get("pid"):
                 continue
-            chain = _ancestors(int(ti["pid"]))
-            worker = next((n for n in ("airflow worker-1", "airflow worker-2")
-                           if self.cluster.piece(n).process.pid in chain), None)
+            worker = worker_of(self.cluster, int(ti["pid"]))
             if worker is not None:
                 out.append((ti, worker))
         return out

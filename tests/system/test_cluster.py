@@ -440,3 +440,117 @@ def test_an_emr_serverless_import_defers_to_the_clusters_triggerer_and_ends_on_a
     fired = events.index("Trigger fired event")
     assert "'status': 'success'" in lines[fired]["result"] and job["id"] in lines[fired]["result"], lines[fired]
     assert deferred < started < fired < events.index("Serverless job completed"), events
+
+
+EVENTS_TABLE = "events"
+#: the issue's 1,000 files take minutes on the cluster's one moto server (every S3, SQS and
+#: DynamoDB call of the drop, the watcher, landing and the batcher goes through its one
+#: thread), so the suite drops 200; SLEEPER_EVENT_FILES=1000 for the issue's figure
+EVENT_FILES = int(os.environ.get("SLEEPER_EVENT_FILES", "200"))
+RECORDS_PER_FILE = 10
+#: files a second the user drops, so the kill and its recovery fall within the drop
+DROP_RATE = 5.0
+#: the kill waits for this many uploads (runs are going by then)
+KILL_AFTER_FILES = EVENT_FILES // 4
+#: the table's visibility timeout: the killed run's messages come back this long after their receipt
+EVENTS_VISIBILITY_SECONDS = 30
+#: the work's time: the drop, then about a second a file on a loaded machine
+EVENTS_TIMEOUT = 120 + EVENT_FILES / DROP_RATE + EVENT_FILES
+#: the goal, from the last upload to the last record queryable
+LATENCY_GOAL_SECONDS = 10.0
+
+
+def test_files_dropped_into_the_bucket_under_a_worker_kill_are_each_queryable_once(cluster):
+    """Issue 37, item 1: :data:`EVENT_FILES` Parquet files dropped under ``incoming/`` (the cluster's
+    bucket notification sends each upload's message to its events queue), the table's
+    ingest DAG run by its watcher on each batch of messages, the Celery worker running a
+    ``land_events`` task killed while the drop goes on and restarted once the scheduler has
+    failed that try (the task's retry lands the run's same messages, what the lost try
+    landed being repeats). Then every record is queryable
+    exactly once, each file was queued once (its message id the request id) however often
+    its message was delivered, and the figures the issue asks are printed."""
+    from sleeper_ops import Sleeper
+    from tests.system.cluster_events import Dropper, LandingKill, deliveries, event_keys, watcher_trigger
+
+    layout = cluster.layout
+    queue = cluster.events_queue
+    none = {f"sleeper.table.schedule.{op}": "none" for op in ("flush", "compaction", "split", "gc", "ingest_batcher")}
+    sleeper = Sleeper(cluster.client_home)
+    table = sleeper.create_table(EVENTS_TABLE, SCHEMA, properties={
+        **none, "sleeper.table.ingest.events.queue": queue,
+        "sleeper.table.ingest.events.visibility.seconds": str(EVENTS_VISIBILITY_SECONDS)})
+    dag = f"sleeper_{EVENTS_TABLE}_ingest_batcher"
+    client = airflow_client(layout.api_url, cluster.admin_password)
+    triggerer_log = cluster.piece("airflow triggerer").log
+    log = Timeline()
+    try:
+        poll(lambda: client.get(f"/api/v2/dags/{dag}").status_code == 200, f"the {dag} DAG", 120)
+        trigger_id = poll(lambda: watcher_trigger(client, f"sleeper://{EVENTS_TABLE}/events"),
+                          "the watcher's trigger", 60)
+        started_line = f"trigger ID {trigger_id} starting"  # a watcher's trigger is named by its id alone
+        poll(lambda: started_line in triggerer_log.read_text(errors="replace"), "the triggerer to start the watcher",
+             60)
+        starts_before = triggerer_log.read_text(errors="replace").count(started_line)
+        log("the table's ingest DAG is parsed and its watcher runs in the triggerer")
+
+        dropper = Dropper(_aws_client(layout, "s3"), layout.bucket, EVENT_FILES, RECORDS_PER_FILE, DROP_RATE)
+        kill = LandingKill(cluster, client, dag, log, KILL_AFTER_FILES)
+        dropper.start()
+        expected = EVENT_FILES * RECORDS_PER_FILE
+        deadline = time.monotonic() + EVENTS_TIMEOUT
+        committed, done_at = 0, 0.0
+        while committed < expected or not kill.done:
+            kill.step(dropper.uploaded)
+            assert dropper.error is None, dropper.error
+            if dropper.last_at is not None and committed < expected:
+                committed = sum(r.record_count for r in table.state().references.values())
+                done_at = time.monotonic()
+            assert time.monotonic() < deadline, (
+                f"{committed} of {expected} records after {EVENTS_TIMEOUT:g} s ({dropper.uploaded} files uploaded):\n"
+                f"{log.text()}\n"
+                + "\n".join(f"run {r['dag_run_id']} {r['state']}:\n{run_report(client, dag, r['dag_run_id'])}"
+                            for r in client.get(f"/api/v2/dags/{dag}/dagRuns", params={"limit": 1000}).json()[
+                                "dag_runs"] if r["state"] != "success"))
+            time.sleep(0.2)
+        assert dropper.last_at is not None and kill.killed is not None
+        latency = done_at - dropper.last_at
+        log(f"last of {EVENT_FILES} uploads at {dropper.last_at - log.start:.1f} s; every record committed "
+            f"{latency:.1f} s later")
+        assert client.patch(f"/api/v2/dags/{dag}", json={"is_paused": True}).status_code == 200
+        runs = client.get(f"/api/v2/dags/{dag}/dagRuns", params={"limit": 1000}).json()["dag_runs"]
+        retried = client.get(f"/api/v2/dags/{dag}/dagRuns/{kill.killed[1]}/taskInstances/land_events").json()
+        log(f"the killed run's land_events: {retried['state']} on try {retried['try_number']}")
+        tasks = client.get(f"/api/v2/dags/{dag}/dagRuns/~/taskInstances", params={"limit": 1000}).json()[
+            "task_instances"]
+        events, delivered, distinct = deliveries(client, f"sleeper://{EVENTS_TABLE}/events")
+        starts = triggerer_log.read_text(errors="replace").count(started_line) - starts_before
+    finally:
+        print("\ntimeline (seconds since the watcher ran):\n" + log.text())
+        client.close()
+
+    keys = Counter(table.query(ranges=[("", None)]).column("key").to_pylist())
+    doubled = {k: n for k, n in keys.items() if n > 1}
+    assert doubled == {}, f"records stored twice: {list(doubled)[:10]}"
+    wanted = {k for n in range(EVENT_FILES) for k in event_keys(n, RECORDS_PER_FILE)}
+    assert set(keys) == wanted, (len(set(keys) - wanted), len(wanted - set(keys)))
+    requests = sleeper.state_store.list_ingest_requests(table.info.table_id, limit=None)
+    assert Counter(r.status for r in requests) == {"ingested": EVENT_FILES}
+    assert len({r.filename for r in requests}) == EVENT_FILES  # each file queued once, whatever was redelivered
+    assert distinct >= EVENT_FILES  # each file's message (and moto's test event) reached the watcher
+    assert starts > 1, "the triggerer never started the watcher's SqsSensorTrigger again after an event"
+    # the lost try's messages were landed by its retry, on the run's same messages
+    assert (retried["state"], retried["try_number"]) == ("success", kill.killed[2] + 1), retried
+    dead = _aws_client(layout, "sqs").get_queue_attributes(QueueUrl=f"{queue}-dead", AttributeNames=[
+        "ApproximateNumberOfMessages"])["Attributes"]["ApproximateNumberOfMessages"]
+    assert dead == "0", f"{dead} messages went to the dead-letter queue (received too often while waiting)"
+    states = Counter(r["state"] for r in runs)
+    print(f"\nevent-driven ingest: {EVENT_FILES} files, {sum(keys.values())} records, each once (duplicates: 0); "
+          f"{delivered - distinct} redeliveries seen ({delivered} messages delivered in {events} asset events, "
+          f"{distinct} distinct); {len(runs)} DAG runs {dict(states)}; the watcher's trigger started {starts} times; "
+          f"latency from the last upload to the last record queryable: {latency:.1f} s "
+          f"(goal {LATENCY_GOAL_SECONDS:g} s); drop of {EVENT_FILES} files took "
+          f"{dropper.last_at - (dropper.first_at or 0):.1f} s; load average {os.getloadavg()[0]:.1f}")
+    print("tasks (run created, task, state, seconds): " + "; ".join(
+        f"{t['dag_run_id'][17:36]} {t['task_id']} {t['state']} {t['duration'] or 0:.1f}"
+        for t in sorted(tasks, key=lambda t: (t["dag_run_id"], t["task_id"] != "land_events"))))
+    sleeper.close()

@@ -12,8 +12,9 @@ from typing import Any
 
 PACKAGE = "sleeper-airflow"
 _PROVIDER = "sleeper_ops.airflow"
-_OPERATORS = ("base", "ingest", "maintenance", "compaction", "spark_compaction", "bulk_import", "emr", "export")
-_TRIGGERS = ("buffer", "visible", "import_input", "spark_service")
+_OPERATORS = ("base", "ingest", "maintenance", "compaction", "spark_compaction", "bulk_import", "emr", "export",
+              "events")
+_TRIGGERS = ("buffer", "visible", "import_input", "spark_service", "events")
 _SENSORS = ("visible", "import_input")
 _HOOK = "sleeper_ops.airflow.hooks.sleeper"
 _ASSETS = "sleeper_ops.airflow.assets.sleeper"

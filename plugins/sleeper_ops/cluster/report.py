@@ -8,7 +8,9 @@ import threading
 from typing import Any, Callable, Iterator
 
 from sleeper_ops.cluster.environment import AWS_CONN, SLEEPER_CONN, process_environment
+from sleeper_ops.cluster.event_queue import EVENTS_PREFIX
 from sleeper_ops.cluster.run import RunningCluster
+from statestore.properties import INGEST_EVENTS_QUEUE
 
 #: the line a caller (a user, a test) waits for
 READY_LINE = "cluster ready"
@@ -25,6 +27,8 @@ def ready_lines(c: RunningCluster) -> list[str]:
         f"state store: {layout.state_store}; data: s3://{layout.bucket}/data on {layout.aws_endpoint}; "
         f"task logs: {worker_env['AIRFLOW__LOGGING__REMOTE_BASE_LOG_FOLDER']}",
         f"Spark: master {layout.spark_master}, service {layout.spark_service or '(not started)'}",
+        f"event-driven ingest: files created under s3://{layout.bucket}/{EVENTS_PREFIX} are announced on "
+        f"{c.events_queue} (a table's {INGEST_EVENTS_QUEUE})",
         "connections given to every Airflow process (AIRFLOW_CONN_*):",
         f"  sleeper_default = {worker_env[SLEEPER_CONN]}",
         f"  aws_default     = {worker_env[AWS_CONN]}",

@@ -42,6 +42,7 @@ from typing import Any, Iterator, Optional
 import tomli_w
 
 from sleeper_ops.cluster import environment as envs
+from sleeper_ops.cluster.event_queue import create_event_queue
 from sleeper_ops.cluster.processes import (
     clean_environment,
     kill_group,
@@ -78,6 +79,9 @@ class RunningCluster:
     spark: Optional[StandingCluster] = None
     admin_password: Optional[str] = None
     started_seconds: float = 0.0
+    #: the SQS queue the bucket's ObjectCreated events under ``incoming/`` go to
+    #: (:mod:`sleeper_ops.cluster.event_queue`)
+    events_queue: Optional[str] = None
     #: processes that did not stop on SIGTERM within the grace period and were killed
     killed: list[str] = field(default_factory=list)
 
@@ -217,6 +221,8 @@ def running_cluster(work: Path, *, state_store: str = "dynamodb", api_port: int 
             airflow_pieces.append(piece)
         wait_for_log(redis, r"Ready to accept connections", deadline)
         wait_for_log(moto, r"moto server at http", deadline)
+        cluster.events_queue = create_event_queue(layout.aws_endpoint, layout.bucket, access_key=AWS_KEYS[0],
+                                                  secret_key=AWS_KEYS[1], region=AWS_REGION)
         if spark:
             spark_cluster = stack.enter_context(standing_cluster(
                 work / "spark", workers=2, cores=1, memory=spark_memory, master_port=int(layout.spark_master

@@ -268,15 +268,15 @@ def requeue_abandoned(store: StateStore, table_id: str, *, stale_after_seconds: 
 
 def run_ingest_batcher(sleeper: RunnerSource, table_name: str, *, now_ms: Optional[int] = None,
                        run_id: Optional[str] = None, max_attempts: Optional[int] = 3,
-                       stale_after_seconds: float = 3600.0) -> BatcherReport:
+                       stale_after_seconds: float = 3600.0, send_now: bool = False) -> BatcherReport:
     """:func:`run_batcher` for table ``table_name`` of ``sleeper``, with its runners."""
     return run_batcher(sleeper.state_store, sleeper.batcher_runners(table_name), now_ms=now_ms, run_id=run_id,
-                       max_attempts=max_attempts, stale_after_seconds=stale_after_seconds)
+                       max_attempts=max_attempts, stale_after_seconds=stale_after_seconds, send_now=send_now)
 
 
 def run_batcher(store: StateStore, runners: JobRunners, *, now_ms: Optional[int] = None,
                 run_id: Optional[str] = None, max_attempts: Optional[int] = 3,
-                stale_after_seconds: float = 3600.0) -> BatcherReport:
+                stale_after_seconds: float = 3600.0, send_now: bool = False) -> BatcherReport:
     """Group the table's pending requests into jobs and run them with ``runners`` (see
     the module docstring).
 
@@ -285,13 +285,17 @@ def run_batcher(store: StateStore, runners: JobRunners, *, now_ms: Optional[int]
         run_id: recorded on each job (e.g. the Airflow ``dag_id/run_id``).
         max_attempts: failures after which a request is marked ``failed`` (None: never).
         stale_after_seconds: requeue requests of jobs with no progress for this long.
+        send_now: send every group now, however small or young (the jobs still respect the
+            table's max size and max files): event-driven ingest's runs, which ingest what
+            their messages announced at once.
     """
     info = runners.info
     now = clock.now_ms() if now_ms is None else now_ms
     report = BatcherReport(info.name)
     report.requeued = requeue_abandoned(store, info.table_id, stale_after_seconds=stale_after_seconds, now_ms=now)
     pending = store.pending_ingest_requests(info.table_id)
-    groups = plan_ingest_jobs(pending, BatcherLimits.of(info), now)
+    limits = BatcherLimits.of(info)
+    groups = plan_ingest_jobs(pending, replace(limits, min_size=0) if send_now else limits, now)
     for group in groups:
         report.jobs.append(_run_job(store, runners, group, run_id=run_id, max_attempts=max_attempts))
     report.waiting = len(pending) - sum(len(g) for g in groups)

@@ -41,7 +41,9 @@ files are committed to the table (the asset ``sleeper://<table>``, which ingest,
 batcher, bulk import and flush update with ``files`` and ``rows`` as extras). The flush DAG
 also runs when the table's write buffer passes ``sleeper.table.write.buffer.flush.records``
 or ``.flush.age.seconds``: an asset watcher in the triggerer (see
-:mod:`sleeper_ops.airflow.triggers.buffer` for why not a sensor). The compaction DAG's ``create_jobs``
+:mod:`sleeper_ops.airflow.triggers.buffer` for why not a sensor). The ingest batcher DAG
+also runs on each batch of S3 event messages of ``sleeper.table.ingest.events.queue``,
+landing them first (:mod:`sleeper_ops.orchestration.event_ingest`). The compaction DAG's ``create_jobs``
 branches to ``run_local`` (in the worker) or ``run_spark`` (spark-submit of
 ``spark_apps/compaction.py`` in the ``spark`` pool) by the ``runner`` param, which
 defaults to the table's ``sleeper.table.compaction.runner``; it takes the run's lease
@@ -81,11 +83,13 @@ from sleeper_ops.config import SleeperConfig
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.orchestration.dag_problems import backfill_refusal, build_each, build_problem
 from sleeper_ops.orchestration.dag_settings import (
+    asset_schedule,
     dated_retry_delay,
     import_key_template,
     spark_deferrable,
     spark_durable,
 )
+from sleeper_ops.orchestration.event_ingest import ingest_tasks
 from statestore.properties import (
     BULK_IMPORT_PLATFORM,
     BULK_IMPORT_SOURCE,
@@ -250,8 +254,7 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
                                  description=f"Where the jobs run (default: the table's {COMPACTION_RUNNER}).")
     dag = DAG(
         dag_id_for(table.name, operation),
-        schedule=(_compaction_schedule(table) if operation == "compaction"
-                  else _flush_schedule(table) if operation == "flush" else schedule_of(table, operation)),
+        schedule=asset_schedule(table, operation, schedule_of(table, operation)),
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
@@ -270,37 +273,6 @@ def build_dag(table: TableInfo, operation: str) -> DAG:
     else:
         _one_task(dag, table, operation)
     return dag
-
-
-def _compaction_schedule(table: TableInfo) -> Any:
-    """The compaction DAG runs on its cron *or* when files are committed to the table
-    (the asset ``sleeper://<table>``); manual only when the cron is ``none``."""
-    from airflow.timetables.assets import AssetOrTimeSchedule
-    from airflow.timetables.trigger import CronTriggerTimetable
-
-    from sleeper_ops.airflow.assets.sleeper import table_asset
-
-    cron = schedule_of(table, "compaction")
-    if cron is None:
-        return None
-    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=[table_asset(table.name)])
-
-
-def _flush_schedule(table: TableInfo) -> Any:
-    """The flush DAG runs on its cron *or* when the buffer passes its thresholds (the
-    watched asset ``sleeper://<table>/buffer``); on the asset alone when the cron is ``none``."""
-    from airflow.timetables.assets import AssetOrTimeSchedule
-    from airflow.timetables.trigger import CronTriggerTimetable
-
-    from sleeper_ops.airflow.triggers.buffer import buffer_asset
-    from sleeper_ops.ingest.buffer import buffer_limits
-
-    _, flush_records, flush_age = buffer_limits(table)
-    asset = buffer_asset(table.name, flush_records=flush_records, flush_age_seconds=flush_age)
-    cron = schedule_of(table, "flush")
-    if cron is None:
-        return [asset]
-    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=[asset])
 
 
 #: maintenance runs now, on state as it is: a backfill of past dates means nothing to them
@@ -375,7 +347,7 @@ def _dated_dag(table: TableInfo, operation: str) -> DAG:
 
 
 def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
-    from sleeper_ops.airflow.operators import ingest, maintenance
+    from sleeper_ops.airflow.operators import maintenance
 
     if operation == "split":
         maintenance.SleeperSplitOperator(task_id=operation, dag=dag, table=table.name)
@@ -384,7 +356,7 @@ def _one_task(dag: DAG, table: TableInfo, operation: str) -> None:
     elif operation == "flush":
         maintenance.SleeperFlushOperator(task_id=operation, dag=dag, table=table.name)
     else:
-        ingest.SleeperIngestBatcherOperator(task_id=operation, dag=dag, table=table.name)
+        ingest_tasks(dag, table)
 
 
 def _compaction_tasks(dag: DAG, table: TableInfo) -> None:

@@ -136,6 +136,16 @@ def test_batcher_leaves_a_young_small_group_waiting(sleeper: Sleeper, input_dir:
     assert [j.status for j in report.jobs] == ["committed"] and all_keys(sleeper, "t") == list(range(5))
 
 
+def test_sent_now_a_young_small_group_is_ingested_at_once_in_jobs_of_at_most_max_files(sleeper: Sleeper,
+                                                                                         input_dir: Path) -> None:
+    sleeper.create_table("t", SCHEMA, properties={INGEST_BATCHER_JOB_MAX_FILES: "2"})  # default min size 1G
+    files = [write_input(input_dir, f"{n}.parquet", range(n * 10, n * 10 + 10)) for n in range(3)]
+    submit_ingest_requests(sleeper, "t", files, received_ms=1_000_000)
+    report = run_ingest_batcher(sleeper, "t", now_ms=1_000_001, send_now=True)
+    assert [(j.status, len(j.files)) for j in report.jobs] == [("committed", 2), ("committed", 1)]
+    assert report.waiting == 0 and sorted(all_keys(sleeper, "t")) == list(range(30))
+
+
 def test_offline_table_still_takes_ingest(sleeper: Sleeper, input_dir: Path) -> None:
     sleeper.create_table("t", SCHEMA, properties={**SMALL_BATCHES, "sleeper.table.online": "false"})
     submit_ingest_requests(sleeper, "t", [write_input(input_dir, "a.parquet", range(5))])

@@ -2,7 +2,8 @@
 providers manager (``asset-uris``).
 
 A Sleeper asset is ``sleeper://<table>`` (files committed to the table) or
-``sleeper://<table>/buffer`` (its write buffer passed a flush threshold).
+``sleeper://<table>/buffer`` (its write buffer passed a flush threshold) or
+``sleeper://<table>/events`` (a batch of S3 event messages on its events queue).
 :func:`sanitize_uri` refuses anything else (no table, a name Sleeper would refuse,
 credentials, a port, a query, another path) with a ValueError saying why;
 :func:`convert_asset_to_openlineage` names the table's dataset as the operators'
@@ -18,7 +19,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from statestore.catalog import table_name_problem
 
-_PATHS = ("", "/", "/buffer")
+_PATHS = ("", "/", "/buffer", "/events")
 
 
 def table_asset(table: str) -> Any:
@@ -42,14 +43,16 @@ def sanitize_uri(uri: SplitResult) -> SplitResult:
     """``uri`` if it is a Sleeper asset URI (see the module docstring), else ValueError."""
     table = uri.netloc
     if not table:
-        raise ValueError("a sleeper:// asset URI names a table: sleeper://<table> or sleeper://<table>/buffer")
+        raise ValueError("a sleeper:// asset URI names a table: sleeper://<table>, sleeper://<table>/buffer "
+                         "or sleeper://<table>/events")
     if "@" in table or ":" in table:
         raise ValueError(f"a sleeper:// asset URI holds no credentials or port: {table!r}")
     problem = table_name_problem(table)
     if problem:
         raise ValueError(f"sleeper://{table}: {problem}")
     if uri.path not in _PATHS or uri.query or uri.fragment:
-        raise ValueError(f"sleeper://{table}{uri.path}: the only path is /buffer, and no query or fragment")
+        raise ValueError(f"sleeper://{table}{uri.path}: the only paths are /buffer and /events, "
+                         "and no query or fragment")
     return uri
 
 

@@ -75,10 +75,16 @@ class SleeperIngestOperator(SleeperOperator):
 
 class SleeperIngestBatcherOperator(SleeperOperator):
     """Group the table's pending ingest requests into jobs and run them; fails if a job
-    failed (its requests go back to pending for a later run)."""
+    failed (its requests go back to pending for a later run).
 
-    def __init__(self, **kwargs: Any) -> None:
+    Args:
+        send_now: send every pending request now, not waiting for the table's job min size
+            or max age (jobs still respect its max size and max files).
+    """
+
+    def __init__(self, *, send_now: bool = False, **kwargs: Any) -> None:
         super().__init__(**with_commit_outlets(kwargs))
+        self.send_now = send_now
 
     def execute(self, context: Any) -> str:
         from sleeper_ops.ingest.batcher import run_ingest_batcher
@@ -88,7 +94,7 @@ class SleeperIngestBatcherOperator(SleeperOperator):
         extras: list[dict[str, Any]] = []
 
         def run(t: Any, run_id: str) -> Any:
-            reports.append(run_ingest_batcher(t.sleeper, t.name, run_id=run_id))
+            reports.append(run_ingest_batcher(t.sleeper, t.name, run_id=run_id, send_now=self.send_now))
             r = reports[-1]
             files = sum(j.written for j in r.committed)
             extras.append(commit_extra(t.sleeper, t.name, files=files, rows=r.records))
