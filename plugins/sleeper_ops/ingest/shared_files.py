@@ -31,8 +31,8 @@ from statestore.files import FileReference
 from statestore.partitions import Partition
 from statestore.schema import Schema
 
-#: the fewest rows worth a file of their own: a chunk smaller than this times the files
-#: asked for is written as fewer files (one object a leaf's worth of rows is not worth)
+#: the fewest rows worth a file of their own: a chunk of fewer rows than this times the
+#: files asked for is written as fewer files (a small append is one file, one object)
 MIN_FILE_ROWS = 65_536
 
 
