@@ -414,10 +414,11 @@ def test_an_emr_serverless_import_defers_to_the_clusters_triggerer_and_ends_on_a
         ti = client.get(f"/api/v2/dags/{dag}/dagRuns/{run['dag_run_id']}/taskInstances/bulk_import").json()
         assert (run["state"], ti["state"], ti["try_number"]) == ("success", "success", 1), ti
         assert ti["executor"] in (None, "CeleryExecutor") and ti["hostname"], ti
-        # the worker uploads the log once the task process ends, just after the task's state is set
+        # the worker uploads each part of the log once its task process ends, just after the
+        # task's state is set: wait for both parts (the deferral's and the resumed one's)
         def resumed_log() -> str | None:
             text = task_log(client, dag, run["dag_run_id"], "bulk_import", 1)
-            return text if "Serverless job completed" in text else None
+            return text if "Serverless job completed" in text and "Pausing task as DEFERRED." in text else None
         logs = poll(resumed_log, "the resumed task's log in the bucket", 60)
     finally:
         client.close()
