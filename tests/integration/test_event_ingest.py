@@ -159,9 +159,7 @@ def test_the_land_events_task_lands_settles_and_a_second_run_over_the_same_batch
     from tests.unit.sleeper_ops.operator_runner import execute_task
 
     sleeper, queue, s3, sqs = events
-    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
-        "conn_type": "aws", "login": "test", "password": "test",
-        "extra": {"region_name": "us-east-1", "endpoint_url": moto_url}}))
+    _aws_default_on(monkeypatch, moto_url)
     for i in range(3):
         s3.put_object(Bucket=BUCKET, Key=f"in/f{i}.parquet", Body=parquet(pa.table({
             "k": pa.array([i * 10 + j for j in range(10)], pa.int64()), "v": pa.array(["x"] * 10)})))
@@ -192,9 +190,7 @@ def test_the_land_events_task_keeps_the_messages_it_has_not_landed_hidden_for_it
     from tests.unit.sleeper_ops.operator_runner import execute_task
 
     sleeper, queue, s3, sqs = events
-    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
-        "conn_type": "aws", "login": "test", "password": "test",
-        "extra": {"region_name": "us-east-1", "endpoint_url": moto_url}}))
+    _aws_default_on(monkeypatch, moto_url)
     for i in range(12):
         s3.put_object(Bucket=BUCKET, Key=f"in/h{i}.parquet", Body=parquet(pa.table({
             "k": pa.array([i], pa.int64()), "v": pa.array(["x"])})))
@@ -252,9 +248,7 @@ def test_the_task_fails_naming_a_message_that_is_no_notification_after_settling_
     from tests.unit.sleeper_ops.operator_runner import execute_task
 
     sleeper, queue, s3, sqs = events
-    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
-        "conn_type": "aws", "login": "test", "password": "test",
-        "extra": {"region_name": "us-east-1", "endpoint_url": moto_url}}))
+    _aws_default_on(monkeypatch, moto_url)
     s3.put_object(Bucket=BUCKET, Key="in/one.parquet", Body=parquet(pa.table({
         "k": pa.array(range(4), pa.int64()), "v": pa.array(["x"] * 4)})))
     junk = sqs.send_message(QueueUrl=queue, MessageBody="hello")["MessageId"]
@@ -269,3 +263,10 @@ def test_the_task_fails_naming_a_message_that_is_no_notification_after_settling_
     assert [m["MessageId"] for m in receive_all(sqs, queue)
             if m["MessageId"] in {r["MessageId"] for r in raw}] == [junk]  # only the junk comes back
     assert run_ingest_batcher(sleeper, "events").records == 4
+
+
+def _aws_default_on(monkeypatch: pytest.MonkeyPatch, moto_url: str) -> None:
+    """Airflow's ``aws_default`` connection pointed at the moto server."""
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
+        "conn_type": "aws", "login": "test", "password": "test",
+        "extra": {"region_name": "us-east-1", "endpoint_url": moto_url}}))
