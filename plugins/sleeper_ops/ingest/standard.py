@@ -52,6 +52,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
+import numpy as np
 import pyarrow as pa
 
 from sleeper_ops.engine.key_order import rows_at, sorted_leaf_slices
@@ -61,6 +62,7 @@ from sleeper_ops.errors import IngestError
 from sleeper_ops.heartbeat import Heartbeat
 from sleeper_ops.ingest.attempt import IngestAttempt
 from sleeper_ops.ingest.digests import arrow_digest, files_digest
+from sleeper_ops.ingest.key_first import ParquetChunk
 from sleeper_ops.ingest.shared_files import IngestOutput, leaf_groups, take_group, write_group
 from sleeper_ops.io.datafile import ParquetSettings, sketch_key, write_data_file
 from sleeper_ops.io.inputs import check_readable, read_batches
@@ -77,6 +79,8 @@ from statestore.transactions import AddFiles
 _T = TypeVar("_T")
 _I = TypeVar("_I")
 Progress = Callable[[int], None]  # called with the number of records just read
+#: reads an ingest's input and writes its files: (tree, attempt, spill root, result) -> outputs
+Reader = Callable[[PartitionTree, IngestAttempt, str, "IngestResult"], list[IngestOutput]]
 
 
 @dataclass
@@ -139,6 +143,11 @@ class IngestRunner:
         if not paths:
             raise IngestError("no input files given")
         located = [(p if p.startswith("s3://") else os.path.abspath(p), check_readable(p, self.s3)) for p in paths]
+        whole = ParquetChunk.of(paths, self.schema, self.s3, max_rows=self.max_chunk_rows,
+                                max_bytes=self.max_chunk_bytes)
+        if whole is not None:  # one chunk of Parquet: keys read first, sorted while the rest is read
+            return self._ingest(functools.partial(self._read_key_first, whole, progress=progress),
+                                files_digest(located))
 
         def batches() -> Iterable[pa.RecordBatch]:
             for p in paths:
@@ -159,6 +168,11 @@ class IngestRunner:
         """Ingest batches already conformed to the table's Arrow schema (see the module
         docstring for what is kept and what is deleted on failure). ``digest``: of the
         request, kept with ``request_id`` (a stream of batches has none: refused)."""
+        return self._ingest(functools.partial(self._read_and_write, batches, progress=progress), digest)
+
+    def _ingest(self, read_and_write: Reader, digest: Optional[str]) -> IngestResult:
+        """The ingest around ``read_and_write``, which reads the input and writes its
+        files (see the module docstring for what is kept and deleted on failure)."""
         start = time.perf_counter()
         write = None
         if self.request_id is not None:
@@ -185,7 +199,7 @@ class IngestRunner:
         beating = Heartbeat(self.state_store, self.table, [attempt.record.job_id]).start()
         try:
             try:
-                written = self._read_and_write(batches, tree, attempt, spill_root, result, progress)
+                written = read_and_write(tree, attempt, spill_root, result)
                 refs = [ref for out in written for ref in out.references(horizon)]
                 missing = [out.file.key for out in written if self.objects.head(out.file.key) is None]
                 if missing:
@@ -210,8 +224,20 @@ class IngestRunner:
         result.seconds = time.perf_counter() - start
         return result
 
+    def _read_key_first(self, chunk: ParquetChunk, tree: PartitionTree, attempt: IngestAttempt, spill_root: str,
+                        result: IngestResult, *, progress: Optional[Progress]) -> list[IngestOutput]:
+        """Read Parquet inputs that fit one chunk, sorting their key columns while the
+        other columns are read (:mod:`sleeper_ops.ingest.key_first`), and write them."""
+        def sort(keys: pa.Table) -> object:
+            return sorted_leaf_slices(keys, tree, self.schema) if keys.num_rows else None
+        table, fast = chunk.read(self.schema, self.s3, sort)
+        result.records += table.num_rows
+        if progress:
+            progress(table.num_rows)
+        return self._write_sorted(table, fast, tree, attempt) if table.num_rows else []  # type: ignore[arg-type]
+
     def _read_and_write(self, batches: Iterable[pa.RecordBatch], tree: PartitionTree, attempt: IngestAttempt,
-                        spill_root: str, result: IngestResult,
+                        spill_root: str, result: IngestResult, *,
                         progress: Optional[Progress]) -> list[IngestOutput]:
         """Read every batch into sorted chunks (spilled when more than one) and write
         the data files (:meth:`_write_direct`, :meth:`_merge_runs`)."""
@@ -331,7 +357,11 @@ class IngestRunner:
         overlaps the saving of the job record that names the outputs, and each write
         waits for it."""
         table = pa.Table.from_batches(chunk).combine_chunks()
-        fast = sorted_leaf_slices(table, tree, self.schema)
+        return self._write_sorted(table, sorted_leaf_slices(table, tree, self.schema), tree, attempt)
+
+    def _write_sorted(self, table: pa.Table, fast: Optional[tuple[np.ndarray, list[tuple[Partition, int, int]]]],
+                      tree: PartitionTree, attempt: IngestAttempt) -> list[IngestOutput]:
+        """:meth:`_write_direct` of ``table`` with its :func:`sorted_leaf_slices` answer ``fast``."""
         if fast is None:
             items = self._by_leaf_sorting(table, tree)
             firsts = [leaf.id for leaf, _ in items]  # each file's (first) leaf, which its key names

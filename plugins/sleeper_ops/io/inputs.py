@@ -98,29 +98,34 @@ def conform(batch: pa.RecordBatch, schema: Schema, source: str, *, strings_as_ba
     for n in batch.schema.names:
         if n not in target.names:
             raise IngestError(f"{source}: column {n!r} is not in the table schema")
-    cols = []
-    for f in target:
-        c = batch.column(f.name)
-        if c.type != f.type:
-            sf = schema.field(f.name)
-            if pa.types.is_dictionary(c.type):
-                c = c.dictionary_decode()
-            if (strings_as_base64 and sf.type == "ByteArrayType"
-                    and (pa.types.is_string(c.type) or pa.types.is_large_string(c.type))):
-                c = _decode_base64(c, source, f.name)
-            elif _kind(c.type) not in (_kind(f.type), "null"):
-                raise IngestError(f"{source}: column {f.name!r} holds {c.type}, which cannot be read as "
-                                  f"{type_name(sf.type)}")
-            if c.type != f.type:
-                try:
-                    c = c.cast(f.type, safe=True)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-                    raise IngestError(f"{source}: column {f.name!r} holds {c.type}, which cannot be read as "
-                                      f"{type_name(sf.type)}: {_first_line(e)}") from e
-        if not f.nullable and c.null_count:
-            raise IngestError(f"{source}: key column {f.name!r} has {c.null_count} null values")
-        cols.append(c)
+    cols = [conform_column(batch.column(f.name), f, schema, source, strings_as_base64=strings_as_base64)
+            for f in target]
     return pa.RecordBatch.from_arrays(cols, schema=target)
+
+
+def conform_column(c: pa.Array | pa.ChunkedArray, f: pa.Field, schema: Schema, source: str, *,
+                   strings_as_base64: bool = True) -> Any:
+    """Column ``c`` as the type of the schema's field ``f`` (see :func:`conform`), or IngestError."""
+    if c.type != f.type:
+        sf = schema.field(f.name)
+        if pa.types.is_dictionary(c.type):
+            c = c.dictionary_decode() if isinstance(c, pa.Array) else pa.chunked_array(
+                [chunk.dictionary_decode() for chunk in c.chunks], c.type.value_type)
+        if (strings_as_base64 and sf.type == "ByteArrayType"
+                and (pa.types.is_string(c.type) or pa.types.is_large_string(c.type))):
+            c = _decode_base64(c, source, f.name)
+        elif _kind(c.type) not in (_kind(f.type), "null"):
+            raise IngestError(f"{source}: column {f.name!r} holds {c.type}, which cannot be read as "
+                              f"{type_name(sf.type)}")
+        if c.type != f.type:
+            try:
+                c = c.cast(f.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+                raise IngestError(f"{source}: column {f.name!r} holds {c.type}, which cannot be read as "
+                                  f"{type_name(sf.type)}: {_first_line(e)}") from e
+    if not f.nullable and c.null_count:
+        raise IngestError(f"{source}: key column {f.name!r} has {c.null_count} null values")
+    return c
 
 
 def _decode_base64(col: pa.Array, source: str, name: str) -> pa.Array:

@@ -114,3 +114,12 @@ def test_keys_mostly_alike_in_their_first_distinct_bytes_take_the_other_path() -
     assert sorted_leaf_slices(pa.table({"k": urls}), tree, schema) is None
     spread = [f"{i:06d}-https://example.org/" for i in range(1000)]
     assert sorted_leaf_slices(pa.table({"k": spread}), tree, schema) is not None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 5) | st.sampled_from([2**63, 2**64 - 1, 1 << 16]),
+                max_size=300))
+def test_the_radix_sort_gives_the_order_of_a_stable_sort_by_python(values: list[int]) -> None:
+    numbers = np.array(values, dtype=np.uint64)
+    model = sorted(range(len(values)), key=lambda i: values[i])  # Python's sort is stable
+    assert key_order.radix_argsort(numbers).tolist() == model

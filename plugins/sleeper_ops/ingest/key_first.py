@@ -1,0 +1,110 @@
+"""Parquet inputs that fit one ingest chunk, read key columns first.
+
+A chunk's sort needs only its key columns (row keys, then sort keys for ties), so when
+every input is a Parquet file and together they fit one chunk (their footers say how
+many rows and uncompressed bytes), the key columns are read first and the sort runs on
+them while another thread reads the remaining columns: the read of the values
+overlaps the sort instead of preceding it. The rows, their order and every refusal are
+those of the streaming read (:func:`sleeper_ops.io.inputs.read_batches`): the same
+columns, conformed by the same rules, files in the order given, each file's rows in
+its own order; a column missing or not in the schema is refused from the footer,
+before anything is read, with the same message.
+
+Memory is bounded as the streaming read's is: the path is taken only when the files'
+rows and uncompressed bytes are within the chunk's limits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sleeper_ops.errors import IngestError
+from sleeper_ops.io.arrow_schema import arrow_schema
+from sleeper_ops.io.inputs import _first_line, conform_column, detect_format, resolve
+from sleeper_ops.io.storage import S3Options
+from statestore.schema import Schema
+
+#: what the caller does with the key columns while the other columns are read: its
+#: answer comes back with the whole table
+Sorter = Callable[[pa.Table], object]
+
+
+@dataclass(frozen=True)
+class ParquetChunk:
+    """Parquet inputs that together fit one chunk, with their footers' row count."""
+
+    paths: tuple[str, ...]
+    rows: int
+
+    @classmethod
+    def of(cls, paths: Sequence[str], schema: Schema, s3: Optional[S3Options], *, max_rows: int,
+           max_bytes: int) -> Optional[ParquetChunk]:
+        """The chunk of ``paths``, or None when one is not Parquet or together they
+        exceed ``max_rows`` or ``max_bytes`` uncompressed (the streaming read applies).
+        A file whose columns are not the schema's is refused here (IngestError)."""
+        if any(detect_format(p) != "parquet" for p in paths):
+            return None
+        target = arrow_schema(schema)
+        rows = size = 0
+        for p in paths:
+            md = _footer(p, s3)
+            present = md.schema.to_arrow_schema().names
+            for f in target:
+                if f.name not in present:
+                    raise IngestError(f"{p}: column {f.name!r} of the table schema is missing")
+            for n in present:
+                if n not in target.names:
+                    raise IngestError(f"{p}: column {n!r} is not in the table schema")
+            rows += md.num_rows
+            size += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+            if rows > max_rows or size > max_bytes:
+                return None
+        return cls(tuple(paths), rows)
+
+    def read(self, schema: Schema, s3: Optional[S3Options], sort: Sorter) -> tuple[pa.Table, object]:
+        """Every row as one table of the schema's columns, and ``sort``'s answer for the
+        key columns, which it was given while the other columns were being read."""
+        keys = schema.key_names
+        others = [f.name for f in schema.all_fields if f.name not in keys]
+        with contextlib.ExitStack() as stack:
+            rest = None
+            if others:
+                pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="ingest-read"))
+                rest = pool.submit(self._columns, schema, s3, others)
+            key_table = self._columns(schema, s3, keys)
+            answer = sort(key_table)
+            values = rest.result() if rest is not None else None
+        target = arrow_schema(schema)
+        columns = [key_table.column(f.name) if f.name in keys else values.column(f.name)  # type: ignore[union-attr]
+                   for f in target]
+        return pa.Table.from_arrays(columns, schema=target), answer
+
+    def _columns(self, schema: Schema, s3: Optional[S3Options], names: list[str]) -> pa.Table:
+        """Columns ``names`` of every file, conformed, files in order, as one chunk each."""
+        fields = [arrow_schema(schema).field(n) for n in names]
+        parts = []
+        for p in self.paths:
+            fs, path = resolve(p, s3)
+            try:
+                with fs.open_input_file(path) as f:
+                    t = pq.ParquetFile(f).read(columns=names, use_threads=True)
+            except (OSError, pa.ArrowException) as e:
+                raise IngestError(f"{p}: cannot be read: {_first_line(e)}") from e
+            cols = [conform_column(t.column(f.name), f, schema, p, strings_as_base64=False) for f in fields]
+            parts.append(pa.Table.from_arrays(cols, schema=pa.schema(fields)))
+        return pa.concat_tables(parts).combine_chunks()
+
+
+def _footer(path: str, s3: Optional[S3Options]) -> pq.FileMetaData:
+    fs, p = resolve(path, s3)
+    try:
+        with fs.open_input_file(p) as f:
+            return pq.ParquetFile(f).metadata
+    except (OSError, pa.ArrowException) as e:
+        raise IngestError(f"{path}: cannot be read: {_first_line(e)}") from e
