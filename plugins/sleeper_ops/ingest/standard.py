@@ -5,6 +5,10 @@ Records stream from the inputs in bounded memory: they gather into in-memory chu
 in Arrow and split by leaf partition. If everything fits in one chunk, its rows go
 straight to their data files; otherwise every chunk's runs are spilled to local disk
 and each leaf's runs are merged by a streaming sort-preserving merge.
+Parquet inputs that together fit one chunk are read key columns first, and the
+chunk is sorted while another thread reads the other columns
+(:mod:`sleeper_ops.ingest.key_first`). The writing of chunks is
+:mod:`sleeper_ops.ingest.chunk_writer`'s.
 The result is committed in a single add-files transaction: at most ``threads`` files
 shared by the leaves they span (:mod:`sleeper_ops.ingest.shared_files`) when the input
 fits in one chunk and sorts on its first row key's prefix, else one data file per leaf
@@ -48,23 +52,20 @@ import os
 import shutil
 import tempfile
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Optional, Sequence, TypeVar
+from typing import Callable, Iterable, Optional, Sequence
 
-import numpy as np
 import pyarrow as pa
 
-from sleeper_ops.engine.key_order import rows_at, sorted_leaf_slices
-from sleeper_ops.engine.leaves import leaf_indices_sliced, sorted_rows
-from sleeper_ops.engine.merge import merge_sorted
+from sleeper_ops.engine.key_order import sorted_leaf_slices
 from sleeper_ops.errors import IngestError
 from sleeper_ops.heartbeat import Heartbeat
 from sleeper_ops.ingest.attempt import IngestAttempt
+from sleeper_ops.ingest.chunk_writer import ChunkWriter
 from sleeper_ops.ingest.digests import arrow_digest, files_digest
 from sleeper_ops.ingest.key_first import ParquetChunk
-from sleeper_ops.ingest.shared_files import IngestOutput, leaf_groups, take_group, write_group
-from sleeper_ops.io.datafile import ParquetSettings, sketch_key, write_data_file
+from sleeper_ops.ingest.shared_files import IngestOutput
+from sleeper_ops.io.datafile import ParquetSettings
 from sleeper_ops.io.inputs import check_readable, read_batches
 from sleeper_ops.io.storage import ObjectStore, S3Options
 from statestore.catalog import TableInfo
@@ -72,12 +73,10 @@ from statestore.client_writes import ClientWrite, check_key
 from statestore.errors import CommitConflictError, TransactionError
 from statestore.files import FileReference
 from statestore.jobs import JobRecord
-from statestore.partitions import Partition, PartitionTree
+from statestore.partitions import PartitionTree
 from statestore.store import StateStore
 from statestore.transactions import AddFiles
 
-_T = TypeVar("_T")
-_I = TypeVar("_I")
 Progress = Callable[[int], None]  # called with the number of records just read
 #: reads an ingest's input and writes its files: (tree, attempt, spill root, result) -> outputs
 Reader = Callable[[PartitionTree, IngestAttempt, str, "IngestResult"], list[IngestOutput]]
@@ -134,6 +133,7 @@ class IngestRunner:
         self.max_chunk_rows, self.max_chunk_bytes = max_chunk_rows, max_chunk_bytes
         self.spill_dir, self.s3, self.threads = spill_dir, s3, threads
         self.settings = ParquetSettings.for_ingest(table)
+        self.writer = ChunkWriter(objects, self.schema, self.settings, threads)
         self.job, self.ingest_job_id, self.run_id = job, ingest_job_id, run_id
         self.buffer_seqs = tuple(buffer_seqs)
 
@@ -206,7 +206,7 @@ class IngestRunner:
                     raise IngestError(f"table {self.table.name}: output files vanished before the commit "
                                       f"(swept?): {', '.join(missing[:5])}")
             except BaseException as e:
-                self._cleanup(written)  # nothing was committed: the commit was never tried
+                self.writer.cleanup(written)  # nothing was committed: the commit was never tried
                 attempt.fail(f"{type(e).__name__}: {e}")
                 raise
             if refs or attempt.given or self.ingest_job_id is not None:
@@ -234,7 +234,7 @@ class IngestRunner:
         result.records += table.num_rows
         if progress:
             progress(table.num_rows)
-        return self._write_sorted(table, fast, tree, attempt) if table.num_rows else []  # type: ignore[arg-type]
+        return self.writer.write_sorted(table, fast, tree, attempt) if table.num_rows else []  # type: ignore[arg-type]
 
     def _read_and_write(self, batches: Iterable[pa.RecordBatch], tree: PartitionTree, attempt: IngestAttempt,
                         spill_root: str, result: IngestResult, *,
@@ -247,7 +247,7 @@ class IngestRunner:
         chunks_seen = 0
         for b in _sliced(batches, self.max_chunk_rows):
             if chunk and (rows + b.num_rows > self.max_chunk_rows or nbytes + b.nbytes > self.max_chunk_bytes):
-                self._spill(chunk, tree, spill_root, chunks_seen, runs)
+                self.writer.spill(chunk, tree, spill_root, chunks_seen, runs)
                 chunks_seen += 1
                 chunk, rows, nbytes = [], 0, 0
             chunk.append(b)
@@ -257,13 +257,13 @@ class IngestRunner:
             if progress:
                 progress(b.num_rows)
         if chunks_seen == 0:
-            return self._write_direct(chunk, tree, attempt) if rows else []
+            return self.writer.write_direct(chunk, tree, attempt) if rows else []
         if chunk:
-            self._spill(chunk, tree, spill_root, chunks_seen, runs)
+            self.writer.spill(chunk, tree, spill_root, chunks_seen, runs)
             chunks_seen += 1
         del chunk  # the last chunk is in its runs now: not held through the merge
         result.spilled_chunks = chunks_seen
-        return self._merge_runs(runs, attempt)
+        return self.writer.merge_runs(runs, attempt)
 
     def _earlier(self, write: ClientWrite) -> Optional[IngestResult]:
         """The first ingest of ``write``'s key as a repeat's answer (None: the key is not
@@ -288,7 +288,7 @@ class IngestRunner:
                                               ingest_job_id=self.ingest_job_id, buffer_seqs=self.buffer_seqs,
                                               client_write=keyed)
         except (TransactionError, CommitConflictError) as e:
-            self._cleanup(written)
+            self.writer.cleanup(written)
             attempt.fail(f"commit refused: {e}")
             raise
         except BaseException as e:
@@ -300,117 +300,6 @@ class IngestRunner:
         first = self._earlier(write)
         if first is None or first.job_id == done.job_id:
             return None  # this ingest's own commit, applied by a try whose reply was lost
-        self._cleanup(written)  # the key is another ingest's: nothing names these outputs
+        self.writer.cleanup(written)  # the key is another ingest's: nothing names these outputs
         attempt.fail(f"a repeat of idempotency key {write.request_id!r}: job {first.job_id} ingested this input")
         return first
-
-    # ----- steps ------------------------------------------------------------------------
-    def _by_leaf(self, chunk: list[pa.RecordBatch],
-                 tree: PartitionTree) -> list[tuple[Partition, Callable[[], pa.Table]]]:
-        """Split an unsorted chunk by leaf partition; each item gives its leaf's rows in
-        key order when called. The chunk is sorted on its first row key's prefix numbers
-        here and each item takes its slice (:mod:`sleeper_ops.engine.key_order`), or, where
-        that does not apply, :meth:`_by_leaf_sorting`."""
-        table = pa.Table.from_batches(chunk).combine_chunks()
-        fast = sorted_leaf_slices(table, tree, self.schema)
-        if fast is not None:
-            order, slices = fast
-            return [(leaf, functools.partial(rows_at, table, order[a:b])) for leaf, a, b in slices]
-        return self._by_leaf_sorting(table, tree)
-
-    def _by_leaf_sorting(self, table: pa.Table,
-                         tree: PartitionTree) -> list[tuple[Partition, Callable[[], pa.Table]]]:
-        """``table`` split by row slices in parallel; each item sorts its leaf's rows."""
-        with ThreadPoolExecutor(self.threads) as pool:
-            leaves = leaf_indices_sliced(table, tree, self.threads, pool.map)
-        return [(leaf, functools.partial(sorted_rows, table, idx, self.schema)) for leaf, idx in leaves]
-
-    def _parallel(self, fn: Callable[[_I], _T], items: Sequence[_I],
-                  meanwhile: Optional[Callable[[], None]] = None) -> list[_T]:
-        """Run ``fn`` over items in the thread pool; every item runs even if one fails.
-        ``meanwhile`` runs in this thread once the items are submitted."""
-        with ThreadPoolExecutor(self.threads) as pool:
-            futures = [pool.submit(fn, item) for item in items]
-            if meanwhile is not None:
-                meanwhile()
-        results, errors = [], []
-        for f in futures:
-            try:
-                results.append(f.result())
-            except BaseException as e:
-                errors.append(e)
-        if errors:
-            self._cleanup([r for r in results if isinstance(r, IngestOutput)])
-            raise errors[0]
-        return results
-
-    def _cleanup(self, written: list[IngestOutput]) -> None:
-        for out in written:
-            self.objects.delete(out.file.key)
-            self.objects.delete(sketch_key(out.file.key))
-
-    def _write_direct(self, chunk: list[pa.RecordBatch], tree: PartitionTree,
-                      attempt: IngestAttempt) -> list[IngestOutput]:
-        """Sort and write the only chunk: as at most ``threads`` files shared by the leaves
-        they span (:mod:`sleeper_ops.ingest.shared_files`) when the chunk sorts on its
-        prefix numbers, else one file per leaf. The taking (or sorting) of the rows
-        overlaps the saving of the job record that names the outputs, and each write
-        waits for it."""
-        table = pa.Table.from_batches(chunk).combine_chunks()
-        return self._write_sorted(table, sorted_leaf_slices(table, tree, self.schema), tree, attempt)
-
-    def _write_sorted(self, table: pa.Table, fast: Optional[tuple[np.ndarray, list[tuple[Partition, int, int]]]],
-                      tree: PartitionTree, attempt: IngestAttempt) -> list[IngestOutput]:
-        """:meth:`_write_direct` of ``table`` with its :func:`sorted_leaf_slices` answer ``fast``."""
-        if fast is None:
-            items = self._by_leaf_sorting(table, tree)
-            firsts = [leaf.id for leaf, _ in items]  # each file's (first) leaf, which its key names
-        else:
-            order, slices = fast
-            groups = leaf_groups(slices, self.threads)
-            firsts = [g[0].leaf.id for g in groups]
-        named: Future[list[str]] = Future()
-
-        def name() -> None:
-            try:
-                named.set_result(attempt.new_keys(firsts))
-            except BaseException as e:
-                named.set_exception(e)  # every write raises it; _parallel raises it here
-
-        def write(i: int) -> IngestOutput:
-            if fast is None:
-                leaf, rows = items[i]
-                data = rows()
-                return IngestOutput.of_leaf(leaf.id, write_data_file(self.objects, named.result()[i], self.schema,
-                                                                     data, self.settings))
-            data = take_group(table, order, groups[i])
-            return IngestOutput.of_group(write_group(self.objects, named.result()[i], self.schema, self.settings,
-                                                     data, groups[i]), groups[i])
-        return self._parallel(write, range(len(firsts)), meanwhile=name)
-
-    def _spill(self, chunk: list[pa.RecordBatch], tree: PartitionTree, root: str, chunk_no: int,
-               runs: dict[str, list[str]]) -> None:
-        def spill(item: tuple[Partition, Callable[[], pa.Table]]) -> tuple[str, str]:
-            leaf, rows = item
-            d = os.path.join(root, leaf.id)
-            os.makedirs(d, exist_ok=True)
-            # an uncompressed Arrow IPC run, as bulk import's: faster to write and read than a
-            # Parquet one, and the merge of Parquet runs held memory growing with their size
-            # (peak RSS 1.10/1.16/1.43 GB at 5/10/20 M rows, against 1.10/1.12/1.10 GB)
-            path = os.path.join(d, f"run-{chunk_no:06d}.arrow")
-            data = rows()
-            with pa.ipc.new_file(path, data.schema) as w:
-                w.write_table(data, max_chunksize=65_536)
-            return leaf.id, path
-        for leaf_id, path in self._parallel(spill, self._by_leaf(chunk, tree)):
-            runs.setdefault(leaf_id, []).append(path)
-
-    def _merge_runs(self, runs: dict[str, list[str]], attempt: IngestAttempt) -> list[IngestOutput]:
-        """Merge each leaf's spilled runs into its data file, leaves in parallel."""
-        keys = attempt.new_keys(list(runs))
-
-        def merge(item: tuple[tuple[str, list[str]], str]) -> IngestOutput:
-            (leaf_id, paths), key = item
-            return IngestOutput.of_leaf(leaf_id, write_data_file(self.objects, key, self.schema,
-                                                                 merge_sorted(paths, self.schema), self.settings))
-        return self._parallel(merge, list(zip(runs.items(), keys)))
