@@ -143,16 +143,8 @@ class IngestRunner:
         if not paths:
             raise IngestError("no input files given")
         located = [(p if p.startswith("s3://") else os.path.abspath(p), check_readable(p, self.s3)) for p in paths]
-        whole = ParquetChunk.of(paths, self.schema, self.s3, max_rows=self.max_chunk_rows,
-                                max_bytes=self.max_chunk_bytes)
-        if whole is not None:  # one chunk of Parquet: keys read first, sorted while the rest is read
-            return self._ingest(functools.partial(self._read_key_first, whole, progress=progress),
-                                files_digest(located))
-
-        def batches() -> Iterable[pa.RecordBatch]:
-            for p in paths:
-                yield from read_batches(p, self.schema, self.s3, table=self.table.name)
-        return self.ingest_batches(batches(), progress, digest=files_digest(located))
+        return self._ingest(functools.partial(self._read_files, list(paths), progress=progress),
+                            files_digest(located))
 
     def ingest_table(self, table: pa.Table, progress: Optional[Progress] = None) -> IngestResult:
         """Ingest an Arrow table (conformed to the table's schema batch by batch); its
@@ -224,13 +216,21 @@ class IngestRunner:
         result.seconds = time.perf_counter() - start
         return result
 
-    def _read_key_first(self, chunk: ParquetChunk, tree: PartitionTree, attempt: IngestAttempt, spill_root: str,
-                        result: IngestResult, *, progress: Optional[Progress]) -> list[IngestOutput]:
-        """Read Parquet inputs that fit one chunk, sorting their key columns while the
-        other columns are read (:mod:`sleeper_ops.ingest.key_first`), and write them."""
+    def _read_files(self, paths: list[str], tree: PartitionTree, attempt: IngestAttempt, spill_root: str,
+                    result: IngestResult, *, progress: Optional[Progress]) -> list[IngestOutput]:
+        """Read the input files and write them: Parquet files that fit one chunk with
+        their key columns first, sorted while the other columns are read
+        (:mod:`sleeper_ops.ingest.key_first`), others as a stream of batches. The footers
+        are read here, after the job's record is saved, so a refusal fails the job."""
+        whole = ParquetChunk.of(paths, self.schema, self.s3, max_rows=self.max_chunk_rows,
+                                max_bytes=self.max_chunk_bytes)
+        if whole is None:
+            batches = (b for p in paths for b in read_batches(p, self.schema, self.s3, table=self.table.name))
+            return self._read_and_write(batches, tree, attempt, spill_root, result, progress=progress)
+
         def sort(keys: pa.Table) -> object:
             return sorted_leaf_slices(keys, tree, self.schema) if keys.num_rows else None
-        table, fast = chunk.read(self.schema, self.s3, sort)
+        table, fast = whole.read(self.schema, self.s3, sort)
         result.records += table.num_rows
         if progress:
             progress(table.num_rows)
@@ -240,7 +240,7 @@ class IngestRunner:
                         spill_root: str, result: IngestResult, *,
                         progress: Optional[Progress]) -> list[IngestOutput]:
         """Read every batch into sorted chunks (spilled when more than one) and write
-        the data files (:meth:`_write_direct`, :meth:`_merge_runs`)."""
+        the data files (:class:`~sleeper_ops.ingest.chunk_writer.ChunkWriter`)."""
         runs: dict[str, list[str]] = {}  # leaf id -> spilled run paths
         chunk: list[pa.RecordBatch] = []
         rows = nbytes = 0

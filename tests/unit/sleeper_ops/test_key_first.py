@@ -125,3 +125,21 @@ def test_a_bad_second_file_is_refused_from_its_footer_before_any_file_is_read(sl
 
     assert t.state().references == {}
     assert not list((tmp_path / "data").rglob("*.parquet")), "nothing written"
+
+
+def test_a_footer_refusal_fails_the_batchers_job_record_naming_the_column(sleeper: Sleeper, tmp_path: Path) -> None:
+    from sleeper_ops.ingest.standard import IngestRunner
+    from statestore.jobs import JobRecord
+
+    t = sleeper.create_table("k", SCHEMA, split_points=POINTS)
+    job = JobRecord.created(t.info.table_id, "batch-1", "ingest").started("run-1")
+    sleeper.state_store.put_job(job)
+    pq.write_table(pa.table({"key": ["a"], "ts": [1], "v": ["x"]}), tmp_path / "short.parquet")
+
+    with pytest.raises(IngestError, match="column 'n' of the table schema is missing"):
+        runner = IngestRunner(sleeper.state_store, sleeper.objects, t.info, job=job)
+        runner.ingest_files([str(tmp_path / "short.parquet")])
+
+    record = sleeper.state_store.get_job(t.info.table_id, "batch-1")
+    assert record is not None and record.status == "failed" and "'n'" in (record.reason or "")
+    assert t.state().references == {}
