@@ -11,22 +11,25 @@ its own order; a column missing or not in the schema is refused from the footer,
 before anything is read, with the same message.
 
 Memory is bounded as the streaming read's is: the path is taken only when the files'
-rows and uncompressed bytes are within the chunk's limits.
+rows and uncompressed bytes are within the chunk's limits, and the read gives up (the
+caller then streams the files) as soon as the columns it has decoded exceed the chunk's
+bytes, which dictionary-encoded columns can while their Parquet pages stay small.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sleeper_ops.errors import IngestError
 from sleeper_ops.io.arrow_schema import arrow_schema
-from sleeper_ops.io.inputs import _first_line, conform_column, detect_format, resolve
+from sleeper_ops.io.inputs import BATCH_ROWS, _first_line, conform_column, detect_format, resolve
 from sleeper_ops.io.storage import S3Options
 from statestore.schema import Schema
 
@@ -41,6 +44,7 @@ class ParquetChunk:
 
     paths: tuple[str, ...]
     rows: int
+    max_bytes: int
 
     @classmethod
     def of(cls, paths: Sequence[str], schema: Schema, s3: Optional[S3Options], *, max_rows: int,
@@ -53,8 +57,7 @@ class ParquetChunk:
         target = arrow_schema(schema)
         rows = size = 0
         for p in paths:
-            md = _footer(p, s3)
-            present = md.schema.to_arrow_schema().names
+            md, present = _footer(p, s3)
             for f in target:
                 if f.name not in present:
                     raise IngestError(f"{p}: column {f.name!r} of the table schema is missing")
@@ -65,46 +68,86 @@ class ParquetChunk:
             size += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
             if rows > max_rows or size > max_bytes:
                 return None
-        return cls(tuple(paths), rows)
+        return cls(tuple(paths), rows, max_bytes)
 
-    def read(self, schema: Schema, s3: Optional[S3Options], sort: Sorter) -> tuple[pa.Table, object]:
+    def read(self, schema: Schema, s3: Optional[S3Options], sort: Sorter) -> Optional[tuple[pa.Table, object]]:
         """Every row as one table of the schema's columns, and ``sort``'s answer for the
-        key columns, which it was given while the other columns were being read."""
+        key columns, which it was given while the other columns were being read; None
+        when the decoded columns exceed the chunk's bytes (nothing is kept)."""
         keys = schema.key_names
         others = [f.name for f in schema.all_fields if f.name not in keys]
-        with contextlib.ExitStack() as stack:
-            rest = None
-            if others:
-                pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="ingest-read"))
-                rest = pool.submit(self._columns, schema, s3, others)
-            key_table = self._columns(schema, s3, keys)
-            answer = sort(key_table)
-            values = rest.result() if rest is not None else None
+        budget = _Budget(self.max_bytes)
+        try:
+            with contextlib.ExitStack() as stack:
+                rest = None
+                if others:
+                    pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="ingest-read"))
+                    rest = pool.submit(self._columns, schema, s3, others, budget)
+                key_table = self._columns(schema, s3, keys, budget)
+                answer = sort(key_table)
+                values = rest.result() if rest is not None else None
+        except _OverBudget:
+            return None
         target = arrow_schema(schema)
         columns = [key_table.column(f.name) if f.name in keys else values.column(f.name)  # type: ignore[union-attr]
                    for f in target]
         return pa.Table.from_arrays(columns, schema=target), answer
 
-    def _columns(self, schema: Schema, s3: Optional[S3Options], names: list[str]) -> pa.Table:
-        """Columns ``names`` of every file, conformed, files in order, as one chunk each."""
+    def _columns(self, schema: Schema, s3: Optional[S3Options], names: list[str], budget: _Budget) -> pa.Table:
+        """Columns ``names`` of every file, conformed, files in order, as one chunk each;
+        _OverBudget once the decoded bytes of every reader pass the budget."""
         fields = [arrow_schema(schema).field(n) for n in names]
         parts = []
         for p in self.paths:
             fs, path = resolve(p, s3)
             try:
                 with fs.open_input_file(path) as f:
-                    t = pq.ParquetFile(f).read(columns=names, use_threads=True)
+                    for t in _pieces(pq.ParquetFile(f), names):
+                        budget.spend(t.nbytes)
+                        cols = [conform_column(t.column(f.name), f, schema, p, strings_as_base64=False)
+                                for f in fields]
+                        parts.append(pa.Table.from_arrays(cols, schema=pa.schema(fields)))
             except (OSError, pa.ArrowException) as e:
                 raise IngestError(f"{p}: cannot be read: {_first_line(e)}") from e
-            cols = [conform_column(t.column(f.name), f, schema, p, strings_as_base64=False) for f in fields]
-            parts.append(pa.Table.from_arrays(cols, schema=pa.schema(fields)))
-        return pa.concat_tables(parts).combine_chunks()
+        return pa.concat_tables(parts).combine_chunks() if parts else pa.schema(fields).empty_table()
 
 
-def _footer(path: str, s3: Optional[S3Options]) -> pq.FileMetaData:
+def _pieces(pf: pq.ParquetFile, names: list[str]) -> Iterator[pa.Table]:
+    """Columns ``names`` of ``pf``, a row group at a time, or in batches of
+    :data:`~sleeper_ops.io.inputs.BATCH_ROWS` rows for a larger row group (the streaming
+    read's most), so the budget is checked at least that often."""
+    for group in range(pf.metadata.num_row_groups):
+        if pf.metadata.row_group(group).num_rows <= BATCH_ROWS:
+            yield pf.read_row_group(group, columns=names, use_threads=True)
+            continue
+        for b in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], columns=names, use_threads=True):
+            yield pa.Table.from_batches([b])
+
+
+class _OverBudget(Exception):
+    """The decoded columns passed the chunk's bytes."""
+
+
+class _Budget:
+    """Decoded bytes shared by the readers of one chunk."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.spent = limit, 0
+        self._lock = threading.Lock()
+
+    def spend(self, nbytes: int) -> None:
+        with self._lock:
+            self.spent += nbytes
+            if self.spent > self.limit:
+                raise _OverBudget()
+
+
+def _footer(path: str, s3: Optional[S3Options]) -> tuple[pq.FileMetaData, list[str]]:
+    """The file's footer and its columns' names (IngestError if it cannot be read)."""
     fs, p = resolve(path, s3)
     try:
         with fs.open_input_file(p) as f:
-            return pq.ParquetFile(f).metadata
+            pf = pq.ParquetFile(f)
+            return pf.metadata, pf.schema_arrow.names
     except (OSError, pa.ArrowException) as e:
         raise IngestError(f"{path}: cannot be read: {_first_line(e)}") from e

@@ -222,15 +222,15 @@ class IngestRunner:
         their key columns first, sorted while the other columns are read
         (:mod:`sleeper_ops.ingest.key_first`), others as a stream of batches. The footers
         are read here, after the job's record is saved, so a refusal fails the job."""
-        whole = ParquetChunk.of(paths, self.schema, self.s3, max_rows=self.max_chunk_rows,
-                                max_bytes=self.max_chunk_bytes)
-        if whole is None:
-            batches = (b for p in paths for b in read_batches(p, self.schema, self.s3, table=self.table.name))
-            return self._read_and_write(batches, tree, attempt, spill_root, result, progress=progress)
-
         def sort(keys: pa.Table) -> object:
             return sorted_leaf_slices(keys, tree, self.schema) if keys.num_rows else None
-        table, fast = whole.read(self.schema, self.s3, sort)
+        whole = ParquetChunk.of(paths, self.schema, self.s3, max_rows=self.max_chunk_rows,
+                                max_bytes=self.max_chunk_bytes)
+        read = whole.read(self.schema, self.s3, sort) if whole is not None else None
+        if read is None:  # not one chunk of Parquet: a stream of batches, spilled if need be
+            batches = (b for p in paths for b in read_batches(p, self.schema, self.s3, table=self.table.name))
+            return self._read_and_write(batches, tree, attempt, spill_root, result, progress=progress)
+        table, fast = read
         result.records += table.num_rows
         if progress:
             progress(table.num_rows)

@@ -29,6 +29,9 @@ from sleeper_ops.io.codec import json_value
 from sleeper_ops.io.storage import S3Options
 from statestore.schema import ListType, MapType, Schema, type_name
 
+#: the most rows a read of an input holds at once (one batch)
+BATCH_ROWS = 262_144
+
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl",
            ".json": "jsonl"}
 
@@ -137,7 +140,7 @@ def _decode_base64(col: pa.Array, source: str, name: str) -> pa.Array:
 
 
 def read_batches(path: str, schema: Schema, s3: Optional[S3Options] = None,
-                 batch_rows: int = 262_144, *, table: str = "") -> Iterator[pa.RecordBatch]:
+                 batch_rows: int = BATCH_ROWS, *, table: str = "") -> Iterator[pa.RecordBatch]:
     """Yield the records of one input file as conformed batches of at most ``batch_rows`` rows.
 
     A JSON Lines file with no record (empty, or blank lines only) is refused with an

@@ -143,3 +143,52 @@ def test_a_footer_refusal_fails_the_batchers_job_record_naming_the_column(sleepe
     record = sleeper.state_store.get_job(t.info.table_id, "batch-1")
     assert record is not None and record.status == "failed" and "'n'" in (record.reason or "")
     assert t.state().references == {}
+
+
+def _repetitive(tmp_path: Path, rows: int) -> tuple[str, int]:
+    """A Parquet file whose value column is two long strings repeated: a few KB of pages
+    (dictionary encoded) that decode to about 1 KB a row; and its footer's bytes."""
+    table = pa.table({"key": [f"k{i:06d}" for i in range(rows)], "ts": pa.array([1] * rows, pa.int64()),
+                      "v": ["x" * 1000 if i % 2 else "y" * 1000 for i in range(rows)],
+                      "n": pa.array(range(rows), pa.int32())})
+    path = tmp_path / "repetitive.parquet"
+    pq.write_table(table, path, row_group_size=500)  # read as batches of 500 rows (0.5 MB) when streamed
+    md = pq.ParquetFile(path).metadata
+    return str(path), sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+
+
+def test_columns_that_decode_past_the_chunk_are_left_to_the_streaming_read(tmp_path: Path) -> None:
+    path, footer_bytes = _repetitive(tmp_path, 5_000)
+    schema = Schema.from_dict(SCHEMA)
+    chunk = ParquetChunk.of([path], schema, None, max_rows=10_000, max_bytes=1 << 20)
+    assert footer_bytes < 1 << 20 and chunk is not None, "the footer says the file fits the chunk"
+
+    assert chunk.read(schema, None, lambda keys: None) is None, "5 MB decoded is over the 1 MB chunk"
+
+
+def test_an_ingest_of_such_a_file_spills_and_lands_every_record_once(sleeper: Sleeper, tmp_path: Path) -> None:
+    path, _ = _repetitive(tmp_path, 5_000)
+    t = sleeper.create_table("k", SCHEMA, split_points=POINTS)
+
+    result = t.ingest([path], max_chunk_bytes=1 << 20)
+
+    assert result.spilled_chunks >= 5 and result.records == 5_000
+    got = t.query(ranges=[("", None)])
+    assert got.num_rows == 5_000 and sorted(got.column("n").to_pylist()) == list(range(5_000))
+
+
+def test_a_row_group_larger_than_a_batch_is_read_and_budgeted_a_batch_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sleeper_ops.ingest import key_first
+
+    path, _ = _repetitive(tmp_path, 5_000)
+    pq.write_table(pq.read_table(path), path, row_group_size=5_000)  # one row group of 5 MB decoded
+    monkeypatch.setattr(key_first, "BATCH_ROWS", 1_000)
+    spent: list[int] = []
+    spend = key_first._Budget.spend
+    monkeypatch.setattr(key_first._Budget, "spend", lambda self, n: (spent.append(n), spend(self, n))[1])
+    schema = Schema.from_dict(SCHEMA)
+    chunk = ParquetChunk.of([path], schema, None, max_rows=10_000, max_bytes=1 << 20)
+
+    assert chunk is not None and chunk.read(schema, None, lambda keys: None) is None
+    assert spent and max(spent) < 1_100_000, "no piece read was larger than a batch of 1,000 rows (~1 MB)"
