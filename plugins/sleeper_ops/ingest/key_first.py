@@ -101,8 +101,8 @@ class ParquetChunk:
         for p in self.paths:
             fs, path = resolve(p, s3)
             try:
-                with fs.open_input_file(path) as f:
-                    for t in _pieces(pq.ParquetFile(f), names):
+                with fs.open_input_file(path) as source:
+                    for t in _pieces(pq.ParquetFile(source), names):
                         budget.spend(t.nbytes)
                         cols = [conform_column(t.column(f.name), f, schema, p, strings_as_base64=False)
                                 for f in fields]
