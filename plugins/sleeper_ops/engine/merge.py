@@ -244,22 +244,77 @@ def _ahead(items: Iterator[Any], depth: int) -> Iterator[Any]:
 
 def tombstone_filter(df: Any, tombstones: Sequence[Tombstone]) -> Any:
     """A DataFusion predicate over ``df``'s columns keeping the rows no tombstone matches
-    (the rule of :mod:`sleeper_ops.engine.deletes`)."""
+    (the rule of :mod:`sleeper_ops.engine.deletes`). A tombstone's exact keys become one
+    ``IN`` list per field: a delete of thousands of keys as thousands of ORed ranges
+    overflowed a DataFusion worker thread's stack (a segfault that killed the process)."""
+    from datafusion import col, lit
     from datafusion import functions as f
-    from datafusion import lit
 
-    hit = None
+    hits = []
+    types = {f.name: f.type for f in df.schema()}
     for t in tombstones:
-        key = None
+        exact: dict[str, list[Any]] = {}
+        others = []
         for region in t.regions:
-            r = region_filter(region)
-            key = r if key is None else key | r
+            one = _exact_key(region, types)
+            if one is None:
+                others.append(region_filter(region))
+            else:
+                exact.setdefault(one[0], []).append(one[1])
+        ins = [f.in_list(col(name), [lit(v) for v in values]) for name, values in exact.items()]
+        key = _any(ins + others)
         if key is None:
             continue
         if t.where is not None:
             key = key & f.coalesce(df.parse_sql_expr(f"({t.where})"), lit(False))
-        hit = key if hit is None else hit | key
+        hits.append(key)
+    hit = _any(hits)
     return None if hit is None else ~hit
+
+
+def _exact_key(region: Region, types: dict[str, pa.DataType]) -> Optional[tuple[str, Any]]:
+    """``(field, value)`` when ``region`` holds exactly one value of its first row key
+    field (``[v, successor of v)``) and every other field whole, else None."""
+    first, rest = region.ranges[0], region.ranges[1:]
+    v, t = first.min, types.get(first.field)
+    if t is None or first.max is None or any(r.max is not None or r.min != _least(types.get(r.field)) for r in rest):
+        return None
+    if isinstance(v, str):
+        successor: Any = v + "\x00"
+    elif isinstance(v, bytes):
+        successor = v + b"\x00"
+    elif isinstance(v, int) and not isinstance(v, bool):
+        successor = v + 1
+    else:
+        return None
+    return (first.field, v) if first.max == successor else None
+
+
+def _least(t: Optional[pa.DataType]) -> Any:
+    """The least value of a row key field of Arrow type ``t`` (an object no bound equals
+    when there is none)."""
+    if t is None:
+        return object()
+    if pa.types.is_int32(t):
+        return -2**31
+    if pa.types.is_int64(t):
+        return -2**63
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return ""
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return b""
+    return object()
+
+
+def _any(exprs: Sequence[Any]) -> Any:
+    """The OR of ``exprs`` as a balanced tree (None for none): DataFusion walks an
+    expression recursively on its worker threads' small stacks."""
+    if not exprs:
+        return None
+    level = list(exprs)
+    while len(level) > 1:
+        level = [level[i] | level[i + 1] if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
+    return level[0]
 
 
 def _merged_frame(ctx: Any, paths: Sequence[str], schema: Schema, region: Optional[Region] = None,

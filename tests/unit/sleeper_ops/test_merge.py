@@ -142,3 +142,41 @@ def test_an_error_in_on_keys_is_raised_by_the_merge_into_a_file(tmp_path, inputs
                                    batch_size=64)
     assert len(calls) == 1, "after its error on_keys is not called again (the rest of the batches are dropped)"
     assert not any(t.name == "merge-key-tee" for t in threading.enumerate()), "the tee's thread has ended"
+
+
+_MANY_KEYS_CHILD = """
+import sys
+import pyarrow as pa
+from sleeper_ops import Sleeper
+from sleeper_ops.io.storage import ObjectStore
+from statestore.memory import InMemoryStateStore
+
+s = Sleeper(state_store=InMemoryStateStore(), objects=ObjectStore(sys.argv[1]))
+t = s.create_table("t", {"rowKeyFields": [{"name": "key", "type": "StringType"}],
+                         "valueFields": [{"name": "value", "type": "StringType"}]},
+                   properties={"sleeper.table.compaction.strategy": "basic"})
+keys = [f"k{i:05d}" for i in range(10_000)]
+for half in (keys[:5_000], keys[5_000:]):
+    t.ingest(pa.table({"key": half, "value": half}))
+t.delete(keys=keys[::2])  # 5,000 keys: 5,000 regions in one tombstone
+t.compact(runner="local")  # DataFusion merges both files, the tombstone's filter on each
+got = t.query(ranges=[("", None)]).column("key").to_pylist()
+print(len(got), got == keys[1::2])
+"""
+
+
+def test_a_delete_of_thousands_of_keys_filters_the_merge_without_overflowing_datafusions_stack(tmp_path):
+    """A delete of 5,000 keys is a tombstone of 5,000 regions; as one chain of ORs its
+    filter overflowed a DataFusion worker thread's stack (a segfault that killed the
+    process: the erasure oracle's ``delete_many`` step). Run in a child so a crash is a
+    failure here, not a lost test worker."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    env = {"PYTHONPATH": f"{root / 'plugins'}:{root}", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", _MANY_KEYS_CHILD, str(tmp_path / "in.parquet")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-2000:]}"
+    assert out.stdout.split() == ["5000", "True"], "exactly the 5,000 keys not deleted remain"
