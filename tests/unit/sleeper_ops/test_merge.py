@@ -180,3 +180,27 @@ def test_a_delete_of_thousands_of_keys_filters_the_merge_without_overflowing_dat
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-2000:]}"
     assert out.stdout.split() == ["5000", "True"], "exactly the 5,000 keys not deleted remain"
+
+
+@pytest.mark.parametrize("key_type,arrow_type,make", [("LongType", pa.int64(), lambda i: i - 50),
+                                                       ("IntType", pa.int32(), lambda i: i - 50),
+                                                       ("StringType", pa.string(), lambda i: f"k{i:03d}"),
+                                                       ("ByteArrayType", pa.binary(), lambda i: b"k%03d" % i)])
+def test_exact_keys_and_ranges_of_tombstones_drop_exactly_the_model_rows(tmp_path, key_type, arrow_type, make):
+    from sleeper_ops.engine.key_regions import exact_key_region, range_region
+    from statestore.deletes import Tombstone
+
+    schema = Schema.from_dict({"rowKeyFields": [{"name": "key", "type": key_type}, {"name": "k2", "type": "LongType"}],
+                               "valueFields": [{"name": "v", "type": "StringType"}]})
+    keys = [make(i) for i in range(100)]
+    path = str(tmp_path / "in.parquet")
+    pq.write_table(pa.table({"key": pa.array(keys, arrow_type), "k2": pa.array(range(100), pa.int64()),
+                             "v": [str(i) for i in range(100)]}), path)
+    exact = keys[3:40:3]
+    tombs = [Tombstone(number=1, regions=tuple(exact_key_region(schema, [k]) for k in exact)),
+             Tombstone(number=2, regions=(range_region(schema, keys[60], keys[70]),
+                                          exact_key_region(schema, [keys[90], 90]),  # both fields: not a whole key
+                                          exact_key_region(schema, [keys[91], 7])))]  # no such row
+    got = [r["key"] for b in merge_sorted([path], schema, deletes=[tombs]) for r in b.to_pylist()]
+    model = [k for i, k in enumerate(keys) if k not in exact and not 60 <= i < 70 and i != 90]
+    assert got == model
