@@ -113,7 +113,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         maker.join(timeout=300)  # its job is seconds from done by the end of a run
 
 
-def _server_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+def server_parent_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     """A fresh directory an embedded server may live under (see the module docstring)."""
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         return Path(tempfile.mkdtemp(prefix=f"sleeper-{name}-"))
@@ -123,7 +123,7 @@ def _server_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
 @pytest.fixture
 def server_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A directory for a test's own embedded PostgreSQL; removed afterwards."""
-    d = _server_dir(tmp_path_factory, "pg")
+    d = server_parent_dir(tmp_path_factory, "pg")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -137,7 +137,7 @@ def pg_admin_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     from statestore.postgres.embedded import EmbeddedPostgres
 
-    parent = _server_dir(tmp_path_factory, "pg")
+    parent = server_parent_dir(tmp_path_factory, "pg")
     pg = EmbeddedPostgres(parent / "data", database="postgres", cleanup_mode="delete")
     try:
         pg.start()

@@ -52,6 +52,10 @@ class KillablePostgres:
                     raise RuntimeError(f"PostgreSQL did not start: see {self.data_dir / 'killable.log'}") from None
                 time.sleep(0.1)
 
+    def running(self) -> bool:
+        """Whether the postmaster this object started is running (not killed, not stopped)."""
+        return self._proc is not None and self._proc.poll() is None
+
     def kill(self) -> None:
         """SIGKILL the postmaster (its backends exit as they notice) and reap it."""
         assert self._proc is not None

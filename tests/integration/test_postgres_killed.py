@@ -5,8 +5,10 @@ sweep may remove. Each test ends with an exact record count."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -17,6 +19,7 @@ from sleeper_ops.api import Sleeper
 from sleeper_ops.io.storage import ObjectStore
 from statestore.errors import SleeperError
 from statestore.postgres import PostgresStateStore, create_database_if_missing
+from tests.conftest import server_parent_dir
 from tests.faults.killable_postgres import KillablePostgres
 
 pytestmark = pytest.mark.integration
@@ -25,18 +28,31 @@ SCHEMA = {"rowKeyFields": [{"name": "key", "type": "LongType"}], "valueFields": 
 RESTART_AFTER = 1.5  # seconds the server stays down
 
 
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KillablePostgres]:
+    """One server for the module: its data directory is made once (initdb, then the
+    embedded server started and stopped: seconds of a loaded machine per test); each
+    test has a database of its own on it, and leaves the server running."""
+    data = server_parent_dir(tmp_path_factory, "pg-killed")
+    pg = KillablePostgres(data)
+    pg.start()
+    yield pg
+    pg.stop()
+    shutil.rmtree(data, ignore_errors=True)
+
+
 @pytest.fixture
-def pg(server_dir: Path) -> Iterator[KillablePostgres]:
-    server = KillablePostgres(server_dir)
-    server.start()
-    create_database_if_missing(server.dsn, "sleeper")
-    yield server
-    server.stop()
+def pg(server: KillablePostgres) -> KillablePostgres:
+    if not server.running():  # an earlier test failed while it was down
+        server.start()
+    return server
 
 
 @pytest.fixture
 def sleeper(pg: KillablePostgres, tmp_path: Path) -> Iterator[Sleeper]:
-    store = PostgresStateStore(pg.dsn_for("sleeper"), connect_timeout=10)
+    database = f"sleeper_{uuid.uuid4().hex[:12]}"
+    create_database_if_missing(pg.dsn, database)
+    store = PostgresStateStore(pg.dsn_for(database), connect_timeout=10)
     with Sleeper(state_store=store, objects=ObjectStore(str(tmp_path / "data"))) as s:
         yield s
 
