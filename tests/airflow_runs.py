@@ -1,6 +1,7 @@
 """What an Airflow run's task instances and their logs say, read over Airflow's REST API:
 a task's log for the tests that check what it logged, and a report of a run for the
-failure messages of tests whose runs end otherwise than expected."""
+failure messages of tests whose runs end otherwise than expected; and the parse of a
+DAG file asked for now, for tests that wait for the DAGs of a table they just created."""
 
 from __future__ import annotations
 
@@ -30,3 +31,23 @@ def run_report(client: Any, dag_id: str, run_id: str, tail: int = 3000) -> str:
     except Exception as e:
         out.append(f"  (the run's task instances could not be read: {e!r})")
     return "\n".join(out)
+
+
+def request_parse(client: Any, operation: str) -> bool:
+    """Ask the DAG processor to parse the DAG file of ``operation`` (``sleeper_<operation>.py``,
+    every table's DAG of that operation) now, as the UI's Reparse button does
+    (``PUT /api/v2/parseDagFile/{file_token}``), instead of at its next periodic parse (every
+    ``min_file_process_interval``: 30 s under ``sleeper airflow``). For a test that has just
+    created a table and waits for its DAG; the wait itself proves the DAG was made. Airflow
+    names a file only through a DAG it holds from it (a stale one will do), so for a file
+    that has given none yet this asks nothing and answers False: the periodic parse brings
+    the DAG then."""
+    r = client.get("/api/v2/dags", params={"limit": 1000, "exclude_stale": False})
+    assert r.status_code == 200, r.text
+    file = f"sleeper_{operation}.py"
+    token = next((d["file_token"] for d in r.json()["dags"] if d["relative_fileloc"] == file), None)
+    if token is None:
+        return False
+    r = client.put(f"/api/v2/parseDagFile/{token}")
+    assert r.status_code == 201, f"{file}: {r.status_code} {r.text}"
+    return True

@@ -41,7 +41,7 @@ GROUPS: dict[str, str] = {
 
 #: seconds per module (or group) in a full ``make test`` run; ordering only
 SECONDS: dict[str, float] = {
-    "live-airflow": 540,
+    "live-airflow": 480,
     "tests/system/test_readme_tour.py": 180,
     "tests/integration/test_bulk_import.py": 180,
     "dag-server": 280,

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 import tomli_w
 
-from tests.airflow_runs import run_report, task_log
+from tests.airflow_runs import request_parse, run_report, task_log
 from tests.integration.spark_service_double import in_process_executor, job_times, serve
 from tests.integration.test_readiness import lineage_env, lineage_events
 
@@ -40,6 +40,9 @@ pytestmark = pytest.mark.integration
 SLEEPER = str(Path(sys.executable).parent / "sleeper")
 SCHEMA = '{"rowKeyFields": [{"name": "key", "type": "LongType"}], "valueFields": [{"name": "v", "type": "StringType"}]}'
 READY = re.compile(r"Airflow is ready: (\S+)\s+user (\S+)\s+password (\S+)")
+#: seconds between two reads of what a test waits for over the REST API (each read is a
+#: request the API server answers on the cores the run shares)
+POLL_SECONDS = 1.0
 
 
 def _free_port() -> int:
@@ -134,7 +137,7 @@ def _run_dag(c: Any, dag_id: str, conf: dict[str, Any] | None = None, timeout: f
         if run["state"] in ("success", "failed"):
             break
         assert time.monotonic() < deadline, f"{dag_id} run {run_id} still {run['state']}"
-        time.sleep(2)
+        time.sleep(POLL_SECONDS)
     if run["state"] != "success":  # with the end of each failed task's log, so a failure explains itself
         pytest.fail(f"{dag_id} run {run_id} failed:\n" + run_report(c, dag_id, run_id))
     return run
@@ -229,7 +232,11 @@ def test_the_airflow_command_with_only_airflow_home_reaches_the_running_airflow(
     # a dated DAG (the only kind that backfills), once the DAG processor has it
     (airflow["home"] / "dated.json").write_text(DAILY_SCHEMA)
     _sleeper(airflow["home"], "table", "create", "dated", "--schema", str(airflow["home"] / "dated.json"),
-             "--property", "sleeper.table.bulk.import.source=/nowhere/{{ ds }}/")
+             "--property", "sleeper.table.bulk.import.source=/nowhere/{{ ds }}/",
+             # its maintenance DAGs manual only: their runs on the default crons until the table
+             # is deleted take CPU the other tests' Airflow needs
+             *[f"--property=sleeper.table.schedule.{op}=none"
+               for op in ("split", "compaction", "gc", "ingest_batcher", "flush")])
     # waited for over the REST API (an ``airflow`` command is 3-4 s of CPU: polling with it
     # starved the other tests), then seen once through the command
     with _client(airflow) as c:
@@ -268,7 +275,14 @@ def _wait(c: Any, path: str, done: Any, timeout: float = 300, what: str = "") ->
         if r.status_code == 200 and done(r.json()):
             return r.json()
         assert time.monotonic() < deadline, f"{what or path}: {r.status_code} {r.text[:500]}"
-        time.sleep(2)
+        time.sleep(POLL_SECONDS)
+
+
+def _parsed(c: Any, dag_id: str, operation: str) -> None:
+    """Wait until the DAG processor has made ``dag_id`` (the ``operation`` DAG of a table just
+    created), its file's parse asked for now (:func:`request_parse`) rather than waited for."""
+    request_parse(c, operation)
+    _wait(c, f"/api/v2/dags/{dag_id}", lambda d: d.get("dag_id") == dag_id, what=f"the {dag_id} DAG to be parsed")
 
 
 def _backfill(c: Any, dag_id: str, reprocess: str) -> list[dict[str, Any]]:
@@ -302,7 +316,7 @@ def test_bulk_import_dates_backfilled_through_the_airflow_api_come_back_exactly_
              "--property", "sleeper.table.bulk.import.min.rows.per.leaf=1", *none)
     dag_id = "sleeper_daily_bulk_import"
     with _client(airflow) as c:
-        _wait(c, f"/api/v2/dags/{dag_id}", lambda d: d.get("dag_id") == dag_id, what="the DAG to be parsed")
+        _parsed(c, dag_id, "bulk_import")
         for reprocess in ("none", "completed"):
             runs = _backfill(c, dag_id, reprocess)
             assert sorted(r["state"] for r in runs) == ["success"] * len(runs) and runs, (reprocess, runs)
@@ -371,7 +385,7 @@ def test_the_flush_dag_runs_when_the_buffer_passes_its_threshold(airflow: dict[s
              "--property", "sleeper.table.write.buffer.flush.age.seconds=3600", *none)
     dag_id = "sleeper_watched_flush"
     with _client(airflow) as c:
-        _wait(c, f"/api/v2/dags/{dag_id}", lambda d: d.get("dag_id") == dag_id, what="the DAG to be parsed")
+        _parsed(c, dag_id, "flush")
         r = c.post("/sleeper/api/v1/tables/watched/records",
                    json={"records": [{"key": k, "v": f"w-{k}"} for k in range(150)]})
         assert r.status_code == 201, r.text
@@ -428,7 +442,7 @@ def test_a_deferred_bulk_import_frees_the_spark_slot_for_another_task_before_its
     with _client(airflow) as c:
         assert c.get("/api/v2/pools/spark").json()["slots"] == 1
         waiting = create("waiting", "--property", "sleeper.table.spark.deferrable=true")
-        _wait(c, f"/api/v2/dags/{waiting}", lambda d: d.get("dag_id") == waiting, what="the waiting DAG")
+        _parsed(c, waiting, "bulk_import")
         note("waiting: DAG parsed")
         _wait(c, "/api/v2/pools/spark", lambda p: task(c, waiting).get("state") == "deferred", timeout=300,
               what="the waiting import to defer")
@@ -436,7 +450,7 @@ def test_a_deferred_bulk_import_frees_the_spark_slot_for_another_task_before_its
         pool = c.get("/api/v2/pools/spark").json()
         assert (pool["include_deferred"], pool["open_slots"]) == (False, 1), f"a deferred task takes no slot: {pool}"
         other = create("other")
-        _wait(c, f"/api/v2/dags/{other}", lambda d: d.get("dag_id") == other, what="the other DAG")
+        _parsed(c, other, "bulk_import")
         note("other: DAG parsed")
         done = _wait(c, "/api/v2/pools/spark", lambda p: task(c, other).get("state") in ("success", "failed"),
                      timeout=400, what="the other import to end")
@@ -487,7 +501,7 @@ def test_a_bulk_import_whose_worker_is_killed_mid_job_reconnects_to_its_spark_jo
     """Issue 37: two tables' blocking bulk imports (not deferrable) run on the Spark
     service, each job held at its gate. Each task's process (the LocalExecutor's fork) is
     SIGKILLed while its job runs; Airflow retries the task (after the table's retry delay,
-    ``sleeper.table.dated.retry.delay.seconds``, 5 s here). Table
+    ``sleeper.table.dated.retry.delay.seconds``, 1 s here). Table
     ``resumed`` (``sleeper.table.spark.durable``, true by default) kept the job's id in
     the task state store: its retry reconnects to the running job, and the service saw 1
     submission. Table ``resubmitted`` (``sleeper.table.spark.durable=false``, the
@@ -500,7 +514,7 @@ def test_a_bulk_import_whose_worker_is_killed_mid_job_reconnects_to_its_spark_jo
     days = [time.strftime("%Y-%m-%d", time.gmtime(time.time() - d * 86400)) for d in range(3)]
     none = [f"--property=sleeper.table.schedule.{op}=none"
             for op in ("split", "compaction", "gc", "ingest_batcher", "flush")]
-    retry = ["--property", "sleeper.table.dated.retry.delay.seconds=5"]  # not the 2 minutes of the default
+    retry = ["--property", "sleeper.table.dated.retry.delay.seconds=1"]  # not the 2 minutes of the default
     tables = {"resumed": retry, "resubmitted": [*retry, "--property", "sleeper.table.spark.durable=false"]}
     for name in tables:
         gates[name] = threading.Event()
@@ -539,6 +553,10 @@ def test_a_bulk_import_whose_worker_is_killed_mid_job_reconnects_to_its_spark_jo
                          "--property", f"sleeper.table.bulk.import.source={raw}/{{{{ data_interval_start | ds }}}}/",
                          "--property", f"sleeper.table.bulk.import.start={days[1]}",
                          "--property", "sleeper.table.bulk.import.min.leaf.partitions=1", *props, *none)
+            request_parse(c, "bulk_import")  # one parse of the file makes both tables' DAGs
+            for name in tables:
+                dag = f"sleeper_{name}_bulk_import"
+                _wait(c, f"/api/v2/dags/{dag}", lambda d, dag=dag: d.get("dag_id") == dag, what=f"the {dag} DAG")
             first: dict[str, dict[str, Any]] = {}
             for name in tables:  # each task running, its one Spark job held at the gate
                 first[name] = _wait(c, "/api/v2/pools/spark", lambda p, n=name: (
@@ -624,7 +642,7 @@ def test_one_table_has_one_lineage_namespace_under_sleeper_airflow_a_scheduled_r
     dag_id = "sleeper_traced_flush"
     # (b) under sleeper airflow
     with _client(airflow) as c:
-        _wait(c, f"/api/v2/dags/{dag_id}", lambda d: d.get("dag_id") == dag_id, what="the DAG to be parsed")
+        _parsed(c, dag_id, "flush")
         r = c.post("/sleeper/api/v1/tables/traced/records", json={"records": [{"key": 1, "v": "b"}]})
         assert r.status_code == 201, r.text
         _run_dag(c, dag_id)
