@@ -40,6 +40,21 @@ def exact_key_region(schema: Schema, key: Sequence[Any]) -> Region:
     return Region(tuple(ranges))
 
 
+def exact_key_of(schema: Schema, region: Region) -> Optional[tuple[str, Any]]:
+    """``(field, value)`` when ``region`` is :func:`exact_key_region` of one value of its
+    first range's row key field (``[v, successor of v)``) with every other field whole,
+    else None."""
+    types = {f.name: f.type for f in schema.row_key_fields}
+    first, rest = region.ranges[0], region.ranges[1:]
+    if first.field not in types or first.max is None:
+        return None
+    if any(r.field not in types or r.max is not None or r.min != min_value(types[r.field])  # type: ignore[arg-type]
+           for r in rest):
+        return None
+    exact = first.max == _successor(types[first.field], first.min)  # type: ignore[arg-type]
+    return (first.field, first.min) if exact else None
+
+
 def range_region(schema: Schema, lo: Any, hi: Optional[Any]) -> Region:
     """``[lo, hi)`` on the first row key field (``hi=None``: unbounded); others unbounded."""
     first = schema.row_key_fields[0]

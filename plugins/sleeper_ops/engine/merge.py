@@ -26,6 +26,7 @@ from typing import Any, Callable, Generator, Iterator, Optional, Sequence
 
 import pyarrow as pa
 
+from sleeper_ops.engine.key_regions import exact_key_of
 from sleeper_ops.io.arrow_schema import arrow_schema
 from statestore.deletes import Tombstone
 from statestore.region import Region
@@ -242,21 +243,21 @@ def _ahead(items: Iterator[Any], depth: int) -> Iterator[Any]:
         worker.join()
 
 
-def tombstone_filter(df: Any, tombstones: Sequence[Tombstone]) -> Any:
-    """A DataFusion predicate over ``df``'s columns keeping the rows no tombstone matches
-    (the rule of :mod:`sleeper_ops.engine.deletes`). A tombstone's exact keys become one
+def tombstone_filter(df: Any, tombstones: Sequence[Tombstone], schema: Schema) -> Any:
+    """A DataFusion predicate over ``df``'s columns (of ``schema``) keeping the rows no
+    tombstone matches (the rule of :mod:`sleeper_ops.engine.deletes`). A tombstone's exact
+    keys (:func:`~sleeper_ops.engine.key_regions.exact_key_of`) become one
     ``IN`` list per field: a delete of thousands of keys as thousands of ORed ranges
     overflowed a DataFusion worker thread's stack (a segfault that killed the process)."""
     from datafusion import col, lit
     from datafusion import functions as f
 
     hits = []
-    types = {f.name: f.type for f in df.schema()}
     for t in tombstones:
         exact: dict[str, list[Any]] = {}
         others = []
         for region in t.regions:
-            one = _exact_key(region, types)
+            one = exact_key_of(schema, region)
             if one is None:
                 others.append(region_filter(region))
             else:
@@ -270,40 +271,6 @@ def tombstone_filter(df: Any, tombstones: Sequence[Tombstone]) -> Any:
         hits.append(key)
     hit = _any(hits)
     return None if hit is None else ~hit
-
-
-def _exact_key(region: Region, types: dict[str, pa.DataType]) -> Optional[tuple[str, Any]]:
-    """``(field, value)`` when ``region`` holds exactly one value of its first row key
-    field (``[v, successor of v)``) and every other field whole, else None."""
-    first, rest = region.ranges[0], region.ranges[1:]
-    v, t = first.min, types.get(first.field)
-    if t is None or first.max is None or any(r.max is not None or r.min != _least(types.get(r.field)) for r in rest):
-        return None
-    if isinstance(v, str):
-        successor: Any = v + "\x00"
-    elif isinstance(v, bytes):
-        successor = v + b"\x00"
-    elif isinstance(v, int) and not isinstance(v, bool):
-        successor = v + 1
-    else:
-        return None
-    return (first.field, v) if first.max == successor else None
-
-
-def _least(t: Optional[pa.DataType]) -> Any:
-    """The least value of a row key field of Arrow type ``t`` (an object no bound equals
-    when there is none)."""
-    if t is None:
-        return object()
-    if pa.types.is_int32(t):
-        return -2**31
-    if pa.types.is_int64(t):
-        return -2**63
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return ""
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return b""
-    return object()
 
 
 def _any(exprs: Sequence[Any]) -> Any:
@@ -333,7 +300,7 @@ def _merged_frame(ctx: Any, paths: Sequence[str], schema: Schema, region: Option
         else:
             ctx.register_parquet(f"input_{i}", p, file_sort_order=[key_order()], schema=arrow_schema(schema))
         t = ctx.table(f"input_{i}")
-        keep = tombstone_filter(t, deletes[i]) if i < len(deletes) and deletes[i] else None
+        keep = tombstone_filter(t, deletes[i], schema) if i < len(deletes) and deletes[i] else None
         if keep is not None:
             t = t.filter(keep)
         df = t if df is None else df.union(t)
