@@ -27,9 +27,8 @@ from typing import Callable, Iterator, Optional, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sleeper_ops.errors import IngestError
 from sleeper_ops.io.arrow_schema import arrow_schema
-from sleeper_ops.io.inputs import BATCH_ROWS, _first_line, conform_column, detect_format, resolve
+from sleeper_ops.io.inputs import BATCH_ROWS, check_columns, conform_column, detect_format, resolve, unreadable
 from sleeper_ops.io.storage import S3Options
 from statestore.schema import Schema
 
@@ -40,9 +39,11 @@ Sorter = Callable[[pa.Table], object]
 
 @dataclass(frozen=True)
 class ParquetChunk:
-    """Parquet inputs that together fit one chunk, with their footers' row count."""
+    """Parquet inputs that together fit one chunk, with their footers (read once, for
+    the chunk's size and every read of the file's columns) and row count."""
 
     paths: tuple[str, ...]
+    footers: tuple[pq.FileMetaData, ...]
     rows: int
     max_bytes: int
 
@@ -54,21 +55,17 @@ class ParquetChunk:
         A file whose columns are not the schema's is refused here (IngestError)."""
         if any(detect_format(p) != "parquet" for p in paths):
             return None
-        target = arrow_schema(schema)
+        footers = []
         rows = size = 0
         for p in paths:
             md, present = _footer(p, s3)
-            for f in target:
-                if f.name not in present:
-                    raise IngestError(f"{p}: column {f.name!r} of the table schema is missing")
-            for n in present:
-                if n not in target.names:
-                    raise IngestError(f"{p}: column {n!r} is not in the table schema")
+            check_columns(present, schema, p)
+            footers.append(md)
             rows += md.num_rows
             size += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
             if rows > max_rows or size > max_bytes:
                 return None
-        return cls(tuple(paths), rows, max_bytes)
+        return cls(tuple(paths), tuple(footers), rows, max_bytes)
 
     def read(self, schema: Schema, s3: Optional[S3Options], sort: Sorter) -> Optional[tuple[pa.Table, object]]:
         """Every row as one table of the schema's columns, and ``sort``'s answer for the
@@ -98,17 +95,17 @@ class ParquetChunk:
         _OverBudget once the decoded bytes of every reader pass the budget."""
         fields = [arrow_schema(schema).field(n) for n in names]
         parts = []
-        for p in self.paths:
+        for p, footer in zip(self.paths, self.footers):
             fs, path = resolve(p, s3)
             try:
                 with fs.open_input_file(path) as source:
-                    for t in _pieces(pq.ParquetFile(source), names):
+                    for t in _pieces(pq.ParquetFile(source, metadata=footer), names):
                         budget.spend(t.nbytes)
                         cols = [conform_column(t.column(f.name), f, schema, p, strings_as_base64=False)
                                 for f in fields]
                         parts.append(pa.Table.from_arrays(cols, schema=pa.schema(fields)))
             except (OSError, pa.ArrowException) as e:
-                raise IngestError(f"{p}: cannot be read: {_first_line(e)}") from e
+                raise unreadable(p, e) from e
         return pa.concat_tables(parts).combine_chunks() if parts else pa.schema(fields).empty_table()
 
 
@@ -150,4 +147,4 @@ def _footer(path: str, s3: Optional[S3Options]) -> tuple[pq.FileMetaData, list[s
             pf = pq.ParquetFile(f)
             return pf.metadata, pf.schema_arrow.names
     except (OSError, pa.ArrowException) as e:
-        raise IngestError(f"{path}: cannot be read: {_first_line(e)}") from e
+        raise unreadable(path, e) from e

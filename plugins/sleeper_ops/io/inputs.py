@@ -15,7 +15,7 @@ import io
 import json
 import os
 import re
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -94,16 +94,27 @@ def conform(batch: pa.RecordBatch, schema: Schema, source: str, *, strings_as_ba
     holds base64.
     """
     target = arrow_schema(schema)
-    names = set(batch.schema.names)
-    for f in target:
-        if f.name not in names:
-            raise IngestError(f"{source}: column {f.name!r} of the table schema is missing")
-    for n in batch.schema.names:
-        if n not in target.names:
-            raise IngestError(f"{source}: column {n!r} is not in the table schema")
+    check_columns(batch.schema.names, schema, source)
     cols = [conform_column(batch.column(f.name), f, schema, source, strings_as_base64=strings_as_base64)
             for f in target]
     return pa.RecordBatch.from_arrays(cols, schema=target)
+
+
+def check_columns(names: Sequence[str], schema: Schema, source: str) -> None:
+    """IngestError naming the first of the schema's columns missing from ``names``, or
+    else the first of ``names`` not in the schema."""
+    target = arrow_schema(schema).names
+    for n in target:
+        if n not in names:
+            raise IngestError(f"{source}: column {n!r} of the table schema is missing")
+    for n in names:
+        if n not in target:
+            raise IngestError(f"{source}: column {n!r} is not in the table schema")
+
+
+def unreadable(path: str, e: BaseException) -> IngestError:
+    """The refusal of an input that cannot be read (``e``: the reader's error), to raise."""
+    return IngestError(f"{path}: cannot be read: {_first_line(e)}")
 
 
 def conform_column(c: pa.Array | pa.ChunkedArray, f: pa.Field, schema: Schema, source: str, *,
@@ -164,7 +175,7 @@ def read_batches(path: str, schema: Schema, s3: Optional[S3Options] = None,
     except IngestError:
         raise
     except (OSError, pa.ArrowException) as e:
-        raise IngestError(f"{path}: cannot be read: {_first_line(e)}") from e
+        raise unreadable(path, e) from e
 
 
 def _not_empty(batches: Iterator[pa.RecordBatch], path: str, table: str) -> Iterator[pa.RecordBatch]:
