@@ -8,9 +8,11 @@ number that orders as the key does:
 
 * ints and longs: the value with its sign bit flipped;
 * strings and bytes: the 8 bytes after the prefix that every key of the chunk shares
-  (the common prefix of its minimum and maximum), big-endian, zero-padded.
+  (found 8 bytes at a time, as the leading bytes in which no key differs),
+  big-endian, zero-padded.
 
-A radix sort orders those numbers (no Python call, no string compared). Rows whose numbers
+A radix sort orders those numbers (no Python call, no string compared), on the bits
+that vary between them only. Rows whose numbers
 are equal (the same key, or strings that agree on those 8 bytes) are put in their
 exact order by Arrow's stable sort on the row keys, the sort keys and then the input
 position, so the order is exactly that of a stable sort on every key. A leaf's rows
@@ -77,8 +79,11 @@ def sorted_leaf_slices(table: pa.Table, tree: PartitionTree, schema: Schema
 def radix_argsort(numbers: np.ndarray) -> np.ndarray:
     """The stable sort order of unsigned 64-bit ``numbers``: a least-significant-digit
     radix sort on 16-bit digits, each pass numpy's stable sort of 16-bit integers (a
-    counting sort), digits that every number shares skipped. About half the CPU of
-    ``np.argsort`` (a comparison sort) for 200,000 numbers."""
+    counting sort). Bits every number shares are dropped first (:func:`_varying_bits`),
+    which keeps the order and saves passes: keys of decimal digits vary in 4 bits of
+    each byte, so 8 bytes sort in 2 passes instead of 4. About a third of the CPU of
+    ``np.argsort`` (a comparison sort) for 200,000 such numbers."""
+    numbers = _varying_bits(numbers)
     order: Optional[np.ndarray] = None
     for shift in (0, 16, 32, 48):
         digits = ((numbers >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
@@ -91,6 +96,45 @@ def radix_argsort(numbers: np.ndarray) -> np.ndarray:
     return order if order is not None else np.arange(len(numbers))
 
 
+#: most runs of varying bits worth gathering: each costs a few passes over the numbers
+_MOST_RUNS = 12
+
+
+def _varying_bits(numbers: np.ndarray) -> np.ndarray:
+    """``numbers`` with the bits that every one of them shares removed and the others
+    packed down, in order (two numbers first differ at a bit that varies, and packing
+    keeps those bits' order, so the numbers compare as before); ``numbers`` itself when
+    that would not save a 16-bit pass or would take more than :data:`_MOST_RUNS` runs."""
+    if len(numbers) < 2:
+        return numbers
+    varying = int(np.bitwise_or.reduce(numbers ^ numbers[0]))
+    digits = sum(1 for shift in (0, 16, 32, 48) if (varying >> shift) & 0xFFFF)
+    runs = _runs(varying)
+    if -(-varying.bit_count() // 16) >= digits or len(runs) > _MOST_RUNS:
+        return numbers
+    packed = np.zeros_like(numbers)
+    at = 0
+    for start, width in runs:
+        packed |= ((numbers >> np.uint64(start)) & np.uint64((1 << width) - 1)) << np.uint64(at)
+        at += width
+    return packed
+
+
+def _runs(bits: int) -> list[tuple[int, int]]:
+    """The runs of set bits of ``bits`` as (lowest bit, width), lowest first."""
+    runs = []
+    at = 0
+    while bits:
+        gap = (bits & -bits).bit_length() - 1  # zeros below the next run
+        bits >>= gap
+        at += gap
+        width = (~bits & (bits + 1)).bit_length() - 1  # its ones
+        runs.append((at, width))
+        bits >>= width
+        at += width
+    return runs
+
+
 def rows_at(table: pa.Table, positions: np.ndarray) -> pa.Table:
     """The rows of ``table`` at ``positions`` (a slice of a :func:`sorted_leaf_slices`
     order), in that order."""
@@ -100,65 +144,73 @@ def rows_at(table: pa.Table, positions: np.ndarray) -> pa.Table:
 def _key_numbers(column: pa.Array) -> tuple[Optional[np.ndarray], Optional[Callable[[Any], np.uint64]]]:
     """Each row's order-preserving unsigned 64-bit number, and the function giving a
     split point's number (None, None for a type without one). A string or bytes split
-    point outside the chunk's keys gets the smallest or largest number: it need not
-    share their prefix, and the rows with that number are compared with it exactly."""
+    point that does not start with the chunk's shared prefix gets the smallest or largest
+    number: the rows with that number are compared with it exactly."""
     t = column.type
     if pa.types.is_int64(t) or pa.types.is_int32(t):
         values = to_numpy(column).astype(np.int64)
         return values.view(np.uint64) ^ _SIGN, lambda v: np.uint64(int(v) + (1 << 63))
-    if not (pa.types.is_string(t) or pa.types.is_binary(t)):
+    if not (pa.types.is_string(t) or pa.types.is_binary(t)) or len(column) == 0:
         return None, None
-    extremes = kernels.call_function("min_max", [column])
-    lo, hi = _as_bytes(extremes["min"].as_py()), _as_bytes(extremes["max"].as_py())
-    skip = _common_prefix(lo, hi)
+    n = len(column)
+    offsets = np.frombuffer(column.buffers()[1], dtype=np.int32, count=n + 1, offset=column.offset * 4)
+    data = column.buffers()[2]
+    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    lengths = np.diff(offsets)
+    shortest = int(lengths.min())
+    skip = 0
+    words = _words(offsets, raw, skip)
+    while True:  # the bytes every key shares: leading bytes of the words that no key differs in
+        step = min((64 - int(np.bitwise_or.reduce(words ^ words[0])).bit_length()) // 8, shortest - skip)
+        if step <= 0:
+            break
+        skip += step
+        words = _words(offsets, raw, skip)
+        if step < 8:
+            break
+    prefix = raw[offsets[0]:offsets[0] + skip].tobytes()
 
     def number_of(point: Any) -> np.uint64:
         b = _as_bytes(point)
-        return np.uint64(0) if b < lo else _LARGEST if b > hi else _bytes_number(b[skip:])
-    return _prefix_numbers(column, skip), number_of
+        if b[:skip] != prefix:
+            return np.uint64(0) if b[:skip] < prefix else _LARGEST
+        return _bytes_number(b[skip:])
+    if shortest - skip >= 8:
+        return words, number_of
+    # the bytes past each key's end (another key's, or the buffer's padding) masked off
+    length = np.minimum(lengths - skip, 8).astype(np.uint64)
+    keep = np.where(length > 0, np.left_shift(~np.uint64(0), (np.uint64(8) - length) * np.uint64(8) % np.uint64(64)),
+                    np.uint64(0))
+    return words & keep, number_of
 
 
 def _as_bytes(value: Any) -> bytes:
     return value.encode() if isinstance(value, str) else value
 
 
-def _common_prefix(a: bytes, b: bytes) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 def _bytes_number(b: bytes) -> np.uint64:
     return np.uint64(int.from_bytes(b[:8].ljust(8, b"\0"), "big"))
 
 
-def _prefix_numbers(column: pa.Array, skip: int) -> np.ndarray:
-    """The big-endian number of each value's 8 bytes from ``skip`` on, zero-padded
-    (every value is at least ``skip`` bytes long and shares those bytes): one gather
-    from a view of the data buffer whose element ``i`` is the 8 bytes at byte ``i``,
-    then the bytes past each value's end masked off."""
-    n = len(column)
-    offsets = np.frombuffer(column.buffers()[1], dtype=np.int32, count=n + 1, offset=column.offset * 4)
-    data = column.buffers()[2]
-    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+def _words(offsets: np.ndarray, raw: np.ndarray, skip: int) -> np.ndarray:
+    """The big-endian number of the 8 bytes at byte ``skip`` of each value (``offsets``
+    into ``raw``; every value at least ``skip`` bytes long), past its end included: one
+    gather from a view of the data buffer whose element ``i`` is the 8 bytes at byte
+    ``i``, the last few from a zero-padded copy of the buffer's end."""
+    n = len(offsets) - 1
     starts = offsets[:-1].astype(np.int64) + skip
     words = np.empty(n, dtype=np.uint64)
     direct = int(np.searchsorted(starts, len(raw) - 8, side="right"))  # rows with 8 bytes left in the buffer
     if direct:
         view = np.ndarray(shape=(len(raw) - 7,), dtype=">u8", buffer=raw, strides=(1,))
         words[:direct] = view[starts[:direct]]
-    if direct < n:  # the last few values: read from a zero-padded copy of the buffer's end
+    if direct < n:
         base = int(starts[direct])
         tail = np.zeros(len(raw) - base + 8, dtype=np.uint8)
         tail[:len(raw) - base] = raw[base:]
         view = np.ndarray(shape=(len(tail) - 7,), dtype=">u8", buffer=tail, strides=(1,))
         words[direct:] = view[starts[direct:] - base]
-    length = np.minimum(np.diff(offsets) - skip, 8).astype(np.uint64)
-    keep = np.where(length > 0, np.left_shift(~np.uint64(0), (np.uint64(8) - length) * np.uint64(8) % np.uint64(64)),
-                    np.uint64(0))
-    return words & keep
+    return words
 
 
 def _settle_ties(table: pa.Table, schema: Schema, order: np.ndarray, equal: np.ndarray) -> None:

@@ -21,22 +21,25 @@ from statestore.schema import Schema
 TEXT = st.one_of(st.text(alphabet="ab\0é", max_size=12),
                  st.builds(lambda head, tail: "prefix-" + head + "-12345678" + tail,
                            st.text(alphabet="xy", max_size=2), st.text(alphabet="\0cd", max_size=3)))
-KEYS = {"StringType": (pa.string(), TEXT),
-        "ByteArrayType": (pa.binary(), st.one_of(st.binary(max_size=12),
-                                                 st.binary(max_size=3).map(lambda b: b"\xff" * 9 + b))),
-        "LongType": (pa.int64(), st.integers(-2**63, 2**63 - 1) | st.integers(-3, 3)),
-        "IntType": (pa.int32(), st.integers(-2**31, 2**31 - 1) | st.integers(-3, 3))}
+#: keys sharing a prefix longer than the 8 bytes of one number (found in steps of 8)
+LONG_PREFIX = st.builds(lambda tail: "a-shared-prefix-of-24b/" + tail, st.text(alphabet="ab\0é", max_size=10))
+#: key kind -> (schema type, Arrow type, keys, split points)
+KEYS = {"StringType": ("StringType", pa.string(), TEXT, TEXT),
+        "long prefix": ("StringType", pa.string(), LONG_PREFIX, LONG_PREFIX | TEXT),
+        "ByteArrayType": ("ByteArrayType", pa.binary(), *[st.one_of(
+            st.binary(max_size=12), st.binary(max_size=3).map(lambda b: b"\xff" * 9 + b))] * 2),
+        "LongType": ("LongType", pa.int64(), *[st.integers(-2**63, 2**63 - 1) | st.integers(-3, 3)] * 2),
+        "IntType": ("IntType", pa.int32(), *[st.integers(-2**31, 2**31 - 1) | st.integers(-3, 3)] * 2)}
 
 
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[Schema, pa.Table, list[object]]:
-    key_type = draw(st.sampled_from(sorted(KEYS)))
-    arrow_type, values = KEYS[key_type]
+    key_type, arrow_type, values, point_values = KEYS[draw(st.sampled_from(sorted(KEYS)))]
     keys = draw(st.lists(values, min_size=1, max_size=60))
     if draw(st.booleans()):  # many duplicates
         keys = [keys[i % 3] for i in range(len(keys))]
     sorts = draw(st.lists(st.integers(0, 3), min_size=len(keys), max_size=len(keys)))
-    points = sorted(set(draw(st.lists(values, max_size=5)) + draw(st.lists(st.sampled_from(keys), max_size=2))))
+    points = sorted(set(draw(st.lists(point_values, max_size=5)) + draw(st.lists(st.sampled_from(keys), max_size=2))))
     if key_type in ("IntType", "LongType"):
         points = [p for p in points if p != (-2**31 if key_type == "IntType" else -2**63)]
     elif key_type == "StringType":
@@ -123,3 +126,27 @@ def test_the_radix_sort_gives_the_order_of_a_stable_sort_by_python(values: list[
     numbers = np.array(values, dtype=np.uint64)
     model = sorted(range(len(values)), key=lambda i: values[i])  # Python's sort is stable
     assert key_order.radix_argsort(numbers).tolist() == model
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=300), st.integers(0, 2**64 - 1),
+       st.integers(0, 2**64 - 1))
+def test_the_radix_sort_of_numbers_sharing_some_bits_gives_the_order_of_a_stable_sort(
+        values: list[int], mask: int, base: int) -> None:
+    """Numbers that agree on the bits outside ``mask`` (as keys of one alphabet agree on
+    some bits of every byte): the shared bits are dropped before sorting."""
+    values = [(v & mask) | (base & ~mask) for v in values]
+    model = sorted(range(len(values)), key=lambda i: values[i])
+    assert key_order.radix_argsort(np.array(values, dtype=np.uint64)).tolist() == model
+
+
+def test_decimal_keys_sort_in_two_radix_passes() -> None:
+    """Keys of decimal digits vary in 4 bits of each byte: 8 bytes make 32 varying bits,
+    two 16-bit passes instead of four."""
+    keys = pa.array([f"key-{v:09d}" for v in np.random.default_rng(3).integers(0, 10**9, 5000)])
+    numbers, _ = key_order._key_numbers(keys)
+    assert numbers is not None
+    with mock.patch.object(key_order.np, "argsort", wraps=np.argsort) as argsort:
+        order = key_order.radix_argsort(numbers)
+    assert argsort.call_count == 2
+    assert order.tolist() == sorted(range(len(keys)), key=lambda i: (keys[i].as_py(), i))
