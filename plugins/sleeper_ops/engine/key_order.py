@@ -29,6 +29,7 @@ such as URLs of one site), where Arrow's sorts of each leaf in parallel are fast
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -74,6 +75,18 @@ def sorted_leaf_slices(table: pa.Table, tree: PartitionTree, schema: Schema
         bounds.append(_rows_below(column, order, ordered, point, number_of(point)))
     bounds.append(len(order))
     return order, [(leaf, a, b) for leaf, a, b in zip(leaves, bounds, bounds[1:]) if b > a]
+
+
+def sorted_by_leaf(table: pa.Table, tree: PartitionTree,
+                   schema: Schema) -> Optional[list[tuple[Partition, Callable[[], pa.Table]]]]:
+    """Each leaf partition with rows in ``table``, leaves in key order, with a function
+    giving its rows in key order (one take of :func:`sorted_leaf_slices`'s order); None
+    where that does not apply (the caller sorts each leaf's rows itself)."""
+    fast = sorted_leaf_slices(table, tree, schema)
+    if fast is None:
+        return None
+    order, slices = fast
+    return [(leaf, functools.partial(rows_at, table, order[a:b])) for leaf, a, b in slices]
 
 
 def radix_argsort(numbers: np.ndarray) -> np.ndarray:

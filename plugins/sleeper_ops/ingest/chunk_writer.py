@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from sleeper_ops.engine.key_order import rows_at, sorted_leaf_slices
+from sleeper_ops.engine.key_order import sorted_by_leaf, sorted_leaf_slices
 from sleeper_ops.engine.leaves import leaf_indices_sliced, sorted_rows
 from sleeper_ops.engine.merge import merge_sorted
 from sleeper_ops.ingest.attempt import IngestAttempt
@@ -45,11 +45,8 @@ class ChunkWriter:
         here and each item takes its slice (:mod:`sleeper_ops.engine.key_order`), or, where
         that does not apply, :meth:`by_leaf_sorting`."""
         table = pa.Table.from_batches(chunk).combine_chunks()
-        fast = sorted_leaf_slices(table, tree, self.schema)
-        if fast is not None:
-            order, slices = fast
-            return [(leaf, functools.partial(rows_at, table, order[a:b])) for leaf, a, b in slices]
-        return self.by_leaf_sorting(table, tree)
+        fast = sorted_by_leaf(table, tree, self.schema)
+        return fast if fast is not None else self.by_leaf_sorting(table, tree)
 
     def by_leaf_sorting(self, table: pa.Table,
                          tree: PartitionTree) -> list[tuple[Partition, Callable[[], pa.Table]]]:

@@ -4,8 +4,9 @@ reference and imported on the executors' Python).
 Two ways to make each leaf's rows meet in one task (see :mod:`sleeper_ops.spark.bulk_driver`
 and docs/adr/0001-bulk-import-shuffle.md):
 
-``runs`` (the default): :func:`sort_runs` reads input files through pyarrow, splits the
-rows by leaf, sorts each leaf's rows in Arrow and writes them as a sorted run file
+``runs`` (the default): :func:`sort_runs` reads input files through pyarrow, sorts the
+rows and splits them by leaf as standard ingest does (:mod:`sleeper_ops.engine.key_order`;
+where that does not apply, each leaf's rows are sorted in Arrow) and writes them as a sorted run file
 (uncompressed Arrow IPC) under the job's run prefix in the object store, yielding
 ``(leaf, run, rows)``; the driver collects those small rows and gives each leaf's runs
 to one task, where :func:`merge_runs` merges them (DataFusion, streaming) into the
@@ -30,6 +31,7 @@ that reached it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -37,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sleeper_ops.engine.key_order import sorted_by_leaf
 from sleeper_ops.engine.leaves import leaf_indices, sorted_rows
 from sleeper_ops.engine.merge import merge_sorted
 from sleeper_ops.io.arrow_schema import arrow_schema
@@ -117,8 +120,12 @@ def sort_runs(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) -> 
         nonlocal pending, rows, flushes
         data = pa.Table.from_batches(pending, schema=schema).combine_chunks()
         out_leaf, out_run, out_rows = [], [], []
-        for leaf, idx in leaf_indices(data, tree):
-            part = sorted_rows(data, idx, table.schema)
+        parts = sorted_by_leaf(data, tree, table.schema)  # standard ingest's sort, where it applies
+        if parts is None:
+            parts = [(leaf, functools.partial(sorted_rows, data, idx, table.schema))
+                     for leaf, idx in leaf_indices(data, tree)]
+        for leaf, rows_of in parts:
+            part = rows_of()
             run = own_key(f"{context['run_prefix']}/{task}-{flushes}-{leaf.id}{RUN_SUFFIX}")
             with objects.open_output(run) as f, pa.ipc.new_file(f, part.schema) as out:
                 out.write_table(part, max_chunksize=65_536)

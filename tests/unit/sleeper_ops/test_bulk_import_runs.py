@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sleeper_ops.bulk_import.sources import pack_files
-from sleeper_ops.engine import merge
+from sleeper_ops.engine import key_order, merge
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.spark import bulk_executor
 from sleeper_ops.spark.bulk_driver import _runs_by_leaf
@@ -55,8 +55,16 @@ def _rows(n: int, seed: int) -> pa.Table:
                      "v": [f"s{seed}-{i}" for i in range(n)]})
 
 
-def test_runs_then_merge_give_each_leaf_its_rows_sorted_once(tmp_path, monkeypatch):
+@pytest.mark.parametrize("sort", ["prefix numbers", "per leaf"])
+def test_runs_then_merge_give_each_leaf_its_rows_sorted_once(tmp_path, monkeypatch, sort):
+    """Runs sorted as standard ingest sorts (``prefix numbers``: Arrow's per-leaf sort is
+    never called) or, where that does not apply, each leaf's rows sorted in Arrow."""
     monkeypatch.setattr(bulk_executor, "RUN_ROWS", 700)  # several runs per read task
+    if sort == "per leaf":
+        monkeypatch.setattr(bulk_executor, "sorted_by_leaf", lambda *a: None)
+    else:  # (these keys tie often: never give the ties up to the other path)
+        monkeypatch.setattr(key_order, "MAX_TIED_SHARE", 1)
+        monkeypatch.setattr(bulk_executor, "sorted_rows", lambda *a: pytest.fail("sorted per leaf"))
     inputs = []
     for i in range(5):
         pq.write_table(_rows(1000, i), tmp_path / f"in{i}.parquet")
