@@ -67,6 +67,26 @@ def test_a_lost_store_is_logged_and_watched_again(monkeypatch: Any) -> None:
     assert [e["records"] for e in out] == [10]
 
 
+def test_a_deleted_table_is_logged_once_and_looked_for_rarely(monkeypatch: Any, caplog: Any) -> None:
+    from sleeper_ops.airflow.triggers import buffer
+    from statestore.errors import TableNotFoundError
+
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+    monkeypatch.setattr(buffer.asyncio, "sleep", sleep)
+    trigger = BufferThresholdTrigger(table="t", flush_records=10, flush_age_seconds=60, poll_seconds=5)
+    gone = TableNotFoundError("table 't' does not exist")
+    with caplog.at_level("INFO", logger=buffer.__name__):
+        out = _events(trigger, [gone, gone, gone, BufferStats(1, 10, NOW)], monkeypatch)
+    assert [e["records"] for e in out] == [10]  # the table came back: watched as before
+    assert slept[:3] == [buffer.MISSING_POLL_SECONDS] * 3
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "does not exist" in warnings[0]
+    assert any("exists again" in r.getMessage() for r in caplog.records)
+
+
 def test_the_trigger_serialises_with_its_thresholds() -> None:
     trigger = BufferThresholdTrigger(table="t", flush_records=5, flush_age_seconds=7, sleeper_conn_id="c")
     path, kwargs = trigger.serialize()

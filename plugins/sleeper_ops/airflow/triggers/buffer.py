@@ -18,6 +18,8 @@ The trigger fires when the buffer holds ``flush_records`` records or its oldest 
 has waited ``flush_age_seconds`` (:func:`sleeper_ops.ingest.flush.flush_due`), then
 stays quiet until a flush has committed (the table's flush count moved) or
 ``flush_age_seconds`` have passed, so a slow flush is not asked for again and again.
+A store it cannot reach is logged at every poll; a table that does not exist (deleted,
+its DAG not yet gone) is logged once and looked for every :data:`MISSING_POLL_SECONDS`.
 """
 
 from __future__ import annotations
@@ -29,10 +31,15 @@ from typing import Any, AsyncIterator, Optional
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from statestore.errors import TableNotFoundError
+
 log = logging.getLogger(__name__)
 
 #: seconds between two reads of the buffer's stats
 POLL_SECONDS = 5.0
+#: seconds between two looks for a table that does not exist (deleted: Airflow drops the
+#: watcher once the table's DAG is gone, which can take a while)
+MISSING_POLL_SECONDS = 60.0
 
 
 class BufferThresholdTrigger(BaseEventTrigger):
@@ -64,13 +71,25 @@ class BufferThresholdTrigger(BaseEventTrigger):
 
         fired_at: Optional[float] = None
         fired_flushes: Optional[int] = None
+        missing = False  # the table was not found at the last poll
         while True:
             try:
                 stats = await asyncio.to_thread(self._stats)
-            except Exception as e:  # a lost store or a deleted table: keep watching, say why
+            except TableNotFoundError:  # deleted: said once, then looked for rarely
+                if not missing:
+                    log.warning("write buffer of table %s: the table does not exist (deleted?); looking for it "
+                                "every %.0fs until Airflow drops this watcher with the table's DAG",
+                                self.table, max(self.poll_seconds, MISSING_POLL_SECONDS))
+                missing = True
+                await asyncio.sleep(max(self.poll_seconds, MISSING_POLL_SECONDS))
+                continue
+            except Exception as e:  # a lost store: keep watching, say why
                 log.warning("write buffer of table %s: cannot read its stats: %s", self.table, e)
                 await asyncio.sleep(self.poll_seconds)
                 continue
+            if missing:
+                log.info("write buffer of table %s: the table exists again; watching its thresholds", self.table)
+                missing = False
             now = time.time()
             quiet = (fired_at is not None and stats.flushes == fired_flushes
                      and now - fired_at < self.flush_age_seconds)
