@@ -87,6 +87,62 @@ def test_a_deleted_table_is_logged_once_and_looked_for_rarely(monkeypatch: Any, 
     assert any("exists again" in r.getMessage() for r in caplog.records)
 
 
+def test_the_trigger_keeps_one_sleeper_across_polls_and_opens_another_after_a_failure(monkeypatch: Any) -> None:
+    """One state store connection per watcher, not one per poll; a failed poll closes it
+    and the next opens a fresh one; the watcher's end closes the last."""
+    from sleeper_ops.airflow.hooks import sleeper as hook_module
+
+    opened: list[Any] = []
+    reads = iter([BufferStats(1, 1, NOW), OSError("store lost"), BufferStats(1, 2, NOW), BufferStats(1, 3, NOW)])
+
+    class FakeSleeper:
+        closed = False
+
+        def table(self, name: str) -> Any:
+            assert name == "t"
+            return self
+
+        def buffer_stats(self) -> BufferStats:
+            item = next(reads, None)
+            if item is None:
+                raise asyncio.CancelledError
+            if isinstance(item, Exception):
+                raise item
+            return item
+
+        def close(self) -> None:
+            self.closed = True
+
+        def __enter__(self) -> FakeSleeper:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.close()
+
+    class FakeHook:
+        def __init__(self, conn_id: str) -> None:
+            assert conn_id == "c"
+
+        def get_conn(self) -> FakeSleeper:
+            opened.append(FakeSleeper())
+            return opened[-1]
+    monkeypatch.setattr(hook_module, "SleeperHook", FakeHook)
+    trigger = BufferThresholdTrigger(table="t", flush_records=3, flush_age_seconds=3600, poll_seconds=0,
+                                     sleeper_conn_id="c")
+    out: list[dict] = []
+
+    async def collect() -> None:
+        try:
+            async for event in trigger.run():
+                out.append(event.payload)
+        except asyncio.CancelledError:
+            pass
+    asyncio.run(collect())
+    assert [e["records"] for e in out] == [3]
+    assert len(opened) == 2  # 4 polls: one Sleeper before the failure, one after
+    assert all(s.closed for s in opened)
+
+
 def test_the_trigger_serialises_with_its_thresholds() -> None:
     trigger = BufferThresholdTrigger(table="t", flush_records=5, flush_age_seconds=7, sleeper_conn_id="c")
     path, kwargs = trigger.serialize()
