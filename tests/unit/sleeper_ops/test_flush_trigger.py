@@ -87,46 +87,90 @@ def test_a_deleted_table_is_logged_once_and_looked_for_rarely(monkeypatch: Any, 
     assert any("exists again" in r.getMessage() for r in caplog.records)
 
 
-def test_the_trigger_keeps_one_sleeper_across_polls_and_opens_another_after_a_failure(monkeypatch: Any) -> None:
-    """One state store connection per watcher, not one per poll; a failed poll closes it
-    and the next opens a fresh one; the watcher's end closes the last."""
-    from sleeper_ops.airflow.hooks import sleeper as hook_module
+class _FakeSleeper:
+    """A Sleeper whose table ``buffer_stats`` answers from ``reads`` (an exception in it is
+    raised by that read)."""
 
-    opened: list[Any] = []
-    reads = iter([BufferStats(1, 1, NOW), OSError("store lost"), BufferStats(1, 2, NOW), BufferStats(1, 3, NOW)])
+    def __init__(self, reads: Any) -> None:
+        self.reads, self.closed = reads, False
 
-    class FakeSleeper:
-        closed = False
+    def table(self, name: str) -> Any:
+        return self
 
-        def table(self, name: str) -> Any:
-            assert name == "t"
-            return self
+    def buffer_stats(self) -> BufferStats:
+        item = next(self.reads, None)
+        if item is None:
+            raise asyncio.CancelledError
+        if isinstance(item, BaseException):
+            raise item
+        return item
 
-        def buffer_stats(self) -> BufferStats:
-            item = next(reads, None)
-            if item is None:
-                raise asyncio.CancelledError
-            if isinstance(item, Exception):
-                raise item
-            return item
+    def close(self) -> None:
+        self.closed = True
 
-        def close(self) -> None:
-            self.closed = True
 
-        def __enter__(self) -> FakeSleeper:
-            return self
+@pytest.fixture
+def opened(monkeypatch: Any) -> Any:
+    """Every Sleeper the shared module opens (each a _FakeSleeper reading ``opened.reads``)."""
+    from sleeper_ops.airflow.triggers import shared_sleeper
 
-        def __exit__(self, *exc: object) -> None:
-            self.close()
+    class Opened(list):  # type: ignore[type-arg]
+        reads: Any = iter(())
+    out = Opened()
 
-    class FakeHook:
-        def __init__(self, conn_id: str) -> None:
-            assert conn_id == "c"
+    def open_one(conn_id: str) -> _FakeSleeper:
+        assert conn_id == "c"
+        out.append(_FakeSleeper(out.reads))
+        return out[-1]
+    monkeypatch.setattr(shared_sleeper, "_open", open_one)
+    yield out
+    assert not shared_sleeper._current and not shared_sleeper._triggers  # nothing left open
 
-        def get_conn(self) -> FakeSleeper:
-            opened.append(FakeSleeper())
-            return opened[-1]
-    monkeypatch.setattr(hook_module, "SleeperHook", FakeHook)
+
+def test_the_watchers_of_a_process_share_one_sleeper_across_their_polls(opened: Any) -> None:
+    """Two tables' watchers polling in turn: one state store connection for both, not one
+    per poll or per watcher; a lost store retires it (the next poll opens another); a
+    table that does not exist does not; the last watcher's end closes it."""
+    from sleeper_ops.airflow.triggers import shared_sleeper
+    from statestore.errors import TableNotFoundError
+
+    opened.reads = iter([BufferStats(1, 1, NOW), BufferStats(1, 2, NOW), TableNotFoundError("no table 'b'"),
+                         OSError("store lost"), BufferStats(1, 3, NOW), BufferStats(1, 4, NOW)])
+    a, b = (BufferThresholdTrigger(table=t, flush_records=9, flush_age_seconds=60, sleeper_conn_id="c")
+            for t in "ab")
+    shared_sleeper.joined("c")
+    shared_sleeper.joined("c")
+    assert [a._stats().rows, b._stats().rows] == [1, 2]
+    with pytest.raises(TableNotFoundError):
+        b._stats()
+    assert len(opened) == 1 and not opened[0].closed
+    with pytest.raises(OSError):
+        a._stats()
+    assert opened[0].closed
+    assert [a._stats().rows, b._stats().rows] == [3, 4]
+    assert len(opened) == 2 and not opened[1].closed
+    shared_sleeper.left("c")
+    assert not opened[1].closed  # b still watches
+    shared_sleeper.left("c")
+    assert opened[1].closed
+
+
+def test_a_shared_sleeper_is_replaced_after_its_time(opened: Any, monkeypatch: Any) -> None:
+    from sleeper_ops.airflow.triggers import shared_sleeper
+
+    monkeypatch.setattr(shared_sleeper, "REOPEN_SECONDS", 0.0)
+    opened.reads = iter([BufferStats(1, 1, NOW), BufferStats(1, 2, NOW)])
+    trigger = BufferThresholdTrigger(table="t", flush_records=9, flush_age_seconds=60, sleeper_conn_id="c")
+    shared_sleeper.joined("c")
+    trigger._stats()
+    trigger._stats()
+    assert len(opened) == 2 and opened[0].closed and not opened[1].closed
+    shared_sleeper.left("c")
+    assert opened[1].closed
+
+
+def test_a_watcher_run_to_its_end_leaves_nothing_open(opened: Any) -> None:
+    opened.reads = iter([BufferStats(1, 1, NOW), BufferStats(1, 3, NOW)])
     trigger = BufferThresholdTrigger(table="t", flush_records=3, flush_age_seconds=3600, poll_seconds=0,
                                      sleeper_conn_id="c")
     out: list[dict] = []
@@ -139,8 +183,7 @@ def test_the_trigger_keeps_one_sleeper_across_polls_and_opens_another_after_a_fa
             pass
     asyncio.run(collect())
     assert [e["records"] for e in out] == [3]
-    assert len(opened) == 2  # 4 polls: one Sleeper before the failure, one after
-    assert all(s.closed for s in opened)
+    assert len(opened) == 1 and opened[0].closed
 
 
 def test_the_trigger_serialises_with_its_thresholds() -> None:

@@ -8,8 +8,8 @@ the first task of a run, or an event trigger watching an asset. A sensor needs a
 exist already and waiting in it: the DAG would be always running, its runs hiding the
 scheduled ones, and a run started by the cron would wait for the thresholds instead of
 flushing. An :class:`~airflow.sdk.AssetWatcher` runs the trigger below in the triggerer
-(asyncio, no worker slot, one cheap ``buffer_stats`` read per poll, on a connection the
-trigger keeps), and each event it
+(asyncio, no worker slot, one cheap ``buffer_stats`` read per poll, on the state store
+connection the triggers of the process share), and each event it
 yields is an asset event for ``sleeper://<table>/buffer``. The flush DAG is scheduled
 on its cron *or* that asset (``AssetOrTimeSchedule``), so both start ordinary runs that
 take the table's flush lease: a threshold event during a running flush starts a run that
@@ -32,6 +32,7 @@ from typing import Any, AsyncIterator, Optional
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from sleeper_ops.airflow.triggers import shared_sleeper
 from statestore.errors import TableNotFoundError
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,6 @@ POLL_SECONDS = 5.0
 #: seconds between two looks for a table that does not exist (deleted: Airflow drops the
 #: watcher once the table's DAG is gone, which can take a while)
 MISSING_POLL_SECONDS = 60.0
-#: seconds a trigger keeps one Sleeper (its state store connection) before opening another
-REOPEN_SECONDS = 600.0
 
 
 class BufferThresholdTrigger(BaseEventTrigger):
@@ -55,9 +54,6 @@ class BufferThresholdTrigger(BaseEventTrigger):
         self.table, self.sleeper_conn_id = table, sleeper_conn_id
         self.flush_records, self.flush_age_seconds = int(flush_records), float(flush_age_seconds)
         self.poll_seconds = float(poll_seconds)
-        self._sleeper: Any = None  # kept open between polls (see _stats)
-        self._opened_at = 0.0
-        self._ended = False  # run() has ended: a poll still in its thread closes what it opened
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
@@ -67,41 +63,20 @@ class BufferThresholdTrigger(BaseEventTrigger):
 
     def _stats(self) -> Any:
         """The buffer's stats now (a blocking read: run in a thread), through the Sleeper
-        this trigger keeps open between polls: opened at the first poll, and again after
-        a failed one or :data:`REOPEN_SECONDS` (so an edited connection is taken up). A
-        Sleeper per poll cost a new state store connection every few seconds per table
-        (73 ms and 3.3 ms of the triggerer's CPU a poll, against 1.9 ms and 0.3 ms)."""
-        now = time.monotonic()
-        if self._sleeper is not None and now - self._opened_at > REOPEN_SECONDS:
-            self._close()
-        if self._sleeper is None:
-            from sleeper_ops.airflow.hooks.sleeper import SleeperHook
-
-            self._sleeper, self._opened_at = SleeperHook(self.sleeper_conn_id).get_conn(), now
-        try:
-            return self._sleeper.table(self.table).buffer_stats()
-        except Exception:
-            self._close()
-            raise
-        finally:
-            if self._ended:
-                self._close()
-
-    def _close(self) -> None:
-        sleeper, self._sleeper = self._sleeper, None
-        if sleeper is not None:
-            try:
-                sleeper.close()
-            except Exception as e:  # a store already lost: nothing left to release
-                log.debug("write buffer of table %s: closing its Sleeper: %s", self.table, e)
+        the triggers of this process share per connection
+        (:mod:`~sleeper_ops.airflow.triggers.shared_sleeper`). A Sleeper per poll cost a
+        new state store connection every few seconds per table (73 ms and 3.3 ms of the
+        triggerer's CPU a poll, against 1.9 ms and 0.3 ms)."""
+        with shared_sleeper.sleeper_for(self.sleeper_conn_id) as sleeper:
+            return sleeper.table(self.table).buffer_stats()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        shared_sleeper.joined(self.sleeper_conn_id)
         try:
             async for event in self._watch():
                 yield event
         finally:  # the watcher removed, or the triggerer stopping
-            self._ended = True
-            self._close()
+            shared_sleeper.left(self.sleeper_conn_id)
 
     async def _watch(self) -> AsyncIterator[TriggerEvent]:
         from sleeper_ops.ingest.flush import flush_due
