@@ -31,15 +31,23 @@ def _events(trigger: BufferThresholdTrigger, stats: list[BufferStats | Exception
     """The events the trigger yields while reading ``stats`` one per poll (an exception
     in the list is raised by that poll)."""
     feed = iter(stats)
+    monkeypatch.setattr(trigger, "_stats", lambda: _next_read(feed))
+    return _run(trigger)
 
-    def next_stats() -> BufferStats:
-        item = next(feed, None)
-        if item is None:
-            raise asyncio.CancelledError
-        if isinstance(item, Exception):
-            raise item
-        return item
-    monkeypatch.setattr(trigger, "_stats", next_stats)
+
+def _next_read(feed: Any) -> BufferStats:
+    """The next stats of ``feed`` (an exception in it is raised); once it is empty, the
+    CancelledError that ends the trigger's run."""
+    item = next(feed, None)
+    if item is None:
+        raise asyncio.CancelledError
+    if isinstance(item, BaseException):
+        raise item
+    return item
+
+
+def _run(trigger: BufferThresholdTrigger) -> list[dict]:
+    """The payloads of the events ``trigger.run()`` yields until it is cancelled."""
     out: list[dict] = []
 
     async def collect() -> None:
@@ -98,12 +106,7 @@ class _FakeSleeper:
         return self
 
     def buffer_stats(self) -> BufferStats:
-        item = next(self.reads, None)
-        if item is None:
-            raise asyncio.CancelledError
-        if isinstance(item, BaseException):
-            raise item
-        return item
+        return _next_read(self.reads)
 
     def close(self) -> None:
         self.closed = True
@@ -173,16 +176,7 @@ def test_a_watcher_run_to_its_end_leaves_nothing_open(opened: Any) -> None:
     opened.reads = iter([BufferStats(1, 1, NOW), BufferStats(1, 3, NOW)])
     trigger = BufferThresholdTrigger(table="t", flush_records=3, flush_age_seconds=3600, poll_seconds=0,
                                      sleeper_conn_id="c")
-    out: list[dict] = []
-
-    async def collect() -> None:
-        try:
-            async for event in trigger.run():
-                out.append(event.payload)
-        except asyncio.CancelledError:
-            pass
-    asyncio.run(collect())
-    assert [e["records"] for e in out] == [3]
+    assert [e["records"] for e in _run(trigger)] == [3]
     assert len(opened) == 1 and opened[0].closed
 
 

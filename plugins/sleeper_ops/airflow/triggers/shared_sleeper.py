@@ -34,10 +34,10 @@ REOPEN_SECONDS = 600.0
 
 @dataclass
 class _Entry:
+    conn_id: str
     sleeper: Any
     opened_at: float
     polls: int = 0  # polls using it now
-    current: bool = True  # new polls may take it
     closed: bool = False
 
 
@@ -67,7 +67,7 @@ def left(conn_id: str) -> None:
         if _triggers[conn_id] <= 0:
             del _triggers[conn_id]
             entry = _current.get(conn_id)
-            closing = _retire(conn_id, entry) if entry is not None else None
+            closing = _retire(entry) if entry is not None else None
     _close(closing)
 
 
@@ -77,9 +77,9 @@ def sleeper_for(conn_id: str) -> Iterator[Any]:
     with _lock:
         entry = _current.get(conn_id)
         stale = entry if entry is not None and time.monotonic() - entry.opened_at > REOPEN_SECONDS else None
-        closing = _retire(conn_id, stale) if stale is not None else None
+        closing = _retire(stale) if stale is not None else None
         if _current.get(conn_id) is None:  # opened under the lock: the other polls would open it too
-            _current[conn_id] = _Entry(_open(conn_id), time.monotonic())
+            _current[conn_id] = _Entry(conn_id, _open(conn_id), time.monotonic())
         entry = _current[conn_id]
         entry.polls += 1
     _close(closing)
@@ -97,22 +97,21 @@ def sleeper_for(conn_id: str) -> Iterator[Any]:
             # retired on failure, or when no trigger uses the connection any more (a poll
             # that ran on after its trigger ended)
             retire = failed or conn_id not in _triggers
-            closing = _retire(conn_id, entry) if retire else _closable(entry)
+            closing = _retire(entry) if retire else _closable(entry)
         _close(closing)
 
 
-def _retire(conn_id: str, entry: _Entry) -> Optional[_Entry]:
+def _retire(entry: _Entry) -> Optional[_Entry]:
     """Take ``entry`` from new polls (called holding the lock); it, when no poll uses it."""
-    if _current.get(conn_id) is entry:
-        del _current[conn_id]
-    entry.current = False
+    if _current.get(entry.conn_id) is entry:
+        del _current[entry.conn_id]
     return _closable(entry)
 
 
 def _closable(entry: _Entry) -> Optional[_Entry]:
     """``entry`` when it is retired, unused and not yet closed (marked closed: the caller
     closes it after releasing the lock)."""
-    if entry.current or entry.polls or entry.closed:
+    if _current.get(entry.conn_id) is entry or entry.polls or entry.closed:
         return None
     entry.closed = True
     return entry
