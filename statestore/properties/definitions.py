@@ -111,9 +111,9 @@ PARQUET_COMPRESSION_CODEC = _prop("parquet.compression.codec", "zstd", "Parquet 
                                   choice("zstd", "snappy", "gzip", "lz4", "none"))
 INGEST_PARQUET_COMPRESSION_CODEC = _prop(
     "ingest.parquet.compression.codec", "none",
-    "Parquet codec of the files ingest and flushes write (compaction rewrites them in parquet.compression.codec): "
-    "none spends least CPU at ingest, for files about 3x larger until compacted; set it to zstd where storage "
-    "bytes cost more than CPU (S3).",
+    "Parquet codec of the files ingest, bulk import and flushes write (compaction rewrites them in "
+    "parquet.compression.codec): none spends least CPU at ingest, for files about 3x larger until compacted; "
+    "set it to zstd where storage bytes cost more than CPU (S3) or the table is loaded once.",
     choice("zstd", "snappy", "gzip", "lz4", "none"))
 CREATED_BY = _prop("created.by", None,
                    "What created the table (free text); 'sleeper demo' replaces only a table it created itself.",

@@ -6,7 +6,7 @@ per core, the biggest first, so the cores finish together). With the default ``r
 shuffle, one RDD job writes sorted runs per leaf
 (:func:`~sleeper_ops.spark.bulk_executor.sort_runs_of`; pyarrow reads the inputs on the
 executors), the driver collects their names, and a second RDD job merges each leaf's
-runs in one task, the biggest leaves first
+runs, a task per core, each merging the leaves packed into it by rows, biggest first
 (:func:`~sleeper_ops.spark.bulk_executor.merge_runs_of`): only paths and names cross the
 JVM, so Spark SQL and its Arrow path (seconds to start in a fresh session) are not used;
 the runs are deleted once every task attempt of both jobs has ended
@@ -46,22 +46,29 @@ logger = logging.getLogger(__name__)
 
 SHUFFLES = ("runs", "spark")
 #: read tasks per core: enough that tasks of unequal length even out over the cores,
-#: few enough that each leaf merges few runs
-READ_TASKS_PER_CORE = 4
+#: few enough that each leaf merges few runs and few tasks pay a launch (60-70 ms each
+#: on a 2-core machine; 4 a core measured no faster on 4 M rows)
+READ_TASKS_PER_CORE = 2
 
 
 def _path_rows(pack: list[str]) -> list[tuple[str]]:
     return [(p,) for p in pack]
 
 
-def _runs_by_leaf(runs: Sequence[tuple[str, str, int]]) -> list[tuple[str, list[str]]]:
-    """The runs (``(leaf, run, rows)``) of each leaf, leaves with the most rows first."""
+def _merge_tasks(runs: Sequence[tuple[str, str, int]], tasks: int) -> list[list[tuple[str, list[str]]]]:
+    """The runs (``(leaf, run, rows)``) of each leaf, the leaves packed into at most
+    ``tasks`` groups of about equal rows (the biggest leaf first into the lightest group;
+    the heaviest group first), one merge task each: launching a task costs about as much
+    as merging a leaf of half a million rows (60-70 ms on a 2-core machine), so a task
+    per leaf spent a third of the merge stage between tasks."""
     by_leaf: dict[str, list[str]] = {}
     size: dict[str, int] = {}
     for leaf, run, rows in runs:
         by_leaf.setdefault(leaf, []).append(run)
         size[leaf] = size.get(leaf, 0) + int(rows)
-    return [(leaf, sorted(by_leaf[leaf])) for leaf in sorted(by_leaf, key=lambda x: (-size[x], x))]
+    leaves = sorted(by_leaf)
+    return [[(leaf, sorted(by_leaf[leaf])) for leaf in group]
+            for group in pack_files(leaves, [size[leaf] for leaf in leaves], tasks)]
 
 
 def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536, shuffle: str = "runs") -> Runner:
@@ -98,9 +105,10 @@ def spark_runner(spark: Any, objects: ObjectStore, *, batch_rows: int = 65_536, 
                     functools.partial(sort_runs_of, context)).collect()
                 jobs = 1
                 t1 = time.perf_counter()
-                # each leaf's runs merged by one task, the biggest leaves first: no shuffle stage
-                by_leaf = _runs_by_leaf(runs)
-                merged = sc.parallelize(by_leaf, max(1, len(by_leaf))).mapPartitions(
+                # each leaf's runs merged by one task, a task per core, leaves packed by
+                # rows: no shuffle stage
+                groups = _merge_tasks(runs, sc.defaultParallelism)
+                merged = sc.parallelize(groups, max(1, len(groups))).mapPartitions(
                     functools.partial(merge_runs_of, context)).collect()
                 jobs = 2
                 logger.info("%s: read and sorted %d files into %d runs in %d tasks in %.1f s; merged them into "

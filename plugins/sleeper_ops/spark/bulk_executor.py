@@ -12,6 +12,9 @@ where that does not apply, each leaf's rows are sorted in Arrow) and writes them
 to one task, where :func:`merge_runs` merges them (DataFusion, streaming) into the
 leaf's file. Only file names cross the JVM, and there is no shuffle stage.
 
+Both ways write the leaf files in the ingest level's codec
+(:meth:`~sleeper_ops.io.datafile.ParquetSettings.for_ingest`), as standard ingest does.
+
 ``spark``: two ``mapInArrow`` stages with Spark's own shuffle of the rows:
 
 * :func:`read_and_tag` reads input files through pyarrow (so S3 needs no Hadoop jars)
@@ -97,7 +100,7 @@ def write_leaves(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) 
         rows = pa.RecordBatch.from_arrays(b.columns[:-1], names=b.schema.names[:-1])
         for leaf in pc.unique(tags).to_pylist():
             parts.setdefault(leaf, []).append(rows.filter(pc.equal(tags, leaf)))
-    settings = ParquetSettings.of(table)
+    settings = ParquetSettings.for_ingest(table)
     for leaf, chunks in sorted(parts.items()):
         data = sorted_rows(pa.Table.from_batches(chunks).cast(schema), None, table.schema)
         key = own_key(context["output_keys"][leaves[leaf]])
@@ -155,7 +158,7 @@ def merge_runs(context: Mapping[str, Any], batches: Iterable[pa.RecordBatch]) ->
     for b in batches:
         for leaf, run in zip(b.column("leaf").to_pylist(), b.column("run").to_pylist()):
             runs.setdefault(leaf, []).append(run)
-    settings = ParquetSettings.of(table)
+    settings = ParquetSettings.for_ingest(table)
     for leaf, keys in sorted(runs.items()):
         paths, store, url = objects.datafusion_paths(sorted(keys))
         key = own_key(context["output_keys"][leaf])
@@ -174,11 +177,14 @@ def sort_runs_of(context: Mapping[str, Any], packs: Iterable[Sequence[str]]) -> 
 
 
 def merge_runs_of(context: Mapping[str, Any],
-                  leaves: Iterable[tuple[str, Sequence[str]]]) -> Iterator[tuple[str, str, int]]:
-    """:func:`merge_runs` as an RDD partition function: each element is ``(leaf, runs)``;
-    yields ``(leaf, key, records)`` per leaf file written."""
-    for leaf, runs in leaves:
-        batch = pa.record_batch({"leaf": pa.array([leaf] * len(runs), pa.string()),
-                                 "run": pa.array(list(runs), pa.string())})
-        for b in merge_runs(context, [batch]):
-            yield from zip(b.column("leaf").to_pylist(), b.column("key").to_pylist(), b.column("records").to_pylist())
+                  groups: Iterable[Sequence[tuple[str, Sequence[str]]]]) -> Iterator[tuple[str, str, int]]:
+    """:func:`merge_runs` as an RDD partition function: each element is a group of
+    leaves, ``(leaf, runs)`` each, merged one after the other; yields ``(leaf, key,
+    records)`` per leaf file written."""
+    for group in groups:
+        for leaf, runs in group:
+            batch = pa.record_batch({"leaf": pa.array([leaf] * len(runs), pa.string()),
+                                     "run": pa.array(list(runs), pa.string())})
+            for b in merge_runs(context, [batch]):
+                yield from zip(b.column("leaf").to_pylist(), b.column("key").to_pylist(),
+                               b.column("records").to_pylist())

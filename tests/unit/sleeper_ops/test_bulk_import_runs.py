@@ -14,7 +14,7 @@ from sleeper_ops.bulk_import.sources import pack_files
 from sleeper_ops.engine import key_order, merge
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.spark import bulk_executor
-from sleeper_ops.spark.bulk_driver import _runs_by_leaf
+from sleeper_ops.spark.bulk_driver import _merge_tasks
 from sleeper_ops.spark.executor import table_to_dict
 from statestore.catalog import TableInfo
 from statestore.partitions import partitions_from_split_points
@@ -39,6 +39,55 @@ def test_packs_hold_every_file_once_and_balance_their_bytes(seed):
     assert loads == sorted(loads, reverse=True)  # the heaviest task is scheduled first
     # largest-first into the lightest: no pack exceeds the lightest by more than one file
     assert loads[0] - loads[-1] <= max(sizes)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_merge_tasks_hold_each_leafs_runs_once_and_balance_their_rows(seed):
+    """A merge task per core, not per leaf: each leaf's runs in exactly one task, no more
+    tasks than asked, their rows balanced as the file packs are (largest leaf first into
+    the lightest task)."""
+    rng = random.Random(seed)
+    runs = [(f"leaf{rng.randint(0, 15)}", f"run{i}", rng.randint(1, 1000)) for i in range(rng.randint(1, 60))]
+    tasks = rng.randint(1, 6)
+    groups = _merge_tasks(runs, tasks)
+    leaves = {leaf for leaf, _, _ in runs}
+    assert len(groups) == min(tasks, len(leaves)) and all(groups)
+    got = [leaf for group in groups for leaf, _ in group]
+    assert sorted(got) == sorted(leaves), "each leaf in one task, once"
+    model: dict[str, list[str]] = {}
+    for leaf, run, _ in runs:
+        model.setdefault(leaf, []).append(run)
+    assert {leaf: sorted(rs) for group in groups for leaf, rs in group} == {k: sorted(v) for k, v in model.items()}
+    rows = {leaf: sum(n for lf, _, n in runs if lf == leaf) for leaf in leaves}
+    loads = [sum(rows[leaf] for leaf, _ in group) for group in groups]
+    assert loads == sorted(loads, reverse=True)
+    assert loads[0] - loads[-1] <= max(rows.values())
+
+
+@pytest.mark.parametrize("codec, written", [(None, "UNCOMPRESSED"), ("zstd", "ZSTD")])
+def test_bulk_import_writes_its_leaf_files_in_the_ingest_codec_on_both_shuffles(tmp_path, codec, written):
+    """Bulk import writes the ingest level, as standard ingest and flush do (ADR 0018):
+    ``sleeper.table.ingest.parquet.compression.codec``, uncompressed by default, not the
+    codec compaction writes (zstd)."""
+    properties = {} if codec is None else {"sleeper.table.ingest.parquet.compression.codec": codec}
+    pq.write_table(_rows(600, 2), tmp_path / "in.parquet")
+    parts = partitions_from_split_points(SCHEMA, ["k500"])
+    leaves = sorted(p.id for p in parts if p.is_leaf)
+    objects = ObjectStore(str(tmp_path / "store"))
+    context = {"uri": objects.uri, "s3": None, "table": table_to_dict(TableInfo("t1", "t", SCHEMA, properties)),
+               "partitions": [p.to_dict() for p in parts], "leaves": leaves,
+               "output_keys": {leaf: f"data/{leaf}.parquet" for leaf in leaves}, "run_prefix": "runs/a1"}
+    runs = list(bulk_executor.sort_runs_of(context, [[str(tmp_path / "in.parquet")]]))
+    merged = [key for _, key, _ in bulk_executor.merge_runs_of(context, _merge_tasks(runs, 2))]
+    tagged = list(bulk_executor.read_and_tag(context, [pa.record_batch({"path": [str(tmp_path / "in.parquet")]})]))
+    shuffled = [key for b in bulk_executor.write_leaves(context, tagged) for key in b.column("key").to_pylist()]
+    assert len(merged) == len(shuffled) == 2
+    for key in merged + shuffled:
+        md = pq.ParquetFile(objects.path(key)).metadata
+        assert {md.row_group(g).column(c).compression for g in range(md.num_row_groups)
+                for c in range(md.num_columns)} == {written}, key
+    assert sum(pq.ParquetFile(objects.path(k)).metadata.num_rows for k in merged) == 600
+    assert sum(pq.ParquetFile(objects.path(k)).metadata.num_rows for k in shuffled) == 600
 
 
 def test_packing_with_unknown_sizes_spreads_files_evenly_and_bad_sizes_are_refused():
@@ -82,7 +131,7 @@ def test_runs_then_merge_give_each_leaf_its_rows_sorted_once(tmp_path, monkeypat
     assert sum(rows for _, _, rows in runs) == 5000
 
     written = [dict(zip(("leaf", "key", "records"), w))
-               for w in bulk_executor.merge_runs_of(context, _runs_by_leaf(runs))]
+               for w in bulk_executor.merge_runs_of(context, _merge_tasks(runs, 2))]
     assert sorted(w["leaf"] for w in written) == leaves
     model = sorted((r["key"], r["ts"], r["v"]) for i in range(5) for r in _rows(1000, i).to_pylist())
     bounds = {p.id: (p.region.ranges[0].min, p.region.ranges[0].max) for p in parts if p.is_leaf}
@@ -129,7 +178,7 @@ def test_two_attempts_of_the_read_and_merge_tasks_write_runs_and_leaf_files_of_t
     for tag in ("3", "9"):
         monkeypatch.setattr(attempts, "task_attempt_tag", lambda tag=tag: tag)
         runs[tag] = list(bulk_executor.sort_runs_of(context, [[str(tmp_path / "in.parquet")]]))
-        written[tag] = list(bulk_executor.merge_runs_of(context, _runs_by_leaf(runs[tag])))
+        written[tag] = list(bulk_executor.merge_runs_of(context, _merge_tasks(runs[tag], 1)))
     for kind in (runs, written):
         first, second = ({key for _, key, _ in kind[tag]} for tag in ("3", "9"))
         assert len(first) == len(second) == 2 and not first & second, "each attempt's keys are its own"
