@@ -37,7 +37,9 @@ in a child process of its own so its peak RSS can be read:
 
 Every runner merges the same data: the inputs are rebuilt (re-ingested into a fresh
 table) before each run, and the kinds run interleaved (copy, runner, CLI, copy, ...).
-Ratios are to the faster plain copy of the same size in this run; each figure is
+``vs copy`` is to the faster plain copy of the same size in this run (medians); ``vs
+plain copy`` is issue 36's ratio, the plain copy's time over each kind's within each
+repeat (for the DAG, its ``run_local`` task's), their median and spread. Each figure is
 the median of ``--repeat`` runs (the spark runner runs once a size), with the
 spread of their seconds; the CPU seconds column shows what other work on the
 machine hides. Peak RSS is the child's high-water mark (for spark: the largest process the
@@ -70,7 +72,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import _common  # noqa: F401  (sets sys.path)
 import pyarrow as pa
@@ -429,16 +431,41 @@ def main() -> None:
                         runs[kind].append(measure(s, home, kind, size, str(rep), sources, checksum, timeout,
                                                   properties))
                 table[size] = {k: median(v) for k, v in runs.items() if v}
-                print_size(size, table[size], labels, cores)
+                print_size(size, table[size], labels, cores, vs_plain(runs))
         print_summary(sizes, table, cores)
 
 
-def print_size(size: int, rows: dict[str, dict[str, Any]], labels: dict[str, str], cores: int) -> None:
+def vs_plain(runs: dict[str, list[dict[str, Any]]]) -> dict[str, list[float]]:
+    """Per kind, the plain copy's seconds over the kind's, each ratio from one repeat (the
+    kinds of a repeat run one after the other; the DAG's from its run_local task): the
+    baseline of issue 36, a plain pyarrow read and write. Kinds that failed, or ran fewer
+    times than the copy (spark), have none."""
+    plain = runs.get("copy", [])
+    out: dict[str, list[float]] = {}
+    for kind, results in runs.items():
+        if len(results) != len(plain) or any("error" in r for r in results + plain):
+            continue
+        out[kind] = [c["seconds"] / r.get("task_seconds", r["seconds"]) for c, r in zip(plain, results)]
+    return out
+
+
+def _ratio_spread(ratios: Optional[list[float]]) -> str:
+    if not ratios:
+        return "-"
+    ordered = sorted(ratios)
+    return f"{ordered[(len(ordered) - 1) // 2]:.2f} ({ordered[0]:.2f}-{ordered[-1]:.2f})"
+
+
+def print_size(size: int, rows: dict[str, dict[str, Any]], labels: dict[str, str], cores: int,
+               plain: Optional[dict[str, list[float]]] = None) -> None:
+    """One size's table. ``vs copy``: against the faster copy (medians); ``vs plain copy``:
+    :func:`vs_plain`'s ratios, their median and spread."""
+    plain = plain or {}
     copies = [r["seconds"] for k, r in rows.items() if k.startswith("copy") and "error" not in r]
     base = min(copies) if copies else None
     print(f"\n  {size:,} rows in {FILES} files")
     print(f"  {'':26}{'seconds':>9}{'rows/s':>13}{'rows/s/core':>13}{'vs copy':>9}{'peak RSS MB':>13}"
-          f"{'CPU s':>8}  seconds min-max")
+          f"{'CPU s':>8}  seconds min-max  vs plain copy (per repeat)")
     for kind, r in rows.items():
         if "error" in r:
             what = "spark: not available" if kind == "spark" else f"{labels[kind]}: failed"
@@ -447,21 +474,23 @@ def print_size(size: int, rows: dict[str, dict[str, Any]], labels: dict[str, str
         rate = size / r["seconds"]
         ratio = f"{base / r['seconds']:.2f}" if base else "-"
         print(f"  {labels[kind]:<26}{r['seconds']:>9.2f}{rate:>13,.0f}{rate / cores:>13,.0f}{ratio:>9}"
-              f"{r['peak_rss_mb']:>13,.0f}{r['cpu_seconds']:>8.2f}  {r['spread'][0]:.2f}-{r['spread'][1]:.2f}")
+              f"{r['peak_rss_mb']:>13,.0f}{r['cpu_seconds']:>8.2f}  {r['spread'][0]:.2f}-{r['spread'][1]:.2f}"
+              f"{'':>7}{_ratio_spread(plain.get(kind)) if kind != 'dag' else '-'}")
         if kind == "spark" and r.get("task_seconds"):
             print(f"  {'  (inside the Spark task)':<26}{r['task_seconds']:>9.2f}{size / r['task_seconds']:>13,.0f}")
         if kind == "dag":
             ts = r["task_seconds"]
             ratio = f"{base / ts:.2f}" if base else "-"
             print(f"  {'  (its run_local task)':<26}{ts:>9.2f}{size / ts:>13,.0f}{size / ts / cores:>13,.0f}{ratio:>9}"
-                  f"{'':>13}{'':>8}  {r['task_spread'][0]:.2f}-{r['task_spread'][1]:.2f}")
+                  f"{'':>13}{'':>8}  {r['task_spread'][0]:.2f}-{r['task_spread'][1]:.2f}"
+                  f"{'':>7}{_ratio_spread(plain.get(kind))}")
 
 
 def print_summary(sizes: list[int], table: dict[int, dict[str, dict[str, Any]]], cores: int) -> None:
     print()
     if len(sizes) < 2:
         print("  goals: sleeper compact (CLI) and the compaction DAG's run_local task >= 4,000,000 rows/s and "
-              ">= 0.8 of the plain copy")
+              ">= 1.2 of the plain copy (issue 36)")
         return
     small, big = sizes
     for kind in ("local", "cli", "cli-shared", "spark"):
@@ -473,7 +502,7 @@ def print_summary(sizes: list[int], table: dict[int, dict[str, dict[str, Any]]],
                   f"{b['peak_rss_mb']:,.0f} MB at {big:,} rows (ratio {b['peak_rss_mb'] / a['peak_rss_mb']:.2f})")
     print(f"  goals: local runner >= 2,000,000 rows/s per core (here {cores} cores), "
           ">= 0.8 of the plain copy, peak RSS flat as inputs grow; sleeper compact (CLI) and the compaction DAG's "
-          "run_local task >= 4,000,000 rows/s and >= 0.8 of the plain copy")
+          "run_local task >= 4,000,000 rows/s and >= 1.2 of the plain copy (issue 36)")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ EXPECTED: dict[str, list[str]] = {
     "compaction.py": [rf"plain copy\s+{NUM}\s+{NUM}", rf"runner local\s+{NUM}\s+{NUM}",
                       rf"sleeper compact \(CLI\)\s+{NUM}\s+{NUM}", rf"shared by 2 leaves\s+{NUM}\s+{NUM}",
                       rf"compaction DAG\s+{NUM}\s+{NUM}", rf"\(its run_local task\)\s+{NUM}\s+{NUM}",
+                      rf"sleeper compact \(CLI\)\s.*\s{NUM} \({NUM}-{NUM}\)$",  # vs the plain copy, per repeat
                       r"goals: local runner"],
     "ingest.py": [rf"baseline: pyarrow read \+ write zstd\s+{SPREAD} rows/s",
                   rf"ingest, 4 M-row chunks\s+{SPREAD} rows/s .*peak RSS {SPREAD} MB",
