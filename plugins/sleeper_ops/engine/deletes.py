@@ -19,6 +19,7 @@ from sleeper_ops.engine import kernels
 from sleeper_ops.engine.leaves import region_mask
 from sleeper_ops.errors import QueryError
 from sleeper_ops.io.arrow_schema import arrow_schema, empty_table
+from sleeper_ops.io.datafusion_loader import load as load_datafusion
 from statestore.deletes import Tombstone
 from statestore.schema import Schema, min_value
 
@@ -45,6 +46,7 @@ def check_where(schema: Schema, where: Optional[str]) -> Optional[str]:
     if where is None or not where.strip():
         return None
     try:
+        load_datafusion()
         from datafusion import SessionContext
 
         df = SessionContext().from_arrow(empty_table(arrow_schema(schema)))
@@ -66,6 +68,7 @@ def matches(batch: pa.RecordBatch | pa.Table, tombstone: Tombstone) -> pa.Array:
         return pa.array([False] * batch.num_rows)
     if tombstone.where is None or not kernels.call_function("any", [mask]).as_py():
         return mask
+    load_datafusion()
     from datafusion import SessionContext
 
     table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])

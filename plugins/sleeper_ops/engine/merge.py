@@ -28,12 +28,14 @@ import pyarrow as pa
 
 from sleeper_ops.engine.key_regions import exact_key_of
 from sleeper_ops.io.arrow_schema import arrow_schema
+from sleeper_ops.io.datafusion_loader import load as load_datafusion
 from statestore.deletes import Tombstone
 from statestore.region import Region
 from statestore.schema import Schema
 
 
 def _session(n_inputs: int, batch_size: int) -> Any:
+    load_datafusion()
     from datafusion import SessionConfig, SessionContext
 
     cfg = (SessionConfig()
@@ -49,6 +51,7 @@ def _session(n_inputs: int, batch_size: int) -> Any:
 
 def region_filter(region: Region) -> Any:
     """A DataFusion predicate selecting the rows inside ``region``."""
+    load_datafusion()
     from datafusion import col, lit
 
     expr = None
@@ -112,6 +115,7 @@ def merge_sorted_to_file(paths: Sequence[str], schema: Schema, output: str, opti
     batch written, in order, on a thread of its own while DataFusion goes on writing
     (see :class:`_KeyTee`); an error it raises is raised here once the write ends. On
     failure part of ``output`` may exist."""
+    load_datafusion()
     from datafusion import DataFrameWriteOptions
 
     if not paths:
@@ -159,6 +163,7 @@ class _KeyTee:
 
     def observing(self, frame: Any) -> Any:
         """``frame`` with the observing filter on top."""
+        load_datafusion()
         from datafusion import col, udf
 
         observe = udf(self._observe, self.types, pa.bool_(), "volatile", "sleeper_observe_keys")
@@ -249,6 +254,7 @@ def tombstone_filter(df: Any, tombstones: Sequence[Tombstone], schema: Schema) -
     keys (:func:`~sleeper_ops.engine.key_regions.exact_key_of`) become one
     ``IN`` list per field: a delete of thousands of keys as thousands of ORed ranges
     overflowed a DataFusion worker thread's stack (a segfault that killed the process)."""
+    load_datafusion()
     from datafusion import col, lit
     from datafusion import functions as f
 
@@ -287,6 +293,7 @@ def _any(exprs: Sequence[Any]) -> Any:
 def _merged_frame(ctx: Any, paths: Sequence[str], schema: Schema, region: Optional[Region] = None,
                   deletes: Sequence[Sequence[Tombstone]] = ()) -> Any:
     """A DataFrame of the files at ``paths`` (sort order declared), filtered and sorted by key."""
+    load_datafusion()
     from datafusion import col
 
     def key_order() -> list[Any]:

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sleeper_ops.io.arrow_schema import arrow_schema
+from sleeper_ops.io.datafusion_loader import load as load_datafusion
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
 from statestore.properties import (
@@ -69,6 +70,7 @@ def datafusion_writer_options(settings: ParquetSettings) -> Any:
     codec = _DATAFUSION_CODECS.get(settings.compression)
     if codec is None:
         return None
+    load_datafusion()
     from datafusion import ParquetWriterOptions
 
     return ParquetWriterOptions(

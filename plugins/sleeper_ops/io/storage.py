@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from sleeper_ops.errors import StorageError
+from sleeper_ops.io.datafusion_loader import load as load_datafusion
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ class ObjectStore:
         carrying this store's endpoint and credentials (else the AWS environment)."""
         if self.is_local:
             return [self.path(k) for k in keys], None, None
+        load_datafusion()
         from datafusion.object_store import AmazonS3
 
         o = self.s3 or S3Options()

@@ -46,11 +46,10 @@ from typing import Any, Callable, ContextManager, Iterator, Optional, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from datafusion import SessionConfig, SessionContext, SQLOptions
-from datafusion.catalog import SchemaProvider, Table
 
 from sleeper_ops.errors import SqlError
 from sleeper_ops.io.arrow_schema import arrow_schema
+from sleeper_ops.io.datafusion_loader import load as load_datafusion
 from sleeper_ops.query.runner import QueryRunner
 from sleeper_ops.query.sql_explain import ScanReport, explain_rows, scan_report
 from sleeper_ops.query.sql_keys import Interval, everything, key_intervals, regions_of, union
@@ -58,6 +57,11 @@ from statestore.catalog import TableInfo
 from statestore.errors import SleeperError, TableNotFoundError
 from statestore.region import Region
 from statestore.store import StateStore
+
+load_datafusion()  # DataFusion's first import, without pandas (sleeper_ops.io.datafusion_loader)
+
+from datafusion import SessionConfig, SessionContext, SQLOptions  # noqa: E402
+from datafusion.catalog import SchemaProvider, Table  # noqa: E402
 
 #: Opens a table's runner for the statement's duration (a shared runner: ``nullcontext``).
 RunnerOpener = Callable[[TableInfo], ContextManager[QueryRunner]]

@@ -302,8 +302,11 @@ def _import_job_modules() -> None:
 
 
 def _warm_up(_: Any) -> list[int]:
-    import datafusion  # noqa: F401  (the merge's engine)
     import pyarrow.parquet  # noqa: F401
+
+    from sleeper_ops.io.datafusion_loader import load as load_datafusion
+
+    load_datafusion()  # the merge's engine (without pandas)
 
     import sleeper_ops.spark.bulk_executor
     import sleeper_ops.spark.executor  # noqa: F401
