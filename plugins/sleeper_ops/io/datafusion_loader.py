@@ -51,7 +51,7 @@ def load() -> ModuleType:
 
 def _scalar_without_pandas(original: Callable[..., Any]) -> Callable[..., Any]:
     def scalar(value: Any, type: Any = None, **kwargs: Any) -> Any:
-        if (not kwargs and type is not None and pa.types.is_integer(type)
+        if (not kwargs and isinstance(type, pa.DataType) and pa.types.is_integer(type)
                 and isinstance(value, int) and not isinstance(value, bool)):
             kind = "u" if pa.types.is_unsigned_integer(type) else "i"
             try:
@@ -67,7 +67,8 @@ def _scalar_without_pandas(original: Callable[..., Any]) -> Callable[..., Any]:
 def _array_without_pandas(original: Callable[..., Any]) -> Callable[..., Any]:
     def array(obj: Any, type: Any = None, *args: Any, **kwargs: Any) -> Any:
         if (not args and not kwargs and isinstance(obj, list) and len(obj) == 1
-                and isinstance(obj[0], pa.Scalar) and (type is None or type == obj[0].type)):
+                and isinstance(obj[0], pa.Scalar)
+                and (type is None or (isinstance(type, pa.DataType) and type == obj[0].type))):
             return pa.repeat(obj[0], 1)
         return original(obj, type, *args, **kwargs)
 

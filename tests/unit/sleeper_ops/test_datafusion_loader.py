@@ -72,6 +72,7 @@ def test_the_replaced_scalar_answers_as_pyarrows_own(type_):
     # anything else is pyarrow's own call
     assert scalar("a").equals(pa.scalar("a")) and scalar(True, type=pa.bool_()).equals(pa.scalar(True))
     assert scalar(1.5, type=pa.float64()).equals(pa.scalar(1.5, type=pa.float64())) and scalar(3).equals(pa.scalar(3))
+    assert scalar(5, type="int16").equals(pa.scalar(5, type="int16"))  # a type by name
 
 
 @pytest.mark.parametrize("value", [pa.scalar(7, pa.int32()), pa.scalar("abc", pa.string_view()), pa.scalar("é"),
@@ -85,5 +86,6 @@ def test_the_replaced_array_answers_as_pyarrows_own(value):
     # anything else is pyarrow's own call
     assert array([1, 2, None]).equals(pa.array([1, 2, None]))
     assert array([value, value]).equals(pa.array([value, value]))
+    assert array([7], "int64").equals(pa.array([7], "int64"))  # a type by name
     with pytest.raises(pa.ArrowInvalid):  # a scalar of another type: pyarrow's own refusal
         array([pa.scalar(1, pa.int8())], pa.int64())
