@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,3 +55,34 @@ def test_the_settings_file_the_previous_release_wrote_is_rewritten_as_ours(tmp_p
                     "from sleeper_ops.airflow.warm_imports import warm\n\nwarm()\n")
     # When Airflow starts again, Then the file is ours and is rewritten
     assert write_local_settings(tmp_path) and path.read_text() == LOCAL_SETTINGS
+
+
+def test_the_aws_models_are_loaded_once_and_a_later_client_resolves_its_own_credentials() -> None:
+    """After warming, a client of S3 or DynamoDB (as the state store and the blob store
+    make them) reads no model file again, and one made without keys takes the credentials
+    the environment names by then, not anything fixed at warming."""
+    code = """
+import os, sys
+import botocore.loaders
+from sleeper_ops.orchestration.warm_imports import AWS_SERVICES, warm
+print(warm(['/v/bin/airflow', 'celery', 'worker']) != [])
+reads = []
+original = botocore.loaders.JSONFileLoader.load_file
+def counted(self, path):
+    reads.append(path)
+    return original(self, path)
+botocore.loaders.JSONFileLoader.load_file = counted
+import boto3
+from botocore.config import Config
+for service in AWS_SERVICES:
+    boto3.client(service, endpoint_url='http://127.0.0.1:9', region_name='eu-west-2', aws_access_key_id='k',
+                 aws_secret_access_key='s', config=Config(retries={'max_attempts': 4, 'mode': 'standard'}))
+print(sorted(AWS_SERVICES), [r for r in reads if '/s3/' in r or '/dynamodb/' in r])
+os.environ.update(AWS_ACCESS_KEY_ID='later-key', AWS_SECRET_ACCESS_KEY='later-secret')
+print(boto3.client('s3', region_name='eu-west-2')._request_signer._credentials.access_key)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["True", "['dynamodb', 's3'] []", "later-key"]
+    assert "and the models of 2 AWS services" in p.stderr
