@@ -71,8 +71,8 @@ package.
 """
 
 from statestore.dynamodb.blobs import LocalBlobStore, S3BlobStore, open_blob_store
-from statestore.dynamodb.connection import DynamoOptions
+from statestore.dynamodb.connection import DynamoOptions, load_client_models
 from statestore.dynamodb.store import DynamoDBStateStore, open_dynamodb
 
-__all__ = ["DynamoDBStateStore", "DynamoOptions", "LocalBlobStore", "S3BlobStore", "open_blob_store",
-           "open_dynamodb"]
+__all__ = ["DynamoDBStateStore", "DynamoOptions", "LocalBlobStore", "S3BlobStore", "load_client_models",
+           "open_blob_store", "open_dynamodb"]

@@ -97,6 +97,28 @@ def cancellation_codes(e: BaseException) -> list[str]:
     return [str(r.get("Code", "None")) for r in e.response.get("CancellationReasons", [])]
 
 
+#: the AWS services whose clients the store makes: DynamoDB, and S3 for its blobs
+CLIENT_SERVICES = ("dynamodb", "s3")
+
+
+def load_client_models() -> list[str]:
+    """Load botocore's models of :data:`CLIENT_SERVICES` into boto3's default session,
+    where the store's clients are made, by making a client of each with placeholder keys
+    and a fixed region (nothing resolved from the environment, no request sent) and
+    dropping it; the services loaded. A process that forks many short-lived ones (an
+    Airflow DAG processor or worker) calls it once, so the forked ones do not each parse
+    the models afresh. Any failure (a broken AWS configuration file) leaves that service
+    to its first real client, which reports it."""
+    loaded = []
+    for service in CLIENT_SERVICES:
+        try:
+            boto3.client(service, region_name="us-east-1", aws_access_key_id="warm", aws_secret_access_key="warm")
+        except Exception:
+            continue
+        loaded.append(service)
+    return loaded
+
+
 def is_transaction_cancelled(e: BaseException) -> bool:
     return error_code(e) == "TransactionCanceledException"
 

@@ -15,11 +15,11 @@ process it starts). Only libraries that do not import Airflow are warmed: the mo
 while Airflow's own settings are being set up. Nothing here changes what a task or parse
 does, only when its imports are paid.
 
-It also loads botocore's models of the AWS services a parse or a task on the DynamoDB
-state store or S3 opens a client of (:data:`AWS_SERVICES`) into boto3's default session,
-by making one client of each and dropping it: each new client otherwise parses its
-service's JSON model afresh (S3's is the largest), about half of a parse's CPU on
-DynamoDB. The clients are made with placeholder keys and a region, so nothing is
+It also loads botocore's models of the AWS services the DynamoDB state store's clients
+use (DynamoDB, and S3 for its blobs) into boto3's default session, where those clients
+are made (:func:`statestore.dynamodb.load_client_models`): each new client otherwise
+parses its service's JSON model afresh (S3's is the largest), about half of a parse's
+CPU on DynamoDB. The clients are made with placeholder keys and a region, so nothing is
 resolved from the environment (credentials, instance metadata) and nothing connects: a
 client the parse or task makes later resolves its own, as before. Only the models, the
 endpoint rules and the configuration files read with them are kept.
@@ -40,9 +40,6 @@ MODULES = (
     "numpy", "pyarrow", "pyarrow.parquet", "pyarrow.compute", "psycopg", "boto3", "botocore.session",
     "statestore.backends", "statestore.postgres", "statestore.dynamodb", "sleeper_ops.config", "sleeper_ops.api",
 )
-
-#: the AWS services whose botocore models are loaded once (:func:`load_aws_models`)
-AWS_SERVICES = ("s3", "dynamodb")
 
 #: the first line of the file :func:`write_local_settings` writes (how it knows its own)
 MARK = "# Written by sleeper (sleeper_ops.orchestration.warm_imports); rewritten on each start."
@@ -76,27 +73,21 @@ def warm(argv: Sequence[str] = tuple(sys.argv)) -> list[str]:
         except Exception:
             continue
         done.append(name)
-    models = load_aws_models()
+    models = _load_aws_models()
     print(f"sleeper: {len(done)} of {len(MODULES)} modules imported once for the DAG parses and tasks "
           f"this {argv[1]} forks, and the models of {len(models)} AWS services", file=sys.stderr, flush=True)
     return done
 
 
-def load_aws_models(services: Sequence[str] = AWS_SERVICES) -> list[str]:
-    """Load botocore's models of ``services`` into boto3's default session by making a
-    client of each (placeholder keys, a fixed region, no request made); the services
-    loaded. Any failure (boto3 missing, a broken AWS configuration file) leaves that
-    service for the parse or the task to load, and to report."""
-    loaded = []
-    for service in services:
-        try:
-            import boto3
-
-            boto3.client(service, region_name="us-east-1", aws_access_key_id="warm", aws_secret_access_key="warm")
-        except Exception:
-            continue
-        loaded.append(service)
-    return loaded
+def _load_aws_models() -> list[str]:
+    """The AWS services whose botocore models the DynamoDB state store's clients use,
+    loaded once (:func:`statestore.dynamodb.load_client_models`); none if that store
+    does not import."""
+    try:
+        from statestore.dynamodb import load_client_models
+    except Exception:
+        return []
+    return load_client_models()
 
 
 def write_local_settings(airflow_home: Path) -> bool:

@@ -64,7 +64,8 @@ def test_the_aws_models_are_loaded_once_and_a_later_client_resolves_its_own_cred
     code = """
 import os, sys
 import botocore.loaders
-from sleeper_ops.orchestration.warm_imports import AWS_SERVICES, warm
+from sleeper_ops.orchestration.warm_imports import warm
+from statestore.dynamodb.connection import CLIENT_SERVICES
 print(warm(['/v/bin/airflow', 'celery', 'worker']) != [])
 reads = []
 original = botocore.loaders.JSONFileLoader.load_file
@@ -74,10 +75,10 @@ def counted(self, path):
 botocore.loaders.JSONFileLoader.load_file = counted
 import boto3
 from botocore.config import Config
-for service in AWS_SERVICES:
+for service in CLIENT_SERVICES:
     boto3.client(service, endpoint_url='http://127.0.0.1:9', region_name='eu-west-2', aws_access_key_id='k',
                  aws_secret_access_key='s', config=Config(retries={'max_attempts': 4, 'mode': 'standard'}))
-print(sorted(AWS_SERVICES), [r for r in reads if '/s3/' in r or '/dynamodb/' in r])
+print(sorted(CLIENT_SERVICES), [r for r in reads if '/s3/' in r or '/dynamodb/' in r])
 os.environ.update(AWS_ACCESS_KEY_ID='later-key', AWS_SECRET_ACCESS_KEY='later-secret')
 print(boto3.client('s3', region_name='eu-west-2')._request_signer._credentials.access_key)
 """
