@@ -84,7 +84,7 @@ def test_a_cli_lookup_process_imports_none_of_the_heavy_modules(tmp_path: Path, 
 
 def test_a_cli_compaction_run_by_a_script_imports_neither_pandas_nor_rich(tmp_path: Path, pg_dsn: str) -> None:
     """``sleeper compact`` as a script or a DAG runs it (stderr no terminal): DataFusion is
-    loaded without pandas (sleeper_ops.io.datafusion_loader, ADR 0020), and Rich, which
+    loaded without pandas (sleeper_ops.io.pandas_free, ADR 0020), and Rich, which
     would show no progress there, is not imported (cli/support.record_progress); the
     compaction still merges every record, once. Before: both were imported, about 0.3 s."""
     (tmp_path / "sleeper.toml").write_text(f'[state_store]\ndsn = "{pg_dsn}"\n')

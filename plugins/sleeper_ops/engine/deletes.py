@@ -19,7 +19,7 @@ from sleeper_ops.engine import kernels
 from sleeper_ops.engine.leaves import region_mask
 from sleeper_ops.errors import QueryError
 from sleeper_ops.io.arrow_schema import arrow_schema, empty_table
-from sleeper_ops.io.datafusion_loader import load as load_datafusion
+from sleeper_ops.io.pandas_free import load_datafusion
 from statestore.deletes import Tombstone
 from statestore.schema import Schema, min_value
 

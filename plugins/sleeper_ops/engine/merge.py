@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from sleeper_ops.engine.key_regions import exact_key_of
 from sleeper_ops.io.arrow_schema import arrow_schema
-from sleeper_ops.io.datafusion_loader import load as load_datafusion
+from sleeper_ops.io.pandas_free import load_datafusion
 from statestore.deletes import Tombstone
 from statestore.region import Region
 from statestore.schema import Schema

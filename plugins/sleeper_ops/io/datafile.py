@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sleeper_ops.io.arrow_schema import arrow_schema
-from sleeper_ops.io.datafusion_loader import load as load_datafusion
+from sleeper_ops.io.pandas_free import load_datafusion
 from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
 from statestore.properties import (

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from sleeper_ops.errors import StorageError
-from sleeper_ops.io.datafusion_loader import load as load_datafusion
+from sleeper_ops.io.pandas_free import load_datafusion
 
 
 @dataclass(frozen=True)

@@ -45,11 +45,10 @@ from typing import Any, Callable, ContextManager, Iterator, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from sleeper_ops.errors import SqlError
 from sleeper_ops.io.arrow_schema import arrow_schema
-from sleeper_ops.io.datafusion_loader import load as load_datafusion
+from sleeper_ops.io.pandas_free import load_datafusion, load_pyarrow_dataset
 from sleeper_ops.query.runner import QueryRunner
 from sleeper_ops.query.sql_explain import ScanReport, explain_rows, scan_report
 from sleeper_ops.query.sql_keys import Interval, everything, key_intervals, regions_of, union
@@ -58,8 +57,10 @@ from statestore.errors import SleeperError, TableNotFoundError
 from statestore.region import Region
 from statestore.store import StateStore
 
-load_datafusion()  # DataFusion's first import, without pandas (sleeper_ops.io.datafusion_loader)
+load_datafusion()  # first imports of DataFusion and pyarrow.dataset, without pandas (sleeper_ops.io.pandas_free)
+load_pyarrow_dataset()
 
+import pyarrow.dataset as ds  # noqa: E402
 from datafusion import SessionConfig, SessionContext, SQLOptions  # noqa: E402
 from datafusion.catalog import SchemaProvider, Table  # noqa: E402
 

@@ -304,7 +304,7 @@ def _import_job_modules() -> None:
 def _warm_up(_: Any) -> list[int]:
     import pyarrow.parquet  # noqa: F401
 
-    from sleeper_ops.io.datafusion_loader import load as load_datafusion
+    from sleeper_ops.io.pandas_free import load_datafusion
 
     load_datafusion()  # the merge's engine (without pandas)
 
