@@ -35,7 +35,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: one import may load the other in the same thread
 
 
 def load_datafusion() -> ModuleType:
