@@ -13,7 +13,7 @@ DOC = ROOT / "docs" / "operations" / "benchmarks.md"
 PNG = ROOT / "docs" / "operations" / "scale.png"
 SECTION = "## Scale"
 
-COLUMNS = ("rows", "ingest rows/s", "leaves", "files/leaf (max)", "backlog", "exact p50/p99 warm ms",
+COLUMNS = ("rows", "ingest rows/s", "waiting", "leaves", "files/leaf (max)", "backlog", "exact p50/p99 warm ms",
            "exact p50/p99 cold ms", "range p50/p99 warm ms", "range p50/p99 cold ms", "RSS ingest/maint MB",
            "bytes/row", "commit p50/max ms", "load s", "load avg")
 
@@ -48,7 +48,8 @@ def _pair(p: dict[str, float]) -> str:
 
 
 def cells(cp: dict[str, Any]) -> list[str]:
-    return [f"{cp['rows']:,}", f"{cp['ingest_rows_per_s']:,.0f}", f"{cp['leaves']}",
+    return [f"{cp['rows']:,}", f"{cp['ingest_rows_per_s']:,.0f}", f"{cp.get('stalled_share', 0.0):.0%}",
+            f"{cp['leaves']}",
             f"{cp['files_per_leaf']:.1f} ({cp['files_per_leaf_max']})", f"{cp['backlog']}",
             _pair(cp["exact_warm"]), _pair(cp["exact_cold"]), _pair(cp["range_warm"]), _pair(cp["range_cold"]),
             f"{cp['rss_ingest_mb']:,.0f} / {cp['rss_maintenance_mb']:,.0f}", f"{cp['bytes_per_row']:.1f}",
@@ -162,14 +163,18 @@ def update_docs(result: dict[str, Any], doc: Path = DOC, png: Path = PNG) -> Non
             "second process runs what the split, compaction and GC DAGs' tasks run, and takes a "
             "checkpoint every `--every` rows (lookups checked by content). With no options it asks for "
             "1 B rows, checkpoints every 100 M, and stops early, saying so, when the disk would keep less "
-            "than 20% free. `--update-docs` rewrites this section; `kill PID` stops a run cleanly.", "",
+            "than 20% free. An ingest waits while some leaf holds more than `--max-files-per-leaf` files "
+            "(the table's `sleeper.table.ingest.max.files.per.leaf`, 8 by default), so ingest goes no faster "
+            "than maintenance keeps up with; the waiting column is the share of ingest time spent so. "
+            "`--update-docs` rewrites this section; `kill PID` stops a run cleanly.", "",
             f"`.venv/bin/python {result['command']}`, {result['date']}, on {result['machine']}; "
             "1-minute load average at the checkpoints "
-            f"{min(loads, default=0):.2f}-{max(loads, default=0):.2f} (other work shared the machine). "
+            f"{min(loads, default=0):.2f}-{max(loads, default=0):.2f} (the run's own ingest, maintenance and "
+            "lookup processes included). "
             "What runs and how each figure is taken: the docstring of `bench/scale.py`. Cold lookups are "
             "each the first query of a new process; warm ones repeat a lookup in one process.", "",
             markdown(result), "", *[f"- {line}" for line in ratios(result) + outcome(result)]]
-    if max(loads, default=0) > (os.cpu_count() or 1):
+    if max(loads, default=0) > (os.cpu_count() or 1) + 2:  # beyond the run's own processes
         body.append(f"- The machine was busy (load average above its {os.cpu_count()} cores): this run's "
                     "latencies, their p99 most, and its ingest rates measure the other work as much as the table.")
     body += ["", f"![scale: ingest, lookups, table shape, memory and disk by rows]({png.name})", ""]

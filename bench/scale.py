@@ -14,8 +14,14 @@ processes work at once:
 - **lookups** (at each checkpoint, new processes, as a user's client):
   :mod:`_scale_probe`; ingest waits while they run, maintenance goes on.
 
+The table has ``sleeper.table.ingest.max.files.per.leaf`` = ``--max-files-per-leaf``
+(8; 0 turns it off): an ingest waits while some leaf holds more file references than
+that, until maintenance has compacted them (:mod:`sleeper_ops.ingest.stall`), so ingest
+runs no faster than maintenance keeps up with, as the issue asks.
+
 Every ``--every`` rows a checkpoint records: the ingest rate of the interval (rows over
-the seconds spent in ``Table.ingest``), leaves, files per leaf (mean, max), the
+the seconds spent in ``Table.ingest``, waits for compaction included) and the share of
+those seconds spent waiting, leaves, files per leaf (mean, max), the
 compaction backlog (file references beyond one per leaf, plus those still in split
 partitions), exact-key and ~1,000-row range lookups p50/p99 cold and warm (all checked
 by content), the peak RSS of the ingest and maintenance processes over the interval
@@ -33,7 +39,7 @@ run stops there, saying so, and reports what it built. SIGTERM (``kill PID``) en
 run cleanly: maintenance and the embedded PostgreSQL stop and the home is removed.
 
     .venv/bin/python bench/scale.py [--rows 1000000000] [--every 100000000]
-        [--batch-rows 4000000] [--split-threshold 16000000] [--json PATH]
+        [--batch-rows 4000000] [--split-threshold 16000000] [--max-files-per-leaf 8] [--json PATH]
         [--plot PATH] [--update-docs] [--dir DIR] [--smoke]
 
 ``--update-docs`` writes the table and the plot (``docs/operations/scale.png``) into the
@@ -190,7 +196,8 @@ def checkpoint(ctx: dict[str, Any], table: Any, rows: int) -> dict[str, Any]:
     rss = ctx["rss"].take()
     interval_rows = rows - ctx["last_rows"]
     cp = {
-        "rows": rows, "ingest_rows_per_s": interval_rows / ctx["ingest_s"], "leaves": shape["leaves"],
+        "rows": rows, "ingest_rows_per_s": interval_rows / ctx["ingest_s"],
+        "stalled_share": ctx["stalled_s"] / ctx["ingest_s"], "leaves": shape["leaves"],
         "files": shape["files"], "files_per_leaf": shape["files_per_leaf"],
         "files_per_leaf_max": shape["files_per_leaf_max"], "backlog": shape["backlog"],
         "records_in_state": shape["records"], "records_approximate": shape["records_approximate"],
@@ -207,7 +214,7 @@ def checkpoint(ctx: dict[str, Any], table: Any, rows: int) -> dict[str, Any]:
         "maintenance_passes": len(passes), "loadavg": os.getloadavg()[0],
         "elapsed_s": time.time() - ctx["started"],
     }
-    ctx["last_rows"], ctx["ingest_s"], ctx["since"] = rows, 0.0, time.time()
+    ctx["last_rows"], ctx["ingest_s"], ctx["stalled_s"], ctx["since"] = rows, 0.0, 0.0, time.time()
     return cp
 
 
@@ -244,7 +251,9 @@ def build(args: argparse.Namespace, home: Path) -> dict[str, Any]:
     with stopping_embedded(home), Sleeper(home) as s:
         table = s.create_table(TABLE, SYSTEM_TEST_SCHEMA, properties={
             "sleeper.table.partition.splitting.threshold": str(args.split_threshold),
-            "sleeper.table.gc.delay.minutes": str(args.gc_delay_minutes)})
+            "sleeper.table.gc.delay.minutes": str(args.gc_delay_minutes),
+            "sleeper.table.ingest.max.files.per.leaf": str(args.max_files_per_leaf),
+            "sleeper.table.ingest.max.files.wait.seconds": str(args.max_files_wait)})
         worker = multiprocessing.get_context("spawn").Process(
             target=maintain, args=(str(home), TABLE, str(log_path), stop, args.pause), daemon=True)
         worker.start()
@@ -252,7 +261,8 @@ def build(args: argparse.Namespace, home: Path) -> dict[str, Any]:
         ctx = {"home": home, "pg_dir": SleeperConfig.load(home).embedded_pg_dir, "log": log_path,
                "commits": timed_commits(s.state_store), "rss": PeakRss({"ingest": os.getpid(),
                                                                         "maintenance": worker.pid}),
-               "cold": args.cold, "warm": args.warm, "last_rows": 0, "ingest_s": 0.0, "since": time.time(),
+               "cold": args.cold, "warm": args.warm, "last_rows": 0, "ingest_s": 0.0, "stalled_s": 0.0,
+               "since": time.time(),
                "started": time.time()}
         done = 0
         try:
@@ -273,6 +283,7 @@ def build(args: argparse.Namespace, home: Path) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 result = table.ingest(batch)
                 ctx["ingest_s"] += time.perf_counter() - t0
+                ctx["stalled_s"] += result.stalled_seconds
                 if result.records != n:
                     sys.exit(f"ingest of rows {done:,}.. added {result.records:,} records, not {n:,}")
                 done += n
@@ -307,6 +318,10 @@ def main() -> None:
     ap.add_argument("--split-threshold", type=int, default=16_000_000,
                     help="the table's sleeper.table.partition.splitting.threshold")
     ap.add_argument("--gc-delay-minutes", type=int, default=5, help="the table's sleeper.table.gc.delay.minutes")
+    ap.add_argument("--max-files-per-leaf", type=int, default=8,
+                    help="the table's sleeper.table.ingest.max.files.per.leaf (0: ingest never waits for compaction)")
+    ap.add_argument("--max-files-wait", type=int, default=3600,
+                    help="the table's sleeper.table.ingest.max.files.wait.seconds")
     ap.add_argument("--pause", type=float, default=1.0, help="seconds a maintenance pass with nothing to do waits")
     ap.add_argument("--cold", type=int, default=10, help="cold lookups of each kind per checkpoint")
     ap.add_argument("--warm", type=int, default=200, help="warm lookups of each kind per checkpoint")

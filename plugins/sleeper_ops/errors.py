@@ -9,6 +9,11 @@ class IngestError(SleeperError):
     """Input could not be ingested (unreadable, or does not fit the schema); nothing was committed."""
 
 
+class IngestStalledError(IngestError):
+    """An ingest waited for compaction longer than its table allows
+    (``sleeper.table.ingest.max.files.wait.seconds``); it read and wrote nothing."""
+
+
 class QueryError(SleeperError):
     """A query is malformed for the table's schema."""
 

@@ -115,6 +115,15 @@ INGEST_PARQUET_COMPRESSION_CODEC = _prop(
     "parquet.compression.codec): none spends least CPU at ingest, for files about 3x larger until compacted; "
     "set it to zstd where storage bytes cost more than CPU (S3) or the table is loaded once.",
     choice("zstd", "snappy", "gzip", "lz4", "none"))
+INGEST_MAX_FILES_PER_LEAF = _prop(
+    "ingest.max.files.per.leaf", "0",
+    "An ingest waits before reading its input while some leaf holds more than this many file references "
+    "(its own and its ancestors': the files a key lookup reads), until compaction brings every leaf to it "
+    "(a write stall, so lookups stay fast when ingest outruns compaction); 0: never wait.", NON_NEGATIVE_INT)
+INGEST_MAX_FILES_WAIT_SECONDS = _prop(
+    "ingest.max.files.wait.seconds", "600",
+    "Longest an ingest waits for ingest.max.files.per.leaf before it gives up with an error, "
+    "having read and written nothing.", POSITIVE_INT)
 CREATED_BY = _prop("created.by", None,
                    "What created the table (free text); 'sleeper demo' replaces only a table it created itself.",
                    NON_EMPTY)

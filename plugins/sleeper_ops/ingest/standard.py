@@ -23,6 +23,10 @@ No record is lost or duplicated at the seams (DESIGN.md section 10):
   job's record as committed in the same transaction (with ``ingest_job_id``, it also
   marks that job's ingest requests ingested), and a reply lost mid-commit is retried
   by the state store under the commit's id, so it applies once.
+* With ``sleeper.table.ingest.max.files.per.leaf`` set, the ingest first waits while
+  compaction is behind (:mod:`sleeper_ops.ingest.stall`), after its record is saved and
+  before its delete count and partitions are read; giving up fails the job, with nothing
+  read or written.
 * The job's record is saved (started, naming no outputs yet) before the first input is
   read, so every unfinished job that may commit records is on record from its start
   (a tombstone stays while any job older than it is unfinished: :mod:`statestore.deletes`).
@@ -65,6 +69,7 @@ from sleeper_ops.ingest.chunk_writer import ChunkWriter
 from sleeper_ops.ingest.digests import arrow_digest, files_digest
 from sleeper_ops.ingest.key_first import ParquetChunk
 from sleeper_ops.ingest.shared_files import IngestOutput
+from sleeper_ops.ingest.stall import wait_for_compaction
 from sleeper_ops.io.datafile import ParquetSettings
 from sleeper_ops.io.inputs import check_readable, read_batches
 from sleeper_ops.io.storage import ObjectStore, S3Options
@@ -91,6 +96,8 @@ class IngestResult:
     job_id: Optional[str] = None
     #: a repeat of an idempotency key: the first ingest's job and records; nothing was added
     repeat: bool = False
+    #: seconds spent waiting for compaction before reading (:mod:`sleeper_ops.ingest.stall`), in ``seconds``
+    stalled_seconds: float = 0.0
 
     @property
     def rows_per_second(self) -> float:
@@ -180,6 +187,7 @@ class IngestRunner:
         # the files; one committed before it is held while this job is unfinished
         attempt = IngestAttempt(self.state_store, self.table, self.job, self.run_id)
         try:
+            result.stalled_seconds = wait_for_compaction(self.state_store, self.table)
             horizon = (self.delete_horizon if self.delete_horizon is not None
                        else self.state_store.tombstones(self.table.table_id)[0])
             tree = PartitionTree(self.state_store.partitions(self.table.table_id))

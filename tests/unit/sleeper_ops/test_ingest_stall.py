@@ -1,0 +1,143 @@
+"""An ingest waits while compaction is behind (``sleeper.table.ingest.max.files.per.leaf``),
+goes on once compaction has caught up, and gives up after
+``sleeper.table.ingest.max.files.wait.seconds`` having read and written nothing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from sleeper_ops import Sleeper
+from sleeper_ops.errors import IngestStalledError
+from sleeper_ops.ingest import stall
+from sleeper_ops.io.storage import ObjectStore
+from statestore.files import FileReference
+from statestore.memory import InMemoryStateStore
+from statestore.partitions import Partition
+from statestore.region import Range, Region
+from statestore.state import TableState
+
+SCHEMA = {"rowKeyFields": [{"name": "key", "type": "LongType"}], "valueFields": [{"name": "v", "type": "StringType"}]}
+MAX_FILES = "sleeper.table.ingest.max.files.per.leaf"
+WAIT = "sleeper.table.ingest.max.files.wait.seconds"
+
+
+@pytest.fixture(autouse=True)
+def quick_polls(monkeypatch):
+    monkeypatch.setattr(stall, "POLL_SECONDS", 0.02)
+
+
+@pytest.fixture
+def sleeper(tmp_path):
+    s = Sleeper(state_store=InMemoryStateStore(), objects=ObjectStore(str(tmp_path / "data")))
+    yield s
+    s.close()
+
+
+def rows(start: int, n: int) -> pa.Table:
+    keys = range(start, start + n)
+    return pa.table({"key": pa.array(keys, pa.int64()), "v": [f"v{i}" for i in keys]})
+
+
+def data_objects(tmp_path: Path) -> set[str]:
+    return {str(p.relative_to(tmp_path)) for p in (tmp_path / "data").rglob("*") if p.is_file()}
+
+
+def test_by_default_an_ingest_never_waits(sleeper):
+    t = sleeper.create_table("t", SCHEMA)
+    results = [t.ingest(rows(i * 10, 10)) for i in range(6)]
+    assert [r.stalled_seconds for r in results] == [0.0] * 6
+    assert len(t.state().references) == 6
+    assert t.query(ranges=[(0, None)]).num_rows == 60
+
+
+def test_an_ingest_waits_for_compaction_then_goes_on(sleeper):
+    t = sleeper.create_table("t", SCHEMA, properties={MAX_FILES: "2", WAIT: "60"})
+    t.ingest(rows(0, 100))
+    at_the_limit = t.ingest(rows(100, 100))  # 1 file before it: under the limit
+    assert at_the_limit.stalled_seconds == 0.0
+    third = t.ingest(rows(200, 100))  # 2 files before it: at the limit, not over it
+    assert third.stalled_seconds == 0.0 and len(t.state().references) == 3
+
+    done: list = []
+    waiting = threading.Thread(target=lambda: done.append(t.ingest(rows(300, 100))))
+    waiting.start()
+    time.sleep(0.5)
+    assert waiting.is_alive() and not done  # 3 files in the only leaf: over 2, it waits
+    assert len(t.state().references) == 3 and t.query(ranges=[(0, None)]).num_rows == 300
+    t.compact(runner="local")
+    waiting.join(10)
+    assert not waiting.is_alive()
+    assert done[0].stalled_seconds >= 0.4 and done[0].records == 100
+    got = t.query(ranges=[(0, None)])
+    assert got.num_rows == 400 and got.column("key").to_pylist() == list(range(400))
+    assert len(t.state().references) == 2  # the compacted file and the waiting ingest's
+
+
+def test_an_ingest_gives_up_having_read_and_written_nothing(sleeper, tmp_path):
+    t = sleeper.create_table("t", SCHEMA, properties={MAX_FILES: "1", WAIT: "1"})
+    t.ingest(rows(0, 50))
+    t.ingest(rows(50, 50))
+    before = data_objects(tmp_path)
+    started = time.monotonic()
+    with pytest.raises(IngestStalledError) as e:
+        t.ingest(rows(100, 50))
+    assert 1.0 <= time.monotonic() - started < 5
+    message = str(e.value)
+    assert "table t:" in message and MAX_FILES in message and WAIT in message and "2 files" in message
+    assert data_objects(tmp_path) == before
+    assert t.query(ranges=[(0, None)]).num_rows == 100
+    failed = [j for j in t.jobs("ingest") if j.status == "failed"]
+    assert len(failed) == 1 and "IngestStalledError" in (failed[0].reason or "")
+
+
+def test_a_lost_state_store_while_waiting_fails_the_ingest_with_nothing_written(sleeper, tmp_path, monkeypatch):
+    t = sleeper.create_table("t", SCHEMA, properties={MAX_FILES: "1", WAIT: "60"})
+    t.ingest(rows(0, 50))
+    t.ingest(rows(50, 50))
+    before = data_objects(tmp_path)
+    reads = {"n": 0}
+    load_state = sleeper.state_store.load_state
+
+    def lost_on_the_third(table_id):
+        reads["n"] += 1
+        if reads["n"] == 3:
+            raise ConnectionError("the state store went away")
+        return load_state(table_id)
+    monkeypatch.setattr(sleeper.state_store, "load_state", lost_on_the_third)
+    with pytest.raises(ConnectionError):
+        t.ingest(rows(100, 50))
+    monkeypatch.undo()
+    assert data_objects(tmp_path) == before
+    assert t.query(ranges=[(0, None)]).num_rows == 100
+    assert [j.status for j in t.jobs("ingest")].count("failed") == 1
+
+
+def test_a_bad_limit_is_refused_naming_the_setting(sleeper):
+    with pytest.raises(Exception, match=MAX_FILES.replace(".", r"\.")):
+        sleeper.create_table("t", SCHEMA, properties={MAX_FILES: "-1"})
+    with pytest.raises(Exception, match=WAIT.replace(".", r"\.")):
+        sleeper.create_table("t", SCHEMA, properties={WAIT: "0"})
+
+
+def _partition(pid: str, parent: str | None, children: tuple[str, ...], lo: int, hi: int | None) -> Partition:
+    return Partition(id=pid, region=Region((Range("key", lo, hi),)), parent_id=parent, child_ids=children,
+                     is_leaf=not children, dimension=0 if children else -1)
+
+
+def test_the_fullest_leaf_counts_its_ancestors_references():
+    # root -> (left, right); right -> (rl, rr); references not yet pushed down stay on root and right
+    parts = [_partition("root", None, ("left", "right"), 0, None), _partition("left", "root", (), 0, 10),
+             _partition("right", "root", ("rl", "rr"), 10, None), _partition("rl", "right", (), 10, 20),
+             _partition("rr", "right", (), 20, None)]
+    placed = {"root": 2, "left": 2, "right": 1, "rl": 0, "rr": 2}
+    refs = [FileReference(f"{pid}-{i}", pid, 10) for pid, n in placed.items() for i in range(n)]
+    state = TableState.of(parts, refs)
+    # by hand: left 2 + root 2 = 4; rl 0 + right 1 + root 2 = 3; rr 2 + 1 + 2 = 5
+    fullest = stall.fullest_leaf(state)
+    assert fullest is not None and (fullest.leaf_id, fullest.files) == ("rr", 5)
+    assert stall.fullest_leaf(TableState()) is None
