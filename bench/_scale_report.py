@@ -177,7 +177,7 @@ def update_docs(result: dict[str, Any], doc: Path = DOC, png: Path = PNG) -> Non
     if max(loads, default=0) > (os.cpu_count() or 1) + 2:  # beyond the run's own processes
         body.append(f"- The machine was busy (load average above its {os.cpu_count()} cores): this run's "
                     "latencies, their p99 most, and its ingest rates measure the other work as much as the table.")
-    body += ["", f"![scale: ingest, lookups, table shape, memory and disk by rows]({png.name})", ""]
+    body += ["", f"![scale: ingest, lookups, table shape, memory and disk by rows]({png.name})", "", ""]
     text = doc.read_text()
     section = "\n".join(body)
     pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)

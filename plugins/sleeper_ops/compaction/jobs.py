@@ -257,7 +257,7 @@ def _plan(table: TableInfo, state: TableState, now: Optional[int] = None,
     jobs, waiting = [], {}
     purge_before = (now_ms() if now is None else now) - table.get_int(DELETE_PURGE_HOURS) * 3_600_000
     for pid in sorted(set(unassigned) | set(assigned)):
-        groups = plan_groups(table, unassigned.get(pid, []))
+        groups = plan_groups(table, unassigned.get(pid, []), assigned.get(pid, 0))
         grouped = {r.filename for g in groups for r in g}
         overdue = [r for r in unassigned.get(pid, []) if r.filename not in grouped
                    and (r.filename in aged or _holds_overdue_deletes(state, r, purge_before))]

@@ -13,6 +13,11 @@ files (merging one file with nothing gains nothing).
   if no such group of two or more exists from the smallest file, drop the smallest
   file and try again from the next. Files of similar size are merged once there are
   ``ratio`` of them; a big file waits until the smaller ones add up to it.
+
+Whatever the strategy, a leaf holding more files than
+``sleeper.table.ingest.max.files.per.leaf`` (when set) with none in a running job gets
+a job of its smallest files when the strategy makes none (:func:`over_ingest_limit`):
+ingest waits for such a leaf, so it must always have a way down.
 """
 
 from __future__ import annotations
@@ -21,7 +26,12 @@ from typing import Callable, Sequence
 
 from statestore.catalog import TableInfo
 from statestore.files import FileReference
-from statestore.properties import COMPACTION_FILES_BATCH_SIZE, COMPACTION_STRATEGY, COMPACTION_STRATEGY_SIZERATIO_RATIO
+from statestore.properties import (
+    COMPACTION_FILES_BATCH_SIZE,
+    COMPACTION_STRATEGY,
+    COMPACTION_STRATEGY_SIZERATIO_RATIO,
+    INGEST_MAX_FILES_PER_LEAF,
+)
 
 Strategy = Callable[[Sequence[FileReference], int, int], list[list[FileReference]]]
 
@@ -60,11 +70,31 @@ def _largest_balanced_prefix(refs: Sequence[FileReference], batch_size: int,
 STRATEGIES: dict[str, Strategy] = {"basic": basic, "sizeratio": size_ratio}
 
 
-def plan_groups(table: TableInfo, refs: Sequence[FileReference]) -> list[list[FileReference]]:
-    """The groups the table's strategy makes of one leaf partition's unassigned references."""
+def plan_groups(table: TableInfo, refs: Sequence[FileReference], assigned: int = 0) -> list[list[FileReference]]:
+    """The groups the table's strategy makes of one leaf partition's unassigned
+    references (``assigned`` more of the leaf's are in running jobs); when it makes none
+    and the leaf holds more files than ingest allows, :func:`over_ingest_limit`'s group."""
     strategy = STRATEGIES[strategy_name(table)]
-    return strategy(refs, table.get_int(COMPACTION_FILES_BATCH_SIZE),
-                    table.get_int(COMPACTION_STRATEGY_SIZERATIO_RATIO))
+    groups = strategy(refs, table.get_int(COMPACTION_FILES_BATCH_SIZE),
+                      table.get_int(COMPACTION_STRATEGY_SIZERATIO_RATIO))
+    if not groups:
+        forced = over_ingest_limit(table, refs, assigned)
+        groups = [forced] if forced else []
+    return groups
+
+
+def over_ingest_limit(table: TableInfo, refs: Sequence[FileReference], assigned: int = 0) -> list[FileReference]:
+    """The smallest of a leaf's unassigned references whose merge brings the leaf to one
+    file under ``sleeper.table.ingest.max.files.per.leaf`` (N), when it holds more than N
+    and no job is running on it; else none. Ingests wait while a leaf holds more than N
+    files (:mod:`sleeper_ops.ingest.stall`), so a leaf the strategy leaves alone (under
+    ``sizeratio``, files that never add up to the larger ones: 1, 2, 4, 8, ... records)
+    would hold every ingest up until it gives up. At most ``batch_size`` files; at least 2."""
+    limit = table.get_int(INGEST_MAX_FILES_PER_LEAF)
+    if limit <= 0 or assigned or len(refs) <= limit:
+        return []
+    take = min(len(refs), table.get_int(COMPACTION_FILES_BATCH_SIZE), max(2, len(refs) - limit + 2))
+    return sorted(refs, key=lambda r: (r.record_count, r.filename))[:take]
 
 
 def why_no_job(table: TableInfo, unassigned: Sequence[FileReference], assigned: int = 0) -> str:

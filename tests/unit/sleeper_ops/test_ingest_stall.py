@@ -12,13 +12,16 @@ import pyarrow as pa
 import pytest
 
 from sleeper_ops import Sleeper
+from sleeper_ops.compaction.strategy import plan_groups, size_ratio
 from sleeper_ops.errors import IngestStalledError
 from sleeper_ops.ingest import stall
 from sleeper_ops.io.storage import ObjectStore
+from statestore.catalog import TableInfo
 from statestore.files import FileReference
 from statestore.memory import InMemoryStateStore
 from statestore.partitions import Partition
 from statestore.region import Range, Region
+from statestore.schema import Schema
 from statestore.state import TableState
 
 SCHEMA = {"rowKeyFields": [{"name": "key", "type": "LongType"}], "valueFields": [{"name": "v", "type": "StringType"}]}
@@ -141,3 +144,46 @@ def test_the_fullest_leaf_counts_its_ancestors_references():
     fullest = stall.fullest_leaf(state)
     assert fullest is not None and (fullest.leaf_id, fullest.files) == ("rr", 5)
     assert stall.fullest_leaf(TableState()) is None
+
+
+def _table(props: dict[str, str]) -> TableInfo:
+    return TableInfo("id", "t", Schema.from_dict(SCHEMA), props)
+
+
+def _refs(*counts: int) -> list[FileReference]:
+    return [FileReference(f"f{i}", "p", n) for i, n in enumerate(counts)]
+
+
+def test_a_leaf_over_the_limit_that_sizeratio_leaves_alone_gets_a_job_of_its_smallest_files():
+    doubling = _refs(1, 2, 4, 8, 16, 32)  # sizeratio 3 never merges these: each is more than all before it
+    assert plan_groups(_table({}), doubling) == []
+    assert plan_groups(_table({MAX_FILES: "6"}), doubling) == []  # at the limit: no ingest waits
+    (group,) = plan_groups(_table({MAX_FILES: "4"}), doubling)
+    assert [r.record_count for r in group] == [1, 2, 4, 8]  # 6 - 4 + 1 = 3 files after: one under the limit
+    (group,) = plan_groups(_table({MAX_FILES: "5"}), doubling)
+    assert [r.record_count for r in group] == [1, 2, 4]  # 4 files after
+    assert plan_groups(_table({MAX_FILES: "4"}), doubling, assigned=1) == []  # a running job brings it down
+    capped = plan_groups(_table({MAX_FILES: "1", "sleeper.table.compaction.files.batch.size": "3"}), doubling)
+    assert [len(g) for g in capped] == [3]  # no more than a job merges
+    similar = _refs(10, 10, 10, 10, 10)  # the strategy's own job when it makes one
+    assert plan_groups(_table({MAX_FILES: "2"}), similar) == size_ratio(similar, 12, 3)
+
+
+def test_ingest_held_up_by_such_a_leaf_goes_on_after_one_compaction(sleeper):
+    t = sleeper.create_table("t", SCHEMA, properties={MAX_FILES: "3", WAIT: "60"})
+    start = 0
+    for n in (1, 2, 4, 8):  # 4 files of doubling sizes: over 3, and sizeratio makes no job of them
+        t.ingest(rows(start, n))
+        start += n
+    done: list = []
+    waiting = threading.Thread(target=lambda: done.append(t.ingest(rows(start, 16))))
+    waiting.start()
+    time.sleep(0.3)
+    assert waiting.is_alive() and not done
+    report = t.compact(runner="local")
+    assert report.count("committed") == 1
+    waiting.join(10)
+    assert done and done[0].records == 16
+    got = t.query(ranges=[(0, None)])
+    assert got.num_rows == 31 and got.column("key").to_pylist() == list(range(31))
+    assert len(t.state().references) == 3  # 1 + 2 + 4 merged (4 - 3 + 2 files), 8 and the 16 ingested
