@@ -165,7 +165,8 @@ def update_docs(result: dict[str, Any], doc: Path = DOC, png: Path = PNG) -> Non
             "1 B rows, checkpoints every 100 M, and stops early, saying so, when the disk would keep less "
             "than 20% free. An ingest waits while some leaf holds more than `--max-files-per-leaf` files "
             "(the table's `sleeper.table.ingest.max.files.per.leaf`, 8 by default), so ingest goes no faster "
-            "than maintenance keeps up with; the waiting column is the share of ingest time spent so. "
+            "than maintenance keeps up with; the waiting column is the share of ingest time spent so "
+            "([ADR 0021](../adr/0021-ingest-waits-for-compaction.md): runs with other limits and none). "
             "`--update-docs` rewrites this section; `kill PID` stops a run cleanly.", "",
             f"`.venv/bin/python {result['command']}`, {result['date']}, on {result['machine']}; "
             "1-minute load average at the checkpoints "
