@@ -17,8 +17,12 @@ settings; it has then read no input and written nothing. RocksDB stops writes th
 way when its first level holds too many files (``level0_stop_writes_trigger``).
 
 Compaction must be running for the wait to end: the table's compaction DAG, or
-``sleeper compact``. A leaf the compaction strategy makes no job of (its files never
-add up under ``sizeratio``) keeps its count, and ingests wait for it until they give up.
+``sleeper compact``. Its job creation gives a leaf over the limit a job even where the
+table's strategy would wait (:func:`sleeper_ops.compaction.strategy.over_ingest_limit`),
+so every such leaf has a way down.
+
+The wait comes after the ingest's job record is saved and before its delete count and
+partitions are read: deletes committed while it waits cover its records.
 """
 
 from __future__ import annotations
