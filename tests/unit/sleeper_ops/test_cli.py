@@ -205,6 +205,20 @@ def test_ingest_reports_the_records_and_files_written(home, run, files):
     assert r.err == ""
 
 
+def test_an_ingest_that_waits_too_long_for_compaction_fails_in_one_line_and_adds_nothing(table, run, files):
+    # after a second ingest every leaf of t holds 2 files: over a limit of 1
+    ok(run("ingest", "t", str(files / "rows.jsonl")))
+    ok(run("table", "set", "t", "sleeper.table.ingest.max.files.per.leaf=1",
+           "sleeper.table.ingest.max.files.wait.seconds=1"))
+    r = run("ingest", "t", str(files / "rows.jsonl"))
+    assert_one_line_error(r, "table t:", "holds 2 files", "sleeper.table.ingest.max.files.per.leaf = 1",
+                          "sleeper.table.ingest.max.files.wait.seconds = 1", "Nothing was read or written")
+    assert len(ok(run("query", "t", "--range", "null", "null")).jsonl()) == 2 * len(ROWS)
+    ok(run("compact", "t"))  # one file a leaf again: the same ingest goes through
+    assert "ingested" in ok(run("ingest", "t", str(files / "rows.jsonl"))).out
+    assert len(ok(run("query", "t", "--range", "null", "null")).jsonl()) == 3 * len(ROWS)
+
+
 def test_query_key_returns_the_records_with_that_key_as_jsonl(table, run):
     got = ok(run("query", table, "--key", '"apple"')).jsonl()
     assert got == expected_rows(lambda r: r["key"] == "apple")
