@@ -84,8 +84,10 @@ def run_smoke(script: str, tmp_path: Path, *args: str, env: dict[str, str] | Non
     """``bench/<script> --smoke *args`` in ``tmp_path``; its output, once it exited 0 and
     shows every pattern of EXPECTED."""
     env = env or {k: v for k, v in os.environ.items() if not k.startswith(("SLEEPER_", "AIRFLOW"))}
+    # the timeout guards against a hang: compaction.py's smoke takes 43 s alone, and went past
+    # 180 s under the whole suite's load on a slow day
     r = subprocess.run([sys.executable, str(BENCH / script), "--smoke", *args], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=180)
+                       capture_output=True, text=True, timeout=360)
     assert r.returncode == 0, f"{script} --smoke exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     for pattern in EXPECTED[script]:
         assert re.search(pattern, r.stdout, re.MULTILINE), \
