@@ -61,8 +61,8 @@ def test_by_default_an_ingest_never_waits(sleeper):
 def test_an_ingest_waits_for_compaction_then_goes_on(sleeper):
     t = sleeper.create_table("t", SCHEMA, properties={MAX_FILES: "2", WAIT: "60"})
     t.ingest(rows(0, 100))
-    at_the_limit = t.ingest(rows(100, 100))  # 1 file before it: under the limit
-    assert at_the_limit.stalled_seconds == 0.0
+    second = t.ingest(rows(100, 100))  # 1 file before it: under the limit
+    assert second.stalled_seconds == 0.0
     third = t.ingest(rows(200, 100))  # 2 files before it: at the limit, not over it
     assert third.stalled_seconds == 0.0 and len(t.state().references) == 3
 
