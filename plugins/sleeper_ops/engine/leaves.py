@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
@@ -151,15 +152,9 @@ def rows_below(column: Any, value: Any) -> int:
     code point and bytes unsigned, as Arrow orders UTF-8 and binary); else Arrow counts
     the values below it (the search slices a 2,048-row group of string keys 2.5x faster)."""
     kind = _SEARCHABLE.get(column.type)
-    if kind is not None and type(value) is kind:
-        lo, hi = 0, len(column)
-        while lo < hi:  # the first value not below ``value``
-            mid = (lo + hi) // 2
-            if column[mid].as_py() < value:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+    if kind is not None and type(value) is kind:  # as query.stream's merge finds its bounds
+        bound: Any = value
+        return bisect.bisect_left(range(len(column)), bound, key=lambda i: column[i].as_py())
     return kernels.count_true(kernels.less(column, key_scalar(value, column.type)))
 
 

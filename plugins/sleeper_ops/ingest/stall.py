@@ -9,8 +9,8 @@ leaf 28 s after ingest stopped), every lookup slows with the count.
 
 With ``sleeper.table.ingest.max.files.per.leaf`` = N (0, the default: never wait) an
 ingest checks, before it reads any input, whether some leaf holds more than N such
-references. While one does it waits, reading the table's state again every ``poll``
-seconds, and goes on as soon as none does. After
+references. While one does it waits, reading the table's overview again every
+:data:`POLL_SECONDS`, and goes on as soon as none does. After
 ``sleeper.table.ingest.max.files.wait.seconds`` it gives up with
 :class:`~sleeper_ops.errors.IngestStalledError`, naming the table, the leaf and both
 settings; it has then read no input and written nothing. RocksDB stops writes the same
@@ -29,20 +29,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 from sleeper_ops.errors import IngestStalledError
 from statestore.catalog import TableInfo
-from statestore.partitions import PartitionTree
+from statestore.overview import TableOverview
 from statestore.properties import INGEST_MAX_FILES_PER_LEAF, INGEST_MAX_FILES_WAIT_SECONDS
-from statestore.state import TableState
 from statestore.store import StateStore
 
 log = logging.getLogger(__name__)
 
-#: seconds between two reads of the table's state while an ingest waits
+#: seconds between two reads of the table's overview while an ingest waits
 POLL_SECONDS = 1.0
 #: seconds between two log lines of one wait
 LOG_EVERY_SECONDS = 30.0
@@ -56,50 +54,47 @@ class Fullest:
     files: int
 
 
-def fullest_leaf(state: TableState) -> Optional[Fullest]:
+def fullest_leaf(overview: TableOverview) -> Optional[Fullest]:
     """The leaf with the most file references of its own and of its ancestors (the files
-    a lookup of a key in it reads); None for a table without partitions."""
-    tree = PartitionTree(state.partitions.values())
-    per_partition = Counter(partition_id for _, partition_id in state.references)
+    a lookup of a key in it reads), from the table's overview (per-partition counts; the
+    PostgreSQL store sums them in the database); None for a table without partitions."""
+    tree = overview.tree()
     best: Optional[Fullest] = None
     for leaf in tree.leaves():
-        files = per_partition[leaf.id] + sum(per_partition[a.id] for a in tree.ancestors(leaf.id))
+        files = overview.count(leaf.id).files + sum(overview.count(a.id).files for a in tree.ancestors(leaf.id))
         if best is None or files > best.files or (files == best.files and leaf.id < best.leaf_id):
             best = Fullest(leaf.id, files)
     return best
 
 
-def wait_for_compaction(store: StateStore, table: TableInfo, *, poll: Optional[float] = None,
-                        clock: Callable[[], float] = time.monotonic,
-                        sleep: Callable[[float], None] = time.sleep) -> float:
+def wait_for_compaction(store: StateStore, table: TableInfo) -> float:
     """Wait while some leaf of ``table`` holds more file references than the table's
-    ``sleeper.table.ingest.max.files.per.leaf`` (0: return at once), reading its state every
-    ``poll`` seconds (default :data:`POLL_SECONDS`); the seconds waited.
+    ``sleeper.table.ingest.max.files.per.leaf`` (0: return at once), reading its overview
+    every :data:`POLL_SECONDS`; the seconds waited.
     Raises IngestStalledError once the wait passes ``sleeper.table.ingest.max.files.wait.seconds``."""
     limit = table.get_int(INGEST_MAX_FILES_PER_LEAF)
     if limit <= 0:
         return 0.0
-    poll = POLL_SECONDS if poll is None else poll
     most = table.get_int(INGEST_MAX_FILES_WAIT_SECONDS)
-    start = clock()
+    start = time.monotonic()
     logged: Optional[float] = None
     while True:
-        fullest = fullest_leaf(store.load_state(table.table_id))
+        fullest = fullest_leaf(store.overview(table.table_id, file_limit=0))
         if fullest is None or fullest.files <= limit:
             if logged is None:  # no leaf over the limit at the first look: no wait
                 return 0.0
-            waited = clock() - start
+            waited = time.monotonic() - start
             log.info("table %s: ingest goes on after waiting %.1f s for compaction", table.name, waited)
             return waited
-        waited = clock() - start
+        waited = time.monotonic() - start
         if waited >= most:
             raise IngestStalledError(
                 f"table {table.name}: leaf {fullest.leaf_id} still holds {fullest.files} files after {waited:.0f} s "
                 f"(more than {INGEST_MAX_FILES_PER_LEAF} = {limit}; {INGEST_MAX_FILES_WAIT_SECONDS} = {most}): "
                 "is compaction running? Nothing was read or written")
-        if logged is None or clock() - logged >= LOG_EVERY_SECONDS:
+        if logged is None or time.monotonic() - logged >= LOG_EVERY_SECONDS:
             log.warning("table %s: ingest waits for compaction: leaf %s holds %d files, more than %s = %d "
                         "(waited %.0f s of at most %d)", table.name, fullest.leaf_id, fullest.files,
                         INGEST_MAX_FILES_PER_LEAF, limit, waited, most)
-            logged = clock()
-        sleep(min(poll, max(0.0, most - waited)))
+            logged = time.monotonic()
+        time.sleep(min(POLL_SECONDS, max(0.0, most - waited)))

@@ -4,6 +4,7 @@ goes on once compaction has caught up, and gives up after
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from sleeper_ops.io.storage import ObjectStore
 from statestore.catalog import TableInfo
 from statestore.files import FileReference
 from statestore.memory import InMemoryStateStore
+from statestore.overview import overview_of
 from statestore.partitions import Partition
 from statestore.region import Range, Region
 from statestore.schema import Schema
@@ -41,6 +43,22 @@ def sleeper(tmp_path):
     s.close()
 
 
+@pytest.fixture
+def started_waiting():
+    """An Event set once an ingest logs that it waits for compaction: it has read the
+    table's overview and found a leaf over the limit."""
+    seen = threading.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waits for compaction" in record.getMessage():
+                seen.set()
+    handler, logger = Seen(), logging.getLogger(stall.__name__)
+    logger.addHandler(handler)
+    yield seen
+    logger.removeHandler(handler)
+
+
 def rows(start: int, n: int) -> pa.Table:
     keys = range(start, start + n)
     return pa.table({"key": pa.array(keys, pa.int64()), "v": [f"v{i}" for i in keys]})
@@ -58,7 +76,7 @@ def test_by_default_an_ingest_never_waits(sleeper):
     assert t.query(ranges=[(0, None)]).num_rows == 60
 
 
-def test_an_ingest_waits_for_compaction_then_goes_on(sleeper):
+def test_an_ingest_waits_for_compaction_then_goes_on(sleeper, started_waiting):
     t = sleeper.create_table("t", SCHEMA, properties={MAX_FILES: "2", WAIT: "60"})
     t.ingest(rows(0, 100))
     second = t.ingest(rows(100, 100))  # 1 file before it: under the limit
@@ -69,13 +87,16 @@ def test_an_ingest_waits_for_compaction_then_goes_on(sleeper):
     done: list = []
     waiting = threading.Thread(target=lambda: done.append(t.ingest(rows(300, 100))))
     waiting.start()
-    time.sleep(0.5)
+    assert started_waiting.wait(30), "the fourth ingest never waited"
+    waiting_since = time.monotonic()
     assert waiting.is_alive() and not done  # 3 files in the only leaf: over 2, it waits
     assert len(t.state().references) == 3 and t.query(ranges=[(0, None)]).num_rows == 300
+    compaction_started = time.monotonic()
     t.compact(runner="local")
-    waiting.join(10)
+    waiting.join(30)
     assert not waiting.is_alive()
-    assert done[0].stalled_seconds >= 0.4 and done[0].records == 100
+    # it waited from before it said so until after the compaction began
+    assert done[0].stalled_seconds >= compaction_started - waiting_since and done[0].records == 100
     got = t.query(ranges=[(0, None)])
     assert got.num_rows == 400 and got.column("key").to_pylist() == list(range(400))
     assert len(t.state().references) == 2  # the compacted file and the waiting ingest's
@@ -104,20 +125,21 @@ def test_a_lost_state_store_while_waiting_fails_the_ingest_with_nothing_written(
     t.ingest(rows(50, 50))
     before = data_objects(tmp_path)
     reads = {"n": 0}
-    load_state = sleeper.state_store.load_state
+    overview = sleeper.state_store.overview
 
-    def lost_on_the_third(table_id):
+    def lost_on_the_third(table_id, **kwargs):
         reads["n"] += 1
         if reads["n"] == 3:
             raise ConnectionError("the state store went away")
-        return load_state(table_id)
-    monkeypatch.setattr(sleeper.state_store, "load_state", lost_on_the_third)
+        return overview(table_id, **kwargs)
+    monkeypatch.setattr(sleeper.state_store, "overview", lost_on_the_third)
     with pytest.raises(ConnectionError):
         t.ingest(rows(100, 50))
     monkeypatch.undo()
     assert data_objects(tmp_path) == before
     assert t.query(ranges=[(0, None)]).num_rows == 100
     assert [j.status for j in t.jobs("ingest")].count("failed") == 1
+    assert reads["n"] == 3  # it read the overview twice, waiting, before the store went away
 
 
 def test_a_bad_limit_is_refused_naming_the_setting(sleeper):
@@ -141,9 +163,9 @@ def test_the_fullest_leaf_counts_its_ancestors_references():
     refs = [FileReference(f"{pid}-{i}", pid, 10) for pid, n in placed.items() for i in range(n)]
     state = TableState.of(parts, refs)
     # by hand: left 2 + root 2 = 4; rl 0 + right 1 + root 2 = 3; rr 2 + 1 + 2 = 5
-    fullest = stall.fullest_leaf(state)
+    fullest = stall.fullest_leaf(overview_of(state))
     assert fullest is not None and (fullest.leaf_id, fullest.files) == ("rr", 5)
-    assert stall.fullest_leaf(TableState()) is None
+    assert stall.fullest_leaf(overview_of(TableState())) is None
 
 
 def _table(props: dict[str, str]) -> TableInfo:
@@ -169,7 +191,7 @@ def test_a_leaf_over_the_limit_that_sizeratio_leaves_alone_gets_a_job_of_its_sma
     assert plan_groups(_table({MAX_FILES: "2"}), similar) == size_ratio(similar, 12, 3)
 
 
-def test_ingest_held_up_by_such_a_leaf_goes_on_after_one_compaction(sleeper):
+def test_ingest_held_up_by_such_a_leaf_goes_on_after_one_compaction(sleeper, started_waiting):
     t = sleeper.create_table("t", SCHEMA, properties={MAX_FILES: "3", WAIT: "60"})
     start = 0
     for n in (1, 2, 4, 8):  # 4 files of doubling sizes: over 3, and sizeratio makes no job of them
@@ -178,11 +200,11 @@ def test_ingest_held_up_by_such_a_leaf_goes_on_after_one_compaction(sleeper):
     done: list = []
     waiting = threading.Thread(target=lambda: done.append(t.ingest(rows(start, 16))))
     waiting.start()
-    time.sleep(0.3)
+    assert started_waiting.wait(30), "the ingest never waited"
     assert waiting.is_alive() and not done
     report = t.compact(runner="local")
     assert report.count("committed") == 1
-    waiting.join(10)
+    waiting.join(30)
     assert done and done[0].records == 16
     got = t.query(ranges=[(0, None)])
     assert got.num_rows == 31 and got.column("key").to_pylist() == list(range(31))
