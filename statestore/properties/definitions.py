@@ -14,6 +14,7 @@ from typing import Callable, Optional
 from statestore.properties.validators import (
     AGEOFF,
     AGGREGATION,
+    BLOOM_FPP,
     BOOL,
     CALLABLE_PATH,
     FRACTION,
@@ -107,6 +108,12 @@ PARQUET_ROWGROUP_ROWS_MAX = _prop("parquet.rowgroup.rows.max", "2048",
                                   "Most rows in one Parquet row group (small: a point read decodes one; "
                                   "docs/adr/0002).", POSITIVE_INT)
 PARQUET_PAGE_SIZE = _prop("parquet.page.size", "131072", "Target Parquet data page size in bytes.", POSITIVE_INT)
+PARQUET_ROWKEY_BLOOM_FPP = _prop(
+    "parquet.rowkey.bloom.fpp", "0.01",
+    "False-positive rate of the Bloom filter each data file keeps, per row group, on the first row key "
+    "field: a key lookup reads a row group only when its filter may hold the key, so its cost follows the "
+    "files that hold the key, not every file of the leaf (about 2 bytes a row at 0.01); 0: no filter. "
+    "Applies to files written from then on.", BLOOM_FPP)
 PARQUET_COMPRESSION_CODEC = _prop("parquet.compression.codec", "zstd", "Parquet compression codec.",
                                   choice("zstd", "snappy", "gzip", "lz4", "none"))
 INGEST_PARQUET_COMPRESSION_CODEC = _prop(

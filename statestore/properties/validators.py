@@ -95,6 +95,15 @@ def _fraction(v: str) -> None:
         raise ValueError("expected a number from 0 to 1")
 
 
+def _bloom_fpp(v: str) -> None:
+    try:
+        f = float(v)
+    except ValueError:
+        raise ValueError("expected a number from 0 (no filter) to 0.5") from None
+    if not 0 <= f <= 0.5:
+        raise ValueError("expected a number from 0 (no filter) to 0.5")
+
+
 def _size(v: str) -> None:
     parse_size(v)
 
@@ -173,6 +182,7 @@ POSITIVE_INT = Kind("a positive integer", _positive_int)
 NON_NEGATIVE_INT = Kind("a non-negative integer", _non_negative_int)
 NON_EMPTY = Kind("non-empty text", _non_empty)
 FRACTION = Kind("a number from 0 to 1", _fraction)
+BLOOM_FPP = Kind("a number from 0 (no filter) to 0.5", _bloom_fpp)
 SIZE = Kind("a size in bytes: digits with an optional K, M, G or T (e.g. 512M)", _size)
 AGEOFF = Kind("FIELD:MAX_AGE_MS", _ageoff)
 AGGREGATION = Kind("a list like sum(f1),max(f2) (sum, min or max of each value field)", _aggregation)

@@ -160,7 +160,7 @@ def execute_job(job: CompactionJob, table: TableInfo, objects: ObjectStore, *,
     # so merging their sketches gives the output's sketch without touching each key.
     reuse_sketches = job.whole_files and chain.is_empty and not job.tombstones
     only = None if job.whole_files else region
-    options = datafusion_writer_options(ParquetSettings.of(table)) if chain.is_empty else None
+    options = datafusion_writer_options(ParquetSettings.of(table), schema) if chain.is_empty else None
     if options is not None:
         return _merge_in_datafusion(job, table, objects, _Merge(paths, store, url, only, deletes, batch_size), key,
                                     options, reuse_sketches, on_rows, started)

@@ -55,6 +55,14 @@ def exact_key_of(schema: Schema, region: Region) -> Optional[tuple[str, Any]]:
     return (first.field, first.min) if exact else None
 
 
+def only_value(key_type: str, r: Range) -> Optional[Any]:
+    """The one value of a row key field of type ``key_type`` that ``r`` holds when it
+    holds exactly one (``[v, successor of v)``), else None."""
+    if r.max is None or r.min is None:
+        return None
+    return r.min if r.max == _successor(key_type, r.min) else None
+
+
 def range_region(schema: Schema, lo: Any, hi: Optional[Any]) -> Region:
     """``[lo, hi)`` on the first row key field (``hi=None``: unbounded); others unbounded."""
     first = schema.row_key_fields[0]

@@ -2,9 +2,11 @@
 
 A data file holds records sorted by row keys then sort keys, compressed (zstd by
 default), with dictionary encoding off, statistics and the page index written, the
-sort order declared in the footer, and row groups of at most the table's
-``parquet.rowgroup.rows.max`` rows so a point read touches little data. Beside it, a
-``.sketches`` object holds one quantiles sketch per row key field.
+sort order declared in the footer, row groups of at most the table's
+``parquet.rowgroup.rows.max`` rows so a point read touches little data, and a Bloom
+filter on the first row key field in each row group (:mod:`sleeper_ops.io.bloom`) so a
+key lookup skips the row groups without its key. Beside it, a ``.sketches`` object
+holds one quantiles sketch per row key field.
 
 Every file is written under a fresh unique key and never changed afterwards.
 """
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sleeper_ops.io import bloom
 from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.io.pandas_free import load_datafusion
 from sleeper_ops.io.storage import ObjectStore
@@ -30,6 +33,7 @@ from statestore.properties import (
     PARQUET_COMPRESSION_CODEC,
     PARQUET_PAGE_SIZE,
     PARQUET_ROWGROUP_ROWS_MAX,
+    PARQUET_ROWKEY_BLOOM_FPP,
 )
 from statestore.schema import Schema
 
@@ -42,12 +46,15 @@ class ParquetSettings:
     row_group_rows: int = 2048
     page_size: int = 131_072
     compression: str = "zstd"
+    #: the Bloom filter's false-positive rate on the first row key field (0: no filter)
+    bloom_fpp: float = float(PARQUET_ROWKEY_BLOOM_FPP.default or 0)
 
     @classmethod
     def of(cls, table: TableInfo) -> ParquetSettings:
         return cls(table.get_int(PARQUET_ROWGROUP_ROWS_MAX),
                    table.get_int(PARQUET_PAGE_SIZE),
-                   table.get(PARQUET_COMPRESSION_CODEC) or "zstd")
+                   table.get(PARQUET_COMPRESSION_CODEC) or "zstd",
+                   float(table.get(PARQUET_ROWKEY_BLOOM_FPP) or 0))
 
     @classmethod
     def for_ingest(cls, table: TableInfo) -> ParquetSettings:
@@ -62,16 +69,22 @@ class ParquetSettings:
 _DATAFUSION_CODECS = {"zstd": "zstd(1)", "snappy": "snappy", "none": "uncompressed"}
 
 
-def datafusion_writer_options(settings: ParquetSettings) -> Any:
+def datafusion_writer_options(settings: ParquetSettings, schema: Schema) -> Any:
     """DataFusion ``ParquetWriterOptions`` writing what :class:`DataFileWriter` writes
-    with ``settings`` (codec and level, no dictionary, statistics and the page index,
-    row groups and pages of the same size, 20,000 rows a page at most, data page v1, no
-    stored Arrow schema), or None when the codec has no exact equivalent there."""
+    with ``settings`` for ``schema`` (codec and level, no dictionary, statistics and the
+    page index, row groups and pages of the same size, 20,000 rows a page at most, data
+    page v1, no stored Arrow schema, the Bloom filter on the first row key field), or
+    None when the codec has no exact equivalent there."""
     codec = _DATAFUSION_CODECS.get(settings.compression)
     if codec is None:
         return None
     load_datafusion()
-    from datafusion import ParquetWriterOptions
+    from datafusion import ParquetColumnOptions, ParquetWriterOptions
+
+    columns = None
+    if settings.bloom_fpp > 0:
+        columns = {schema.row_key_names[0]: ParquetColumnOptions(
+            bloom_filter_enabled=True, bloom_filter_fpp=settings.bloom_fpp, bloom_filter_ndv=settings.row_group_rows)}
 
     return ParquetWriterOptions(
         data_pagesize_limit=settings.page_size, write_batch_size=1024, writer_version="1.0",
@@ -79,7 +92,7 @@ def datafusion_writer_options(settings: ParquetSettings) -> Any:
         max_row_group_size=settings.row_group_rows,
         column_index_truncate_length=None, statistics_truncate_length=None, data_page_row_count_limit=20_000,
         allow_single_file_parallelism=True, maximum_parallel_row_group_writers=2,
-        maximum_buffered_record_batches_per_stream=2)
+        maximum_buffered_record_batches_per_stream=2, column_specific_options=columns)
 
 
 def new_data_key(table_id: str, partition_id: str) -> str:
@@ -123,7 +136,9 @@ class DataFileWriter:
             self._sink, self.arrow_schema, compression=codec, use_dictionary=False,
             write_statistics=True, write_page_index=True, data_page_size=settings.page_size,
             sorting_columns=[pq.SortingColumn(i) for i in range(len(schema.key_names))],
-            store_schema=False)
+            store_schema=False,
+            bloom_filter_options=bloom.writer_options(schema.row_key_names[0], settings.row_group_rows,
+                                                      settings.bloom_fpp))
 
     def write(self, data: pa.RecordBatch | pa.Table) -> None:
         batches = data.to_batches() if isinstance(data, pa.Table) else [data]
@@ -200,10 +215,13 @@ def read_sketches(store: ObjectStore, schema: Schema, data_key: str) -> RowKeySk
 @dataclass(frozen=True)
 class RowGroupIndex:
     """One column's min and max per row group of a file sorted on that column (both
-    lists non-decreasing), for a binary search of the row groups a key range touches."""
+    lists non-decreasing), for a binary search of the row groups a key range touches;
+    with the column's position and Parquet physical type, for its Bloom filters."""
 
     mins: tuple[Any, ...]
     maxs: tuple[Any, ...]
+    column: int = 0
+    physical_type: str = ""
 
     @classmethod
     def of(cls, md: pq.FileMetaData, column: str) -> Optional[RowGroupIndex]:
@@ -221,7 +239,8 @@ class RowGroupIndex:
             maxs.append(st.max)
         if any(a > b for a, b in zip(mins, mins[1:])) or any(a > b for a, b in zip(maxs, maxs[1:])):
             return None
-        return cls(tuple(mins), tuple(maxs))
+        kind = md.row_group(0).column(idx).physical_type if md.num_row_groups else ""
+        return cls(tuple(mins), tuple(maxs), idx, kind)
 
     def groups(self, lo: Any, hi: Optional[Any]) -> range:
         """The row groups that may hold values in ``[lo, hi)`` (``hi`` None: unbounded)."""
@@ -241,10 +260,16 @@ class ParquetFileCache:
     :meth:`reader` hands it out again: S3 answers every fresh open with a HEAD request
     (the object's size), so a warm point read is then one ranged GET. Readers are only
     read at positions (thread-safe); an evicted one is dropped, not closed, as another
-    thread may still be reading through it."""
+    thread may still be reading through it.
 
-    def __init__(self, capacity: int = 4096):
+    Row groups' Bloom filters (:meth:`may_hold`) are kept too, the most recently used
+    up to ``filter_bytes`` bytes of them."""
+
+    def __init__(self, capacity: int = 4096, filter_bytes: int = 64 << 20):
         self.capacity = capacity
+        self.filter_bytes = filter_bytes
+        self._filters: OrderedDict[tuple[str, int, int], Optional[bytes]] = OrderedDict()
+        self._filters_held = 0
         self._lock = threading.Lock()
         self._items: OrderedDict[str, pq.FileMetaData] = OrderedDict()
         self._indexes: dict[str, dict[str, Optional[RowGroupIndex]]] = {}  # by file key, then column
@@ -295,6 +320,46 @@ class ParquetFileCache:
                 if key in self._items:
                     self._indexes.setdefault(key, {})[column] = index
         return md, index  # type: ignore[return-value]
+
+    def may_hold(self, store: ObjectStore, key: str, md: pq.FileMetaData, index: RowGroupIndex,
+                 groups: Iterable[int], value: Any) -> list[int]:
+        """Those of ``groups`` whose Bloom filter on ``index``'s column may hold ``value``
+        (a group with no filter this can read is kept: it may hold anything)."""
+        h = bloom.hash_of(value, index.physical_type)
+        if h is None:
+            return list(groups)
+        kept = []
+        for g in groups:
+            bits = self._filter(store, key, md, g, index.column)
+            if bits is None or bloom.may_contain(bits, h):
+                kept.append(g)
+        return kept
+
+    def _filter(self, store: ObjectStore, key: str, md: pq.FileMetaData, group: int, column: int) -> Optional[bytes]:
+        """Row group ``group``'s Bloom filter bitset on ``column`` (None: none readable),
+        from the kept ones or read once (one ranged read: the footer gives its place)."""
+        at = (key, group, column)
+        with self._lock:
+            if at in self._filters:
+                self._filters.move_to_end(at)
+                return self._filters[at]
+        chunk = md.row_group(group).column(column)
+        offset, bits = chunk.bloom_filter_offset, None
+        if offset:
+            with self.reader(store, key) as f:
+                raw = f.read_at(chunk.bloom_filter_length or bloom.HEADER_GUESS, offset)
+                head = bloom.parse_header(raw)
+                if head is not None:
+                    size, start = head
+                    bits = raw[start:start + size] if len(raw) >= start + size else f.read_at(size, offset + start)
+        with self._lock:
+            if at not in self._filters:
+                self._filters[at] = bits
+                self._filters_held += len(bits or b"") + 100
+                while self._filters_held > self.filter_bytes and self._filters:
+                    _, gone = self._filters.popitem(last=False)
+                    self._filters_held -= len(gone or b"") + 100
+        return bits
 
 
 FILE_CACHE: Optional[ParquetFileCache] = ParquetFileCache()

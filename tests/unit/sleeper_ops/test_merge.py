@@ -105,7 +105,7 @@ def _read_ahead_threads() -> list[threading.Thread]:
 def _options():
     from sleeper_ops.io.datafile import ParquetSettings, datafusion_writer_options
 
-    return datafusion_writer_options(ParquetSettings(row_group_rows=50))
+    return datafusion_writer_options(ParquetSettings(row_group_rows=50), SCHEMA)
 
 
 def test_a_merge_into_a_file_shows_on_keys_exactly_the_keys_written_in_order(tmp_path, inputs):

@@ -33,13 +33,13 @@ def warm(sleeper):
 def _count_reads(runner, monkeypatch) -> list[str]:
     """The file of each task the runner reads from now on, in a list."""
     read: list[str] = []
-    real = runner._read
+    real = runner._read_at  # every read of a file's row groups goes through it
 
-    def _read(task):
+    def _read_at(task, md, groups, before_decode=None):
         read.append(task.ref.filename)
-        return real(task)
+        return real(task, md, groups, before_decode)
 
-    monkeypatch.setattr(runner, "_read", _read)
+    monkeypatch.setattr(runner, "_read_at", _read_at)
     return read
 
 
