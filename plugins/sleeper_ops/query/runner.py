@@ -354,13 +354,15 @@ class QueryRunner:
         """The file's footer and the row groups that may hold rows of the task: a binary
         search of the file's cached row group index on the first row key field, so the
         cost does not grow with the file (a scan of every group's statistics when the
-        file has no usable index); for one value of that field (an exact key), only the
-        groups whose Bloom filter may hold it (:meth:`ParquetFileCache.may_hold`)."""
+        file has no usable index); for one value of that field (an exact key) on a local
+        store, only the groups whose Bloom filter may hold it
+        (:meth:`ParquetFileCache.may_hold`). On S3 a probe is a ranged GET of its own, one
+        more round trip than the read it would save (docs/adr/0022)."""
         first = task.region.ranges[0]
         md, index = self.cache.row_group_index(self.objects, task.ref.filename, first.field)
         if index is not None:
             candidates = index.groups(first.min, first.max)
-            value = only_value(self._first_type, first) if candidates else None
+            value = only_value(self._first_type, first) if candidates and self.objects.is_local else None
             if value is None:
                 return md, list(candidates)
             return md, self.cache.may_hold(self.objects, task.ref.filename, md, index, candidates, value)
