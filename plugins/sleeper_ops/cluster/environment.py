@@ -49,6 +49,13 @@ SPARK_CONN = "AIRFLOW_CONN_SLEEPER_SPARK"
 BUCKET = "sleeper-data"
 DYNAMODB_TABLE_PREFIX = "sleeper-"
 WORKER_CONCURRENCY = 2
+#: seconds a task may stay queued (sent to Celery, not started) before the scheduler revokes
+#: it and queues it again (twice, then fails it). A worker killed just after it took a task's
+#: message holds it unacknowledged, and Redis hands it out again only after the broker's
+#: visibility timeout (a day, Airflow's default): with Airflow's 600 s here, such a task
+#: waited 10 minutes (tests/system/test_cluster.py saw a bulk import sit queued 380 s).
+#: A task waiting for a free worker slot that long is queued again too, which is harmless.
+TASK_QUEUED_TIMEOUT_SECONDS = 180
 
 
 @dataclass(frozen=True)
@@ -195,9 +202,12 @@ def process_environment(layout: ClusterLayout, role: str) -> dict[str, str]:
                     "AIRFLOW__API__PORT": str(layout.api_port),
                     "AIRFLOW__API__BASE_URL": layout.public_url or layout.api_url,
                     "SLEEPER_HOME": layout.client_home})
-    elif role == "scheduler" and layout.task_heartbeat_timeout is not None:
-        env["AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT"] = str(layout.task_heartbeat_timeout)
-        env["AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL"] = "2"
+    elif role == "scheduler":
+        env["AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT"] = str(TASK_QUEUED_TIMEOUT_SECONDS)
+        env["AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL"] = "30"
+        if layout.task_heartbeat_timeout is not None:
+            env["AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT"] = str(layout.task_heartbeat_timeout)
+            env["AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL"] = "2"
     elif role == "dag-processor":
         env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = str(layout.file_process_interval)
         env["AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL"] = str(layout.file_process_interval)

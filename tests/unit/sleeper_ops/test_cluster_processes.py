@@ -50,6 +50,16 @@ def test_workers_get_no_sleeper_home_and_no_metadata_database_but_the_connection
             assert not [k for k in env if k.startswith("SLEEPER_") or k == "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
 
 
+def test_the_scheduler_queues_again_a_task_left_queued_three_minutes() -> None:
+    """A worker killed just after taking a task's message leaves it queued until the
+    scheduler's task_queued_timeout (Airflow's default: 600 s); the cluster's is 180 s."""
+    env = process_environment(compose_layout(), "scheduler")
+    assert env["AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT"] == "180"
+    assert env["AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL"] == "30"
+    assert not [k for r in ROLES if r != "scheduler" for k in process_environment(compose_layout(), r)
+                if "TASK_QUEUED" in k]
+
+
 def test_a_restarted_process_runs_again_as_it_was_started_with_its_log_appended(tmp_path: Path) -> None:
     env = {**clean_environment(), "GREETING": "hello"}
     first = start_process("greeter", "", ["bash", "-c", 'echo "$GREETING from $PWD pid $$"; sleep 300 & wait'],
