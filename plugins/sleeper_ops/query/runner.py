@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from sleeper_ops.engine import kernels
 from sleeper_ops.engine.deletes import without_deleted
 from sleeper_ops.engine.iterators import BatchFn, IteratorChain
-from sleeper_ops.engine.key_regions import exact_key_region, only_value, range_region  # noqa: F401 - re-exported
+from sleeper_ops.engine.key_regions import exact_key_region, range_region  # noqa: F401 - re-exported
 from sleeper_ops.engine.leaves import region_mask, sorted_slice
 from sleeper_ops.errors import TableRenamedError
 from sleeper_ops.io.arrow_schema import arrow_schema, empty_table, sort_keys
@@ -37,6 +37,7 @@ from sleeper_ops.io.datafile import FILE_CACHE, ParquetFileCache
 from sleeper_ops.io.storage import ObjectStore
 from sleeper_ops.query.buffered import BufferedRows
 from sleeper_ops.query.metadata import TableMetadata
+from sleeper_ops.query.row_groups import Located, locate, row_groups
 from sleeper_ops.query.stream import PendingSource, limited, merge_sources
 from sleeper_ops.query.tasks import (
     LeafPlan,
@@ -54,9 +55,6 @@ from statestore.files import FileReference
 from statestore.history import AsOfState
 from statestore.region import Region
 from statestore.store import StateStore
-
-#: a task, its file's footer and the row groups of the file to read (:meth:`QueryRunner._locate`)
-Located = tuple[Task, pq.FileMetaData, list[int]]
 
 #: Rows per batch that :meth:`QueryRunner.stream` reads from a file and yields.
 DEFAULT_BATCH_ROWS = 32_768
@@ -256,20 +254,8 @@ class QueryRunner:
         return list(self._pool.map(lambda at: self._read_at(*at), located))
 
     def _locate(self, tasks: Sequence[Task]) -> Optional[list[Located]]:
-        """From a local store, for two or more tasks: each task with its file's footer
-        and the row groups to read (:meth:`_row_groups`), found in this thread, the tasks
-        with none left out; else None (each task finds its own in a pool thread). Finding
-        them costs a few microseconds a file (the footer cached, a binary search, a Bloom
-        filter probe), less than handing a task to a pool thread; an exact key held by
-        one of a leaf's files is then read like a key of a one-file leaf."""
-        if len(tasks) < 2 or not self.objects.is_local:
-            return None
-        located = []
-        for task in tasks:
-            md, groups = self._row_groups(task)
-            if groups:
-                located.append((task, md, groups))
-        return located
+        """:func:`~sleeper_ops.query.row_groups.locate` of ``tasks`` with this runner's cache."""
+        return locate(self.cache, self.objects, self._first_type, tasks)
 
     def _read_guessed(self, guess: list[Task], regions: Sequence[Region], buffer: bool
                       ) -> tuple[list[pa.Table], Optional[pa.Table]]:
@@ -351,30 +337,8 @@ class QueryRunner:
         return list(chosen.values())
 
     def _row_groups(self, task: Task) -> tuple[pq.FileMetaData, list[int]]:
-        """The file's footer and the row groups that may hold rows of the task: a binary
-        search of the file's cached row group index on the first row key field, so the
-        cost does not grow with the file (a scan of every group's statistics when the
-        file has no usable index); for one value of that field (an exact key) on a local
-        store, only the groups whose Bloom filter may hold it
-        (:meth:`ParquetFileCache.may_hold`). On S3 a probe is a ranged GET of its own, one
-        more round trip than the read it would save (docs/adr/0022)."""
-        first = task.region.ranges[0]
-        md, index = self.cache.row_group_index(self.objects, task.ref.filename, first.field)
-        if index is not None:
-            candidates = index.groups(first.min, first.max)
-            value = only_value(self._first_type, first) if candidates and self.objects.is_local else None
-            if value is None:
-                return md, list(candidates)
-            return md, self.cache.may_hold(self.objects, task.ref.filename, md, index, candidates, value)
-        col_idx = md.schema.to_arrow_schema().get_field_index(first.field)
-        groups = []
-        for i in range(md.num_row_groups):
-            st = md.row_group(i).column(col_idx).statistics
-            if st is not None and st.has_min_max:
-                if st.max < first.min or (first.max is not None and st.min >= first.max):
-                    continue
-            groups.append(i)
-        return md, groups
+        """:func:`~sleeper_ops.query.row_groups.row_groups` of ``task`` with this runner's cache."""
+        return row_groups(self.cache, self.objects, self._first_type, task)
 
     def _select(self, table: Any, task: Task) -> Any:
         """The rows of ``table`` (a Table or RecordBatch read from a data file, so sorted on
