@@ -86,22 +86,16 @@ def choice(*options: str) -> Kind:
     return Kind(f"one of {', '.join(options)}", check)
 
 
-def _fraction(v: str) -> None:
-    try:
-        f = float(v)
-    except ValueError:
-        raise ValueError("expected a number from 0 to 1") from None
-    if not 0 <= f <= 1:
-        raise ValueError("expected a number from 0 to 1")
-
-
-def _bloom_fpp(v: str) -> None:
-    try:
-        f = float(v)
-    except ValueError:
-        raise ValueError("expected a number from 0 (no filter) to 0.5") from None
-    if not 0 <= f <= 0.5:
-        raise ValueError("expected a number from 0 (no filter) to 0.5")
+def number_from(low: float, high: float, text: str) -> Kind:
+    """A number (not only an integer) from ``low`` to ``high``, described as ``text``."""
+    def check(v: str) -> None:
+        try:
+            f = float(v)
+        except ValueError:
+            raise ValueError(f"expected {text}") from None
+        if not low <= f <= high:
+            raise ValueError(f"expected {text}")
+    return Kind(text, check)
 
 
 def _size(v: str) -> None:
@@ -181,8 +175,8 @@ BOOL = Kind("true or false", _bool)
 POSITIVE_INT = Kind("a positive integer", _positive_int)
 NON_NEGATIVE_INT = Kind("a non-negative integer", _non_negative_int)
 NON_EMPTY = Kind("non-empty text", _non_empty)
-FRACTION = Kind("a number from 0 to 1", _fraction)
-BLOOM_FPP = Kind("a number from 0 (no filter) to 0.5", _bloom_fpp)
+FRACTION = number_from(0, 1, "a number from 0 to 1")
+BLOOM_FPP = number_from(0, 0.5, "a number from 0 (no filter) to 0.5")
 SIZE = Kind("a size in bytes: digits with an optional K, M, G or T (e.g. 512M)", _size)
 AGEOFF = Kind("FIELD:MAX_AGE_MS", _ageoff)
 AGGREGATION = Kind("a list like sum(f1),max(f2) (sum, min or max of each value field)", _aggregation)

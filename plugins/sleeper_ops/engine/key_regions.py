@@ -51,8 +51,8 @@ def exact_key_of(schema: Schema, region: Region) -> Optional[tuple[str, Any]]:
     if any(r.field not in types or r.max is not None or r.min != min_value(types[r.field])  # type: ignore[arg-type]
            for r in rest):
         return None
-    exact = first.max == _successor(types[first.field], first.min)  # type: ignore[arg-type]
-    return (first.field, first.min) if exact else None
+    value = only_value(types[first.field], first)  # type: ignore[arg-type]
+    return None if value is None else (first.field, value)
 
 
 def only_value(key_type: str, r: Range) -> Optional[Any]:
