@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import sys
 import tempfile
 import warnings
@@ -60,6 +61,11 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     def at(q: float) -> float:
         return xs[min(len(xs) - 1, int(q * len(xs)))]
     return {"p50": at(0.50), "p95": at(0.95), "p99": at(0.99)}
+
+
+def spread(xs: list[float]) -> str:
+    """The median of ``xs`` and their range: ``1.23 (1.01–1.50)``."""
+    return f"{statistics.median(xs):,.2f} ({min(xs):,.2f}–{max(xs):,.2f})"
 
 
 def parse_args(ap: argparse.ArgumentParser, **smoke: object) -> argparse.Namespace:

@@ -15,6 +15,9 @@ compaction every 5, GC every 15):
 ``sleeper_<t>_gc``        ``Table.gc(explain=True)`` under the ``gc`` lease (the ``gc`` task)
 ========================  ===========================================================
 
+Each task first lowers its process to the table's ``sleeper.table.maintenance.nice``
+(:func:`~sleeper_ops.maintenance.priority.yield_cpu_for_maintenance`); so does each pass.
+
 No scheduler paces it: a pass starts as soon as the last one ended, and only a pass that
 found nothing to do waits (``pause`` seconds) before the next, so maintenance runs as
 often as the DAGs could be triggered by the table's ``sleeper://`` asset. Each pass
@@ -25,6 +28,7 @@ time of every state store commit it made.
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any, Callable
 
@@ -60,6 +64,7 @@ def maintain(home: str, table_name: str, log_path: str, stop: Any, pause: float)
     import _common  # noqa: F401  (sys.path)
 
     from sleeper_ops.api import Sleeper
+    from sleeper_ops.maintenance.priority import yield_cpu_for_maintenance
 
     with Sleeper(home) as s, open(log_path, "a") as log:
         commits = timed_commits(s.state_store)
@@ -67,6 +72,7 @@ def maintain(home: str, table_name: str, log_path: str, stop: Any, pause: float)
         n = 0
         while not stop.is_set():
             n += 1
+            yield_cpu_for_maintenance(table.info)  # as each task does (and threads started since the last pass)
             run = f"scale-maintenance-{n}"
             started = time.time()
             split, t_split = _task(table, "split", run, lambda r: table.split(run_id=r))
@@ -75,7 +81,8 @@ def maintain(home: str, table_name: str, log_path: str, stop: Any, pause: float)
             failed = comp.count("failed")
             entry = {"pass": n, "start": started, "end": time.time(), "split_s": t_split, "compaction_s": t_comp,
                      "gc_s": t_gc, "splits": len(split.splits), "jobs": len(comp.results), "failed": failed,
-                     "rows_compacted": comp.rows_read, "gc_deleted": len(gc.deleted), "commits": list(commits)}
+                     "rows_compacted": comp.rows_read, "gc_deleted": len(gc.deleted), "commits": list(commits),
+                     "nice": os.getpriority(os.PRIO_PROCESS, 0)}
             commits.clear()
             log.write(json.dumps(entry) + "\n")
             log.flush()

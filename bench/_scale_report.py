@@ -167,6 +167,9 @@ def update_docs(result: dict[str, Any], doc: Path = DOC, png: Path = PNG) -> Non
             "(the table's `sleeper.table.ingest.max.files.per.leaf`, 8 by default), so ingest goes no faster "
             "than maintenance keeps up with; the waiting column is the share of ingest time spent so "
             "([ADR 0021](../adr/0021-ingest-waits-for-compaction.md): runs with other limits and none). "
+            f"Maintenance runs at nice {result.get('maintenance_nice', 0)} (the table's "
+            "`sleeper.table.maintenance.nice`, `--maintenance-nice`: 10 by default, as for one machine; "
+            "[ADR 0023](../adr/0023-maintenance-yields-the-cpu.md)). "
             "`--update-docs` rewrites this section; `kill PID` stops a run cleanly.", "",
             f"`.venv/bin/python {result['command']}`, {result['date']}, on {result['machine']}; "
             "1-minute load average at the checkpoints "

@@ -36,7 +36,6 @@ import http.client
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import _common  # noqa: F401
-from _common import parse_args, percentiles, stop_embedded
+from _common import parse_args, percentiles, spread, stop_embedded
 from rest_read_rss import free_port, serve, wait_ready
 
 TABLE = "t"
@@ -116,10 +115,6 @@ def one_run(legs: dict[str, Leg], table: Any, keys: list[str], queries: int,
             if not rows or answer != {"records": rows, "count": len(rows), "truncated": False}:
                 sys.exit(f"{legs[name].label} answered {str(answer)[:500]} for key {key!r}; in process: {rows[:5]}")
     return {name: percentiles(xs) for name, xs in times.items()}
-
-
-def spread(xs: list[float]) -> str:
-    return f"{statistics.median(xs):,.2f} ({min(xs):,.2f}–{max(xs):,.2f})"
 
 
 def load_average() -> str:

@@ -17,7 +17,10 @@ processes work at once:
 The table has ``sleeper.table.ingest.max.files.per.leaf`` = ``--max-files-per-leaf``
 (8; 0 turns it off): an ingest waits while some leaf holds more file references than
 that, until maintenance has compacted them (:mod:`sleeper_ops.ingest.stall`), so ingest
-runs no faster than maintenance keeps up with, as the issue asks.
+runs no faster than maintenance keeps up with, as the issue asks. It has
+``sleeper.table.maintenance.nice`` = ``--maintenance-nice`` (10, as
+docs/usage/maintenance.md advises for one machine): the maintenance process lowers itself to it before each pass, as the
+DAGs' tasks do (:mod:`sleeper_ops.maintenance.priority`).
 
 Every ``--every`` rows a checkpoint records: the ingest rate of the interval (rows over
 the seconds spent in ``Table.ingest``, waits for compaction included) and the share of
@@ -39,8 +42,8 @@ run stops there, saying so, and reports what it built. SIGTERM (``kill PID``) en
 run cleanly: maintenance and the embedded PostgreSQL stop and the home is removed.
 
     .venv/bin/python bench/scale.py [--rows 1000000000] [--every 100000000]
-        [--batch-rows 4000000] [--split-threshold 16000000] [--max-files-per-leaf 8] [--json PATH]
-        [--plot PATH] [--update-docs] [--dir DIR] [--smoke]
+        [--batch-rows 4000000] [--split-threshold 16000000] [--max-files-per-leaf 8]
+        [--maintenance-nice 10] [--json PATH] [--plot PATH] [--update-docs] [--dir DIR] [--smoke]
 
 ``--update-docs`` writes the table and the plot (``docs/operations/scale.png``) into the
 "Scale" section of ``docs/operations/benchmarks.md``. Goals (issue 36): ingest rate and
@@ -239,7 +242,8 @@ def build(args: argparse.Namespace, home: Path) -> dict[str, Any]:
     target = min(args.rows, gen.MAX_ROWS)
     fit = guard.rows_that_fit(0)  # a first guess
     print(f"scale: {target:,} rows asked, checkpoints every {args.every:,}, batches of {args.batch_rows:,}, "
-          f"split threshold {args.split_threshold:,}; {os.cpu_count()} cores, load average "
+          f"split threshold {args.split_threshold:,}, maintenance at nice {args.maintenance_nice}; "
+          f"{os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.2f}; {guard.line(0)}", flush=True)
     stopped: Optional[str] = None
     if fit < target:
@@ -253,7 +257,8 @@ def build(args: argparse.Namespace, home: Path) -> dict[str, Any]:
             "sleeper.table.partition.splitting.threshold": str(args.split_threshold),
             "sleeper.table.gc.delay.minutes": str(args.gc_delay_minutes),
             "sleeper.table.ingest.max.files.per.leaf": str(args.max_files_per_leaf),
-            "sleeper.table.ingest.max.files.wait.seconds": str(args.max_files_wait)})
+            "sleeper.table.ingest.max.files.wait.seconds": str(args.max_files_wait),
+            "sleeper.table.maintenance.nice": str(args.maintenance_nice)})
         worker = multiprocessing.get_context("spawn").Process(
             target=maintain, args=(str(home), TABLE, str(log_path), stop, args.pause), daemon=True)
         worker.start()
@@ -306,6 +311,8 @@ def build(args: argparse.Namespace, home: Path) -> dict[str, Any]:
     return {"rows": done, "asked": args.rows, "stopped": stopped, "checkpoints": checkpoints,
             "caught_up_s": caught_up, "settled": settled, "counted": counted,
             "command": report.command(sys.argv[1:]), "machine": report.machine(),
+            "maintenance_nice": args.maintenance_nice,  # asked; and what its passes ran at:
+            "maintenance_nice_seen": sorted({e["nice"] for e in maintenance_since(log_path, 0)}),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
@@ -322,6 +329,8 @@ def main() -> None:
                     help="the table's sleeper.table.ingest.max.files.per.leaf (0: ingest never waits for compaction)")
     ap.add_argument("--max-files-wait", type=int, default=3600,
                     help="the table's sleeper.table.ingest.max.files.wait.seconds")
+    ap.add_argument("--maintenance-nice", type=int, default=10,
+                    help="the table's sleeper.table.maintenance.nice (10, as for one machine; 0: the worker's own)")
     ap.add_argument("--pause", type=float, default=1.0, help="seconds a maintenance pass with nothing to do waits")
     ap.add_argument("--cold", type=int, default=10, help="cold lookups of each kind per checkpoint")
     ap.add_argument("--warm", type=int, default=200, help="warm lookups of each kind per checkpoint")
@@ -335,7 +344,7 @@ def main() -> None:
     ap.add_argument("--update-docs", action="store_true",
                     help="write the table and plot into docs/operations/benchmarks.md (Scale)")
     args = parse_args(ap, rows=300_000, every=100_000, batch_rows=50_000, split_threshold=40_000, cold=2, warm=20,
-                      settle=60.0, pause=0.2)
+                      settle=60.0, pause=0.2, maintenance_nice=1)  # lowered, but hardly: the test suite is busy
     with tempfile.TemporaryDirectory(prefix="sleeper-scale-", dir=args.dir) as d:
         result = build(args, Path(d))
     print(report.table(result))

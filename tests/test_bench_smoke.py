@@ -37,6 +37,11 @@ EXPECTED: dict[str, list[str]] = {
     "ingest.py": [rf"baseline: pyarrow read \+ write zstd\s+{SPREAD} rows/s",
                   rf"ingest, 4 M-row chunks\s+{SPREAD} rows/s .*peak RSS {SPREAD} MB",
                   rf"ingest, 4 spilled chunks \+ merge\s+{SPREAD} rows/s .*peak RSS {SPREAD} MB"],
+    "lookups_under_maintenance.py": [rf"^quiet\s+{SPREAD}\s+{SPREAD}\s+{SPREAD}$",
+                                     rf"^nice 0\s+{SPREAD}\s+{SPREAD}\s+{SPREAD}$",
+                                     rf"^nice 10\s+{SPREAD}\s+{SPREAD}\s+{SPREAD}$",
+                                     rf"ratio nice 10 / nice 0 \(each run\): p50 {SPREAD}  p99 {SPREAD}  "
+                                     rf"maintenance rows/s (?:{SPREAD}|nan \(nan–nan\))$"],
     "peers.py": [rf"\| a \| ours \| query runner \| native \| \d+ \| [\d,]+ \|( {SPREAD} \|){{6}}$",
                  rf"\| b \| ours \| Sleeper.sql \| SQL \| \d+ \| [\d,]+ \|( {SPREAD} \|){{6}}$",
                  r"Sleeper.sql DataFusion target_partitions = \d+", r"peers skipped \(--smoke\)"],
@@ -132,4 +137,5 @@ def test_scale_smoke_builds_300k_rows_with_splits_and_checks_every_checkpoint(tm
             assert 0 < cp[kind]["p50"] <= cp[kind]["p99"]
         assert cp["rss_ingest_mb"] > 0 and cp["rss_maintenance_mb"] > 0 and cp["load_s"] > 0
     assert cps[-1]["leaves"] > 1 and sum(cp["maintenance_passes"] for cp in cps) > 0
+    assert (result["maintenance_nice"], result["maintenance_nice_seen"]) == (1, [1])  # every pass ran lowered
     assert (tmp_path / "scale.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -85,6 +85,15 @@ COMPACTION_STRATEGY_SIZERATIO_RATIO = _prop("compaction.strategy.sizeratio.ratio
                                             "Size ratio of the size-ratio strategy.", POSITIVE_INT)
 COMPACTION_RUNNER = _prop("compaction.runner", "local", "Where compaction jobs run: local or spark.",
                           choice("local", "spark"))
+MAINTENANCE_NICE = _prop(
+    "maintenance.nice", "0",
+    "CPU priority (Unix nice) that the scheduled split, compaction and GC tasks of this table lower their "
+    "worker process to, every thread of it, before they work: on a machine whose cores also serve queries "
+    "and ingest (one machine, sleeper airflow), 10 lets key lookups take a core first while maintenance "
+    "still runs on what they leave (docs/adr/0023). 0: the worker's own priority. Only ever lowers it; "
+    "sleeper compact, sleeper split, sleeper gc and the Python API run at the caller's priority.",
+    between(0, 19, "nice values run from 0 (a normal process) to 19 (the lowest priority); a negative "
+                   "one would raise the priority, which needs privileges"))
 GC_DELAY_MINUTES = _prop("gc.delay.minutes", "15", "Delete unreferenced files once unchanged this long.",
                          at_least(1, "queries planned against a file replaced by compaction read it for up to this "
                                      "long, so 0 would delete files under running queries"))

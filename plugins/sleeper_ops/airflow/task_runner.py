@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence, T
 
 from sleeper_ops.errors import ConfigError
 from sleeper_ops.maintenance.leases import OperationLease, lease_name
+from sleeper_ops.maintenance.priority import yield_cpu_for_maintenance
 from statestore.errors import LeaseHeldError, SleeperError, TableNotFoundError
 from statestore.properties import COMPACTION_RUNNER
 
@@ -59,6 +60,9 @@ log = logging.getLogger(__name__)
 
 #: Operations that offline tables skip (``sleeper.table.online=false``; by hand, ``sleeper flush`` still flushes).
 SKIPPED_WHEN_OFFLINE = ("split", "compaction", "gc", "flush")
+#: Operations whose task lowers its process to the table's ``sleeper.table.maintenance.nice`` first
+#: (:mod:`sleeper_ops.maintenance.priority`; the compaction DAG's ``run_local`` task too).
+YIELDING = ("split", "compaction", "gc")
 #: How long a one-task operation's lease outlives its last renewal (renewed every third of it).
 LEASE_TTL_SECONDS = 120.0
 #: How long the compaction run's lease waits between its tasks for the next one to take it over.
@@ -139,6 +143,8 @@ def run_exclusive(operation: str, table_name: str, context: dict[str, Any],
     holder = _task_holder(context)
     with opener() as sleeper, ExitStack() as held:
         table = _open_table(sleeper, table_name, operation)
+        if operation in YIELDING:
+            yield_cpu_for_maintenance(table.info)
         _take(held, OperationLease(sleeper.state_store, lease_name(table.info.table_id, operation), holder,
                                    ttl_seconds=LEASE_TTL_SECONDS))
         report = work(table, run_label(context))
@@ -223,6 +229,7 @@ def run_compaction_jobs(table_name: str, jobs: list[CompactionJob], context: dic
 
     with opener() as sleeper:
         table = sleeper.table(table_name)
+        yield_cpu_for_maintenance(table.info)
         try:
             with compaction_lease(sleeper, table, context, release=False):
                 results = run_local(sleeper.state_store, sleeper.objects, table.info, jobs,
