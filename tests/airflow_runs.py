@@ -17,8 +17,9 @@ def task_log(client: Any, dag_id: str, run_id: str, task_id: str, try_number: in
 
 def run_report(client: Any, dag_id: str, run_id: str, tail: int = 3000) -> str:
     """Each task instance of the run (state, times, try, host, pid), with the last ``tail``
-    characters of the log of each that did not succeed and was tried; what could not be
-    read is said, never raised, so the report cannot hide the failure it explains."""
+    characters of the log of each that did not succeed and was tried, then Airflow's event
+    log of the run (who set which state: a scheduler's "state mismatch" is there); what
+    could not be read is said, never raised, so the report cannot hide the failure it explains."""
     out = []
     try:
         tis = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json().get("task_instances", [])
@@ -30,6 +31,12 @@ def run_report(client: Any, dag_id: str, run_id: str, tail: int = 3000) -> str:
                 out.append("    log: " + log[-tail:].replace("\n", "\n    "))
     except Exception as e:
         out.append(f"  (the run's task instances could not be read: {e!r})")
+    try:  # Airflow's own record of who changed a state: e.g. the scheduler's "state mismatch"
+        logs = client.get("/api/v2/eventLogs", params={"dag_id": dag_id, "run_id": run_id, "limit": 50}).json()
+        for e in logs.get("event_logs", []):
+            out.append(f"  event {e.get('when')} {e.get('task_id')} {e.get('event')}: {str(e.get('extra'))[:600]}")
+    except Exception as e:
+        out.append(f"  (the run's event log could not be read: {e!r})")
     return "\n".join(out)
 
 
