@@ -48,25 +48,22 @@ def _threads() -> list[int]:
         return [0]
 
 
-def lower_to(nice: int) -> int:
-    """Lower every thread of this process to at least ``nice`` (see the module docstring);
-    the threads lowered. OSError when the system refuses a change (not a thread ending)."""
-    lowered = 0
+def lower_to(nice: int) -> None:
+    """Lower every thread of this process to at least ``nice`` (see the module docstring).
+    OSError when the system refuses a change (not a thread ending)."""
     if nice <= 0:
-        return lowered
+        return
     for _ in range(_PASSES):
-        changed = 0
+        changed = False
         for tid in _threads():
             try:
                 if os.getpriority(os.PRIO_PROCESS, tid) < nice:
                     os.setpriority(os.PRIO_PROCESS, tid, nice)
-                    changed += 1
+                    changed = True
             except ProcessLookupError:  # the thread ended meanwhile
                 continue
-        lowered += changed
         if not changed:
             break
-    return lowered
 
 
 def yield_cpu_for_maintenance(table: TableInfo) -> int:

@@ -39,14 +39,17 @@ PRELUDE = textwrap.dedent('''
     from statestore.memory import InMemoryStateStore
     from tests.unit.sleeper_ops.operator_runner import execute_task
 
+    def nice_of(tid):
+        stat = open(f"/proc/self/task/{tid}/stat").read()
+        return int(stat.rsplit(")", 1)[1].split()[16])  # field 19: nice
+
     def nices():
         out = []
         for tid in os.listdir("/proc/self/task"):
             try:
-                stat = open(f"/proc/self/task/{tid}/stat").read()
-            except FileNotFoundError:
+                out.append(nice_of(tid))
+            except FileNotFoundError:  # the thread ended meanwhile
                 continue
-            out.append(int(stat.rsplit(")", 1)[1].split()[16]))  # field 19: nice
         return sorted(out)
 
     sleeper = Sleeper(state_store=InMemoryStateStore(), objects=ObjectStore(sys.argv[1] + "/data"))
@@ -80,8 +83,7 @@ def test_every_thread_running_and_started_later_is_lowered_and_a_lower_one_stays
         later = []
 
         def own():
-            stat = open(f"/proc/self/task/{threading.get_native_id()}/stat").read()
-            later.append((int(stat.rsplit(")", 1)[1].split()[16]), nices()))
+            later.append((nice_of(threading.get_native_id()), nices()))
         th = threading.Thread(target=own)
         th.start(); th.join()
         report["started_later"], report["all_then"] = later[0]
