@@ -181,8 +181,9 @@ class ComposedStateStore(StateStore):
         return self.ingest_queue.assign_ingest_requests(table_id, job_id, request_ids)
 
     def finish_ingest_job(self, table_id: str, job_id: str, ok: bool, error: Optional[str] = None, *,
-                          max_attempts: Optional[int] = None) -> int:
-        return self.ingest_queue.finish_ingest_job(table_id, job_id, ok, error, max_attempts=max_attempts)
+                          max_attempts: Optional[int] = None, counted: bool = True) -> int:
+        return self.ingest_queue.finish_ingest_job(table_id, job_id, ok, error, max_attempts=max_attempts,
+                                                   counted=counted)
 
     def list_ingest_requests(self, table_id: str, *, status: Optional[str] = None,
                              limit: Optional[int] = 1000) -> list[IngestRequest]:

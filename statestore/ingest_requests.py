@@ -74,13 +74,15 @@ class IngestRequest(Record):
     def assigned(self, job_id: str) -> IngestRequest:
         return replace(self, status="assigned", job_id=job_id)
 
-    def finished(self, ok: bool, error: Optional[str] = None, max_attempts: Optional[int] = None) -> IngestRequest:
+    def finished(self, ok: bool, error: Optional[str] = None, max_attempts: Optional[int] = None,
+                 counted: bool = True) -> IngestRequest:
         """The request after its job ended: ``ingested``, or back to ``pending`` with one
-        more attempt (``failed`` once ``attempts`` reaches ``max_attempts``)."""
+        more attempt (``failed`` once ``attempts`` reaches ``max_attempts``); not
+        ``counted``: back to ``pending`` with its attempts as they were."""
         if ok:
             return replace(self, status="ingested")
-        attempts = self.attempts + 1
-        if max_attempts is not None and attempts >= max_attempts:
+        attempts = self.attempts + (1 if counted else 0)
+        if counted and max_attempts is not None and attempts >= max_attempts:
             return replace(self, status="failed", attempts=attempts, last_error=error)
         return replace(self, status="pending", job_id=None, attempts=attempts, last_error=error)
 

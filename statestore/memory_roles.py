@@ -101,12 +101,12 @@ class MemoryIngestQueue:
             return True
 
     def finish_ingest_job(self, table_id: str, job_id: str, ok: bool, error: Optional[str] = None, *,
-                          max_attempts: Optional[int] = None) -> int:
+                          max_attempts: Optional[int] = None, counted: bool = True) -> int:
         with self._t.lock:
             queue = self._t.requests(table_id)
             mine = [r for r in queue.values() if r.status == "assigned" and r.job_id == job_id]
             for r in mine:
-                queue[r.request_id] = r.finished(ok, error, max_attempts)
+                queue[r.request_id] = r.finished(ok, error, max_attempts, counted)
             return len(mine)
 
     def list_ingest_requests(self, table_id: str, *, status: Optional[str] = None,

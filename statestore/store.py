@@ -254,11 +254,14 @@ class StateStore(StateReads, abc.ABC):
 
     @abc.abstractmethod
     def finish_ingest_job(self, table_id: str, job_id: str, ok: bool, error: Optional[str] = None, *,
-                          max_attempts: Optional[int] = None) -> int:
+                          max_attempts: Optional[int] = None, counted: bool = True) -> int:
         """End ``job_id``: its assigned requests become ``ingested`` (``ok``), or go back
         to ``pending`` with ``attempts`` + 1 and ``last_error`` = ``error`` (``failed``
-        instead once ``attempts`` reaches ``max_attempts``). Only requests still assigned
-        to the job change; returns how many did."""
+        instead once ``attempts`` reaches ``max_attempts``). A job that ended through no
+        fault of its requests (``counted`` False: it gave up before reading them) puts
+        them back to ``pending`` with ``last_error`` = ``error`` and ``attempts`` as they
+        were, never ``failed``. Only requests still assigned to the job change; returns
+        how many did."""
 
     @abc.abstractmethod
     def list_ingest_requests(self, table_id: str, *, status: Optional[str] = None,

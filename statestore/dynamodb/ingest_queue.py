@@ -52,9 +52,11 @@ def ended_key(table_id: str, job_id: str) -> dict[str, Any]:
 
 
 def ended_item(table_id: str, job_id: str, ok: bool, error: Optional[str] = None,
-               max_attempts: Optional[int] = None) -> dict[str, Any]:
-    return {**ended_key(table_id, job_id), "end": s(json.dumps({"ok": ok, "error": error,
-                                                                 "max_attempts": max_attempts}))}
+               max_attempts: Optional[int] = None, counted: bool = True) -> dict[str, Any]:
+    end: dict[str, Any] = {"ok": ok, "error": error, "max_attempts": max_attempts}
+    if not counted:  # an end written before this field existed counted its attempt
+        end["counted"] = False
+    return {**ended_key(table_id, job_id), "end": s(json.dumps(end))}
 
 
 def _request_item(r: IngestRequest, rev: int) -> dict[str, Any]:
@@ -68,7 +70,7 @@ def _request(item: dict[str, Any]) -> IngestRequest:
 def _effective(r: IngestRequest, ends: dict[str, dict[str, Any]]) -> IngestRequest:
     if r.status == "assigned" and r.job_id in ends:
         end = ends[r.job_id]
-        return r.finished(end["ok"], end["error"], end["max_attempts"])
+        return r.finished(end["ok"], end["error"], end["max_attempts"], end.get("counted", True))
     return r
 
 
@@ -229,7 +231,7 @@ class DynamoIngestQueue:
         return False
 
     def finish_ingest_job(self, table_id: str, job_id: str, ok: bool, error: Optional[str] = None, *,
-                          max_attempts: Optional[int] = None) -> int:
+                          max_attempts: Optional[int] = None, counted: bool = True) -> int:
         self.context.require_table_id(table_id)
         count = self.assigned_to(table_id, job_id)
         if not count:
@@ -237,7 +239,7 @@ class DynamoIngestQueue:
         d = self.context.dynamo
         try:
             d.call(f"end ingest job {job_id}", d.client.put_item,
-                TableName=d.table("items"), Item=ended_item(table_id, job_id, ok, error, max_attempts),
+                TableName=d.table("items"), Item=ended_item(table_id, job_id, ok, error, max_attempts, counted),
                 ConditionExpression="attribute_not_exists(sk)")
         except Exception as e:
             if is_condition_failed(e):

@@ -78,18 +78,18 @@ class PostgresIngestQueue:
                          isolation=IsolationLevel.READ_COMMITTED)
 
     def finish_ingest_job(self, table_id: str, job_id: str, ok: bool, error: Optional[str] = None, *,
-                          max_attempts: Optional[int] = None) -> int:
+                          max_attempts: Optional[int] = None, counted: bool = True) -> int:
         def fn(cur: psycopg.Cursor[Any]) -> int:
             if ok:
                 cur.execute("UPDATE ingest_requests SET status = 'ingested'"
                             " WHERE table_id = %s AND job_id = %s AND status = 'assigned'", (table_id, job_id))
             else:
                 cur.execute(
-                    "UPDATE ingest_requests SET attempts = attempts + 1, last_error = %(error)s,"
-                    " status = CASE WHEN attempts + 1 >= %(max)s THEN 'failed' ELSE 'pending' END,"
-                    " job_id = CASE WHEN attempts + 1 >= %(max)s THEN job_id END"
+                    "UPDATE ingest_requests SET attempts = attempts + %(add)s, last_error = %(error)s,"
+                    " status = CASE WHEN %(add)s = 1 AND attempts + 1 >= %(max)s THEN 'failed' ELSE 'pending' END,"
+                    " job_id = CASE WHEN %(add)s = 1 AND attempts + 1 >= %(max)s THEN job_id END"
                     " WHERE table_id = %(t)s AND job_id = %(job)s AND status = 'assigned'",
-                    {"error": error, "max": max_attempts, "t": table_id, "job": job_id})
+                    {"error": error, "max": max_attempts, "t": table_id, "job": job_id, "add": 1 if counted else 0})
             n = cur.rowcount
             if not n:
                 require_table_id(cur, table_id)

@@ -19,7 +19,14 @@ add-files commit that also marks the job's requests ``ingested`` and its record
 committed, in the same state-store transaction. A job that fails commits nothing
 and puts its requests back to ``pending`` with the error, to be retried on a later
 run in jobs of their own (so one bad file cannot hold back others); after
-``max_attempts`` failures a request is marked ``failed``. Every job is recorded as a
+``max_attempts`` failures a request is marked ``failed``. A job that stalls (the table's
+``sleeper.table.ingest.max.files.per.leaf`` held it until
+``sleeper.table.ingest.max.files.wait.seconds`` passed, :mod:`sleeper_ops.ingest.stall`)
+read none of its files: its requests go back to ``pending`` with the stall as their
+``last_error`` and their attempts as they were (compaction being behind is not their
+fault; they never fail for it), its record is failed with a reason starting
+``stalled:``, and the run starts no further job (each would wait as long); the report
+counts it as ``stalled``. Every job is recorded as a
 :class:`~statestore.jobs.JobRecord` of kind ``ingest``. Offline tables still take
 ingest.
 
@@ -39,7 +46,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 
-from sleeper_ops.errors import IngestError
+from sleeper_ops.errors import IngestError, IngestStalledError
 from sleeper_ops.io.inputs import check_readable
 from statestore import clock
 from statestore.catalog import TableInfo
@@ -205,7 +212,9 @@ class BatchedJob:
     request_ids: tuple[str, ...]
     files: tuple[str, ...]
     size_bytes: int
-    status: str  # "committed", "failed" or "taken" (another batcher assigned the requests first)
+    #: "committed", "failed", "stalled" (it waited for compaction in vain and read nothing: its requests
+    #: are pending again, the attempt not counted) or "taken" (another batcher assigned the requests first)
+    status: str
     records: int = 0
     error: Optional[str] = None
     written: int = 0  # data files committed
@@ -229,13 +238,29 @@ class BatcherReport:
         return [j for j in self.jobs if j.status == "failed"]
 
     @property
+    def stalled(self) -> list[BatchedJob]:
+        return [j for j in self.jobs if j.status == "stalled"]
+
+    @property
     def records(self) -> int:
         return sum(j.records for j in self.jobs)
 
     def summary(self) -> str:
+        stalled = (f", {len(self.stalled)} stalled waiting for compaction ({self.stalled[0].error})"
+                   if self.stalled else "")
         return (f"table {self.table}: {len(self.committed)} ingest jobs committed ({self.records:,} records), "
                 f"{len(self.failed)} failed, {sum(1 for j in self.jobs if j.status == 'taken')} taken by another "
-                f"batcher, {self.requeued} requests requeued, {self.waiting} waiting")
+                f"batcher, {self.requeued} requests requeued, {self.waiting} waiting{stalled}")
+
+
+#: how the reason of a job that stalled starts (:func:`stalled_reason`)
+STALLED = "stalled"
+
+
+def stalled_reason(reason: Optional[str]) -> bool:
+    """Whether a failed job's ``reason`` says it stalled: it waited for compaction in vain
+    and read none of its files (a failure that is not its requests')."""
+    return reason is not None and reason.startswith(f"{STALLED}: ")
 
 
 def requeue_abandoned(store: StateStore, table_id: str, *, stale_after_seconds: float,
@@ -245,7 +270,8 @@ def requeue_abandoned(store: StateStore, table_id: str, *, stale_after_seconds: 
 
     A job whose record says it committed has its requests marked ``ingested`` (they
     already are, unless written by an older version that marked them separately); one
-    recorded ``failed`` has them requeued at once; one with no progress for
+    recorded ``failed`` has them requeued at once (the attempt not counted when it had
+    stalled); one with no progress for
     ``stale_after_seconds`` (or no record) has them requeued and its record failed (its
     commit, should it still come, is refused).
     """
@@ -257,7 +283,8 @@ def requeue_abandoned(store: StateStore, table_id: str, *, stale_after_seconds: 
         if record is not None and record.status == "committed":
             store.finish_ingest_job(table_id, job_id, ok=True)  # only marking the requests was lost
         elif record is not None and record.status == "failed":
-            requeued += store.finish_ingest_job(table_id, job_id, ok=False, error=record.reason)
+            requeued += store.finish_ingest_job(table_id, job_id, ok=False, error=record.reason,
+                                                counted=not stalled_reason(record.reason))
         elif record is None or now - record.last_update_ms >= stale_after_seconds * 1000:
             reason = f"abandoned: no progress for {stale_after_seconds:g}s"
             requeued += store.finish_ingest_job(table_id, job_id, ok=False, error=reason)
@@ -296,9 +323,13 @@ def run_batcher(store: StateStore, runners: JobRunners, *, now_ms: Optional[int]
     pending = store.pending_ingest_requests(info.table_id)
     limits = BatcherLimits.of(info)
     groups = plan_ingest_jobs(pending, replace(limits, min_size=0) if send_now else limits, now)
+    sent = 0
     for group in groups:
         report.jobs.append(_run_job(store, runners, group, run_id=run_id, max_attempts=max_attempts))
-    report.waiting = len(pending) - sum(len(g) for g in groups)
+        sent += len(group)
+        if report.jobs[-1].status == "stalled":  # the next job would wait as long: left for a later run
+            break
+    report.waiting = len(pending) - sent
     return report
 
 
@@ -323,6 +354,11 @@ def _run_job(store: StateStore, runners: JobRunners, group: list[IngestRequest],
     try:
         # the data commit marks the requests ingested and the record committed, atomically
         records, written = runners.ingest(list(files), record)
+    except IngestStalledError as e:  # compaction is behind, not the files: the attempt does not count
+        reason = f"{STALLED}: {e}"
+        store.put_job(record.failed(reason))
+        store.finish_ingest_job(table_id, job_id, ok=False, error=reason, counted=False)
+        return BatchedJob(job_id, ids, files, size, "stalled", error=reason)
     except Exception as e:
         reason = f"{type(e).__name__}: {e}" if not isinstance(e, IngestError) else str(e)
         store.put_job(record.failed(reason))

@@ -186,17 +186,32 @@ class IngestRunner:
         # on record before the delete count is read: a delete committed after the read covers
         # the files; one committed before it is held while this job is unfinished
         attempt = IngestAttempt(self.state_store, self.table, self.job, self.run_id)
+        # beating from here: a wait for compaction may outlast the table's abandon time
+        beating = Heartbeat(self.state_store, self.table, [attempt.record.job_id]).start()
         try:
-            result.stalled_seconds = wait_for_compaction(self.state_store, self.table)
-            horizon = (self.delete_horizon if self.delete_horizon is not None
-                       else self.state_store.tombstones(self.table.table_id)[0])
-            tree = PartitionTree(self.state_store.partitions(self.table.table_id))
-        except BaseException as e:
-            attempt.fail(f"{type(e).__name__}: {e}")
-            raise
+            try:
+                result.stalled_seconds = wait_for_compaction(self.state_store, self.table)
+                horizon = (self.delete_horizon if self.delete_horizon is not None
+                           else self.state_store.tombstones(self.table.table_id)[0])
+                tree = PartitionTree(self.state_store.partitions(self.table.table_id))
+            except BaseException as e:
+                attempt.fail(f"{type(e).__name__}: {e}")
+                raise
+            first = self._write_and_commit(read_and_write, tree, horizon, attempt, result, write)
+            if first is not None:
+                return first
+        finally:
+            beating.stop()
+        result.seconds = time.perf_counter() - start
+        return result
+
+    def _write_and_commit(self, read_and_write: Reader, tree: PartitionTree, horizon: int, attempt: IngestAttempt,
+                          result: IngestResult, write: Optional[ClientWrite]) -> Optional[IngestResult]:
+        """Read the input and write its files (deleted again on failure: nothing was
+        committed), then commit them; the earlier result when the commit finds the
+        request done already (else None, ``result`` filled in)."""
         written: list[IngestOutput] = []
         spill_root = tempfile.mkdtemp(prefix="sleeper-ingest-", dir=self.spill_dir)
-        beating = Heartbeat(self.state_store, self.table, [attempt.record.job_id]).start()
         try:
             try:
                 written = read_and_write(tree, attempt, spill_root, result)
@@ -218,11 +233,9 @@ class IngestRunner:
                 self.state_store.put_job(replace(done, reason="no records: nothing committed"))
             result.files = refs
             result.job_id = attempt.record.job_id if attempt.saved or attempt.given else None
+            return None
         finally:
-            beating.stop()
             shutil.rmtree(spill_root, ignore_errors=True)
-        result.seconds = time.perf_counter() - start
-        return result
 
     def _read_files(self, paths: list[str], tree: PartitionTree, attempt: IngestAttempt, spill_root: str,
                     result: IngestResult, *, progress: Optional[Progress]) -> list[IngestOutput]:

@@ -106,6 +106,27 @@ def test_a_request_fails_for_good_at_the_attempt_limit(store: StateStore) -> Non
     assert not store.assign_ingest_requests(tid, "job-3", [a.request_id])
 
 
+def test_a_job_that_ended_through_no_fault_of_its_requests_does_not_count_an_attempt(store: StateStore) -> None:
+    tid = _table(store)
+    (a,) = _requests(tid, 1)
+    store.add_ingest_requests(tid, [a])
+    assert store.assign_ingest_requests(tid, "job-1", [a.request_id])
+    store.finish_ingest_job(tid, "job-1", ok=False, error="bad 1", max_attempts=2)
+    for n in (2, 3, 4):  # stalls, each at the limit were it counted: the request stays pending at 1
+        assert store.assign_ingest_requests(tid, f"job-{n}", [a.request_id])
+        assert store.finish_ingest_job(tid, f"job-{n}", ok=False, error=f"stalled {n}", max_attempts=2,
+                                       counted=False) == 1
+        (pending,) = store.pending_ingest_requests(tid)
+        assert (pending.status, pending.attempts, pending.last_error, pending.job_id) == \
+            ("pending", 1, f"stalled {n}", None)
+    assert store.finish_ingest_job(tid, "job-4", ok=False, error="again", counted=False) == 0, \
+        "a request no longer assigned to the job does not change"
+    assert store.assign_ingest_requests(tid, "job-5", [a.request_id])
+    store.finish_ingest_job(tid, "job-5", ok=False, error="bad 5", max_attempts=2)
+    (failed,) = store.list_ingest_requests(tid, status="failed")
+    assert (failed.attempts, failed.last_error) == (2, "bad 5"), "a counted failure still reaches the limit"
+
+
 def test_list_filters_by_status_and_refuses_unknown_status(store: StateStore) -> None:
     tid = _table(store)
     reqs = _requests(tid, 4)

@@ -209,3 +209,109 @@ def test_ingest_held_up_by_such_a_leaf_goes_on_after_one_compaction(sleeper, sta
     got = t.query(ranges=[(0, None)])
     assert got.num_rows == 31 and got.column("key").to_pylist() == list(range(31))
     assert len(t.state().references) == 3  # 1 + 2 + 4 merged (4 - 3 + 2 files), 8 and the 16 ingested
+
+
+def test_a_stalled_ingest_beats_while_it_waits(sleeper, monkeypatch):
+    from sleeper_ops import heartbeat
+
+    monkeypatch.setattr(heartbeat, "interval_for", lambda table: 0.05)
+    t = sleeper.create_table("t", SCHEMA, properties={MAX_FILES: "1", WAIT: "1"})
+    t.ingest(rows(0, 50))
+    t.ingest(rows(50, 50))
+    with pytest.raises(IngestStalledError):
+        t.ingest(rows(100, 50))
+    (failed,) = [j for j in t.jobs("ingest") if j.status == "failed"]
+    # the job's clock ran while it waited (a wait may outlast sleeper.table.gc.job.abandon.minutes)
+    assert failed.heartbeat_ms is not None and failed.heartbeat_ms > failed.created_ms
+    assert t.query(ranges=[(0, None)]).num_rows == 100
+
+
+def _queued(sleeper, tmp_path: Path, n: int) -> list[str]:
+    import pyarrow.parquet as pq
+
+    from sleeper_ops.ingest.batcher import submit_ingest_requests
+
+    files = []
+    for i in range(n):
+        path = tmp_path / "in" / f"f{i}.parquet"
+        path.parent.mkdir(exist_ok=True)
+        pq.write_table(rows(1000 + 10 * i, 10), path)
+        files.append(str(path))
+    return [r.request_id for r in submit_ingest_requests(sleeper, "t", files)]
+
+
+def test_a_batcher_job_that_stalls_leaves_its_requests_pending_uncounted_and_starts_no_other(sleeper, tmp_path):
+    from sleeper_ops.ingest.batcher import run_ingest_batcher
+
+    t = sleeper.create_table("t", SCHEMA, properties={
+        MAX_FILES: "1", WAIT: "1", "sleeper.table.ingest.batcher.job.min.size": "1",
+        "sleeper.table.ingest.batcher.job.max.files": "2"})
+    t.ingest(rows(0, 50))
+    t.ingest(rows(50, 50))  # 2 files in the only leaf: over the limit of 1
+    ids = _queued(sleeper, tmp_path, 4)  # two jobs of 2 files
+    before = data_objects(tmp_path)
+    store, tid = sleeper.state_store, t.info.table_id
+    for _ in range(2):  # max_attempts=1: a counted failure would fail the requests for good at once
+        report = run_ingest_batcher(sleeper, "t", max_attempts=1)
+        assert [j.status for j in report.jobs] == ["stalled"], "the second job is not started after a stall"
+        assert report.waiting == 2 and not report.failed
+        assert "1 stalled waiting for compaction" in report.summary() and MAX_FILES in report.summary()
+        pending = store.list_ingest_requests(tid, status="pending")
+        assert sorted(r.request_id for r in pending) == sorted(ids)
+        assert all(r.attempts == 0 for r in pending)
+        stalled = [r for r in pending if r.request_id in report.jobs[0].request_ids]
+        assert len(stalled) == 2 and all((r.last_error or "").startswith("stalled: table t:") for r in stalled)
+    records = {j.job_id: j for j in t.jobs("ingest")}
+    assert (records[report.jobs[0].job_id].reason or "").startswith("stalled: table t:")
+    assert data_objects(tmp_path) == before, "a stalled job writes nothing"
+    assert t.query(ranges=[(0, None)]).num_rows == 100
+
+    t.compact(runner="local")  # one file left: the first job goes; its file makes the leaf full again
+    report = run_ingest_batcher(sleeper, "t", max_attempts=1)
+    assert [j.status for j in report.jobs] == ["committed", "stalled"] and report.records == 20
+    assert [r.attempts for r in store.list_ingest_requests(tid, status="pending")] == [0, 0]
+    t.compact(runner="local")
+    report = run_ingest_batcher(sleeper, "t", max_attempts=1)
+    assert [j.status for j in report.jobs] == ["committed"] and report.records == 20
+    assert store.list_ingest_requests(tid, status="pending") == []
+    assert len(store.list_ingest_requests(tid, status="ingested")) == 4
+    got = t.query(ranges=[(0, None)]).column("key").to_pylist()
+    assert got == list(range(100)) + list(range(1000, 1040))
+
+
+def test_a_stalled_job_whose_batcher_died_is_requeued_uncounted(sleeper, tmp_path):
+    from sleeper_ops.ingest.batcher import requeue_abandoned
+    from statestore.jobs import JobRecord
+
+    t = sleeper.create_table("t", SCHEMA)
+    store, tid = sleeper.state_store, t.info.table_id
+    queued = _queued(sleeper, tmp_path, 2)
+    stalled_ids, failed_ids = queued[:1], queued[1:]
+    for job_id, mine, reason in (("j-stalled", stalled_ids, "stalled: table t: leaf root still holds 3 files"),
+                                 ("j-failed", failed_ids, "IngestError: bad file")):
+        assert store.assign_ingest_requests(tid, job_id, mine)
+        # the batcher recorded the job failed, then died before putting its requests back
+        store.put_job(JobRecord.created(tid, job_id, "ingest").failed(reason))
+    assert requeue_abandoned(store, tid, stale_after_seconds=3600) == 2
+    attempts = {r.request_id: r.attempts for r in store.pending_ingest_requests(tid)}
+    assert attempts == {stalled_ids[0]: 0, failed_ids[0]: 1}
+
+
+def test_the_batcher_task_fails_naming_the_stall_and_a_later_run_ingests_the_files_once(sleeper, tmp_path):
+    from sleeper_ops.airflow.operators.ingest import SleeperIngestBatcherOperator
+    from statestore.errors import SleeperError
+    from tests.unit.sleeper_ops.operator_runner import execute_task
+
+    t = sleeper.create_table("t", SCHEMA, properties={MAX_FILES: "1", WAIT: "1",
+                                                     "sleeper.table.ingest.batcher.job.min.size": "1"})
+    t.ingest(rows(0, 50))
+    t.ingest(rows(50, 50))
+    _queued(sleeper, tmp_path, 3)
+    op = SleeperIngestBatcherOperator(task_id="ingest_batcher", table="t")
+    with pytest.raises(SleeperError, match=r"1 stalled waiting for compaction \(stalled: table t: leaf"):
+        execute_task(op, sleeper, run_id="scheduled__1")
+    assert [r.attempts for r in sleeper.state_store.list_ingest_requests(t.info.table_id, status="pending")] == \
+        [0, 0, 0]
+    t.compact(runner="local")
+    assert "1 ingest jobs committed (30 records)" in execute_task(op, sleeper, run_id="scheduled__2")
+    assert t.query(ranges=[(0, None)]).column("key").to_pylist() == list(range(100)) + list(range(1000, 1030))

@@ -75,7 +75,8 @@ class SleeperIngestOperator(SleeperOperator):
 
 class SleeperIngestBatcherOperator(SleeperOperator):
     """Group the table's pending ingest requests into jobs and run them; fails if a job
-    failed (its requests go back to pending for a later run).
+    failed or stalled waiting for compaction (its requests go back to pending for a later
+    run; a stall's attempt does not count towards the requests' failing for good).
 
     Args:
         send_now: send every pending request now, not waiting for the table's job min size
@@ -106,7 +107,8 @@ class SleeperIngestBatcherOperator(SleeperOperator):
 
         try:
             return task_runner.run_exclusive("ingest_batcher", self.table, context, run,
-                                             failures=lambda report: len(report.failed), opener=self.hook.get_conn)
+                                             failures=lambda report: len(report.failed) + len(report.stalled),
+                                             opener=self.hook.get_conn)
         finally:  # committed jobs' files are announced even when another job failed
             if reports:
                 emit_commit_event(self, context, self.table, files=sum(j.written for j in reports[0].committed),
