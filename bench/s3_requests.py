@@ -6,6 +6,8 @@ so every request counted is a data-file request. Sleeper's system-test schema, 1
 partitions. The bench ingests ``--rows`` rows in ``--ingests`` ingests, compacts every
 leaf to one file, then looks up keys known to exist:
 
+* warm lookups before compaction (each leaf holding one file per ingest, each spanning
+  the leaf's keys): a runner that has read every file's footer, ``--lookups`` keys;
 * a cold lookup: a new query runner with an empty footer cache (a new process's first
   lookup of a file), one per leaf;
 * warm lookups: the same runner again, ``--lookups`` keys, after one lookup per leaf.
@@ -119,6 +121,16 @@ def run(proxy: FaultProxy, s: Sleeper, args: argparse.Namespace) -> None:
     print(f"S3 requests (moto behind a logging proxy), {args.rows:,} rows of the system-test schema, {leaves} leaves")
     print(f"  ingest: {args.ingests} ingests writing {files} files in {took:.1f} s: {ingest.total:,} requests "
           f"({ingest.cells()}); {ingest.total / files:.1f} per file written")
+    # before compaction: each leaf holds one file per ingest, each spanning the leaf's keys
+    fresh = QueryRunner(s.state_store, s.objects, t.info, cache=ParquetFileCache())
+    fresh_keys = [random.Random(11).choice(keys) for _ in range(args.lookups)]
+    lookups(fresh, t.schema, fresh_keys[:leaves])  # warm: every file's footer (and filters) read once
+    with Phase(proxy) as before:
+        lookups(fresh, t.schema, fresh_keys)
+    fresh.close()
+    print(f"  warm exact-key lookup before compaction ({files // leaves} files a leaf, {len(fresh_keys)}): "
+          f"{before.total / len(fresh_keys):.2f} requests per lookup ({before.cells(len(fresh_keys))}) "
+          f"[the Bloom filters probed in memory: 1 GET, not one a file]")
     with Phase(proxy) as compact:
         while len(t.state().references) > leaves:
             t.compact(runner="local")

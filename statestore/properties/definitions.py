@@ -120,9 +120,9 @@ PARQUET_PAGE_SIZE = _prop("parquet.page.size", "131072", "Target Parquet data pa
 PARQUET_ROWKEY_BLOOM_FPP = _prop(
     "parquet.rowkey.bloom.fpp", "0.01",
     "False-positive rate of the Bloom filter each data file keeps, per row group, on the first row key "
-    "field: on local disk a key lookup reads a row group only when its filter may hold the key, so its cost "
-    "follows the files that hold the key, not every file of the leaf (on S3 a probe would cost a request of "
-    "its own, so lookups there read as before; docs/adr/0022). About 2 bytes a row at 0.01; 0: no filter. "
+    "field: a key lookup reads a row group only when its filter may hold the key, so its cost follows the "
+    "files that hold the key, not every file of the leaf (on S3, the filters a file's footer read brings: "
+    "its last 64 KiB to 1 MiB; docs/adr/0022). About 2 bytes a row at 0.01; 0: no filter. "
     "Applies to files written from then on.", BLOOM_FPP)
 PARQUET_COMPRESSION_CODEC = _prop("parquet.compression.codec", "zstd", "Parquet compression codec.",
                                   choice("zstd", "snappy", "gzip", "lz4", "none"))

@@ -302,3 +302,48 @@ def test_a_warm_exact_key_lookup_on_s3_is_one_get_and_a_cold_one_at_most_three_r
         finally:
             runner.close()
             s.close()
+
+
+def test_a_warm_exact_key_lookup_on_s3_reads_only_the_file_whose_bloom_filter_may_hold_the_key(moto_endpoint,
+                                                                                              request):
+    """A leaf of three files, each spanning the leaf's keys (three ingests, no compaction):
+    the footers' one read per file brings their Bloom filters, so a warm lookup probes them
+    in memory and makes one ranged GET, of the file that holds the key, not one per file.
+    Counted on the wire; every answer holds its key and only it."""
+    from sleeper_ops.io.datafile import ParquetFileCache
+    from sleeper_ops.query.runner import QueryRunner, exact_key_region
+    from tests.faults.aws_proxy import FaultProxy
+
+    endpoint, _ = moto_endpoint
+    with FaultProxy(f"http://{endpoint}") as proxy:
+        opts = S3Options(endpoint_override=proxy.url, scheme="http", access_key="test", secret_key="test",
+                         region="us-east-1")
+        s = Sleeper(state_store=InMemoryStateStore(),
+                    objects=ObjectStore(f"s3://{BUCKET}/tables/{request.node.name}", opts))
+        t = s.create_table("t", {"rowKeyFields": [{"name": "key", "type": "StringType"}],
+                                 "valueFields": [{"name": "a", "type": "LongType"}]},
+                           properties={"sleeper.table.parquet.rowgroup.rows.max": "500"})
+        n = 3_000
+        for part in range(3):  # keys interleaved: every file spans the whole key range
+            keys = list(range(part, n, 3))
+            t.ingest(pa.table({"key": [f"k{i:05d}" for i in keys], "a": keys}))
+        assert len(t.state().references) == 3
+        runner = QueryRunner(s.state_store, s.objects, t.info, cache=ParquetFileCache())
+        try:
+            def lookup(i: int) -> list[str]:
+                start = len(proxy.log)
+                got = runner.query([exact_key_region(t.schema, [f"k{i:05d}"])])
+                assert got.column("key").to_pylist() == [f"k{i:05d}"] and got.column("a").to_pylist() == [i]
+                return [method for method, _ in proxy.log[start:]]
+
+            cold = lookup(7)
+            assert cold.count("HEAD") <= 3 and cold.count("GET") <= 4, cold  # a footer read per file, one row group
+            for i in random.Random(5).sample(range(n), 30):
+                assert lookup(i) == ["GET"]  # 3 GETs, one a file, without the filters
+            start = len(proxy.log)
+            # inside every file's key range
+            assert runner.query([exact_key_region(t.schema, ["k01500a"])]).num_rows == 0
+            assert proxy.log[start:] == [], "a key no file holds is answered from the filters alone"
+        finally:
+            runner.close()
+            s.close()

@@ -250,6 +250,38 @@ class RowGroupIndex:
 
 
 _NO_INDEX = object()
+#: the most of a remote file's end :func:`_footer_and_filters` reads in its one request, and
+#: the share of the file it reads up to that (a footer alone is read in 64 KiB, Arrow's default)
+TAIL_MAX_BYTES = 1 << 20
+TAIL_MIN_BYTES = 64 << 10
+TAIL_SHARE = 16
+
+
+def _footer_and_filters(f: pa.NativeFile) -> tuple[pq.FileMetaData, dict[tuple[int, int], Optional[bytes]]]:
+    """A remote file's footer and the Bloom filters that lie in the same read: one ranged
+    read of the file's last ``max(64 KiB, min(1 MiB, size / 16))`` bytes, where the writers
+    put the filters, then the page index, then the footer (a footer longer than that is
+    read on its own, as Arrow does). Filters are about 2 bytes a row (fpp 0.01), so a
+    file of up to about 500,000 rows has them all in it; by (row group, column)."""
+    size = f.size()
+    want = min(size, max(TAIL_MIN_BYTES, min(TAIL_MAX_BYTES, size // TAIL_SHARE)))
+    start = size - want
+    tail = f.read_at(want, start)
+    try:
+        md = pq.read_metadata(pa.BufferReader(tail))
+    except (OSError, ValueError):  # the footer is longer than the tail read
+        return pq.read_metadata(f), {}
+    filters: dict[tuple[int, int], Optional[bytes]] = {}
+    for g in range(md.num_row_groups):
+        group = md.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            offset, length = chunk.bloom_filter_offset, chunk.bloom_filter_length
+            if offset and length and offset >= start and offset + length <= size:
+                raw = tail[offset - start:offset - start + length]
+                head = bloom.parse_header(raw)
+                filters[(g, c)] = raw[head[1]:head[1] + head[0]] if head and len(raw) >= sum(head) else None
+    return md, filters
 
 
 class ParquetFileCache:
@@ -282,13 +314,19 @@ class ParquetFileCache:
                 self._items.move_to_end(key)
                 return md
         f = store.open_input(key)
+        filters: dict[tuple[int, int], Optional[bytes]] = {}
         try:
-            md = pq.read_metadata(f)
+            if store.is_local:
+                md = pq.read_metadata(f)
+            else:
+                md, filters = _footer_and_filters(f)
         finally:
             if store.is_local:
                 f.close()
         with self._lock:
             self._items[key] = md
+            for (group, column), bits in filters.items():
+                self._hold_filter((key, group, column), bits)
             if not store.is_local:
                 self._readers[key] = f
             while len(self._items) > self.capacity:
@@ -324,25 +362,32 @@ class ParquetFileCache:
     def may_hold(self, store: ObjectStore, key: str, md: pq.FileMetaData, index: RowGroupIndex,
                  groups: Iterable[int], value: Any) -> list[int]:
         """Those of ``groups`` whose Bloom filter on ``index``'s column may hold ``value``
-        (a group with no filter this can read is kept: it may hold anything)."""
+        (a group with no filter this can read is kept: it may hold anything). From a
+        local store a filter not held is read (and kept); from a remote one only the
+        filters held are probed (those the footer's read brought, :meth:`metadata`): a
+        read of one would be a request of its own, as dear as the row group it may save."""
         h = bloom.hash_of(value, index.physical_type)
         if h is None:
             return list(groups)
         kept = []
         for g in groups:
-            bits = self._filter(store, key, md, g, index.column)
+            bits = self._filter(store, key, md, g, index.column, fetch=store.is_local)
             if bits is None or bloom.may_contain(bits, h):
                 kept.append(g)
         return kept
 
-    def _filter(self, store: ObjectStore, key: str, md: pq.FileMetaData, group: int, column: int) -> Optional[bytes]:
+    def _filter(self, store: ObjectStore, key: str, md: pq.FileMetaData, group: int, column: int, *,
+                fetch: bool = True) -> Optional[bytes]:
         """Row group ``group``'s Bloom filter bitset on ``column`` (None: none readable),
-        from the kept ones or read once (one ranged read: the footer gives its place)."""
+        from the kept ones or, with ``fetch``, read once (one ranged read: the footer gives
+        its place); without ``fetch``, None when it is not held."""
         at = (key, group, column)
         with self._lock:
             if at in self._filters:
                 self._filters.move_to_end(at)
                 return self._filters[at]
+        if not fetch:
+            return None
         chunk = md.row_group(group).column(column)
         offset, bits = chunk.bloom_filter_offset, None
         if offset:
@@ -353,13 +398,19 @@ class ParquetFileCache:
                     size, start = head
                     bits = raw[start:start + size] if len(raw) >= start + size else f.read_at(size, offset + start)
         with self._lock:
-            if at not in self._filters:
-                self._filters[at] = bits
-                self._filters_held += len(bits or b"") + 100
-                while self._filters_held > self.filter_bytes and self._filters:
-                    _, gone = self._filters.popitem(last=False)
-                    self._filters_held -= len(gone or b"") + 100
+            self._hold_filter(at, bits)
         return bits
+
+    def _hold_filter(self, at: tuple[str, int, int], bits: Optional[bytes]) -> None:
+        """Keep the filter ``bits`` of ``at`` (file, group, column), dropping the least
+        recently used past ``filter_bytes`` (the caller holds the lock)."""
+        if at in self._filters:
+            return
+        self._filters[at] = bits
+        self._filters_held += len(bits or b"") + 100
+        while self._filters_held > self.filter_bytes and self._filters:
+            _, gone = self._filters.popitem(last=False)
+            self._filters_held -= len(gone or b"") + 100
 
 
 FILE_CACHE: Optional[ParquetFileCache] = ParquetFileCache()

@@ -2,11 +2,12 @@
 
 The footer's statistics give the row groups whose key range meets the task's range on
 the first row key field (a binary search of the file's cached row group index). For an
-exact key on a local store, each of those row groups' Bloom filter is probed too
+exact key, each of those row groups' Bloom filter is probed too
 (:meth:`~sleeper_ops.io.datafile.ParquetFileCache.may_hold`), and only those that may
 hold the key are read: in a leaf of several files, each spanning the leaf's key range,
-about one file is read instead of every one (docs/adr/0022). On S3 a probe would be a
-ranged GET of its own, one more round trip than the read it saves, so none is made.
+about one file is read instead of every one (docs/adr/0022). On S3 only the filters the
+footer's one read brought are probed (a probe of its own would be a ranged GET, one more
+round trip than the read it saves).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def row_groups(cache: ParquetFileCache, objects: ObjectStore, first_type: str,
     md, index = cache.row_group_index(objects, task.ref.filename, first.field)
     if index is not None:
         candidates = index.groups(first.min, first.max)
-        value = only_value(first_type, first) if candidates and objects.is_local else None
+        value = only_value(first_type, first) if candidates else None
         if value is None:
             return md, list(candidates)
         return md, cache.may_hold(objects, task.ref.filename, md, index, candidates, value)

@@ -206,3 +206,44 @@ def test_a_set_bit_per_word_is_what_may_contain_asks():
         cleared = list(words)
         cleared[i] = 0
         assert not bloom.may_contain(struct.pack("<8I", *cleared), h)
+
+
+def _remote_file(tmp_path, rows: int = 20_000):
+    """A data file with filters, and a reader of it as a remote store gives one."""
+    keys = [f"k{i:06d}" for i in range(rows)]
+    store = ObjectStore(str(tmp_path))
+    write_data_file(store, "f.parquet", schema_of("StringType"),
+                    pa.table({"k": pa.array(keys), "v": pa.array(range(rows), pa.int64())}),
+                    ParquetSettings(row_group_rows=500, bloom_fpp=0.01))
+    return store, pa.BufferReader((tmp_path / "f.parquet").read_bytes())
+
+
+def _read_one_by_one(store: ObjectStore, md: pq.FileMetaData) -> dict:
+    """The model: each row group's filter read on its own, as a local store reads it."""
+    cache = ParquetFileCache()
+    return {(g, 0): cache._filter(store, "f.parquet", md, g, 0) for g in range(md.num_row_groups)}
+
+
+def test_a_remote_footers_one_read_brings_every_filter_that_lies_in_it(tmp_path, monkeypatch):
+    from sleeper_ops.io import datafile
+
+    store, remote = _remote_file(tmp_path)
+    md, filters = datafile._footer_and_filters(remote)
+    assert md.num_rows == 20_000 and md.num_row_groups == 40
+    model = _read_one_by_one(store, md)
+    assert filters == model and all(model.values())
+    # a read that ends inside the filters: only those wholly in it, each as read alone
+    size = remote.size()
+    first = md.row_group(0).column(0).bloom_filter_offset
+    last = md.row_group(39).column(0)
+    middle = (first + last.bloom_filter_offset + last.bloom_filter_length) // 2
+    monkeypatch.setattr(datafile, "TAIL_MAX_BYTES", size - middle)
+    monkeypatch.setattr(datafile, "TAIL_MIN_BYTES", 0)
+    monkeypatch.setattr(datafile, "TAIL_SHARE", 1)
+    md2, part = datafile._footer_and_filters(remote)
+    assert md2.num_rows == 20_000 and 0 < len(part) < 40
+    assert all(model[at] == bits for at, bits in part.items())
+    # a footer longer than the read: read whole on its own, no filter
+    monkeypatch.setattr(datafile, "TAIL_MAX_BYTES", 64)
+    md3, none = datafile._footer_and_filters(remote)
+    assert md3.num_rows == 20_000 and none == {}
