@@ -11,8 +11,10 @@ catalog can be named. Guarantees:
 - **Key predicates prune.** The predicates on a table's first row key field become key
   regions (:mod:`sleeper_ops.query.sql_keys`); the runner reads only the leaves
   overlapping them plus their ancestors, and from each file only the rows of its
-  reference's partition. ``EXPLAIN`` adds, per table, the regions, the leaves chosen
-  and the files chosen out of the total.
+  reference's partition. When a table is scanned once and its filters are all such
+  predicates, the regions hold exactly the rows they accept, and the scan does not
+  filter them again (a pyarrow filter costs about 0.8 ms a batch). ``EXPLAIN`` adds,
+  per table, the regions, the leaves chosen and the files chosen out of the total.
 - **Memory is bounded by the operators, not the tables:** rows are streamed batch by
   batch from the runner into DataFusion.
 - **Names as written.** Table and column names are case-sensitive, as the catalog and
@@ -51,7 +53,7 @@ from sleeper_ops.io.arrow_schema import arrow_schema
 from sleeper_ops.io.pandas_free import load_datafusion, load_pyarrow_dataset
 from sleeper_ops.query.runner import QueryRunner
 from sleeper_ops.query.sql_explain import ScanReport, explain_rows, scan_report
-from sleeper_ops.query.sql_keys import Interval, everything, key_intervals, regions_of, union
+from sleeper_ops.query.sql_keys import Interval, everything, key_intervals_exact, regions_of, union
 from statestore.catalog import TableInfo
 from statestore.errors import SleeperError, TableNotFoundError
 from statestore.region import Region
@@ -98,7 +100,9 @@ class _Fragment:
 
     def scanner(self, schema: Any = None, columns: Optional[Sequence[str]] = None, filter: Any = None,
                 **_: Any) -> _Scan:
-        return _Scan(self._dataset.schema, self._dataset.read, columns, filter)
+        # a filter the regions read already hold exactly is not applied a second time
+        return _Scan(self._dataset.schema, self._dataset.read, columns,
+                     None if self._dataset.filter_held_by_regions() else filter)
 
 
 class SleeperDataset(ds.Dataset):
@@ -113,6 +117,8 @@ class SleeperDataset(ds.Dataset):
         self.engine, self.info = engine, info
         self._schema = arrow_schema(info.schema)
         self.intervals: Optional[list[Interval]] = None
+        #: whether the plan's one scan of this table has only filters ``intervals`` hold exactly
+        self.intervals_exact = False
         self.scans_seen = 0  # TableScans of this table found in the optimized logical plan
         self.scans_planned = 0  # scans DataFusion's physical plan made of it
 
@@ -135,6 +141,14 @@ class SleeperDataset(ds.Dataset):
         if self.intervals is None or self.scans_planned > self.scans_seen:
             return everything(self.info.schema)
         return self.intervals
+
+    def filter_held_by_regions(self) -> bool:
+        """Whether the rows of :meth:`regions` are exactly those the scan's pushed filter
+        accepts: the plan scans this table once, DataFusion planned that one scan, and
+        its filters are all predicates on the first row key field that the intervals
+        hold exactly (:func:`~sleeper_ops.query.sql_keys.key_intervals_exact`)."""
+        return (self.intervals is not None and self.intervals_exact and self.scans_seen == 1
+                and self.scans_planned == 1)
 
     def regions(self) -> list[Region]:
         """:meth:`intervals_to_read` as query regions."""
@@ -257,7 +271,8 @@ class SqlEngine:
             if d is None:  # a name the walk cannot match to a table: that table is read whole
                 continue
             d.scans_seen += 1
-            found = key_intervals(d.info.schema, filters)
+            found, exact = key_intervals_exact(d.info.schema, filters)
+            d.intervals_exact = exact and d.intervals is None  # a second scan of the table: filter each
             d.intervals = found if d.intervals is None else union(d.intervals, found)
 
     def _call(self, fn: Callable[[], Any]) -> Any:

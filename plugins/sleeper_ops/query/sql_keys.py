@@ -7,7 +7,9 @@ them**. It is an over-approximation: a predicate it does not understand (a funct
 call, a cast, ``LIKE``, a comparison with another column, ``NOT``, ``!=``, a predicate
 on another field) restricts nothing, so the regions may hold rows the filters reject,
 but never miss a row they accept. Exact filtering stays with the scan (see
-:mod:`sleeper_ops.query.sql`).
+:mod:`sleeper_ops.query.sql`), unless :func:`key_intervals_exact` finds every filter
+made of understood predicates: the regions then hold exactly the rows the filters
+accept, and the scan need not filter again.
 
 Understood: ``key = v``, ``<``, ``<=``, ``>``, ``>=`` (either side), ``IN (...)``,
 ``BETWEEN`` and any ``AND``/``OR`` of these, where ``v`` is a literal of the key's
@@ -86,24 +88,24 @@ class _Keys:
     def is_key(self, expr: Any) -> bool:
         return bool(expr.variant_name() == "Column" and expr.to_variant().name() == self.field)
 
-    def intervals(self, expr: Any) -> list[Interval]:
-        """Intervals holding every row for which ``expr`` is true."""
+    def intervals(self, expr: Any) -> tuple[list[Interval], bool]:
+        """Intervals holding every row for which ``expr`` is true, and whether they hold
+        only those (``expr`` made only of the predicates the module docstring lists)."""
         try:
             kind = expr.variant_name()
             v = expr.to_variant()
         except Exception:  # an expression the bindings cannot describe: restricts nothing
-            return self.everything
+            return self.everything, False
         if kind == "Literal" and self._is_false(expr):
-            return []
+            return [], True
         if kind == "Alias":
             return self.intervals(v.expr())
         if kind == "BinaryExpr":
             op = str(v.op()).upper()
             left, right = v.left(), v.right()
-            if op == "AND":
-                return intersect(self.intervals(left), self.intervals(right))
-            if op == "OR":
-                return union(self.intervals(left), self.intervals(right))
+            if op in ("AND", "OR"):
+                (a, a_exact), (b, b_exact) = self.intervals(left), self.intervals(right)
+                return (intersect(a, b) if op == "AND" else union(a, b)), a_exact and b_exact
             if op in _FLIP:
                 if self.is_key(right) and left.variant_name() == "Literal":
                     left, right, op = right, left, _FLIP[op]
@@ -112,22 +114,22 @@ class _Keys:
                     if value is not None:
                         found = self.compare(op, value)
                         if found is not None:
-                            return found
-            return self.everything
+                            return found, True
+            return self.everything, False
         if kind == "InList" and not v.negated() and self.is_key(v.expr()):
             out: list[Interval] = []
             for item in v.list():
                 value = self.value(item) if item.variant_name() == "Literal" else None
                 if value is None:
-                    return self.everything
+                    return self.everything, False
                 out = union(out, [(value, self.successor(value))])
-            return out
+            return out, True
         if kind == "Between" and not v.negated() and self.is_key(v.expr()):
             lo, hi = (self.value(x) if x.variant_name() == "Literal" else None for x in (v.low(), v.high()))
             if lo is None or hi is None:
-                return self.everything
-            return intersect(self.compare(">=", lo) or [], self.compare("<=", hi) or [])
-        return self.everything
+                return self.everything, False
+            return intersect(self.compare(">=", lo) or [], self.compare("<=", hi) or []), True
+        return self.everything, False
 
 
 def _hi_key(hi: Optional[Any]) -> tuple[int, Any]:
@@ -165,11 +167,19 @@ def key_intervals(schema: Schema, filters: Sequence[Any]) -> list[Interval]:
     """Disjoint, sorted intervals of the first row key field holding every row that
     satisfies all ``filters`` (DataFusion expressions, taken as a conjunction); the whole
     key space when none of them restricts the key; empty when no row can satisfy them."""
+    return key_intervals_exact(schema, filters)[0]
+
+
+def key_intervals_exact(schema: Schema, filters: Sequence[Any]) -> tuple[list[Interval], bool]:
+    """:func:`key_intervals`, and whether the intervals hold only rows that satisfy the
+    filters: every filter made of the predicates the module docstring lists (a row of a
+    key in them then satisfies them all, whatever its other fields)."""
     keys = _Keys(schema)
-    out = keys.everything
+    out, exact = keys.everything, True
     for f in filters:
-        out = intersect(out, keys.intervals(f))
-    return out
+        found, found_exact = keys.intervals(f)
+        out, exact = intersect(out, found), exact and found_exact
+    return out, exact
 
 
 def everything(schema: Schema) -> list[Interval]:

@@ -17,7 +17,7 @@ from datafusion import SessionContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sleeper_ops.query.sql_keys import key_intervals, union
+from sleeper_ops.query.sql_keys import key_intervals, key_intervals_exact, union
 from statestore.schema import Schema
 
 SCHEMA = Schema.from_dict({"rowKeyFields": [{"name": "key", "type": "IntType"}],
@@ -99,6 +99,26 @@ def test_intervals_hold_every_accepted_key_and_only_those_when_the_predicate_is_
             assert covered(intervals, k), f"{sql}: key {k} is accepted but outside {intervals}"
         elif exact:
             assert not covered(intervals, k), f"{sql}: key {k} is rejected but inside {intervals}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(predicates)
+def test_intervals_said_exact_hold_only_accepted_keys_and_every_key_predicate_is_said_exact(pred):
+    """Soundness of the exact flag (the scan then skips its filter): a key in intervals
+    said exact is accepted whatever its row's other fields. Completeness: a predicate made
+    only of key comparisons, IN and BETWEEN is said exact."""
+    sql, accepts, made_of_key_predicates = pred
+    filters = scan_filters(sql)
+    if filters is None:
+        return
+    intervals, exact = key_intervals_exact(SCHEMA, filters)
+    assert intervals == key_intervals(SCHEMA, filters)
+    if made_of_key_predicates:
+        assert exact, f"{sql}: made of key predicates, not said exact ({filters})"
+    if exact:
+        for k in DOMAIN:  # every row of a key inside is accepted, every row of a key outside rejected
+            answers = {accepts(k, v) for v in (-10, 0, 10, 30)}
+            assert answers == {covered(intervals, k)}, f"{sql}: said exact, but key {k} gets {answers} ({intervals})"
 
 
 def test_extremes_of_the_key_type_and_predicates_that_restrict_nothing():
