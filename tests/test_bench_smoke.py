@@ -45,6 +45,8 @@ EXPECTED: dict[str, list[str]] = {
     "peers.py": [rf"\| a \| ours \| query runner \| native \| \d+ \| [\d,]+ \|( {SPREAD} \|){{6}}$",
                  rf"\| b \| ours \| Sleeper.sql \| SQL \| \d+ \| [\d,]+ \|( {SPREAD} \|){{6}}$",
                  r"Sleeper.sql DataFusion target_partitions = \d+", r"peers skipped \(--smoke\)"],
+    "sql_lookups.py": [rf"exact key\s+p50 skip {SPREAD}  filter {SPREAD}  ratio skip / filter {SPREAD}$",
+                       rf"range ~1,000 rows\s+p50 skip {SPREAD}  filter {SPREAD}  ratio skip / filter {SPREAD}$"],
     "query.py": [rf"2,000 rows\s+exact\s+p50\s+{NUM}", rf"4,000 rows\s+range\s+p50\s+{NUM}",
                  rf"exact p50 ratio 4,000 / 2,000 rows: {NUM}",
                  rf"new process, whole wall: sleeper query --key median {NUM} ms .* "
