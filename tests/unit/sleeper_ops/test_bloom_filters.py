@@ -225,10 +225,10 @@ def _read_one_by_one(store: ObjectStore, md: pq.FileMetaData) -> dict:
 
 
 def test_a_remote_footers_one_read_brings_every_filter_that_lies_in_it(tmp_path, monkeypatch):
-    from sleeper_ops.io import datafile
+    from sleeper_ops.io import remote_footer
 
     store, remote = _remote_file(tmp_path)
-    md, filters = datafile._footer_and_filters(remote)
+    md, filters = remote_footer.footer_and_filters(remote)
     assert md.num_rows == 20_000 and md.num_row_groups == 40
     model = _read_one_by_one(store, md)
     assert filters == model and all(model.values())
@@ -237,13 +237,13 @@ def test_a_remote_footers_one_read_brings_every_filter_that_lies_in_it(tmp_path,
     first = md.row_group(0).column(0).bloom_filter_offset
     last = md.row_group(39).column(0)
     middle = (first + last.bloom_filter_offset + last.bloom_filter_length) // 2
-    monkeypatch.setattr(datafile, "TAIL_MAX_BYTES", size - middle)
-    monkeypatch.setattr(datafile, "TAIL_MIN_BYTES", 0)
-    monkeypatch.setattr(datafile, "TAIL_SHARE", 1)
-    md2, part = datafile._footer_and_filters(remote)
+    monkeypatch.setattr(remote_footer, "TAIL_MAX_BYTES", size - middle)
+    monkeypatch.setattr(remote_footer, "TAIL_MIN_BYTES", 0)
+    monkeypatch.setattr(remote_footer, "TAIL_SHARE", 1)
+    md2, part = remote_footer.footer_and_filters(remote)
     assert md2.num_rows == 20_000 and 0 < len(part) < 40
     assert all(model[at] == bits for at, bits in part.items())
     # a footer longer than the read: read whole on its own, no filter
-    monkeypatch.setattr(datafile, "TAIL_MAX_BYTES", 64)
-    md3, none = datafile._footer_and_filters(remote)
+    monkeypatch.setattr(remote_footer, "TAIL_MAX_BYTES", 64)
+    md3, none = remote_footer.footer_and_filters(remote)
     assert md3.num_rows == 20_000 and none == {}
