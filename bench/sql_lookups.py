@@ -35,7 +35,7 @@ from sleeper_ops.query import sql as sql_module
 WAYS = ("skip", "filter")
 
 
-def one_run(s: Any, t: Any, statements: list[tuple[str, Callable[[], Any]]]) -> dict[str, float]:
+def one_run(s: Any, statements: list[tuple[str, Callable[[], Any]]]) -> dict[str, float]:
     """The p50 of each way over ``statements`` (each with its expected answer's maker)."""
     shipped = sql_module.SleeperDataset.filter_held_by_regions
     times: dict[str, list[float]] = {w: [] for w in WAYS}
@@ -80,8 +80,8 @@ def main() -> None:
             a, b = f"key-{lo:09d}", f"key-{lo + width:09d}"
             ranges.append((f"SELECT * FROM t WHERE key >= '{a}' AND key < '{b}'",
                            lambda a=a, b=b: t.query(ranges=[(a, b)])))
-        one_run(s, t, exact[:10] + ranges[:10])  # warm: footers, the metadata copy
-        runs = [(one_run(s, t, exact), one_run(s, t, ranges)) for _ in range(args.runs)]
+        one_run(s, exact[:10] + ranges[:10])  # warm: footers, the metadata copy
+        runs = [(one_run(s, exact), one_run(s, ranges)) for _ in range(args.runs)]
     print(f"Sleeper.sql lookups, {args.rows:,} rows, 16 leaves, {args.queries} statements a kind each way, "
           f"{args.runs} runs (median over runs, spread; ms)")
     for n, kind in enumerate(("exact key", "range ~1,000 rows")):

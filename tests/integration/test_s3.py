@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import random
 import socket
 from collections import Counter
+from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -257,6 +259,20 @@ def test_split_compaction_and_gc_on_s3_keep_every_record_once(s3_sleeper, client
             if k.endswith(".parquet")} == live, "only live files remain in the bucket"
 
 
+@contextlib.contextmanager
+def counted_s3_sleeper(moto_endpoint, request) -> Iterator[tuple[Any, Sleeper]]:
+    """A Sleeper over the in-memory state store and this test's folder of the bucket, whose
+    S3 requests go through a proxy that logs each one (``proxy.log``: method and path)."""
+    from tests.faults.aws_proxy import FaultProxy
+
+    endpoint, _ = moto_endpoint
+    with FaultProxy(f"http://{endpoint}") as proxy:
+        opts = S3Options(endpoint_override=proxy.url, scheme="http", access_key="test", secret_key="test",
+                         region="us-east-1")
+        yield proxy, Sleeper(state_store=InMemoryStateStore(),
+                             objects=ObjectStore(f"s3://{BUCKET}/tables/{request.node.name}", opts))
+
+
 def test_a_warm_exact_key_lookup_on_s3_is_one_get_and_a_cold_one_at_most_three_requests(moto_endpoint, request):
     """Counted on the wire (a logging proxy in front of moto): a lookup in a file whose
     footer is cached makes one ranged GET (the reader kept with the footer needs no
@@ -265,14 +281,8 @@ def test_a_warm_exact_key_lookup_on_s3_is_one_get_and_a_cold_one_at_most_three_r
     each file in coalesced ranged GETs. Every answer holds its key."""
     from sleeper_ops.io.datafile import ParquetFileCache
     from sleeper_ops.query.runner import QueryRunner, exact_key_region, range_region
-    from tests.faults.aws_proxy import FaultProxy
 
-    endpoint, _ = moto_endpoint
-    with FaultProxy(f"http://{endpoint}") as proxy:
-        opts = S3Options(endpoint_override=proxy.url, scheme="http", access_key="test", secret_key="test",
-                         region="us-east-1")
-        s = Sleeper(state_store=InMemoryStateStore(),
-                    objects=ObjectStore(f"s3://{BUCKET}/tables/{request.node.name}", opts))
+    with counted_s3_sleeper(moto_endpoint, request) as (proxy, s):
         schema = {"rowKeyFields": [{"name": "key", "type": "StringType"}],
                   "valueFields": [{"name": "a", "type": "LongType"}, {"name": "b", "type": "StringType"},
                                   {"name": "c", "type": "StringType"}]}
@@ -312,14 +322,8 @@ def test_a_warm_exact_key_lookup_on_s3_reads_only_the_file_whose_bloom_filter_ma
     Counted on the wire; every answer holds its key and only it."""
     from sleeper_ops.io.datafile import ParquetFileCache
     from sleeper_ops.query.runner import QueryRunner, exact_key_region
-    from tests.faults.aws_proxy import FaultProxy
 
-    endpoint, _ = moto_endpoint
-    with FaultProxy(f"http://{endpoint}") as proxy:
-        opts = S3Options(endpoint_override=proxy.url, scheme="http", access_key="test", secret_key="test",
-                         region="us-east-1")
-        s = Sleeper(state_store=InMemoryStateStore(),
-                    objects=ObjectStore(f"s3://{BUCKET}/tables/{request.node.name}", opts))
+    with counted_s3_sleeper(moto_endpoint, request) as (proxy, s):
         t = s.create_table("t", {"rowKeyFields": [{"name": "key", "type": "StringType"}],
                                  "valueFields": [{"name": "a", "type": "LongType"}]},
                            properties={"sleeper.table.parquet.rowgroup.rows.max": "500"})

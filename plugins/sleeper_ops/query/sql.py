@@ -117,7 +117,7 @@ class SleeperDataset(ds.Dataset):
         self.engine, self.info = engine, info
         self._schema = arrow_schema(info.schema)
         self.intervals: Optional[list[Interval]] = None
-        #: whether the plan's one scan of this table has only filters ``intervals`` hold exactly
+        #: whether the filters of the plan's last scan of this table are ones ``intervals`` hold exactly
         self.intervals_exact = False
         self.scans_seen = 0  # TableScans of this table found in the optimized logical plan
         self.scans_planned = 0  # scans DataFusion's physical plan made of it
@@ -272,7 +272,7 @@ class SqlEngine:
                 continue
             d.scans_seen += 1
             found, exact = key_intervals_exact(d.info.schema, filters)
-            d.intervals_exact = exact and d.intervals is None  # a second scan of the table: filter each
+            d.intervals_exact = exact  # read only with one scan of the table (filter_held_by_regions)
             d.intervals = found if d.intervals is None else union(d.intervals, found)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
