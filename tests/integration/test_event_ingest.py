@@ -239,6 +239,48 @@ def test_a_dead_letter_that_cannot_be_copied_leaves_only_its_message_on_the_queu
     assert s3.get_object(Bucket=BUCKET, Key="dl/raw/in/bad.parquet")["Body"].read() == b"not parquet"
 
 
+def test_a_state_store_that_fails_mid_landing_leaves_only_those_messages_for_redelivery(
+        events: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state store unreachable for one message's queueing (nothing committed) and
+    answering with an unknown outcome for another's (the requests committed, the answer
+    lost): both messages stay on the queue, the others are settled; their redelivery queues
+    the first and finds the second's key held, and the batcher ingests every record once."""
+    from statestore.errors import CommitOutcomeUnknownError, StateStoreUnavailableError
+
+    sleeper, queue, s3, sqs = events
+    for i in range(4):
+        s3.put_object(Bucket=BUCKET, Key=f"in/s{i}.parquet", Body=parquet(pa.table({
+            "k": pa.array(range(i * 10, i * 10 + 10), pa.int64()), "v": pa.array(["x"] * 10)})))
+    messages = [m for m in (EventMessage.of(r) for r in receive_all(sqs, queue)) if "in%2Fs" in m.body
+                or "in/s" in m.body]
+    assert len(messages) == 4
+    store = sleeper.state_store
+    real_add = store.add_ingest_requests
+    calls = []
+
+    def add(table_id: str, requests: Any, **kw: Any) -> Any:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise StateStoreUnavailableError("the state store timed out (test)")
+        if len(calls) == 3:
+            real_add(table_id, requests, **kw)
+            raise CommitOutcomeUnknownError("the commit's answer was lost (test)")
+        return real_add(table_id, requests, **kw)
+
+    monkeypatch.setattr(store, "add_ingest_requests", add)
+    own = [sleeper.objects.uri_of("")]
+    first = land_messages(sleeper, "events", messages, own_prefixes=own)
+    assert [mid for mid, _ in first.unsettled] == [messages[0].message_id, messages[2].message_id]
+    assert [m.message_id for m in first.settled] == [messages[1].message_id, messages[3].message_id]
+    assert "timed out" in first.unsettled[0][1] and "answer was lost" in first.unsettled[1][1]
+    redelivered = land_messages(sleeper, "events", [messages[0], messages[2]], own_prefixes=own)
+    assert redelivered.unsettled == [] and redelivered.repeats == [messages[2].message_id]
+    assert len(redelivered.queued) == 1
+    assert run_ingest_batcher(sleeper, "events").records == 40
+    keys = sleeper.table("events").query(ranges=[(0, None)]).column("k").to_pylist()
+    assert sorted(keys) == list(range(40))
+
+
 def test_the_task_fails_naming_a_message_that_is_no_notification_after_settling_the_others(
         events: Any, monkeypatch: pytest.MonkeyPatch, moto_url: str) -> None:
     from types import SimpleNamespace

@@ -137,3 +137,26 @@ def deliveries(client: httpx.Client, uri: str) -> tuple[int, int, int]:
     ids = [str(m.get("MessageId")) for e in events
            for m in ((e.get("extra") or {}).get("payload") or {}).get("message_batch") or ()]
     return len(events), len(ids), len(set(ids))
+
+
+def retried_tries(client: httpx.Client, dag: str, run_id: str, task_id: str, after: int) -> list[str]:
+    """One line for each try of ``task_id`` in run ``run_id`` after try ``after`` that did
+    not succeed: its state, host, and the error lines of its log (the reason a retry was
+    needed; "returned" when its operator had returned, Airflow's "Post Execute" group in its
+    log, and Airflow failed the try while ending it)."""
+    from tests.airflow_runs import task_log
+
+    r = client.get(f"/api/v2/dags/{dag}/dagRuns/{run_id}/taskInstances/{task_id}/tries")
+    assert r.status_code == 200, r.text
+    lines = []
+    for t in sorted(r.json()["task_instances"], key=lambda t: t["try_number"]):
+        if t["try_number"] <= after or t["state"] == "success":
+            continue
+        text = task_log(client, dag, run_id, task_id, t["try_number"])
+        errors = [line[:300] for line in text.splitlines() if '"level":"error"' in line or '"error"' in line
+                  or "Error" in line][-5:]
+        returned = "::group::Post Execute" in text
+        lines.append(f"try {t['try_number']} {t['state']} on {t.get('hostname')}"
+                     f"{' (returned)' if returned else ''}: " + (" | ".join(errors) or text[-600:]))
+    return lines
+

@@ -45,6 +45,7 @@ from sleeper_ops.ingest.events import (
 )
 from sleeper_ops.io.inputs import detect_format, read_batches, resolve
 from statestore import clock
+from statestore.errors import StateStoreUnavailableError
 
 if TYPE_CHECKING:
     from sleeper_ops.io.storage import S3Options
@@ -153,7 +154,9 @@ def land_messages(sleeper: Stores, table_name: str, messages: Sequence[EventMess
                 if good:
                     submit_ingest_requests(sleeper, table_name, good, request_id=key)
                     report.queued.extend(good)
-        except (OSError, IngestError) as e:
+        except (OSError, IngestError, StateStoreUnavailableError) as e:
+            # StateStoreUnavailableError: the store unreachable, or a commit whose outcome is
+            # unknown (the redelivery finds the key held if it did commit)
             log.warning("table %s: message %s left on the queue: %s", table_name, message.message_id, e)
             report.unsettled.append((message.message_id, str(e)))
             continue
