@@ -8,6 +8,7 @@ its asset events."""
 from __future__ import annotations
 
 import io
+import json
 import threading
 import time
 from typing import Any, Optional
@@ -153,10 +154,18 @@ def retried_tries(client: httpx.Client, dag: str, run_id: str, task_id: str, aft
         if t["try_number"] <= after or t["state"] == "success":
             continue
         text = task_log(client, dag, run_id, task_id, t["try_number"])
-        errors = [line[:300] for line in text.splitlines() if '"level":"error"' in line or '"error"' in line
-                  or "Error" in line][-5:]
+        errors = [line[:300] for line in text.splitlines() if _worth_showing(line)][-6:]
         returned = "::group::Post Execute" in text
         lines.append(f"try {t['try_number']} {t['state']} on {t.get('hostname')}"
                      f"{' (returned)' if returned else ''}: " + (" | ".join(errors) or text[-600:]))
     return lines
+
+
+def _worth_showing(line: str) -> bool:
+    """Whether a task log line (one JSON event) is a warning or worse, or names an exit."""
+    try:
+        level = str(json.loads(line).get("level", "")).lower()
+    except (ValueError, AttributeError):
+        level = ""
+    return level in ("warning", "error", "critical") or any(w in line for w in ("Error", "signal", "exited"))
 
