@@ -168,4 +168,3 @@ def _worth_showing(line: str) -> bool:
     except (ValueError, AttributeError):
         level = ""
     return level in ("warning", "error", "critical") or any(w in line for w in ("Error", "signal", "exited"))
-
