@@ -550,6 +550,8 @@ def test_files_dropped_into_the_bucket_under_a_worker_kill_are_each_queryable_on
         failed_retries = retried_tries(client, dag, kill.killed[1], "land_events", kill.killed[2])
         for line in failed_retries:
             log(f"the killed run's land_events {line}")
+        if failed_retries:  # who failed the retry (a scheduler's missed-heartbeat verdict shows here)
+            log("the killed run:\n" + run_report(client, dag, kill.killed[1], tail=600))
         tasks = client.get(f"/api/v2/dags/{dag}/dagRuns/~/taskInstances", params={"limit": 1000}).json()[
             "task_instances"]
         events, delivered, distinct = deliveries(client, f"sleeper://{EVENTS_TABLE}/events")
