@@ -112,13 +112,13 @@ def radix_argsort(numbers: np.ndarray) -> np.ndarray:
         packed |= np.arange(n, dtype=np.uint64)
         packed.sort()
         return (packed & np.uint64((1 << position_bits) - 1)).astype(np.intp)
-    numbers = _varying_bits(numbers)
+    numbers = _varying_bits(numbers, varying, runs)
     order: Optional[np.ndarray] = None
     for shift in (0, 16, 32, 48):
         digits = ((numbers >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
         if order is not None:
             digits = digits[order]
-        if len(digits) == 0 or digits.min() == digits.max():
+        if digits.min() == digits.max():
             continue
         step = np.argsort(digits, kind="stable")
         order = step if order is None else order[step]
@@ -129,15 +129,12 @@ def radix_argsort(numbers: np.ndarray) -> np.ndarray:
 _MOST_RUNS = 12
 
 
-def _varying_bits(numbers: np.ndarray) -> np.ndarray:
+def _varying_bits(numbers: np.ndarray, varying: int, runs: list[tuple[int, int]]) -> np.ndarray:
     """``numbers`` with the bits that every one of them shares removed and the others
-    packed down, in order (:func:`_pack`); ``numbers`` itself when that would not save a
-    16-bit pass or would take more than :data:`_MOST_RUNS` runs."""
-    if len(numbers) < 2:
-        return numbers
-    varying = int(np.bitwise_or.reduce(numbers ^ numbers[0]))
+    packed down, in order (:func:`_pack`); ``varying``: the bits in which some number
+    differs from the first, ``runs`` their runs (:func:`_runs`). ``numbers`` itself when
+    that would not save a 16-bit pass or would take more than :data:`_MOST_RUNS` runs."""
     digits = sum(1 for shift in (0, 16, 32, 48) if (varying >> shift) & 0xFFFF)
-    runs = _runs(varying)
     if -(-varying.bit_count() // 16) >= digits or len(runs) > _MOST_RUNS:
         return numbers
     return _pack(numbers, runs)
